@@ -1,0 +1,1 @@
+"""Internal package of wanrt (see docs/); not a public API."""

@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wanrt.errors import MalformedPayload
+from wanrt.payload import SparsePayload, bf16_to_fp32, fp32_to_bf16, n_blocks
+
+
+@given(
+    dense_len=st.integers(0, 300),
+    block_size=st.sampled_from([1, 4, 16]),
+    data=st.data(),
+)
+def test_blocks_roundtrip_through_dense(dense_len: int, block_size: int, data: st.DataObject) -> None:
+    rng = np.random.default_rng(dense_len * 31 + block_size)
+    dense = rng.standard_normal(dense_len).astype(np.float32)
+    nb = n_blocks(dense_len, block_size)
+    chosen = sorted(data.draw(st.sets(st.integers(0, max(nb - 1, 0)), max_size=nb))) if nb else []
+    p = SparsePayload.from_dense_blocks(3, dense, np.array(chosen, dtype=np.int64), block_size)
+    p.validate()
+    out = p.to_dense()
+    mask = np.zeros(nb * block_size, dtype=bool)
+    for b in chosen:
+        mask[b * block_size : (b + 1) * block_size] = True
+    mask = mask[:dense_len]
+    np.testing.assert_array_equal(out[mask], dense[mask])
+    assert not np.any(out[~mask])
+
+
+def _p(indices: list[int], values: list[float], dense_len: int = 40, bs: int = 16) -> SparsePayload:
+    return SparsePayload(0, dense_len, bs, np.array(indices, dtype=np.int64), np.array(values, np.float32))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _p([3], [1.0] * 16),  # out of range (40 elems -> 3 blocks)
+        _p([1, 0], [1.0] * 32),  # unsorted
+        _p([1, 1], [1.0] * 32),  # duplicate
+        _p([1], [1.0] * 15),  # count mismatch
+        _p([2], [1.0] * 16),  # nonzero padding beyond dense_len in tail block
+    ],
+)
+def test_lying_payloads_are_rejected(payload: SparsePayload) -> None:
+    with pytest.raises(MalformedPayload):
+        payload.validate(peer="evil")
+
+
+def test_bf16_rounding() -> None:
+    x = np.array([1.0, -2.5, 3.14159, 1e-30, np.inf], dtype=np.float32)
+    back = bf16_to_fp32(fp32_to_bf16(x))
+    np.testing.assert_allclose(back[:4], x[:4], rtol=2**-8)
+    assert np.isinf(back[4])
+    assert np.isnan(bf16_to_fp32(fp32_to_bf16(np.array([np.nan], np.float32))))[0]

@@ -1,0 +1,64 @@
+"""The ``wanrt`` command line: one entry point, one subcommand per daemon or job.
+
+Subcommands are registered here but their modules are imported only when chosen, so ``wanrt --help`` is
+fast and importing :mod:`wanrt.cli` has no side effects (uvloop is installed by the daemon commands only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from wanrt.errors import WanrtError
+
+# name -> (module that defines add_arguments(parser) and run(args) -> int, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("wanrt.demo.cli", "train a real model across emulated WAN sites, dense baseline beside it"),
+    "gateway": ("gateways.cli", "run the per-site gateway daemon (wanrt gateway --config site.toml)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wanrt",
+        description="Data-parallel PyTorch training across GPU clusters joined by a WAN.",
+    )
+    parser.add_argument("--version", action="version", version="wanrt 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+                p.set_defaults(_run=_not_built(name))
+                continue
+            raise
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def _not_built(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        print(f"wanrt {name}: not built yet in this version", file=sys.stderr)
+        return 2
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args))
+    except WanrtError as exc:
+        print(f"wanrt {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
