@@ -1,0 +1,1 @@
+"""Sans-IO wire protocol of wanrt: framing, message schemas, handshake and the connection state machine."""
