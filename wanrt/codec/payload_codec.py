@@ -1,0 +1,181 @@
+"""encode_payload / decode_payload: one ``SparsePayload`` <-> a small meta dict plus two raw byte buffers.
+
+The split follows the protocol's framing (``docs/dev/contracts.md``): the meta dict rides in the frame's
+msgpack header, the buffers are appended out of band, so value bytes are never copied into msgpack.
+Buffer order is ``[values, index]``: the fixed-width values come first so that, when the protocol aligns
+the first buffer, the values are aligned too and decode can hand out a zero-copy view (the index stream
+has a data-dependent length and would misalign anything after it).
+
+Meta (all ints or str)::
+
+    {"fmt": 1, "layer": int, "dense_len": int, "block_size": int,
+     "dtype": "fp32"|"fp16"|"bf16", "count": <selected blocks>, "index": "u32"|"d16"|"varint"|"bitmap"}
+
+Decode trusts nothing: every field's type and range, the buffer lengths implied by ``count`` and the
+encodings, and finally every payload invariant via ``SparsePayload.validate`` are checked, and every size
+is bounded before the array that depends on it is allocated. Everything a peer can get wrong surfaces as
+a :class:`~wanrt.errors.RemoteProtocolError` subclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import numpy.typing as npt
+
+from wanrt.codec.index_encodings import (
+    INDEX_ENCODINGS,
+    IndexEncoding,
+    choose_encoding,
+    decode_indices,
+    encode_indices,
+    encoded_sizes,
+    gaps_of,
+)
+from wanrt.codec.limits import (
+    CODEC_VERSION,
+    MAX_BLOCK_SIZE,
+    MAX_DENSE_LEN,
+    MAX_LAYER_ID,
+    MAX_PAYLOAD_ELEMENTS,
+)
+from wanrt.codec.value_casts import cast_for_wire, values_from_wire
+from wanrt.errors import LimitExceeded, LocalProtocolError, MalformedPayload
+from wanrt.payload import VALUE_DTYPES, SparsePayload, n_blocks
+
+__all__ = ["META_KEYS", "decode_payload", "encode_payload"]
+
+#: Exactly the keys of a meta dict; unknown or missing keys are a malformed payload (versioned by ``fmt``).
+META_KEYS: Final = frozenset({"fmt", "layer", "dense_len", "block_size", "dtype", "count", "index"})
+
+
+def encode_payload(
+    p: SparsePayload, *, wire_dtype: str | None = None, index_encoding: IndexEncoding | None = None
+) -> tuple[dict[str, Any], list[memoryview]]:
+    """Encode ``p`` as ``(meta, [values_bytes, index_bytes])``.
+
+    ``wire_dtype`` downcasts (or upcasts) the values on the wire; fp16 falls back to ``p``'s own dtype when
+    a finite value would overflow (``meta["dtype"]`` says what was sent). ``index_encoding`` forces an
+    encoding (tests, benchmarks); by default the smallest is chosen per payload. Values in ``p``'s own
+    dtype are not copied: the first buffer is a view of ``p.values``, valid as long as ``p`` is unchanged.
+
+    Raises :class:`LocalProtocolError` when ``p`` breaks its own invariants or an option is unknown.
+    """
+    try:
+        p.validate()
+    except MalformedPayload as exc:
+        raise LocalProtocolError(f"refusing to encode an invalid payload: {exc.message}") from exc
+    dtype = p.value_dtype if wire_dtype is None else wire_dtype
+    if dtype not in VALUE_DTYPES:
+        raise LocalProtocolError("unknown wire dtype", value=wire_dtype)
+    if p.dense_len > MAX_DENSE_LEN or p.block_size > MAX_BLOCK_SIZE or p.layer > MAX_LAYER_ID:
+        raise LocalProtocolError("payload exceeds the codec's format limits", value=p.dense_len)
+    nb = n_blocks(p.dense_len, p.block_size)
+    gaps = gaps_of(p.indices)
+    if index_encoding is None:
+        encoding = choose_encoding(p.indices, nb, gaps)
+    elif index_encoding in encoded_sizes(p.indices, nb, gaps):
+        encoding = index_encoding
+    else:
+        raise LocalProtocolError("index encoding unknown or unable to hold these", value=index_encoding)
+    index = encode_indices(p.indices, nb, encoding, gaps)
+    values, sent_dtype = cast_for_wire(p.values, p.value_dtype, dtype)
+    meta: dict[str, Any] = {
+        "fmt": CODEC_VERSION,
+        "layer": p.layer,
+        "dense_len": p.dense_len,
+        "block_size": p.block_size,
+        "dtype": sent_dtype,
+        "count": p.nnz_blocks,
+        "index": encoding,
+    }
+    return meta, [_bytes_of(values), _bytes_of(index)]
+
+
+def _bytes_of(arr: npt.NDArray[Any]) -> memoryview:
+    """Byte-format view of a contiguous array (no copy); ``len()`` of it is the wire size."""
+    return memoryview(arr.data).cast("B")
+
+
+def _int_field(meta: Mapping[str, Any], key: str, lo: int, hi: int, peer: str | None) -> int:
+    v = meta[key]
+    if type(v) is not int:  # bool is an int subclass; msgpack never yields one for a valid field
+        raise MalformedPayload(f"meta field {key!r} must be an integer", peer=peer, value=type(v).__name__)
+    if not lo <= v <= hi:
+        raise MalformedPayload(f"meta field {key!r} out of range [{lo}, {hi}]", peer=peer, value=v)
+    return v
+
+
+def _str_field(meta: Mapping[str, Any], key: str, allowed: Sequence[str], peer: str | None) -> str:
+    v = meta[key]
+    if type(v) is not str or v not in allowed:
+        raise MalformedPayload(f"meta field {key!r} must be one of {list(allowed)}", peer=peer, value=v)
+    return v
+
+
+def _byte_view(buf: Any, what: str, peer: str | None) -> memoryview:
+    try:
+        mv = memoryview(buf)
+        return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    except (TypeError, ValueError) as exc:
+        raise MalformedPayload(f"{what} buffer is not contiguous bytes", peer=peer) from exc
+
+
+def decode_payload(
+    meta: Mapping[str, Any],
+    buffers: Sequence[memoryview],
+    *,
+    peer: str | None = None,
+    max_elements: int = MAX_PAYLOAD_ELEMENTS,
+) -> SparsePayload:
+    """Decode and fully validate a payload received from ``peer``.
+
+    Values are a read-only zero-copy view of ``buffers[0]`` when it is aligned for the dtype (else one
+    aligned copy); keep the received buffer alive and unmodified for as long as the payload is used.
+    Raises :class:`LimitExceeded` when the payload is larger than ``max_elements`` value slots and
+    :class:`MalformedPayload` for anything else that is inconsistent, always before allocating.
+    """
+    if not isinstance(meta, Mapping):
+        raise MalformedPayload("payload meta must be a map", peer=peer, value=type(meta).__name__)
+    keys = set(meta)
+    if keys != META_KEYS:
+        raise MalformedPayload(
+            "payload meta has wrong keys",
+            peer=peer,
+            value=sorted(map(repr, keys ^ META_KEYS)),
+        )
+    fmt = _int_field(meta, "fmt", 0, 1 << 31, peer)
+    if fmt != CODEC_VERSION:
+        raise MalformedPayload("unsupported format version", peer=peer, limit=CODEC_VERSION, value=fmt)
+    layer = _int_field(meta, "layer", 0, MAX_LAYER_ID, peer)
+    dense_len = _int_field(meta, "dense_len", 0, MAX_DENSE_LEN, peer)
+    block_size = _int_field(meta, "block_size", 1, MAX_BLOCK_SIZE, peer)
+    dtype = _str_field(meta, "dtype", tuple(VALUE_DTYPES), peer)
+    encoding = _str_field(meta, "index", INDEX_ENCODINGS, peer)
+    nb = n_blocks(dense_len, block_size)
+    count = _int_field(meta, "count", 0, nb, peer)
+    if count * block_size > max_elements:
+        raise LimitExceeded(
+            "payload has more value slots than allowed",
+            name="max_elements",
+            limit=max_elements,
+            value=count * block_size,
+            peer=peer,
+        )
+    if isinstance(buffers, (bytes, bytearray, memoryview, str)) or not isinstance(buffers, Sequence):
+        raise MalformedPayload("payload buffers must be a sequence of two buffers", peer=peer)
+    if len(buffers) != 2:
+        raise MalformedPayload("payload needs exactly two buffers", peer=peer, limit=2, value=len(buffers))
+    vbuf = _byte_view(buffers[0], "values", peer)
+    ibuf = _byte_view(buffers[1], "index", peer)
+    want = count * block_size * VALUE_DTYPES[dtype].itemsize
+    if len(vbuf) != want:
+        raise MalformedPayload(
+            "values buffer length disagrees with count", peer=peer, limit=want, value=len(vbuf)
+        )
+    indices = decode_indices(ibuf, count, nb, encoding, peer=peer)
+    values = values_from_wire(vbuf, dtype)
+    p = SparsePayload(layer, dense_len, block_size, indices, values, dtype)
+    p.validate(peer=peer)
+    return p
