@@ -1,0 +1,245 @@
+"""Properties of the chunked EDF / FIFO send queue, checked against a plain reference model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateways.config import EdfConfig
+from gateways.edf import Chunk, EdfQueue, FifoQueue, SendQueue, make_send_queue
+from wanrt.errors import LocalProtocolError
+
+
+@dataclass
+class Ref:
+    """What the queue should hold: items in push order with their priority and unsent byte count."""
+
+    # item id -> (priority, push sequence number, the message bytes)
+    items: dict[int, tuple[tuple[int, int], int, bytes]] = field(default_factory=dict)
+    received: dict[int, bytearray] = field(default_factory=dict)
+    seq: int = 0
+
+
+def _message(sizes: list[int], salt: int) -> list[bytes]:
+    rng = np.random.default_rng(salt)
+    return [rng.integers(0, 256, size=n, dtype=np.uint8).tobytes() for n in sizes]
+
+
+part_sizes = st.lists(st.integers(0, 40), min_size=0, max_size=4)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.integers(0, 3), st.integers(0, 5), part_sizes),
+        st.tuples(st.just("next"), st.integers(1, 4)),
+        st.tuples(st.just("cancel"), st.integers(0, 30)),
+    ),
+    max_size=40,
+)
+
+
+def _check_chunk(ref: Ref, chunk: Chunk, chunk_bytes: int) -> None:
+    """Bytes arrive exactly once, in order within the item, within the chunk size, last flag right."""
+    data = ref.items[chunk.item_id][2]
+    got = ref.received.setdefault(chunk.item_id, bytearray())
+    assert chunk.offset == len(got)
+    assert chunk.total == len(data)
+    assert len(chunk.data) <= chunk_bytes
+    assert len(chunk.data) > 0 or chunk.total == 0
+    got += chunk.data
+    assert bytes(got) == data[: len(got)]
+    assert chunk.last == (len(got) == len(data))
+    if chunk.last:
+        del ref.items[chunk.item_id]
+
+
+def _run(queue: SendQueue, operations: list[tuple], fifo: bool) -> Ref:  # type: ignore[type-arg]
+    ref = Ref()
+    next_id = 0
+    for op in operations:
+        if op[0] == "push":
+            _, it, layer, sizes = op
+            parts = _message(sizes, next_id)
+            queue.push(next_id, "b", (it, layer), parts)
+            ref.seq += 1
+            ref.items[next_id] = ((it, layer), ref.seq, b"".join(parts))
+            next_id += 1
+        elif op[0] == "next":
+            for _ in range(op[1]):
+                chunk = queue.next_chunk("b")
+                if not ref.items:
+                    assert chunk is None
+                    break
+                assert chunk is not None
+                # the chunk belongs to the most urgent item present (EDF) / the oldest one (FIFO)
+                if fifo:
+                    want = min(ref.items, key=lambda i: ref.items[i][1])
+                else:
+                    want = min(ref.items, key=lambda i: (ref.items[i][0], ref.items[i][1]))
+                assert chunk.item_id == want
+                _check_chunk(ref, chunk, queue.chunk_bytes)
+        else:
+            item_id = op[1]
+            sent = queue.cancel(item_id)
+            if item_id in ref.items:
+                assert sent == {"b": len(ref.received.get(item_id, b""))}
+                del ref.items[item_id]
+            else:
+                assert sent == {}
+        stats = queue.stats().peers.get("b")
+        if stats is not None:
+            assert stats.queued_items == len(ref.items)
+            unsent = sum(len(d) - len(ref.received.get(i, b"")) for i, (_, _, d) in ref.items.items())
+            assert stats.queued_bytes == unsent
+    # drain: everything left comes out exactly once
+    while (chunk := queue.next_chunk("b")) is not None:
+        _check_chunk(ref, chunk, queue.chunk_bytes)
+    assert ref.items == {}
+    assert len(queue) == 0
+    return ref
+
+
+@settings(max_examples=150, deadline=None)
+@given(operations=ops, chunk=st.integers(1, 16), coalesce=st.integers(0, 16))
+def test_edf_order_and_bytes_exactly_once(operations: list[tuple], chunk: int, coalesce: int) -> None:  # type: ignore[type-arg]
+    _run(EdfQueue(chunk_bytes=chunk, coalesce_bytes=min(coalesce, chunk)), operations, fifo=False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(operations=ops, chunk=st.integers(1, 16), coalesce=st.integers(0, 16))
+def test_fifo_order_and_bytes_exactly_once(operations: list[tuple], chunk: int, coalesce: int) -> None:  # type: ignore[type-arg]
+    _run(FifoQueue(chunk_bytes=chunk, coalesce_bytes=min(coalesce, chunk)), operations, fifo=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 5000), min_size=1, max_size=6),
+    sent_before=st.integers(0, 20),
+    layer=st.integers(0, 3),
+)
+def test_urgent_item_waits_at_most_one_chunk(sizes: list[int], sent_before: int, layer: int) -> None:
+    q = EdfQueue(chunk_bytes=1024, coalesce_bytes=64)
+    for i, n in enumerate(sizes):
+        q.push(i, "b", (5, 10 + i), [b"x" * n])
+    for _ in range(sent_before):
+        q.next_chunk("b")
+    q.push(99, "b", (5, layer), [b"u" * 3000])
+    chunk = q.next_chunk("b")
+    assert chunk is not None and chunk.item_id == 99
+    # and an older iteration beats any layer of a newer one
+    q.push(100, "b", (4, 50), [b"o"])
+    chunk = q.next_chunk("b")
+    assert chunk is not None and chunk.item_id == 100
+
+
+def test_fifo_ignores_priority_and_never_interleaves() -> None:
+    q = FifoQueue(chunk_bytes=4, coalesce_bytes=0)
+    q.push(1, "b", (9, 9), [b"aaaaaaaaaa"])
+    q.next_chunk("b")
+    q.push(2, "b", (0, 0), [b"bbbb"])
+    order = []
+    while (c := q.next_chunk("b")) is not None:
+        order.append(c.item_id)
+    assert order == [1, 1, 2]
+
+
+def test_chunks_are_zero_copy_slices_of_large_parts() -> None:
+    header = b"h" * 10
+    values = np.arange(10_000, dtype=np.float32)
+    q = EdfQueue(chunk_bytes=4096, coalesce_bytes=64)
+    q.push(7, "b", (0, 0), [header, memoryview(values).cast("B")])
+    first = q.next_chunk("b")
+    assert first is not None and bytes(first.data) == header  # small header alone: next part is large
+    second = q.next_chunk("b")
+    assert second is not None and len(second.data) == 4096
+    assert np.shares_memory(np.frombuffer(second.data, dtype=np.uint8), values)
+
+
+def test_small_parts_are_coalesced_into_one_chunk() -> None:
+    q = EdfQueue(chunk_bytes=1024, coalesce_bytes=256)
+    q.push(1, "b", (0, 0), [b"a" * 10, b"b" * 20, b"c" * 30])
+    chunk = q.next_chunk("b")
+    assert chunk is not None and chunk.last and bytes(chunk.data) == b"a" * 10 + b"b" * 20 + b"c" * 30
+    assert q.next_chunk("b") is None
+
+
+def test_empty_message_is_one_empty_last_chunk() -> None:
+    q = EdfQueue(chunk_bytes=8, coalesce_bytes=0)
+    q.push(3, "b", (0, 0), [b"", b""])
+    chunk = q.next_chunk("b")
+    assert chunk == Chunk(3, 0, 0, memoryview(b"")) and chunk.last
+    assert q.next_chunk("b") is None
+
+
+def test_links_are_independent_and_cancel_spans_peers() -> None:
+    q = EdfQueue(chunk_bytes=4, coalesce_bytes=0)
+    for peer in ("b", "c"):
+        q.push(1, peer, (0, 1), [b"12345678"])
+        q.push(2, peer, (0, 2), [b"zz"])
+    assert q.next_chunk("b") == Chunk(1, 0, 8, memoryview(b"1234"))
+    assert q.cancel(1) == {"b": 4, "c": 0}
+    assert q.next_chunk("b") == Chunk(2, 0, 2, memoryview(b"zz"))
+    assert q.next_chunk("c") == Chunk(2, 0, 2, memoryview(b"zz"))
+    assert q.next_chunk("b") is None and q.next_chunk("nobody") is None
+    stats = q.stats()
+    assert stats.peers["b"].cancelled_items == 1 and stats.peers["b"].sent_items == 1
+    assert stats.queued_bytes == 0 and stats.sent_bytes == 4 + 2 + 2
+
+
+def test_cancel_peer_and_purge_of_many_cancelled_items() -> None:
+    q = EdfQueue(chunk_bytes=4, coalesce_bytes=0)
+    for i in range(200):
+        q.push(i, "b", (0, i), [b"abcdefgh"])
+    q.next_chunk("b")
+    for i in range(1, 150):
+        q.cancel(i, "b")
+    assert q.stats().peers["b"].queued_items == 51
+    assert q.cancel_peer("b") == {0: 4, **{i: 0 for i in range(150, 200)}}
+    assert not q.pending("b") and q.peers_with_data() == [] and q.next_chunk("b") is None
+
+
+def test_head_priority_in_stats() -> None:
+    q = EdfQueue()
+    q.push(1, "b", (3, 4), [b"x"])
+    q.push(2, "b", (3, 1), [b"x"])
+    assert q.stats().peers["b"].head == (3, 1)
+
+
+@pytest.mark.parametrize(
+    ("item_id", "peer", "priority"),
+    [(-1, "b", (0, 0)), (1, "", (0, 0)), (1, "b", (0, -1)), (1, "b", (0,)), (True, "b", (0, 0))],
+)
+def test_bad_push_is_a_local_error(item_id: int, peer: str, priority: tuple[int, int]) -> None:
+    with pytest.raises(LocalProtocolError):
+        EdfQueue().push(item_id, peer, priority, [b"x"])
+
+
+def test_duplicate_and_non_contiguous_push_rejected() -> None:
+    q = EdfQueue()
+    q.push(1, "b", (0, 0), [b"x"])
+    with pytest.raises(LocalProtocolError):
+        q.push(1, "b", (0, 1), [b"y"])
+    q.push(1, "c", (0, 0), [b"x"])  # same id on another link is fine
+    strided = memoryview(np.arange(10, dtype=np.float32)[::2])
+    with pytest.raises(LocalProtocolError):
+        q.push(2, "b", (0, 0), [strided])
+
+
+def test_typed_parts_are_sent_as_raw_bytes() -> None:
+    values = np.arange(5, dtype=np.float32)
+    q = EdfQueue(chunk_bytes=1 << 10, coalesce_bytes=0)
+    q.push(1, "b", (0, 0), [memoryview(values)])
+    chunk = q.next_chunk("b")
+    assert chunk is not None and bytes(chunk.data) == values.tobytes()
+
+
+def test_make_send_queue_follows_config() -> None:
+    assert isinstance(make_send_queue(EdfConfig()), EdfQueue)
+    q = make_send_queue(EdfConfig(policy="fifo", chunk_bytes=1024, coalesce_bytes=0))
+    assert isinstance(q, FifoQueue) and q.chunk_bytes == 1024
+    with pytest.raises(LocalProtocolError):
+        EdfQueue(chunk_bytes=0)
+    with pytest.raises(LocalProtocolError):
+        EdfQueue(chunk_bytes=4, coalesce_bytes=5)
