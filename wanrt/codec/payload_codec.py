@@ -124,7 +124,7 @@ def _byte_view(buf: Any, what: str, peer: str | None) -> memoryview:
 
 def decode_payload(
     meta: Mapping[str, Any],
-    buffers: Sequence[memoryview],
+    buffers: Sequence[memoryview | bytes | bytearray],
     *,
     peer: str | None = None,
     max_elements: int = MAX_PAYLOAD_ELEMENTS,
