@@ -1,0 +1,69 @@
+"""The trainer client API: a few lines added to an ordinary (torchrun-launched) PyTorch training loop.
+
+::
+
+    ctx = wanrt.init(gateway="unix:///run/wanrt/a.sock", secret_file="job.key", site="a", job="j")
+    opt = wanrt.SparseOptimizer(model.named_parameters(), "adam", lr=1e-3, ctx=ctx)
+    for x, y in data:
+        loss_fn(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    ctx.close()
+
+The names below resolve lazily, so ``import wanrt.client.config`` (or ``import wanrt``) does not import
+torch; the first use of ``init`` or ``SparseOptimizer`` does. See docs/client.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wanrt.client.bootstrap import init
+    from wanrt.client.config import ClientConfig
+    from wanrt.client.context import Context
+    from wanrt.client.errors import (
+        DistributedNotInitialized,
+        GatewayUnreachable,
+        LeaderFailed,
+        ModelMismatch,
+        StepWithoutBackward,
+    )
+    from wanrt.client.optimizer import SparseOptimizer
+
+#: public name -> module that defines it
+EXPORTS: dict[str, str] = {
+    "ClientConfig": "wanrt.client.config",
+    "Context": "wanrt.client.context",
+    "DistributedNotInitialized": "wanrt.client.errors",
+    "GatewayUnreachable": "wanrt.client.errors",
+    "LeaderFailed": "wanrt.client.errors",
+    "ModelMismatch": "wanrt.client.errors",
+    "SparseOptimizer": "wanrt.client.optimizer",
+    "StepWithoutBackward": "wanrt.client.errors",
+    "init": "wanrt.client.bootstrap",
+}
+
+__all__ = [
+    "ClientConfig",
+    "Context",
+    "DistributedNotInitialized",
+    "GatewayUnreachable",
+    "LeaderFailed",
+    "ModelMismatch",
+    "SparseOptimizer",
+    "StepWithoutBackward",
+    "init",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wanrt.client' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(EXPORTS))

@@ -1,0 +1,91 @@
+"""The trainer client's settings: one frozen dataclass, validated on construction.
+
+The same dataclass describes the sparse path and the dense baseline (:meth:`ClientConfig.dense_baseline`),
+so the demo compares two runs of the *same* code that differ only in these values, never two code paths.
+Settings the scheduler may change while training runs (density, staleness bound, batch size) are announced
+with an effective iteration and swapped in with :func:`dataclasses.replace` at that iteration on every rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from wanrt.config import check
+
+__all__ = ["MAX_STALENESS", "ClientConfig", "CompressorKind", "WireDtype"]
+
+CompressorKind = Literal["threshold_v_block", "threshold_v", "topk", "randomk"]
+WireDtype = Literal["fp32", "fp16", "bf16"]
+
+#: StellaTrain §3.3 bounds staleness by 1; we allow a little more for experiments, but an unbounded value
+#: would let a slow site's updates pile up in the leader's memory without limit.
+MAX_STALENESS: Final = 4
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Settings of one trainer process; every rank of a site must use the same values."""
+
+    #: fraction of gradient elements sent per layer and iteration (1.0 = dense)
+    density: float = 0.01
+    #: elements per selected block; 16 fp32 = one 64-byte cache line (StellaTrain §3.2)
+    block_size: int = 16
+    compressor: CompressorKind = "threshold_v_block"
+    #: dtype of gradient values on the wire; aggregation is always fp32
+    wire_dtype: WireDtype = "fp32"
+    #: keep what compression left out and add it to the next gradient (nothing is silently lost)
+    error_feedback: bool = True
+    #: how many iterations a layer's update may lag (0 = synchronous, 1 = StellaTrain's partial staleness)
+    staleness: int = 1
+    #: longest wait for a layer's update that can no longer be deferred
+    update_deadline_s: float = 120.0
+    #: connect + handshake with the gateway
+    connect_timeout_s: float = 10.0
+    #: phased close: flush pushes, say Bye, close the socket
+    close_timeout_s: float = 10.0
+    #: largest layer (elements) the leader accepts in an update from the gateway; bounds allocations
+    max_layer_elements: int = 1 << 31
+
+    def __post_init__(self) -> None:
+        check(0.0 < self.density <= 1.0, "density", self.density, "must be in (0, 1]")
+        check(1 <= self.block_size <= 4096, "block_size", self.block_size, "must be in [1, 4096]")
+        check(
+            0 <= self.staleness <= MAX_STALENESS,
+            "staleness",
+            self.staleness,
+            f"must be in [0, {MAX_STALENESS}]",
+        )
+        for key in ("update_deadline_s", "connect_timeout_s", "close_timeout_s"):
+            value = getattr(self, key)
+            check(value > 0, key, value, "must be > 0 seconds")
+        check(self.max_layer_elements >= 1, "max_layer_elements", self.max_layer_elements, "must be >= 1")
+        if self.compressor == "threshold_v_block":
+            check(
+                self.block_size > 1 or self.density == 1.0,
+                "block_size",
+                self.block_size,
+                "threshold_v_block selects cache-line blocks; use compressor='threshold_v' for block_size 1",
+            )
+
+    @property
+    def compressing(self) -> bool:
+        """False for the dense baseline: every element goes on the wire and nothing is kept back."""
+        return self.density < 1.0
+
+    @classmethod
+    def dense_baseline(cls, **overrides: Any) -> ClientConfig:
+        """What DDP would send: every element in fp32, no error feedback, no staleness."""
+        values: dict[str, Any] = {
+            "density": 1.0,
+            "wire_dtype": "fp32",
+            "error_feedback": False,
+            "staleness": 0,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> ClientConfig:
+        """A validated copy with ``changes`` applied (used for scheduler-announced updates)."""
+        return dataclasses.replace(self, **changes)

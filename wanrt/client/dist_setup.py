@@ -1,0 +1,47 @@
+"""Finding (or creating) the site's torch.distributed process group.
+
+One process group per *site*: torchrun (or the user) initialises the default group with the site's ranks,
+and rank 0 of that group is the site leader. If it is not initialised yet we initialise it from the
+standard environment variables torchrun sets, with gloo on CPU and NCCL when CUDA is available; if those
+are missing too, the user gets one error that says how to launch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from wanrt.client.errors import DistributedNotInitialized
+
+__all__ = ["REQUIRED_ENV", "comm_device", "ensure_process_group"]
+
+REQUIRED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def ensure_process_group(env: Mapping[str, str] | None = None, *, timeout_s: float = 600.0) -> None:
+    """Initialise the default group from ``env`` (torchrun's variables) unless it already exists."""
+    if dist.is_initialized():
+        return
+    env = os.environ if env is None else env
+    missing = [k for k in REQUIRED_ENV if not env.get(k)]
+    if missing:
+        raise DistributedNotInitialized(missing)
+    backend = default_backend()
+    if backend == "nccl" and env.get("LOCAL_RANK"):
+        torch.cuda.set_device(int(env["LOCAL_RANK"]))
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+
+
+def comm_device(group: dist.ProcessGroup | None) -> torch.device:
+    """Where tensors must live to be broadcast in ``group`` (NCCL needs the current CUDA device)."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -1,0 +1,81 @@
+"""The mistakes a trainer can make, each with one message that says what to do about it.
+
+They all derive from :class:`wanrt.errors.WanrtError` (and the nearest existing class, so that a caller
+catching ``TransportError`` or ``ConfigError`` still catches them) and carry a ``hint`` field: the message
+says what went wrong, the hint says the most likely fix, and both show in ``str(exc)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wanrt.errors import ConfigError, LocalProtocolError, TransportError, WanrtError
+
+__all__ = [
+    "DistributedNotInitialized",
+    "GatewayUnreachable",
+    "LeaderFailed",
+    "ModelMismatch",
+    "StepWithoutBackward",
+]
+
+
+class GatewayUnreachable(TransportError):
+    """The site leader could not connect to its gateway (URL in the message)."""
+
+    def __init__(self, url: str, cause: str) -> None:
+        super().__init__(
+            f"cannot reach the wanrt gateway at {url}: {cause}",
+            url=url,
+            hint="start `wanrt gateway --config <site>.toml` for this site, or fix gateway= in wanrt.init()",
+        )
+
+
+class ModelMismatch(WanrtError):
+    """The model differs between sites (or between ranks of one site); names the first differing layer."""
+
+    def __init__(self, message: str, *, layer: int | None = None, name: str | None = None, **f: Any):
+        super().__init__(
+            message,
+            layer=layer,
+            name=name,
+            hint="every rank of every site must build the same model (same parameter names and shapes)",
+            **f,
+        )
+
+
+class DistributedNotInitialized(ConfigError):
+    """torch.distributed is not initialised and the environment does not say how to initialise it."""
+
+    def __init__(self, missing: list[str]) -> None:
+        ConfigError.__init__(
+            self,
+            "torch.distributed is not initialised and the environment lacks " + ", ".join(missing),
+        )
+        self.fields["hint"] = (
+            "launch with torchrun (one torchrun per site), or call "
+            "torch.distributed.init_process_group() before wanrt.init()"
+        )
+        self.hint = self.fields["hint"]
+
+
+class StepWithoutBackward(LocalProtocolError):
+    """``step()`` was called although no gradient was produced since the last step."""
+
+    def __init__(self, iteration: int) -> None:
+        super().__init__(
+            f"step() called without backward() at iteration {iteration}: no parameter received a gradient",
+            iteration=iteration,
+            hint="call loss.backward() before opt.step(), once per step",
+        )
+
+
+class LeaderFailed(WanrtError):
+    """Seen on non-leader ranks: the site leader hit an error and told the site to stop."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(
+            f"site leader (rank 0) failed with {kind}: {message}",
+            kind=kind,
+            hint="see rank 0's traceback for the cause",
+        )
