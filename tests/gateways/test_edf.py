@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from gateways.config import EdfConfig
 from gateways.edf import Chunk, EdfQueue, FifoQueue, SendQueue, make_send_queue
 from wanrt.errors import LocalProtocolError
+
+Op = tuple[Any, ...]
 
 
 @dataclass
@@ -55,7 +58,7 @@ def _check_chunk(ref: Ref, chunk: Chunk, chunk_bytes: int) -> None:
         del ref.items[chunk.item_id]
 
 
-def _run(queue: SendQueue, operations: list[tuple], fifo: bool) -> Ref:  # type: ignore[type-arg]
+def _run(queue: SendQueue, operations: list[Op], fifo: bool) -> Ref:
     ref = Ref()
     next_id = 0
     for op in operations:
@@ -103,13 +106,13 @@ def _run(queue: SendQueue, operations: list[tuple], fifo: bool) -> Ref:  # type:
 
 @settings(max_examples=150, deadline=None)
 @given(operations=ops, chunk=st.integers(1, 16), coalesce=st.integers(0, 16))
-def test_edf_order_and_bytes_exactly_once(operations: list[tuple], chunk: int, coalesce: int) -> None:  # type: ignore[type-arg]
+def test_edf_order_and_bytes_exactly_once(operations: list[Op], chunk: int, coalesce: int) -> None:
     _run(EdfQueue(chunk_bytes=chunk, coalesce_bytes=min(coalesce, chunk)), operations, fifo=False)
 
 
 @settings(max_examples=100, deadline=None)
 @given(operations=ops, chunk=st.integers(1, 16), coalesce=st.integers(0, 16))
-def test_fifo_order_and_bytes_exactly_once(operations: list[tuple], chunk: int, coalesce: int) -> None:  # type: ignore[type-arg]
+def test_fifo_order_and_bytes_exactly_once(operations: list[Op], chunk: int, coalesce: int) -> None:
     _run(FifoQueue(chunk_bytes=chunk, coalesce_bytes=min(coalesce, chunk)), operations, fifo=True)
 
 
@@ -149,7 +152,7 @@ def test_chunks_are_zero_copy_slices_of_large_parts() -> None:
     header = b"h" * 10
     values = np.arange(10_000, dtype=np.float32)
     q = EdfQueue(chunk_bytes=4096, coalesce_bytes=64)
-    q.push(7, "b", (0, 0), [header, memoryview(values).cast("B")])
+    q.push(7, "b", (0, 0), [header, values.data.cast("B")])
     first = q.next_chunk("b")
     assert first is not None and bytes(first.data) == header  # small header alone: next part is large
     second = q.next_chunk("b")
@@ -222,7 +225,7 @@ def test_duplicate_and_non_contiguous_push_rejected() -> None:
     with pytest.raises(LocalProtocolError):
         q.push(1, "b", (0, 1), [b"y"])
     q.push(1, "c", (0, 0), [b"x"])  # same id on another link is fine
-    strided = memoryview(np.arange(10, dtype=np.float32)[::2])
+    strided = np.arange(10, dtype=np.float32)[::2].data
     with pytest.raises(LocalProtocolError):
         q.push(2, "b", (0, 0), [strided])
 
@@ -230,7 +233,7 @@ def test_duplicate_and_non_contiguous_push_rejected() -> None:
 def test_typed_parts_are_sent_as_raw_bytes() -> None:
     values = np.arange(5, dtype=np.float32)
     q = EdfQueue(chunk_bytes=1 << 10, coalesce_bytes=0)
-    q.push(1, "b", (0, 0), [memoryview(values)])
+    q.push(1, "b", (0, 0), [values.data])
     chunk = q.next_chunk("b")
     assert chunk is not None and bytes(chunk.data) == values.tobytes()
 
