@@ -1,1 +1,70 @@
-"""Sans-IO wire protocol of wanrt: framing, message schemas, handshake and the connection state machine."""
+"""Sans-IO wire protocol of wanrt: framing, message schemas, handshake and the connection state machine.
+
+Nothing here does I/O or reads a clock: :class:`Connection` turns bytes into messages and messages into
+bytes, so the asyncio daemons, the simulator and the fuzzers all drive the very same object. The frame
+format and handshake are documented byte by byte in docs/protocol.md.
+"""
+
+from wanrt.protocol.chunks import Reassembler, split_frame
+from wanrt.protocol.config import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ProtocolConfig
+from wanrt.protocol.connection import DEFAULT_CHUNK_BYTES, Connection
+from wanrt.protocol.events import NEED_DATA, ConnectionClosed, Event, NeedData
+from wanrt.protocol.messages import (
+    Ack,
+    Aggregate,
+    Auth,
+    Bye,
+    Chunk,
+    ChunkCancel,
+    ConfigUpdate,
+    Error,
+    ErrorCode,
+    Heartbeat,
+    Hello,
+    Message,
+    MsgType,
+    Push,
+    Reject,
+    Role,
+    Telemetry,
+    Welcome,
+)
+from wanrt.protocol.registry import CORE_REGISTRY, SCHEDULER_TYPES, MessageRegistry
+from wanrt.protocol.states import Side, State
+
+__all__ = [
+    "CORE_REGISTRY",
+    "DEFAULT_CHUNK_BYTES",
+    "NEED_DATA",
+    "PROTOCOL_VERSION",
+    "SCHEDULER_TYPES",
+    "SUPPORTED_VERSIONS",
+    "Ack",
+    "Aggregate",
+    "Auth",
+    "Bye",
+    "Chunk",
+    "ChunkCancel",
+    "ConfigUpdate",
+    "Connection",
+    "ConnectionClosed",
+    "Error",
+    "ErrorCode",
+    "Event",
+    "Heartbeat",
+    "Hello",
+    "Message",
+    "MessageRegistry",
+    "MsgType",
+    "NeedData",
+    "ProtocolConfig",
+    "Push",
+    "Reassembler",
+    "Reject",
+    "Role",
+    "Side",
+    "State",
+    "Telemetry",
+    "Welcome",
+    "split_frame",
+]

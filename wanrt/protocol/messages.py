@@ -1,0 +1,527 @@
+"""The message schemas: frozen dataclasses, validated when built, with their wire form.
+
+A message checks its own fields in ``__post_init__`` and raises :class:`LocalProtocolError` for a bad value,
+so a caller cannot even construct what a peer would refuse. :func:`decode_message` runs the very same checks
+on a peer's header map and re-raises them as :class:`RemoteProtocolError` / :class:`LimitExceeded`.
+
+Type numbering (one byte in the fixed header; see docs/protocol.md and :mod:`wanrt.protocol.registry`):
+0x01-0x0F session control, 0x10-0x1F gradient data, 0x20-0x2F control plane, 0x30-0x3F reserved for core
+additions, 0x40-0x7F scheduler messages, 0x80-0xFF extensions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any, ClassVar, Self
+
+from wanrt import codec
+from wanrt.errors import (
+    LimitExceeded,
+    LocalProtocolError,
+    MalformedPayload,
+    ProtocolError,
+    RemoteProtocolError,
+    WanrtError,
+)
+from wanrt.payload import SparsePayload
+from wanrt.protocol.checks import (
+    check_bytes,
+    check_count,
+    check_float,
+    check_name,
+    check_scalar_map,
+    check_text,
+    check_uint,
+)
+from wanrt.protocol.limits import (
+    MAX_BUFFERS_PER_MESSAGE,
+    MAX_CONFIG_KEYS,
+    MAX_COUNTER,
+    MAX_FRAME_BYTES,
+    MAX_HANDSHAKE_FRAME_BYTES,
+    MAX_INFO_KEYS,
+    MAX_LAYER_ID,
+    MAX_PAYLOAD_ELEMENTS,
+    MAX_SITES,
+    MAX_TELEMETRY_KEYS,
+    MAX_VERSIONS,
+    NONCE_BYTES,
+)
+
+__all__ = [
+    "Ack",
+    "Aggregate",
+    "Auth",
+    "Bye",
+    "Chunk",
+    "ChunkCancel",
+    "ConfigUpdate",
+    "Error",
+    "ErrorCode",
+    "Heartbeat",
+    "Hello",
+    "Message",
+    "MsgType",
+    "Push",
+    "Reject",
+    "Role",
+    "Telemetry",
+    "Welcome",
+    "decode_message",
+]
+
+#: Length of an HMAC-SHA256 proof.
+PROOF_BYTES = 32
+
+
+class Role(StrEnum):
+    """What the endpoint is, as announced in Hello/Welcome (the client/server *side* is a separate axis)."""
+
+    GATEWAY = "gateway"
+    TRAINER = "trainer"
+    SCHEDULER = "scheduler"
+    OBSERVER = "observer"
+
+
+class MsgType(IntEnum):
+    """Core message type codes. Values are part of the wire format: never renumber, only add."""
+
+    HELLO = 0x01
+    WELCOME = 0x02
+    AUTH = 0x03
+    REJECT = 0x04
+    BYE = 0x08
+    ERROR = 0x09
+    HEARTBEAT = 0x0A
+    PUSH = 0x10
+    AGGREGATE = 0x11
+    ACK = 0x12
+    CHUNK = 0x13
+    CHUNK_CANCEL = 0x14
+    TELEMETRY = 0x20
+    CONFIG_UPDATE = 0x21
+
+
+class ErrorCode(IntEnum):
+    """Why a peer gave up (Error / Reject ``code``). Unknown codes from newer peers are accepted as ints."""
+
+    PROTOCOL = 1
+    AUTH = 2
+    LIMIT = 3
+    VERSION = 4
+    PAYLOAD = 5
+    SHUTDOWN = 6
+    INTERNAL = 7
+
+
+class Message:
+    """Base of every message. Subclasses are frozen, slotted dataclasses.
+
+    ``TYPE`` is the wire code, ``STREAM`` says the message may flow in both directions once authenticated
+    (everything except the handshake, Bye and Error), ``MAX_BUFFERS`` how many out-of-band buffers it may
+    carry (0: a frame of this type with a body is refused as soon as its fixed header arrives).
+    """
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    TYPE: ClassVar[int]
+    STREAM: ClassVar[bool] = False
+    MAX_BUFFERS: ClassVar[int] = 0
+
+    def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
+        """Header map and out-of-band buffers. Default: every field in the map, no buffers."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, []
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
+        """Rebuild from a header map; raises LocalProtocolError on bad fields (the caller re-labels it)."""
+        _expect_keys(cls, header, {f.name for f in dataclasses.fields(cls)})
+        return cls(**header)
+
+
+def _expect_keys(cls: type, header: Mapping[str, Any], names: set[str]) -> None:
+    if header.keys() != names:
+        missing = sorted(names - header.keys())
+        extra = sorted(header.keys() - names)
+        raise LocalProtocolError(f"{cls.__name__} header fields wrong: missing {missing}, unexpected {extra}")
+
+
+def _set(obj: object, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)
+
+
+def _role(value: Any) -> Role:
+    try:
+        return Role(value)
+    except ValueError:
+        raise LocalProtocolError("unknown role", value=value if isinstance(value, str) else None) from None
+
+
+def _versions(value: Any, field_name: str, *, allow_empty: bool = False) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list)):
+        raise LocalProtocolError(f"{field_name} must be a sequence of versions")
+    check_count(len(value), field_name, "MAX_VERSIONS", MAX_VERSIONS)
+    out = tuple(check_uint(v, field_name, 255) for v in value)
+    if (not out and not allow_empty) or 0 in out or len(set(out)) != len(out):
+        raise LocalProtocolError(f"{field_name} must be distinct versions in 1..255", value=out)
+    return out
+
+
+def _max_frame(value: Any) -> int:
+    mf = check_uint(value, "max_frame", MAX_FRAME_BYTES)
+    if mf < MAX_HANDSHAKE_FRAME_BYTES:
+        raise LocalProtocolError("max_frame below the handshake frame size", value=mf)
+    return mf
+
+
+def _info(value: Any) -> dict[str, Any]:
+    return check_scalar_map(value, "info", "MAX_INFO_KEYS", MAX_INFO_KEYS, allow_bytes=True)
+
+
+def _code(value: Any) -> int:
+    code = check_uint(value, "code", 0xFFFF)
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return code
+
+
+# ---------------------------------------------------------------------------------------------- handshake
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(Message):
+    """Client -> server, first frame. ``nonce`` is fresh per connection; ``max_frame`` is the largest frame
+    the client will accept; ``info`` is a small opaque map (model signature, current iteration ...)."""
+
+    TYPE: ClassVar[int] = MsgType.HELLO
+    job: str
+    site: str
+    role: Role
+    versions: tuple[int, ...]
+    nonce: bytes
+    max_frame: int = MAX_FRAME_BYTES
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_name(self.job, "job")
+        check_name(self.site, "site")
+        _set(self, "role", _role(self.role))
+        _set(self, "versions", _versions(self.versions, "versions"))
+        _set(self, "nonce", check_bytes(self.nonce, "nonce", exact=NONCE_BYTES))
+        _max_frame(self.max_frame)
+        _set(self, "info", _info(self.info))
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome(Message):
+    """Server -> client: the chosen ``version`` (highest common), the server's own nonce, and ``proof`` =
+    HMAC(secret, server label | transcript) showing the server knows the job secret (see auth.py)."""
+
+    TYPE: ClassVar[int] = MsgType.WELCOME
+    job: str
+    site: str
+    role: Role
+    versions: tuple[int, ...]
+    version: int
+    nonce: bytes
+    proof: bytes
+    max_frame: int = MAX_FRAME_BYTES
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_name(self.job, "job")
+        check_name(self.site, "site")
+        _set(self, "role", _role(self.role))
+        _set(self, "versions", _versions(self.versions, "versions"))
+        if self.version not in self.versions:
+            raise LocalProtocolError("chosen version is not among the server's versions", value=self.version)
+        _set(self, "nonce", check_bytes(self.nonce, "nonce", exact=NONCE_BYTES))
+        _set(self, "proof", check_bytes(self.proof, "proof", exact=PROOF_BYTES))
+        _max_frame(self.max_frame)
+        _set(self, "info", _info(self.info))
+
+
+@dataclass(frozen=True, slots=True)
+class Auth(Message):
+    """Client -> server, last handshake frame: the client's HMAC proof over the same transcript."""
+
+    TYPE: ClassVar[int] = MsgType.AUTH
+    proof: bytes
+
+    def __post_init__(self) -> None:
+        _set(self, "proof", check_bytes(self.proof, "proof", exact=PROOF_BYTES))
+
+
+@dataclass(frozen=True, slots=True)
+class Reject(Message):
+    """Server -> client instead of Welcome (unknown job, no common version ...); ``versions`` lists the
+    server's versions so the client can say what to upgrade."""
+
+    TYPE: ClassVar[int] = MsgType.REJECT
+    code: int
+    reason: str
+    versions: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        _set(self, "code", _code(self.code))
+        check_text(self.reason, "reason")
+        _set(self, "versions", _versions(self.versions, "versions", allow_empty=True))
+
+
+# ------------------------------------------------------------------------------------------- session end
+
+
+@dataclass(frozen=True, slots=True)
+class Bye(Message):
+    """ "I will send nothing more" (a half close); the peer may finish what it is sending, then says Bye."""
+
+    TYPE: ClassVar[int] = MsgType.BYE
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        check_text(self.reason, "reason")
+
+
+@dataclass(frozen=True, slots=True)
+class Error(Message):
+    """Fatal: the sender gives up on the connection (after a protocol or auth error, or on abort)."""
+
+    TYPE: ClassVar[int] = MsgType.ERROR
+    code: int
+    message: str
+
+    def __post_init__(self) -> None:
+        _set(self, "code", _code(self.code))
+        check_text(self.message, "message")
+
+
+# ------------------------------------------------------------------------------------------------ stream
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Message):
+    """Liveness and RTT probe; ``sent_at`` is the sender's clock, passed in (the core never reads clocks)."""
+
+    TYPE: ClassVar[int] = MsgType.HEARTBEAT
+    STREAM: ClassVar[bool] = True
+    seq: int
+    sent_at: float
+
+    def __post_init__(self) -> None:
+        check_uint(self.seq, "seq", MAX_COUNTER)
+        _set(self, "sent_at", check_float(self.sent_at, "sent_at"))
+
+
+def _check_update_ids(job: Any, iteration: Any, layer: Any, round_: Any, sender: Any) -> None:
+    check_name(job, "job")
+    check_uint(iteration, "iteration", MAX_COUNTER)
+    check_uint(layer, "layer", MAX_LAYER_ID)
+    check_uint(round_, "round", MAX_LAYER_ID)
+    check_name(sender, "sender")
+
+
+def _check_payload(payload: Any, layer: int) -> None:
+    # Cheap structural checks only: the O(nnz) invariants are the codec's job on receive, and the
+    # compressor's on send (re-validating a 100 MB payload per send would cost more than framing it).
+    if not isinstance(payload, SparsePayload):
+        raise LocalProtocolError("payload must be a SparsePayload", value=type(payload).__name__)
+    if payload.layer != layer:
+        raise LocalProtocolError("payload.layer disagrees with the message layer", value=payload.layer)
+    check_count(payload.nnz, "payload elements", "MAX_PAYLOAD_ELEMENTS", MAX_PAYLOAD_ELEMENTS)
+
+
+def _decode_payload(meta: Any, buffers: Sequence[memoryview], peer: str | None) -> SparsePayload:
+    if not isinstance(meta, dict):
+        raise MalformedPayload("payload meta is not a map", peer=peer)
+    try:
+        return codec.decode_payload(meta, buffers, peer=peer, max_elements=MAX_PAYLOAD_ELEMENTS)
+    except ProtocolError:
+        raise
+    except (WanrtError, ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError) as exc:
+        # The codec must turn hostile input into typed errors; if it ever lets one slip, the connection
+        # still fails with a peer-fault error instead of crashing the daemon.
+        raise MalformedPayload(
+            f"payload rejected by the codec: {type(exc).__name__}: {exc}", peer=peer
+        ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Push(Message):
+    """One site's sparse gradient of one layer for one (iteration, round): site leader -> gateway, or
+    gateway -> gateway. The payload travels out of band (codec buffers), never inside msgpack."""
+
+    TYPE: ClassVar[int] = MsgType.PUSH
+    STREAM: ClassVar[bool] = True
+    MAX_BUFFERS: ClassVar[int] = MAX_BUFFERS_PER_MESSAGE
+    job: str
+    iteration: int
+    layer: int
+    round: int
+    sender: str
+    payload: SparsePayload
+
+    def __post_init__(self) -> None:
+        _check_update_ids(self.job, self.iteration, self.layer, self.round, self.sender)
+        _check_payload(self.payload, self.layer)
+
+    def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
+        meta, buffers = codec.encode_payload(self.payload)
+        header = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "payload"}
+        header["payload"] = meta
+        return header, list(buffers)
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
+        _expect_keys(cls, header, {f.name for f in dataclasses.fields(cls)})
+        fields = dict(header)
+        fields["payload"] = _decode_payload(fields["payload"], buffers, peer)
+        return cls(**fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate(Push):
+    """The sum (not the mean) over ``sites`` of their pushes for one layer; ``len(sites)`` is the count."""
+
+    TYPE: ClassVar[int] = MsgType.AGGREGATE
+    sites: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        Push.__post_init__(self)
+        if not isinstance(self.sites, (tuple, list)):
+            raise LocalProtocolError("sites must be a sequence of site names")
+        check_count(len(self.sites), "sites", "MAX_SITES", MAX_SITES)
+        sites = tuple(check_name(s, "site") for s in self.sites)
+        if not sites or len(set(sites)) != len(sites):
+            raise LocalProtocolError("sites must be a non-empty list of distinct names", value=sites)
+        _set(self, "sites", sites)
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Message):
+    """Receipt of one layer's Push/Aggregate, so the sender can release it (nothing is silently dropped)."""
+
+    TYPE: ClassVar[int] = MsgType.ACK
+    STREAM: ClassVar[bool] = True
+    iteration: int
+    layer: int
+    round: int
+
+    def __post_init__(self) -> None:
+        check_uint(self.iteration, "iteration", MAX_COUNTER)
+        check_uint(self.layer, "layer", MAX_LAYER_ID)
+        check_uint(self.round, "round", MAX_LAYER_ID)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk(Message):
+    """A slice ``[offset, offset+len(data))`` of an encoded frame of ``total`` bytes, identified by
+    ``item_id``. Lets an EDF send queue interleave a large Push with urgent small frames; see chunks.py."""
+
+    TYPE: ClassVar[int] = MsgType.CHUNK
+    STREAM: ClassVar[bool] = True
+    MAX_BUFFERS: ClassVar[int] = 1
+    item_id: int
+    offset: int
+    total: int
+    data: bytes | memoryview
+
+    def __post_init__(self) -> None:
+        check_uint(self.item_id, "item_id", MAX_COUNTER)
+        check_uint(self.total, "total", MAX_FRAME_BYTES)
+        check_uint(self.offset, "offset", MAX_FRAME_BYTES)
+        if not isinstance(self.data, (bytes, memoryview)):
+            raise LocalProtocolError(
+                "chunk data must be bytes or a memoryview", value=type(self.data).__name__
+            )
+        n = memoryview(self.data).nbytes
+        if n == 0 or self.total == 0 or self.offset + n > self.total:
+            raise LocalProtocolError(
+                "chunk must be non-empty and lie inside [0, total)", value=(self.offset, n, self.total)
+            )
+
+    def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
+        return {"item_id": self.item_id, "offset": self.offset, "total": self.total}, [memoryview(self.data)]
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
+        _expect_keys(cls, header, {"item_id", "offset", "total"})
+        if len(buffers) != 1:
+            raise LocalProtocolError("a Chunk carries exactly one buffer", value=len(buffers))
+        return cls(data=buffers[0], **header)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkCancel(Message):
+    """The sender gave up on a partially sent chunked item (its round was folded into the next one): the
+    receiver drops what it reassembled so far instead of holding it until the connection ends."""
+
+    TYPE: ClassVar[int] = MsgType.CHUNK_CANCEL
+    STREAM: ClassVar[bool] = True
+    item_id: int
+
+    def __post_init__(self) -> None:
+        check_uint(self.item_id, "item_id", MAX_COUNTER)
+
+
+@dataclass(frozen=True, slots=True)
+class Telemetry(Message):
+    """Measurements a site reports to the scheduler (throughput, idle %, bandwidth estimates ...)."""
+
+    TYPE: ClassVar[int] = MsgType.TELEMETRY
+    STREAM: ClassVar[bool] = True
+    site: str
+    iteration: int
+    metrics: dict[str, float]
+
+    def __post_init__(self) -> None:
+        check_name(self.site, "site")
+        check_uint(self.iteration, "iteration", MAX_COUNTER)
+        metrics = check_scalar_map(
+            self.metrics, "metrics", "MAX_TELEMETRY_KEYS", MAX_TELEMETRY_KEYS, numbers_only=True
+        )
+        _set(self, "metrics", metrics)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigUpdate(Message):
+    """New settings that every receiver applies from ``effective_iteration`` on, so that all sites switch at
+    the same iteration (AntDT: global actions at one iteration; StellaTrain §4: rate r and batch sizes)."""
+
+    TYPE: ClassVar[int] = MsgType.CONFIG_UPDATE
+    STREAM: ClassVar[bool] = True
+    values: dict[str, int | float | str | bool]
+    effective_iteration: int
+
+    def __post_init__(self) -> None:
+        _set(self, "values", check_scalar_map(self.values, "values", "MAX_CONFIG_KEYS", MAX_CONFIG_KEYS))
+        check_uint(self.effective_iteration, "effective_iteration", MAX_COUNTER)
+
+
+# ----------------------------------------------------------------------------------------------- decoding
+
+
+def as_remote(exc: LocalProtocolError, peer: str | None) -> RemoteProtocolError:
+    """Re-label a validation failure on received data as the peer's fault (a LimitExceeded when a named
+    limit was crossed)."""
+    f = exc.fields
+    if {"name", "limit", "value"} <= f.keys():
+        return LimitExceeded(exc.message, name=f["name"], limit=f["limit"], value=f["value"], peer=peer)
+    return RemoteProtocolError(exc.message, peer=peer, **{k: v for k, v in f.items() if k != "peer"})
+
+
+def decode_message(
+    cls: type[Message], header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None = None
+) -> Message:
+    """Build ``cls`` from a received header map and buffers; every failure is a RemoteProtocolError."""
+    if len(buffers) > cls.MAX_BUFFERS:
+        raise RemoteProtocolError(f"{cls.__name__} carries too many buffers", peer=peer, value=len(buffers))
+    try:
+        return cls.from_wire(header, buffers, peer=peer)
+    except LocalProtocolError as exc:
+        raise as_remote(exc, peer) from None
+    except TypeError as exc:  # e.g. a dataclass field given twice
+        raise RemoteProtocolError(f"bad {cls.__name__} fields: {exc}", peer=peer) from None
