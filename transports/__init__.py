@@ -14,9 +14,11 @@ from transports.stream import StreamTransport
 from transports.timeouts import Timeouts
 from transports.tls import TLSConfig
 from transports.token_bucket import TokenBucket
+from transports.traces import BandwidthTrace, TracePlayer, drive_trace, profile_traces
 from transports.urls import Endpoint, parse_url
 
 __all__ = [
+    "BandwidthTrace",
     "Endpoint",
     "Handler",
     "LinkShape",
@@ -27,10 +29,13 @@ __all__ = [
     "TLSConfig",
     "Timeouts",
     "TokenBucket",
+    "TracePlayer",
     "Transport",
     "connect",
+    "drive_trace",
     "install_uvloop",
     "listen",
     "memory_pair",
     "parse_url",
+    "profile_traces",
 ]

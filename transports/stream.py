@@ -65,6 +65,11 @@ class StreamTransport:
         return self._closed
 
     @property
+    def buffered_out(self) -> int:
+        """Bytes in the user-space write buffer (bounded by WRITE_HIGH_WATER + one message)."""
+        return self._writer.transport.get_write_buffer_size()
+
+    @property
     def tls(self) -> bool:
         return self._writer.get_extra_info("ssl_object") is not None
 
@@ -80,6 +85,9 @@ class StreamTransport:
         self._writer.writelines(parts)
         try:
             await deadline(self._writer.drain(), self._timeouts.send, "send", self.peer)
+        except WanrtTimeout:
+            self.abort()  # a half-written message can never be resumed: drop the connection
+            raise
         except _RESET_ERRORS as exc:
             raise PeerLost(f"connection lost while sending: {exc}", peer=self.peer) from None
         except ssl.SSLError as exc:
@@ -87,9 +95,7 @@ class StreamTransport:
         except OSError as exc:
             raise TransportError(f"send failed: {exc}", peer=self.peer) from None
         except BaseException:
-            # A send timeout or a cancellation leaves a half-written message on the stream; the framing
-            # can never recover from that, so the connection is dropped.
-            self.abort()
+            self.abort()  # cancelled mid-message: same reasoning as the timeout
             raise
 
     async def recv(self, max_bytes: int = 1 << 20) -> bytes:
@@ -99,6 +105,8 @@ class StreamTransport:
             return await deadline(
                 self._reader.read(max_bytes), self._timeouts.recv_idle, "recv_idle", self.peer
             )
+        except WanrtTimeout:
+            raise  # (a TimeoutError is an OSError: keep it out of the clauses below)
         except _RESET_ERRORS as exc:
             raise PeerLost(f"connection reset: {exc}", peer=self.peer) from None
         except ssl.SSLError as exc:
@@ -158,18 +166,22 @@ async def _start_tls(
             writer.start_tls(
                 tls.client_context(),
                 server_hostname=tls.server_hostname or host,
-                ssl_handshake_timeout=timeouts.handshake,
+                # asyncio's own limit is only a backstop: ours fires first and names the phase
+                ssl_handshake_timeout=timeouts.handshake + 1.0,
             ),
             timeouts.handshake,
             "handshake",
             url,
         )
+    except WanrtTimeout:
+        writer.transport.abort()
+        raise
     except ssl.SSLCertVerificationError as exc:
         writer.transport.abort()
         raise AuthError(f"TLS certificate of {url} rejected: {exc.verify_message}", peer=url) from None
     except (ssl.SSLError, OSError) as exc:
         writer.transport.abort()
-        raise TransportError(f"TLS handshake with {url} failed: {exc}", peer=url, url=url) from None
+        raise TransportError(f"TLS handshake with {url} failed: {exc!r}", peer=url, url=url) from None
     except BaseException:
         writer.transport.abort()
         raise
@@ -188,6 +200,8 @@ async def open_tcp(
         reader, writer = await deadline(
             asyncio.open_connection(host, port, limit=READ_BUFFER_LIMIT), timeouts.connect, "connect", url
         )
+    except WanrtTimeout:
+        raise
     except OSError as exc:
         raise TransportError(f"cannot connect to {url}: {exc.strerror or exc}", peer=url, url=url) from None
     _tune(writer, sock_buffer)
@@ -204,6 +218,8 @@ async def open_unix(
         reader, writer = await deadline(
             asyncio.open_unix_connection(path, limit=READ_BUFFER_LIMIT), timeouts.connect, "connect", url
         )
+    except WanrtTimeout:
+        raise
     except OSError as exc:
         raise TransportError(f"cannot connect to {url}: {exc.strerror or exc}", peer=url, url=url) from None
     if tls is not None:

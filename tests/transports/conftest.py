@@ -67,3 +67,103 @@ async def serve(kind: str, tmp_path: Path) -> AsyncIterator[ListenFactory]:
     for lst in listeners:
         await lst.aclose()
     await asyncio.sleep(0)
+
+
+def _make_pki_with_cryptography(d: Path) -> dict[str, str]:
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def write(stem: str, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
+        (d / f"{stem}.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        (d / f"{stem}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+    def ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name(cn))
+            .issuer_name(name(cn))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        return key, cert
+
+    def leaf(
+        cn: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, server: bool
+    ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name(cn))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+            )
+        )
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                ),
+                critical=False,
+            )
+        return key, builder.sign(ca_key, hashes.SHA256())
+
+    ca_key, ca_cert = ca("wanrt test CA")
+    write("ca", ca_key, ca_cert)
+    write("server", *leaf("localhost", ca_key, ca_cert, server=True))
+    write("client", *leaf("site-b", ca_key, ca_cert, server=False))
+    rogue_key, rogue_cert = ca("rogue CA")
+    write("rogue", *leaf("mallory", rogue_key, rogue_cert, server=False))
+    write("rogue-ca", rogue_key, rogue_cert)
+    return {
+        "ca": str(d / "ca.pem"),
+        "server_cert": str(d / "server.pem"),
+        "server_key": str(d / "server.key"),
+        "client_cert": str(d / "client.pem"),
+        "client_key": str(d / "client.key"),
+        "rogue_cert": str(d / "rogue.pem"),
+        "rogue_key": str(d / "rogue.key"),
+        "rogue_ca": str(d / "rogue-ca.pem"),
+    }
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A test PKI: a CA, a server cert for localhost/127.0.0.1, a client cert, and a rogue CA + client."""
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        pytest.skip("the cryptography package is needed to generate test certificates")
+    return _make_pki_with_cryptography(tmp_path_factory.mktemp("pki"))
