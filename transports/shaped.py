@@ -8,9 +8,10 @@ releases ``shape.chunk``-sized pieces at ``rate_bps`` (small chunks so :meth:`se
 chunk), then a propagation line that hands each piece to the inner transport ``delay ± jitter`` later
 (uniform jitter; order is preserved, so jitter never reorders bytes of a stream).
 
-Bytes inside the shaper are bounded: queue ≤ ``shape.queue`` (+ one chunk), the propagation line ≤ rate ×
-(delay + jitter) + burst, because the single writer task stops releasing while the inner transport is
-blocked.
+Bytes inside the shaper are bounded: the queue holds ≤ ``shape.queue`` (+ one chunk), the propagation line
+≤ rate × (delay + jitter) + burst, and because the single writer task stops releasing while the inner
+transport is blocked, a stalled receiver holds at most one more queue's worth in the batch being handed
+over (so ≤ 2 × queue + rate × (delay + jitter) + burst in all).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class ShapedTransport:
         self._line_bytes = 0
         self._last_delivery = -math.inf
         self._delivered = 0
+        self._sending = 0  # bytes of the batch the writer is handing to the inner transport right now
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._idle = asyncio.Event()
@@ -157,7 +159,7 @@ class ShapedTransport:
     def bytes_in_flight(self) -> int:
         """Bytes accepted by ``send`` but not yet handed to the inner transport."""
         held = len(self._held) if self._held is not None else 0
-        return self._pending_bytes + held + self._line_bytes
+        return self._pending_bytes + held + self._line_bytes + self._sending
 
     @property
     def bytes_delivered(self) -> int:
@@ -241,8 +243,10 @@ class ShapedTransport:
                     self._line_bytes -= len(piece)
                     due.append(piece)
                 if due:
+                    self._sending = sum(map(len, due))
                     await self._inner.send(due)
-                    self._delivered += sum(map(len, due))
+                    self._delivered += self._sending
+                    self._sending = 0
                     continue
                 if self._held is None and not self._line:
                     self._idle.set()

@@ -100,13 +100,13 @@ def test_tls_config_validation(tls_files: dict[str, str], tmp_path: Path) -> Non
         TLSConfig(certfile="c.pem", require_client_cert=True)
     with pytest.raises(ConfigError) as info:
         TLSConfig().server_context()
-    assert info.value.key == "certfile"
+    assert info.value.fields["key"] == "certfile"
     with pytest.raises(ConfigError) as info:
         TLSConfig(certfile=str(tmp_path / "missing.pem")).server_context()
-    assert info.value.key == "certfile"
+    assert info.value.fields["key"] == "certfile"
     with pytest.raises(ConfigError) as info:
         TLSConfig(cafile=str(tmp_path / "missing.pem")).client_context()
-    assert info.value.key == "cafile"
+    assert info.value.fields["key"] == "cafile"
 
 
 async def test_tls_on_mem_is_a_config_error(tls_files: dict[str, str]) -> None:
