@@ -1,0 +1,88 @@
+"""Turn whatever a trainer hands us (NumPy array, torch tensor, CuPy array) into a 1-D array *view*.
+
+The kernels work in place on the caller's memory: a torch parameter is updated through its ``.numpy()``
+view on CPU and through DLPack on CUDA, never through a copy (a copy would double the memory traffic that
+the sparse optimizer exists to avoid, StellaTrain §3.1). Anything that cannot be viewed without a copy
+(wrong dtype, non-contiguous, not 1-D, read-only when we must write) is refused with a
+:class:`~wanrt.errors.KernelError` that says what to do instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from wanrt.errors import KernelError
+
+__all__ = ["Array", "as_vector", "bump_torch_version", "is_cupy_array", "is_torch_tensor"]
+
+#: An array of the array-module pattern: ``numpy.ndarray`` or ``cupy.ndarray`` (cupy is optional, so this
+#: cannot be spelled as a precise type without importing it).
+Array: TypeAlias = Any
+
+
+def is_cupy_array(x: object) -> bool:
+    """True for a ``cupy.ndarray``, decided without importing cupy."""
+    return type(x).__module__.split(".", 1)[0] == "cupy"
+
+
+def is_torch_tensor(x: object) -> bool:
+    """True for a ``torch.Tensor`` (or subclass such as ``Parameter``), decided without importing torch."""
+    return any(c.__module__.split(".", 1)[0] == "torch" and c.__name__ == "Tensor" for c in type(x).__mro__)
+
+
+def _torch_view(x: Any, what: str, writable: bool) -> Array:
+    t = x.detach()
+    if t.dim() != 1:
+        raise KernelError(f"{what} must be a 1-D tensor (use .view(-1))", value=tuple(t.shape))
+    if str(t.dtype) != "torch.float32":
+        raise KernelError(f"{what} must be float32", value=str(t.dtype))
+    if not t.is_contiguous():
+        raise KernelError(f"{what} must be contiguous (a view into it would need a copy)")
+    if t.device.type == "cpu":
+        return t.numpy()
+    if t.device.type == "cuda":
+        try:
+            import cupy
+        except ImportError:
+            raise KernelError(
+                f"{what} is a CUDA tensor but cupy is not installed (pip install wanrt[gpu])"
+            ) from None
+        return cupy.from_dlpack(t)
+    raise KernelError(f"{what} is on device {t.device.type!r}; only cpu and cuda are supported")
+
+
+def as_vector(x: object, what: str = "array", *, writable: bool = False) -> Array:
+    """A 1-D contiguous float32 view of ``x`` (NumPy, CuPy or torch), or a :class:`KernelError`."""
+    if is_torch_tensor(x):
+        return _torch_view(x, what, writable)
+    if isinstance(x, np.ndarray):
+        arr: Array = x
+        if writable and not x.flags.writeable:
+            raise KernelError(f"{what} is read-only but must be updated in place")
+    elif is_cupy_array(x):
+        arr = x
+    else:
+        raise KernelError(f"{what} must be a NumPy/CuPy array or a torch tensor", value=type(x).__name__)
+    if arr.ndim != 1:
+        raise KernelError(f"{what} must be 1-D (use .reshape(-1))", value=tuple(arr.shape))
+    if arr.dtype != np.float32:
+        raise KernelError(f"{what} must be float32", value=str(arr.dtype))
+    if not arr.flags.c_contiguous:
+        raise KernelError(f"{what} must be contiguous (a view into it would need a copy)")
+    return arr
+
+
+def bump_torch_version(x: object) -> None:
+    """Tell autograd a tensor was modified in place behind its back (through a NumPy/DLPack view).
+
+    Without this, a graph that saved the parameter before our in-place update would silently use the new
+    values in backward; with it, torch raises its usual "modified by an inplace operation" error.
+    """
+    if not is_torch_tensor(x):
+        return
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        torch.autograd.graph.increment_version(x)

@@ -1,0 +1,361 @@
+"""Gradient compressors: one layer's dense fp32 gradient in, a COO :class:`~wanrt.payload.SparsePayload` out.
+
+* ``threshold_v_block`` — StellaTrain's cache-aware threshold-v (§3.2): whole 16-float blocks (one 64-byte
+  cache line) are selected when the sum of ``|g|`` over the block reaches ``v``; ``v`` is kept per layer and
+  moved by AIMD (:mod:`wanrt.kernels.aimd`). Selecting whole cache lines makes both the selection pass and
+  the optimizer's scatter touch every fetched line fully (the paper's 3.35× on compression and 7.6× on the
+  sparse update over element-wise selection).
+* ``threshold_v`` — the vanilla, element-wise threshold-v (block size 1) the paper compares against.
+* ``topk`` — exact top-k (of elements, or of block sums when ``block_size > 1``), by ``argpartition``.
+* ``randomk`` — k blocks uniformly at random, seeded per layer: the cheap baseline of Fig. 13b. Values are
+  sent unscaled (with error feedback the rest is sent later, so no ``n/k`` rescaling is needed).
+
+Threshold-v never yields an empty payload for a nonzero gradient and never more than ``cap`` blocks; a NaN or
+infinite gradient is a :class:`~wanrt.errors.KernelError` (sending it would poison every site).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from wanrt.config import check
+from wanrt.errors import ConfigError, KernelError
+from wanrt.kernels import aimd
+from wanrt.kernels.arrays import Array, as_vector, is_cupy_array
+from wanrt.kernels.backend import get_kernels
+from wanrt.kernels.config import MAX_BLOCK_SIZE, CompressorConfig
+from wanrt.kernels.reference import ReferenceKernels
+from wanrt.payload import SparsePayload
+
+__all__ = [
+    "COMPRESSOR_KINDS",
+    "Compressor",
+    "CompressorKind",
+    "RandomK",
+    "ThresholdV",
+    "TopK",
+    "make_compressor",
+]
+
+CompressorKind = Literal["threshold_v_block", "threshold_v", "topk", "randomk"]
+COMPRESSOR_KINDS: tuple[str, ...] = ("threshold_v_block", "threshold_v", "topk", "randomk")
+
+
+def _host(a: Array) -> Any:
+    return a.get() if is_cupy_array(a) else a
+
+
+def _top_blocks(k: ReferenceKernels, sums: Array, count: int) -> Array:
+    """Indices (ascending) of the ``count`` largest *positive* sums; raises on NaN/inf among them."""
+    xp = k.xp
+    nb = int(sums.shape[0])
+    count = min(count, nb)
+    if count <= 0:
+        return xp.zeros(0, dtype=xp.int64)
+    idx = xp.arange(nb, dtype=xp.int64) if count == nb else xp.argpartition(sums, nb - count)[nb - count :]
+    chosen = sums[idx]
+    if not bool(xp.isfinite(chosen).all()):  # NaN and inf sort last, so they are always among the chosen
+        raise KernelError("gradient contains NaN or infinite values")
+    idx = idx[chosen > 0]
+    return xp.sort(idx).astype(xp.int64, copy=False)
+
+
+def _kth_largest(k: ReferenceKernels, sums: Array, rank: int) -> float:
+    """The ``rank``-th largest value (1-based) of ``sums``."""
+    n = int(sums.shape[0])
+    return float(k.xp.partition(sums, n - rank)[n - rank])
+
+
+class Compressor(ABC):
+    """Per-layer compressor; keeps whatever state its selection rule needs between steps of a layer."""
+
+    kind: str
+
+    def __init__(self, density: float, block_size: int, config: CompressorConfig) -> None:
+        self.density = density
+        self.block_size = block_size
+        self.config = config
+
+    def targets(self, dense_len: int) -> aimd.SelectionTargets:
+        """How many blocks a layer of ``dense_len`` elements sends (``k_block``) and the derived limits."""
+        return aimd.targets(dense_len, self.block_size, self.density, self.config)
+
+    def compress(self, layer: int, grad: object) -> SparsePayload:
+        """Select blocks of ``grad`` (1-D fp32, NumPy/CuPy/torch; not modified) into a payload."""
+        x = as_vector(grad, "grad")
+        k = get_kernels(x)
+        idx = self._select(layer, x, k, None)
+        return self._payload(layer, x, k, idx)
+
+    def compress_with_feedback(self, layer: int, grad: object, residual: Array) -> SparsePayload:
+        """Error feedback step: ``residual += grad``; send the selection of it; zero what was sent.
+
+        ``residual`` must be a 1-D fp32 array of the gradient's length on the same device; afterwards it
+        holds exactly what was left out (``sent + residual == old residual + grad`` elementwise).
+        """
+        g = as_vector(grad, "grad")
+        r = as_vector(residual, "residual", writable=True)
+        if r.shape != g.shape or is_cupy_array(r) != is_cupy_array(g):
+            raise KernelError("residual and gradient differ in length or device", value=tuple(r.shape))
+        k = get_kernels(r)
+        idx = self._select(layer, r, k, g)
+        payload = self._payload(layer, r, k, idx)
+        k.zero_blocks(r, idx, self.block_size)
+        return payload
+
+    def _payload(self, layer: int, x: Array, k: ReferenceKernels, idx: Array) -> SparsePayload:
+        vals = k.gather(x, idx, self.block_size)
+        if not bool(k.xp.isfinite(vals).all()):
+            raise KernelError(f"gradient of layer {layer} contains NaN or infinite values", layer=layer)
+        indices = np.ascontiguousarray(_host(idx), dtype=np.int64)
+        values = np.ascontiguousarray(_host(vals), dtype=np.float32)
+        return SparsePayload(layer, int(x.shape[0]), self.block_size, indices, values, "fp32")
+
+    @abstractmethod
+    def _select(self, layer: int, x: Array, k: ReferenceKernels, add: Array | None) -> Array:
+        """Sorted unique block indices to send; with ``add``, first ``x += add`` (x is then a residual)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Per-layer selection state, plain Python values (for a trainer checkpoint)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        del state
+
+    def reset(self, layer: int | None = None) -> None:
+        """Forget the state of one layer (or all): the next step starts from scratch."""
+        del layer
+
+
+@dataclass
+class _LayerSel:
+    """A layer's threshold state plus its preallocated candidate buffers."""
+
+    dense_len: int
+    state: aimd.ThresholdState | None
+    idx_buf: Array
+    sum_buf: Array
+    exact_steps: int = 0
+
+
+class ThresholdV(Compressor):
+    """Threshold-v on blocks of ``block_size`` (16: cache-aware, §3.2; 1: vanilla element-wise)."""
+
+    def __init__(self, density: float, block_size: int, config: CompressorConfig) -> None:
+        super().__init__(density, block_size, config)
+        self.kind = "threshold_v_block" if block_size > 1 else "threshold_v"
+        self._layers: dict[int, _LayerSel] = {}
+
+    def threshold(self, layer: int) -> float | None:
+        """Current ``v`` of a layer (None before its first step)."""
+        sel = self._layers.get(layer)
+        return None if sel is None or sel.state is None else sel.state.v
+
+    def exact_steps(self, layer: int) -> int:
+        """How many steps of this layer needed the exact second pass (the AIMD safety net)."""
+        sel = self._layers.get(layer)
+        return 0 if sel is None else sel.exact_steps
+
+    def _layer(self, layer: int, x: Array, k: ReferenceKernels, t: aimd.SelectionTargets) -> _LayerSel:
+        n = int(x.shape[0])
+        sel = self._layers.get(layer)
+        xp = k.xp
+        if sel is None or sel.dense_len != n or type(sel.idx_buf) is not type(x):
+            sel = _LayerSel(n, None, xp.empty(t.buffer, dtype=xp.int64), xp.empty(t.buffer, dtype=xp.float32))
+            self._layers[layer] = sel
+        return sel
+
+    def _first_v(self, layer: int, x: Array, k: ReferenceKernels, t: aimd.SelectionTargets) -> float | None:
+        rng = np.random.default_rng([self.config.seed, layer])
+        nb = t.n_blocks
+        size = min(nb, self.config.sample_blocks)
+        pick = np.sort(rng.choice(nb, size=size, replace=False)).astype(np.int64)
+        sample = k.block_sums(k.gather(x, k.xp.asarray(pick), self.block_size), self.block_size)
+        desc = np.sort(np.asarray(_host(sample), dtype=np.float32))[::-1]
+        if not np.isfinite(desc).all():
+            return None  # the exact step reports the non-finite gradient
+        return aimd.initial_threshold(desc, nb, t.aim, self.config)
+
+    def _exact(self, sel: _LayerSel, x: Array, k: ReferenceKernels, t: aimd.SelectionTargets) -> Array:
+        """Second pass: every block sum, exact top-``cap``; re-anchors v exactly."""
+        sel.exact_steps += 1
+        sums = k.block_sums(x, self.block_size)
+        idx = _top_blocks(k, sums, t.cap)
+        aim_v = _kth_largest(k, sums, t.aim)
+        probe = int((sums >= k.xp.float32(aim_v * self.config.probe_ratio)).sum()) if aim_v > 0 else 0
+        if sel.state is None:
+            sel.state = aimd.ThresholdState(v=aimd.FLT_MIN)
+        aimd.on_measured(sel.state, aim_v, t.aim, probe, self.config)
+        return idx
+
+    def _select(self, layer: int, x: Array, k: ReferenceKernels, add: Array | None) -> Array:
+        xp = k.xp
+        n = int(x.shape[0])
+        if n == 0:
+            return xp.zeros(0, dtype=xp.int64)
+        t = self.targets(n)
+        sel = self._layer(layer, x, k, t)
+        if t.dense:
+            if add is not None:
+                x += add
+            return _top_blocks(k, k.block_sums(x, self.block_size), t.n_blocks)
+        if sel.state is None:
+            v0 = self._first_v(layer, x if add is None else x + add, k, t)
+            if v0 is None:
+                if add is not None:
+                    x += add
+                return self._exact(sel, x, k, t)
+            sel.state = aimd.ThresholdState(v=v0)
+        st = sel.state
+        count, nonfinite = k.select_above(x, st.v, self.block_size, sel.idx_buf, sel.sum_buf, add)
+        if nonfinite:
+            raise KernelError(f"gradient of layer {layer} contains NaN or infinite values", layer=layer)
+        if count == 0 or count > t.buffer:
+            return self._exact(sel, x, k, t)
+        ids = sel.idx_buf[:count]
+        sums = sel.sum_buf[:count]
+        ratio = self.config.probe_ratio
+        if count >= t.aim:
+            aim_v = _kth_largest(k, sums, t.aim)
+            probe = int((sums >= xp.float32(aim_v * ratio)).sum())
+            aimd.on_measured(st, aim_v, t.aim, probe, self.config)
+        else:
+            probe = int((sums >= xp.float32(st.v * ratio)).sum())
+            aimd.on_short(st, count, t.aim, probe, self.config)
+        if count <= t.cap:
+            return ids.copy()
+        cut = xp.float32(_kth_largest(k, sums, t.cap))
+        keep = sums > cut
+        ties = xp.nonzero(sums == cut)[0]
+        keep[ties[: t.cap - int(keep.sum())]] = True
+        return ids[keep]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "layers": {
+                layer: {"dense_len": sel.dense_len, **sel.state.as_dict()}
+                for layer, sel in self._layers.items()
+                if sel.state is not None
+            }
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        layers = state.get("layers")
+        if not isinstance(layers, dict):
+            raise KernelError("compressor state must have a 'layers' table")
+        restored: dict[int, _LayerSel] = {}
+        for layer, d in layers.items():
+            try:
+                st = aimd.ThresholdState(
+                    v=float(d["v"]),
+                    log_drift=float(d["log_drift"]),
+                    last_aim_v=None if d["last_aim_v"] is None else float(d["last_aim_v"]),
+                    steps_since_aim=int(d["steps_since_aim"]),
+                    steepness=None if d["steepness"] is None else float(d["steepness"]),
+                )
+                n = int(d["dense_len"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise KernelError(f"bad compressor state for layer {layer}: {exc}") from None
+            if not (aimd.FLT_MIN <= st.v <= aimd.FLT_MAX) or n < 0:
+                raise KernelError(f"bad compressor state for layer {layer}", value=st.v)
+            b = self.targets(n).buffer
+            restored[int(layer)] = _LayerSel(
+                n, st, np.empty(b, dtype=np.int64), np.empty(b, dtype=np.float32)
+            )
+        self._layers = restored
+
+    def reset(self, layer: int | None = None) -> None:
+        if layer is None:
+            self._layers.clear()
+        else:
+            self._layers.pop(layer, None)
+
+
+class TopK(Compressor):
+    """Exact top-k blocks by block sum (elements when ``block_size == 1``): the accuracy baseline."""
+
+    kind = "topk"
+
+    def _select(self, layer: int, x: Array, k: ReferenceKernels, add: Array | None) -> Array:
+        if add is not None:
+            x += add
+        if int(x.shape[0]) == 0:
+            return k.xp.zeros(0, dtype=k.xp.int64)
+        return _top_blocks(k, k.block_sums(x, self.block_size), self.targets(int(x.shape[0])).cap)
+
+
+class RandomK(Compressor):
+    """k blocks uniformly at random without replacement; per-layer seeded, reproducible streams."""
+
+    kind = "randomk"
+
+    def __init__(self, density: float, block_size: int, config: CompressorConfig) -> None:
+        super().__init__(density, block_size, config)
+        self._rngs: dict[int, np.random.Generator] = {}
+
+    def _select(self, layer: int, x: Array, k: ReferenceKernels, add: Array | None) -> Array:
+        if add is not None:
+            x += add
+        n = int(x.shape[0])
+        if n == 0:
+            return k.xp.zeros(0, dtype=k.xp.int64)
+        rng = self._rngs.setdefault(layer, np.random.default_rng([self.config.seed, layer]))
+        t = self.targets(n)
+        pick: npt.NDArray[np.int64] = np.sort(rng.choice(t.n_blocks, size=t.cap, replace=False))
+        return k.xp.asarray(pick.astype(np.int64))
+
+    def reset(self, layer: int | None = None) -> None:
+        if layer is None:
+            self._rngs.clear()
+        else:
+            self._rngs.pop(layer, None)
+
+
+def make_compressor(
+    kind: CompressorKind | str,
+    *,
+    density: float,
+    block_size: int | None = None,
+    config: CompressorConfig | None = None,
+) -> Compressor:
+    """Build a compressor; ``block_size`` None: the natural one (16 for threshold_v_block, else 1).
+
+    ``threshold_v`` is element-wise by definition; asking it for blocks is a :class:`ConfigError` (use
+    ``threshold_v_block``).
+    """
+    if kind not in COMPRESSOR_KINDS:
+        raise ConfigError(
+            f"unknown compressor {kind!r}; use one of {', '.join(COMPRESSOR_KINDS)}", key="kind"
+        )
+    check(
+        isinstance(density, (int, float)) and 0.0 < density <= 1.0 and math.isfinite(density),
+        "density",
+        density,
+        "must be in (0, 1]",
+    )
+    bs = block_size if block_size is not None else (16 if kind == "threshold_v_block" else 1)
+    check(
+        isinstance(bs, int) and 1 <= bs <= MAX_BLOCK_SIZE,
+        "block_size",
+        bs,
+        f"must be an integer in [1, {MAX_BLOCK_SIZE}]",
+    )
+    check(
+        kind != "threshold_v" or bs == 1,
+        "block_size",
+        bs,
+        "threshold_v is element-wise (block_size 1); use threshold_v_block for blocks",
+    )
+    cfg = config if config is not None else CompressorConfig()
+    if kind in ("threshold_v_block", "threshold_v"):
+        return ThresholdV(float(density), bs, cfg)
+    if kind == "topk":
+        return TopK(float(density), bs, cfg)
+    return RandomK(float(density), bs, cfg)
