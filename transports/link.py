@@ -14,9 +14,10 @@ from wanrt.config import check
 
 __all__ = ["DEFAULT_BURST_FLOOR", "DEFAULT_SHAPE", "LinkShape"]
 
-#: Smallest automatic burst. The shaper wakes about once per timer tick (~1 ms); a bucket smaller than
-#: rate × tick would cap the rate below the configured one, so the automatic burst is the larger of this
-#: floor and ``rate × burst_window``.
+#: Smallest automatic burst. The shaper wakes about once per chunk, and late when the machine is loaded; a
+#: bucket smaller than rate × (wake-up lateness) forfeits tokens and delivers less than the configured rate,
+#: so the automatic burst is the larger of this floor and ``rate × burst_window_s``. With 20 ms the shaped
+#: goodput stays within 1 % of the rate on a loaded 2-core machine (5 ms lost 4-5 %, tools/bench_transports).
 DEFAULT_BURST_FLOOR = 64 * 1024
 
 
@@ -37,7 +38,7 @@ class LinkShape:
     burst: int | None = None
     chunk: int = 16 * 1024
     queue: int = 1 << 20
-    burst_window_s: float = 0.005
+    burst_window_s: float = 0.02
 
     def __post_init__(self) -> None:
         check(self.rate_bps > 0 and not math.isnan(self.rate_bps), "rate_bps", self.rate_bps, "must be > 0")

@@ -130,7 +130,7 @@ def test_link_shape_validation_and_auto_burst() -> None:
         with pytest.raises(ConfigError):
             LinkShape(**bad)
     s = LinkShape(rate_bps=10e9)
-    assert s.burst_for(10e9) == int(10e9 * 0.005 / 8)
+    assert s.burst_for(10e9) == int(10e9 * 0.02 / 8)
     assert s.burst_for(1e6) == 64 * 1024
     assert LinkShape(burst=1000).burst_for(10e9) == 1000
 
