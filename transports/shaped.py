@@ -201,7 +201,7 @@ class ShapedTransport:
             self._space.clear()
             await self._space.wait()
             self._raise_if_failed()
-            if self._closed:
+            if self._closing:
                 raise TransportError("transport closed during send", peer=self.peer)
         self._pending.append(piece)
         self._pending_bytes += len(piece)

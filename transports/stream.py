@@ -17,7 +17,7 @@ import ssl
 import struct
 from collections.abc import Callable, Sequence
 
-from transports.base import ConnectionTracker, Handler, Listener, Transport, Wrap
+from transports.base import ConnectionTracker, Handler, Listener, Transport, Wrap, as_byte_views
 from transports.timeouts import DEFAULT_TIMEOUTS, Timeouts, deadline
 from transports.tls import TLSConfig
 from wanrt.errors import AuthError, PeerLost, TransportError, WanrtTimeout
@@ -82,7 +82,7 @@ class StreamTransport:
             raise TransportError("send on a closed transport", peer=self.peer)
         if self._writer.transport.is_closing():
             raise PeerLost("connection lost", peer=self.peer)
-        self._writer.writelines(parts)
+        self._writer.writelines(as_byte_views(parts))  # uvloop wants flat byte buffers
         try:
             await deadline(self._writer.drain(), self._timeouts.send, "send", self.peer)
         except WanrtTimeout:

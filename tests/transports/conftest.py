@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -147,6 +150,55 @@ def _make_pki_with_cryptography(d: Path) -> dict[str, str]:
     rogue_key, rogue_cert = ca("rogue CA")
     write("rogue", *leaf("mallory", rogue_key, rogue_cert, server=False))
     write("rogue-ca", rogue_key, rogue_cert)
+    return _pki_paths(d)
+
+
+def _make_pki_with_openssl(d: Path) -> dict[str, str]:
+    """The same PKI via the ``openssl`` CLI, for machines without the cryptography package."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    def key(stem: str) -> None:
+        run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f"{stem}.key")
+
+    def ca(stem: str, cn: str) -> None:
+        key(stem)
+        (d / f"{stem}.ext").write_text(
+            "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n"
+            "subjectKeyIdentifier=hash\n"
+        )
+        run("req", "-new", "-key", f"{stem}.key", "-subj", f"/CN={cn}", "-out", f"{stem}.csr")
+        run(
+            "x509", "-req", "-in", f"{stem}.csr", "-signkey", f"{stem}.key", "-days", "2",
+            "-extfile", f"{stem}.ext", "-out", f"{stem}.pem",
+        )  # fmt: skip
+
+    def leaf(stem: str, cn: str, issuer: str, server: bool) -> None:
+        key(stem)
+        ext = "basicConstraints=critical,CA:FALSE\nauthorityKeyIdentifier=keyid\n"
+        ext += (
+            "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n"
+            if server
+            else ("extendedKeyUsage=clientAuth\n")
+        )
+        (d / f"{stem}.ext").write_text(ext)
+        run("req", "-new", "-key", f"{stem}.key", "-subj", f"/CN={cn}", "-out", f"{stem}.csr")
+        run(
+            "x509", "-req", "-in", f"{stem}.csr", "-CA", f"{issuer}.pem", "-CAkey", f"{issuer}.key",
+            "-set_serial", str(int.from_bytes(os.urandom(8), "big")), "-days", "1",
+            "-extfile", f"{stem}.ext", "-out", f"{stem}.pem",
+        )  # fmt: skip
+
+    ca("ca", "wanrt test CA")
+    leaf("server", "localhost", "ca", server=True)
+    leaf("client", "site-b", "ca", server=False)
+    ca("rogue-ca", "rogue CA")
+    leaf("rogue", "mallory", "rogue-ca", server=False)
+    return _pki_paths(d)
+
+
+def _pki_paths(d: Path) -> dict[str, str]:
     return {
         "ca": str(d / "ca.pem"),
         "server_cert": str(d / "server.pem"),
@@ -161,9 +213,20 @@ def _make_pki_with_cryptography(d: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A test PKI: a CA, a server cert for localhost/127.0.0.1, a client cert, and a rogue CA + client."""
-    try:
-        import cryptography  # noqa: F401
-    except ImportError:
-        pytest.skip("the cryptography package is needed to generate test certificates")
-    return _make_pki_with_cryptography(tmp_path_factory.mktemp("pki"))
+    """A test PKI: a CA, a server cert for localhost/127.0.0.1, a client cert, and a rogue CA + client.
+
+    Made with the cryptography package when importable, else the openssl CLI (``WANRT_TEST_PKI=openssl``
+    forces the CLI path, to test it), else the TLS tests skip.
+    """
+    d = tmp_path_factory.mktemp("pki")
+    has_cli = shutil.which("openssl") is not None
+    if os.environ.get("WANRT_TEST_PKI") != "openssl":
+        try:
+            import cryptography  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            return _make_pki_with_cryptography(d)
+    if not has_cli:
+        pytest.skip("neither the cryptography package nor the openssl CLI is available")
+    return _make_pki_with_openssl(d)
