@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from transports.base import ConnectionTracker, Handler, Listener, Transport, Wrap, as_byte_views
 from transports.timeouts import DEFAULT_TIMEOUTS, Timeouts, deadline
-from wanrt.errors import PeerLost, TransportError
+from wanrt.errors import LocalProtocolError, PeerLost, TransportError
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -105,8 +105,8 @@ class MemoryTransport:
     async def recv(self, max_bytes: int = 1 << 20) -> bytes:
         if self._closed:
             raise TransportError("recv on a closed transport", peer=self.peer)
-        if max_bytes < 1:
-            raise ValueError("max_bytes must be >= 1")
+        if max_bytes < 1:  # b"" would be indistinguishable from EOF
+            raise LocalProtocolError("recv needs max_bytes >= 1", peer=self.peer, value=max_bytes)
         return await deadline(self._read(max_bytes), self._timeouts.recv_idle, "recv_idle", self.peer)
 
     async def _read(self, max_bytes: int) -> bytes:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from transports.base import ConnectionTracker, Handler, Listener, Transport, Wrap, as_byte_views
 from transports.timeouts import DEFAULT_TIMEOUTS, Timeouts, deadline
 from transports.tls import TLSConfig
-from wanrt.errors import AuthError, PeerLost, TransportError, WanrtTimeout
+from wanrt.errors import AuthError, LocalProtocolError, PeerLost, TransportError, WanrtTimeout
 
 __all__ = [
     "READ_BUFFER_LIMIT",
@@ -101,6 +101,8 @@ class StreamTransport:
     async def recv(self, max_bytes: int = 1 << 20) -> bytes:
         if self._closed:
             raise TransportError("recv on a closed transport", peer=self.peer)
+        if max_bytes < 1:  # read(0) would return b"", indistinguishable from EOF
+            raise LocalProtocolError("recv needs max_bytes >= 1", peer=self.peer, value=max_bytes)
         try:
             return await deadline(
                 self._reader.read(max_bytes), self._timeouts.recv_idle, "recv_idle", self.peer

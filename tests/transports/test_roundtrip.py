@@ -6,10 +6,11 @@ import asyncio
 import hashlib
 
 import numpy as np
+import pytest
 
 from tests.transports.conftest import ListenFactory, echo, read_all, read_exactly
 from transports import Transport, connect
-from wanrt.errors import TransportError
+from wanrt.errors import LocalProtocolError, TransportError
 
 
 async def test_echo_round_trip(serve: ListenFactory, kind: str) -> None:
@@ -22,6 +23,8 @@ async def test_echo_round_trip(serve: ListenFactory, kind: str) -> None:
     arr = np.arange(5, dtype=np.float32)
     await t.send([memoryview(arr.data)])
     assert await read_exactly(t, arr.nbytes) == arr.tobytes()
+    with pytest.raises(LocalProtocolError):
+        await t.recv(0)
     await t.close()
     assert t.closed
     await t.close()  # idempotent
@@ -66,16 +69,10 @@ async def test_send_and_recv_after_close_raise(serve: ListenFactory) -> None:
     lst = await serve(echo)
     t = await connect(lst.url)
     await t.close()
-    try:
+    with pytest.raises(TransportError):
         await t.send([b"x"])
-        raise AssertionError("send after close must raise")
-    except TransportError:
-        pass
-    try:
+    with pytest.raises(TransportError):
         await t.recv()
-        raise AssertionError("recv after close must raise")
-    except TransportError:
-        pass
 
 
 async def test_many_concurrent_clients(serve: ListenFactory) -> None:
