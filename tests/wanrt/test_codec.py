@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import msgpack
 import numpy as np
@@ -21,8 +23,9 @@ from wanrt.codec import (
     decode_payload,
     encode_payload,
 )
-from wanrt.codec.index_encodings import encoded_sizes
-from wanrt.errors import LimitExceeded, LocalProtocolError, MalformedPayload, RemoteProtocolError
+from wanrt.codec.index_encodings import encoded_sizes_of
+from wanrt.codec.kernel_choice import KERNEL_ENV, codec_kernels
+from wanrt.errors import KernelError, LimitExceeded, LocalProtocolError, MalformedPayload, RemoteProtocolError
 from wanrt.payload import VALUE_DTYPES, SparsePayload, bf16_to_fp32, fp32_to_bf16, n_blocks
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -81,10 +84,16 @@ def payloads(draw: st.DrawFn, max_len: int = 3000) -> SparsePayload:
     p=payloads(),
     wire=st.sampled_from([None, "fp32", "fp16", "bf16"]),
     enc=st.sampled_from([None, *INDEX_ENCODINGS]),
+    kernels=st.sampled_from(["fused", "numpy"]),
 )
-def test_round_trip(p: SparsePayload, wire: str | None, enc: Any) -> None:
+def test_round_trip(p: SparsePayload, wire: str | None, enc: Any, kernels: str) -> None:
+    with mock.patch.dict(os.environ, {KERNEL_ENV: kernels}):
+        check_round_trip(p, wire, enc)
+
+
+def check_round_trip(p: SparsePayload, wire: str | None, enc: Any) -> None:
     nb = n_blocks(p.dense_len, p.block_size)
-    if enc is not None and enc not in encoded_sizes(p.indices, nb):
+    if enc is not None and enc not in encoded_sizes_of(p.indices, nb, codec_kernels()):
         with pytest.raises(LocalProtocolError):
             encode_payload(p, wire_dtype=wire, index_encoding=enc)
         return
@@ -102,7 +111,7 @@ def test_round_trip(p: SparsePayload, wire: str | None, enc: Any) -> None:
         tol = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}[q.value_dtype]
         np.testing.assert_allclose(q.values_f32(), src, rtol=tol, atol=2.0**-24 if tol else 0.0)
     if enc is None:
-        sizes = encoded_sizes(p.indices, nb)
+        sizes = encoded_sizes_of(p.indices, nb, codec_kernels())
         assert len(bufs[1]) == min(sizes.values())
 
 
@@ -407,3 +416,109 @@ def test_decode_only_raises_remote_protocol_errors(case: tuple[Any, Any]) -> Non
         return
     p.validate()  # anything accepted must be a payload every consumer can trust
     assert p.values.dtype == VALUE_DTYPES[p.value_dtype]
+
+
+# --------------------------------------------------------------------------------------------- kernel paths
+
+FUSED = codec_kernels("fused")
+REFERENCE = codec_kernels("numpy")
+
+
+def test_kernel_choice_follows_the_environment() -> None:
+    assert FUSED.name == "fused" and REFERENCE.name == "numpy"
+    with mock.patch.dict(os.environ, {KERNEL_ENV: "numpy"}):
+        assert codec_kernels().name == "numpy"
+    with pytest.raises(KernelError):
+        codec_kernels("gpu-please")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nb=st.integers(1, 2**40),
+    raw=st.lists(st.integers(0, 2**40), max_size=60),
+    corrupt=st.booleans(),
+)
+def test_fused_gap_stats_and_varint_match_reference(nb: int, raw: list[int], corrupt: bool) -> None:
+    idx = np.array(sorted({x % nb for x in raw}), dtype=np.int64)
+    if corrupt and idx.shape[0] > 1:
+        idx = idx[::-1].copy()  # unsorted: both must say invalid
+    assert FUSED.gap_stats(idx, nb) == REFERENCE.gap_stats(idx, nb)
+    if not REFERENCE.gap_stats(idx, nb)[0]:
+        return
+    stream = REFERENCE.varint_encode(idx)
+    np.testing.assert_array_equal(FUSED.varint_encode(idx), stream)
+    assert stream.shape[0] == REFERENCE.gap_stats(idx, nb)[2]
+    for k in (REFERENCE, FUSED):
+        np.testing.assert_array_equal(k.varint_decode(stream, idx.shape[0], nb), idx)
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=st.binary(max_size=24), count=st.integers(0, 24), nb=st.integers(1, 2**20))
+def test_fused_varint_decode_accepts_exactly_what_reference_accepts(
+    stream: bytes, count: int, nb: int
+) -> None:
+    b = np.frombuffer(stream, dtype=np.uint8)
+    count = min(count, b.shape[0])
+    results = []
+    for k in (REFERENCE, FUSED):
+        try:
+            results.append(k.varint_decode(b, count, nb).tolist())
+        except MalformedPayload:
+            results.append(None)
+    if results[0] is not None and any(x >= y for x, y in zip(results[0], results[0][1:], strict=False)):
+        results[0] = (
+            None  # the reference leaves a wrapped prefix sum to validate(); the fused loop cannot wrap
+        )
+    assert results[0] == results[1]
+
+
+def f32_patterns() -> npt.NDArray[np.float32]:
+    """Random bit patterns plus every boundary of fp16 and bf16 rounding and range."""
+    rng = np.random.default_rng(7)
+    edges = np.array(
+        [
+            0,
+            0x80000000,
+            0x7F800000,
+            0xFF800000,
+            0x7FC00000,
+            0x7F800001,
+            0xFFFFFFFF,
+            0x477FE000,
+            0x477FEFFF,
+            0x477FF000,
+            0x477FF001,
+            0x47800000,
+            0x38800000,
+            0x387FFFFF,
+            0x33000000,
+            0x33000001,
+            0x32FFFFFF,
+            0x3F808000,
+            0x3F818000,
+            0x7F7FFFFF,
+            0x00000001,
+        ],
+        dtype=np.uint32,
+    )
+    near = (np.arange(-40, 40, dtype=np.int64)[:, None] + edges.astype(np.int64)[None, :]) % 2**32
+    rand = rng.integers(0, 2**32, 200_000, dtype=np.uint64)
+    return np.concatenate([edges, near.ravel(), rand]).astype(np.uint32).view(np.float32)
+
+
+def test_fused_casts_match_numpy_bit_for_bit() -> None:
+    x = f32_patterns()
+    with np.errstate(over="ignore"):
+        want16 = x.astype(np.float16)
+    got16, over = FUSED.f32_to_f16(x)
+    _, ref_over = REFERENCE.f32_to_f16(x)
+    assert over and ref_over  # the patterns include finite values above 65520
+    nan = np.isnan(x)
+    np.testing.assert_array_equal(np.isnan(got16), nan)
+    np.testing.assert_array_equal(got16.view(np.uint16)[~nan], want16.view(np.uint16)[~nan])
+    np.testing.assert_array_equal(FUSED.f32_to_bf16(x), fp32_to_bf16(x))
+    np.testing.assert_array_equal(REFERENCE.f32_to_bf16(x), fp32_to_bf16(x))
+    small = x[np.isfinite(x) & (np.abs(x) < 65504)]
+    (a, a_over), (b, b_over) = FUSED.f32_to_f16(small), REFERENCE.f32_to_f16(small)
+    assert not a_over and not b_over
+    np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))

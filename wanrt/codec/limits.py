@@ -31,9 +31,9 @@ MAX_PAYLOAD_ELEMENTS: Final = 1 << 28
 #: strict-monotonicity check then catches (see ``index_encodings``).
 MAX_DENSE_LEN: Final = 1 << 40
 
-#: Largest block width. wanrt uses 16 (one 64-byte cache line of fp32, StellaTrain §3.2) and 1; anything
-#: up to a page of fp32 is accepted so that experiments with wider blocks need no format change.
-MAX_BLOCK_SIZE: Final = 1024
+#: Largest block width. wanrt uses 16 (one 64-byte cache line of fp32, StellaTrain §3.2) and 1; the same
+#: bound as ``wanrt.kernels.config.MAX_BLOCK_SIZE``, so whatever a compressor may emit, the codec accepts.
+MAX_BLOCK_SIZE: Final = 4096
 
 #: Largest layer id. Layer ids index per-layer state (thresholds, residuals) in every gateway, so they are
 #: small in practice; 2**32 keeps them inside msgpack's compact uint32 encoding.

@@ -20,8 +20,9 @@ a :class:`~wanrt.errors.RemoteProtocolError` subclass.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
+import numpy as np
 import numpy.typing as npt
 
 from wanrt.codec.index_encodings import (
@@ -31,8 +32,8 @@ from wanrt.codec.index_encodings import (
     decode_indices,
     encode_indices,
     encoded_sizes,
-    gaps_of,
 )
+from wanrt.codec.kernel_choice import codec_kernels
 from wanrt.codec.limits import (
     CODEC_VERSION,
     MAX_BLOCK_SIZE,
@@ -60,27 +61,28 @@ def encode_payload(
     encoding (tests, benchmarks); by default the smallest is chosen per payload. Values in ``p``'s own
     dtype are not copied: the first buffer is a view of ``p.values``, valid as long as ``p`` is unchanged.
 
-    Raises :class:`LocalProtocolError` when ``p`` breaks its own invariants or an option is unknown.
+    Raises :class:`LocalProtocolError` when ``p`` breaks its own invariants or an option is unknown. The
+    O(nnz) part of that check (sorted, unique, in range) rides on the pass that sizes the encodings, since
+    a delta encoding of unsorted indices would silently decode to different ones.
     """
-    try:
-        p.validate()
-    except MalformedPayload as exc:
-        raise LocalProtocolError(f"refusing to encode an invalid payload: {exc.message}") from exc
     dtype = p.value_dtype if wire_dtype is None else wire_dtype
     if dtype not in VALUE_DTYPES:
         raise LocalProtocolError("unknown wire dtype", value=wire_dtype)
-    if p.dense_len > MAX_DENSE_LEN or p.block_size > MAX_BLOCK_SIZE or p.layer > MAX_LAYER_ID:
-        raise LocalProtocolError("payload exceeds the codec's format limits", value=p.dense_len)
+    _check_shape(p)
+    kernels = codec_kernels()
     nb = n_blocks(p.dense_len, p.block_size)
-    gaps = gaps_of(p.indices)
+    ok, max_gap, varint_bytes = kernels.gap_stats(p.indices, nb)
+    if not ok:
+        _refuse(p, "indices not strictly increasing inside the layer")
+    sizes = encoded_sizes(p.nnz_blocks, nb, max_gap, varint_bytes)
     if index_encoding is None:
-        encoding = choose_encoding(p.indices, nb, gaps)
-    elif index_encoding in encoded_sizes(p.indices, nb, gaps):
+        encoding = choose_encoding(sizes)
+    elif index_encoding in sizes:
         encoding = index_encoding
     else:
         raise LocalProtocolError("index encoding unknown or unable to hold these", value=index_encoding)
-    index = encode_indices(p.indices, nb, encoding, gaps)
-    values, sent_dtype = cast_for_wire(p.values, p.value_dtype, dtype)
+    index = encode_indices(p.indices, nb, encoding, kernels)
+    values, sent_dtype = cast_for_wire(p.values, p.value_dtype, dtype, kernels)
     meta: dict[str, Any] = {
         "fmt": CODEC_VERSION,
         "layer": p.layer,
@@ -91,6 +93,38 @@ def encode_payload(
         "index": encoding,
     }
     return meta, [_bytes_of(values), _bytes_of(index)]
+
+
+def _refuse(p: SparsePayload, why: str) -> NoReturn:
+    """Raise LocalProtocolError with validate's precise reason when it has one."""
+    try:
+        p.validate()
+    except MalformedPayload as exc:
+        raise LocalProtocolError(f"refusing to encode an invalid payload: {exc.message}") from exc
+    raise LocalProtocolError(f"refusing to encode an invalid payload: {why}")
+
+
+def _check_shape(p: SparsePayload) -> None:
+    """The O(1) and O(block_size) invariants of ``p``, plus the format's limits."""
+    if not (
+        p.value_dtype in VALUE_DTYPES
+        and isinstance(p.values, np.ndarray)
+        and isinstance(p.indices, np.ndarray)
+        and p.values.dtype == VALUE_DTYPES[p.value_dtype]
+        and p.indices.dtype == np.int64
+        and p.values.ndim == 1
+        and p.indices.ndim == 1
+        and p.values.shape[0] == p.indices.shape[0] * p.block_size
+        and 0 <= p.layer <= MAX_LAYER_ID
+        and 0 <= p.dense_len <= MAX_DENSE_LEN
+        and 1 <= p.block_size <= MAX_BLOCK_SIZE
+    ):
+        _refuse(p, "shape, dtype or size outside the codec's limits")
+    tail = p.dense_len % p.block_size
+    nb = n_blocks(p.dense_len, p.block_size)
+    in_tail = tail and p.nnz_blocks and int(p.indices[-1]) == nb - 1
+    if in_tail and np.any(p.values[p.nnz - p.block_size + tail :]):
+        _refuse(p, "nonzero padding beyond dense length in the tail block")
 
 
 def _bytes_of(arr: npt.NDArray[Any]) -> memoryview:
@@ -174,7 +208,7 @@ def decode_payload(
         raise MalformedPayload(
             "values buffer length disagrees with count", peer=peer, limit=want, value=len(vbuf)
         )
-    indices = decode_indices(ibuf, count, nb, encoding, peer=peer)
+    indices = decode_indices(ibuf, count, nb, encoding, codec_kernels(), peer=peer)
     values = values_from_wire(vbuf, dtype)
     p = SparsePayload(layer, dense_len, block_size, indices, values, dtype)
     p.validate(peer=peer)

@@ -1,8 +1,9 @@
 """Value arrays to and from their wire bytes: zero-copy where the dtype allows, one copy when it does not.
 
 The wire is little-endian. Encoding in the payload's own dtype hands out a view of ``p.values``; a
-downcast (``wire_dtype``) writes the one converted copy chunk by chunk, so the peak extra memory is the
-output plus one cache-sized chunk of temporaries, never several full-size temporaries.
+downcast (``wire_dtype``) writes the one converted copy in a single pass (fused path) or chunk by chunk
+(NumPy reference), so the peak extra memory is the output plus at most one cache-sized chunk of
+temporaries, never several full-size temporaries.
 
 fp16 overflow policy (see ``docs/codec.md``): a finite value that fp16 would turn into ±inf (|x| >= 65520
 after round-to-nearest-even) makes :func:`cast_for_wire` give up the downcast and send the payload in its
@@ -19,7 +20,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from wanrt.payload import VALUE_DTYPES, bf16_to_fp32, fp32_to_bf16
+from wanrt.codec.kernel_choice import CodecKernels
+from wanrt.payload import VALUE_DTYPES, bf16_to_fp32
 
 __all__ = ["WIRE_DTYPES", "cast_for_wire", "values_from_wire"]
 
@@ -30,51 +32,41 @@ WIRE_DTYPES: Final[dict[str, np.dtype[Any]]] = {
     "bf16": np.dtype("<u2"),
 }
 
-#: Elements converted per step of a downcast: 64 Ki fp32 = 256 KiB, inside L2, so the per-chunk temporaries
-#: stay in cache and never add a second full-size copy to the peak.
-_CHUNK: Final = 1 << 16
-
 _LITTLE: Final = sys.byteorder == "little"
 
 
 def _to_f32(values: npt.NDArray[Any], dtype: str) -> npt.NDArray[np.float32]:
-    if dtype == "fp32":
-        return values
-    if dtype == "fp16":
-        return values.astype(np.float32)
-    return bf16_to_fp32(values)
+    return values.astype(np.float32) if dtype == "fp16" else bf16_to_fp32(values)
 
 
-def _convert_chunk(src: npt.NDArray[Any], src_dtype: str, dst_dtype: str, out: npt.NDArray[Any]) -> bool:
-    """Write ``src`` converted into ``out``; False when a finite value overflowed fp16."""
-    f32 = _to_f32(src, src_dtype)
-    if dst_dtype == "fp32":
-        out[...] = f32
-    elif dst_dtype == "bf16":
-        out[...] = fp32_to_bf16(f32)
-    else:
-        with np.errstate(over="ignore"):
-            np.copyto(out, f32, casting="unsafe")
-        inf = np.isinf(out)
-        if inf.any() and bool(np.isfinite(f32[inf]).any()):
-            return False
-    return True
+def _downcast(
+    f32: npt.NDArray[np.float32], wire_dtype: str, kernels: CodecKernels
+) -> npt.NDArray[Any] | None:
+    """fp32 -> ``wire_dtype`` (one new array), or None when fp16 would overflow a finite value."""
+    if wire_dtype == "fp32":
+        return f32
+    if wire_dtype == "bf16":
+        return kernels.f32_to_bf16(f32)
+    out, overflow = kernels.f32_to_f16(f32)
+    return None if overflow else out
 
 
-def cast_for_wire(values: npt.NDArray[Any], src_dtype: str, wire_dtype: str) -> tuple[npt.NDArray[Any], str]:
+def cast_for_wire(
+    values: npt.NDArray[Any], src_dtype: str, wire_dtype: str, kernels: CodecKernels
+) -> tuple[npt.NDArray[Any], str]:
     """Values as a contiguous little-endian array in ``wire_dtype`` (or ``src_dtype`` on fp16 overflow).
 
-    Returns ``(array, dtype_name)``. Same dtype on a little-endian host: a view, no copy.
+    Returns ``(array, dtype_name)``. Same dtype on a little-endian host: a view of ``values``, no copy.
+    From fp32: one new array, written by a single fused pass. From fp16/bf16 (rare: payloads are built in
+    fp32) via a temporary fp32 copy.
     """
-    if wire_dtype == src_dtype:
-        arr = np.ascontiguousarray(values)
-        return (arr if _LITTLE else arr.astype(WIRE_DTYPES[src_dtype])), src_dtype
-    out = np.empty(values.shape[0], dtype=VALUE_DTYPES[wire_dtype])
-    for start in range(0, values.shape[0], _CHUNK):
-        stop = start + _CHUNK
-        if not _convert_chunk(values[start:stop], src_dtype, wire_dtype, out[start:stop]):
-            return cast_for_wire(values, src_dtype, src_dtype)
-    return (out if _LITTLE else out.astype(WIRE_DTYPES[wire_dtype])), wire_dtype
+    if wire_dtype != src_dtype:
+        f32 = values if src_dtype == "fp32" else _to_f32(values, src_dtype)
+        out = _downcast(f32, wire_dtype, kernels)
+        if out is not None:
+            return (out if _LITTLE else out.astype(WIRE_DTYPES[wire_dtype])), wire_dtype
+    arr = np.ascontiguousarray(values)
+    return (arr if _LITTLE else arr.astype(WIRE_DTYPES[src_dtype])), src_dtype
 
 
 def values_from_wire(buf: memoryview, dtype: str) -> npt.NDArray[Any]:

@@ -1,0 +1,191 @@
+"""NumPy reference kernels of the codec: gap statistics, delta + LEB128 varint, fp32 -> fp16/bf16.
+
+These define what the fused (numba) kernels in :mod:`wanrt.codec.fused` must compute; tests check the two
+against each other, and ``WANRT_KERNELS=numpy`` forces this path. Vectorised with one masked pass per byte
+position, they are correct but 10-20x slower than the fused loop on the 1 %-density layers wanrt sends
+(measured by ``tools/bench_codec.py``).
+
+Gaps are ``idx[i] - idx[i-1] - 1`` with ``idx[-1] = -1``, so every valid gap is ``>= 0`` and a strictly
+increasing sequence is the only thing a gap stream can express.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from wanrt.errors import MalformedPayload
+from wanrt.payload import fp32_to_bf16
+
+__all__ = [
+    "ReferenceKernels",
+    "f32_to_bf16",
+    "f32_to_f16",
+    "gap_stats",
+    "gaps_of",
+    "max_varint_len",
+    "varint_decode",
+    "varint_encode",
+    "varint_lengths",
+]
+
+Int64Array = npt.NDArray[np.int64]
+U8Array = npt.NDArray[np.uint8]
+U16Array = npt.NDArray[np.uint16]
+
+#: Elements converted per step of a downcast: 64 Ki fp32 = 256 KiB, inside L2, so the per-chunk temporaries
+#: stay in cache and never add a second full-size copy to the peak.
+_CHUNK: Final = 1 << 16
+
+
+def gaps_of(indices: Int64Array) -> Int64Array:
+    """``gap`` stream of ``indices`` (``d[0] = idx[0]``, ``d[i] = idx[i] - idx[i-1] - 1``)."""
+    g = np.empty_like(indices)
+    if indices.shape[0]:
+        g[0] = indices[0]
+        np.subtract(indices[1:], indices[:-1], out=g[1:])
+        g[1:] -= 1
+    return g
+
+
+def varint_lengths(gaps: Int64Array) -> U8Array:
+    """LEB128 byte length of each (non-negative) gap: one byte per 7 bits."""
+    lens = np.ones(gaps.shape[0], dtype=np.uint8)
+    if gaps.shape[0] == 0:
+        return lens
+    gmax = int(gaps.max())
+    shift = 7
+    while shift < 63 and gmax >= (1 << shift):
+        lens += gaps >= (1 << shift)
+        shift += 7
+    return lens
+
+
+def max_varint_len(n_blocks: int) -> int:
+    """Longest varint a valid stream can hold: every gap is ``< n_blocks``."""
+    return max(1, -(-max(n_blocks - 1, 0).bit_length() // 7))
+
+
+def gap_stats(indices: Int64Array, n_blocks: int) -> tuple[bool, int, int]:
+    """``(valid, max_gap, varint_bytes)``; ``valid`` is False unless strictly increasing and in range."""
+    if indices.shape[0] == 0:
+        return True, 0, 0
+    g = gaps_of(indices)
+    if int(g.min()) < 0 or int(indices[-1]) >= n_blocks:
+        return False, 0, 0
+    return True, int(g.max()), int(varint_lengths(g).sum(dtype=np.int64))
+
+
+def varint_encode(indices: Int64Array) -> U8Array:
+    """Delta + LEB128 of valid indices; one masked pass per byte position."""
+    gaps = gaps_of(indices)
+    lens = varint_lengths(gaps)
+    if gaps.shape[0] == 0:
+        return np.zeros(0, dtype=np.uint8)
+    ends = np.cumsum(lens, dtype=np.int64)
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    starts = ends - lens
+    g = gaps.view(np.uint64)
+    for k in range(int(lens.max())):
+        if k == 0:
+            sel_starts, sel_g, sel_lens = starts, g, lens
+        else:
+            m = lens > k
+            sel_starts, sel_g, sel_lens = starts[m], g[m], lens[m]
+        byte = ((sel_g >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        byte |= (sel_lens > k + 1).astype(np.uint8) << np.uint8(7)
+        out[sel_starts + k] = byte
+    return out
+
+
+def _bad(msg: str, peer: str | None, **fields: Any) -> MalformedPayload:
+    return MalformedPayload(f"varint index stream: {msg}", peer=peer, **fields)
+
+
+def varint_decode(b: U8Array, count: int, n_blocks: int, *, peer: str | None = None) -> Int64Array:
+    """Exactly ``count`` varints filling ``b`` exactly -> strictly increasing indices ``< n_blocks``.
+
+    The caller has checked ``count <= len(b)`` (every varint is at least one byte), which bounds every
+    allocation here by a small multiple of the received bytes.
+    """
+    ends = np.flatnonzero(b < 0x80)
+    if ends.shape[0] != count:
+        raise _bad("number of varints disagrees with count", peer, limit=count, value=int(ends.shape[0]))
+    if count == 0:
+        if b.shape[0]:
+            raise _bad("stream ends inside a varint", peer, value=int(b.shape[0]))
+        return np.zeros(0, dtype=np.int64)
+    if int(ends[-1]) != b.shape[0] - 1:
+        raise _bad("stream ends inside a varint", peer, value=int(b.shape[0]))
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lens = ends - starts + 1
+    maxlen = max_varint_len(n_blocks)
+    longest = int(lens.max())
+    if longest > maxlen:
+        raise _bad("varint longer than any valid gap", peer, limit=maxlen, value=longest)
+    vals = (b[starts] & 0x7F).astype(np.int64)
+    for k in range(1, longest):
+        m = lens > k
+        vals[m] |= (b[starts[m] + k] & 0x7F).astype(np.int64) << (7 * k)
+    # each gap < n_blocks <= 2**40: a prefix sum can wrap int64 only after ~2**23 maximal gaps, and a wrap
+    # shows up as a decrease, which SparsePayload.validate (always run by the decoder) rejects
+    if int(vals.max()) >= n_blocks:
+        raise _bad("gap beyond the layer", peer, limit=n_blocks, value=int(vals.max()))
+    vals += 1
+    np.cumsum(vals, out=vals)
+    vals -= 1
+    if int(vals[-1]) >= n_blocks:
+        raise _bad("index beyond the layer", peer, limit=n_blocks, value=int(vals[-1]))
+    return vals
+
+
+def f32_to_f16(values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16], bool]:
+    """Round-to-nearest-even fp32 -> fp16, chunked; second item True if a finite value became ±inf."""
+    out = np.empty(values.shape[0], dtype=np.float16)
+    for start in range(0, values.shape[0], _CHUNK):
+        src = values[start : start + _CHUNK]
+        dst = out[start : start + _CHUNK]
+        with np.errstate(over="ignore"):
+            np.copyto(dst, src, casting="unsafe")
+        inf = np.isinf(dst)
+        if inf.any() and bool(np.isfinite(src[inf]).any()):
+            return out, True
+    return out, False
+
+
+def f32_to_bf16(values: npt.NDArray[np.float32]) -> U16Array:
+    """Round-to-nearest-even fp32 -> bf16 bit patterns, chunked to keep temporaries in cache."""
+    out = np.empty(values.shape[0], dtype=np.uint16)
+    for start in range(0, values.shape[0], _CHUNK):
+        out[start : start + _CHUNK] = fp32_to_bf16(values[start : start + _CHUNK])
+    return out
+
+
+class ReferenceKernels:
+    """The functions above behind the interface the codec dispatches through (see ``kernel_choice``)."""
+
+    name = "numpy"
+
+    @staticmethod
+    def gap_stats(indices: Int64Array, n_blocks: int) -> tuple[bool, int, int]:
+        return gap_stats(indices, n_blocks)
+
+    @staticmethod
+    def varint_encode(indices: Int64Array) -> U8Array:
+        return varint_encode(indices)
+
+    @staticmethod
+    def varint_decode(b: U8Array, count: int, n_blocks: int, *, peer: str | None = None) -> Int64Array:
+        return varint_decode(b, count, n_blocks, peer=peer)
+
+    @staticmethod
+    def f32_to_f16(values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16], bool]:
+        return f32_to_f16(values)
+
+    @staticmethod
+    def f32_to_bf16(values: npt.NDArray[np.float32]) -> U16Array:
+        return f32_to_bf16(values)
