@@ -18,6 +18,13 @@ Why one object with per-peer sub-queues. Each link drains at its own pace (its s
 cancels the same item on every link) and the /metrics totals need one index over all links, and a gateway
 often sends one aggregate to several peers under the same item id.
 
+Receiver limits. The peer reassembles an item that spans several chunks in a buffer of its full size and
+refuses more than ``MAX_PARTIAL_ITEMS`` such items, or ``MAX_REASSEMBLY_BYTES`` of them, per connection
+(:mod:`wanrt.protocol.limits`). Pre-empting at every chunk could open an item per urgency level, so an
+item that would need reassembly only *starts* while the link is under both limits; otherwise the most
+urgent item among those already started (or fitting in one chunk) goes next. EDF holds among the items
+that may be sent without breaking the peer's limits.
+
 Zero copy. Parts are kept as ``memoryview``s of the caller's buffers (``Connection.send_parts`` output) and
 a chunk is a slice of one part. Only pieces shorter than ``coalesce_bytes`` (message headers, tiny layers)
 are copied together into one chunk, so small messages do not pay a frame per part.
@@ -32,6 +39,7 @@ from typing import Literal, TypeAlias
 
 from gateways.config import EdfConfig
 from wanrt.errors import LocalProtocolError
+from wanrt.protocol.limits import MAX_COUNTER, MAX_FRAME_BYTES, MAX_PARTIAL_ITEMS, MAX_REASSEMBLY_BYTES
 
 __all__ = [
     "Chunk",
@@ -74,6 +82,7 @@ class PeerQueueStats:
 
     queued_items: int
     queued_bytes: int
+    partial_items: int
     sent_items: int
     sent_chunks: int
     sent_bytes: int
@@ -120,6 +129,8 @@ class _Link:
         "cancelled_items",
         "dead",
         "heap",
+        "partial_bytes",
+        "partial_items",
         "queued_bytes",
         "sent_bytes",
         "sent_chunks",
@@ -128,7 +139,9 @@ class _Link:
 
     def __init__(self) -> None:
         self.heap: list[tuple[tuple[int, ...], _Item]] = []
-        self.dead = 0
+        self.dead = 0  # heap entries of cancelled or finished-out-of-order items, purged lazily
+        self.partial_items = 0  # started, unfinished items the peer is reassembling
+        self.partial_bytes = 0
         self.queued_bytes = 0
         self.sent_items = 0
         self.sent_chunks = 0
@@ -154,13 +167,29 @@ class SendQueue:
 
     policy: Literal["edf", "fifo"] = "edf"
 
-    def __init__(self, *, chunk_bytes: int = 256 << 10, coalesce_bytes: int = 4 << 10) -> None:
+    def __init__(
+        self,
+        *,
+        chunk_bytes: int = 256 << 10,
+        coalesce_bytes: int = 4 << 10,
+        max_partial_items: int = MAX_PARTIAL_ITEMS,
+        max_partial_bytes: int = MAX_REASSEMBLY_BYTES,
+        max_item_bytes: int = MAX_FRAME_BYTES,
+    ) -> None:
         if chunk_bytes < 1:
             raise LocalProtocolError("chunk_bytes must be >= 1", value=chunk_bytes)
         if not 0 <= coalesce_bytes <= chunk_bytes:
             raise LocalProtocolError("coalesce_bytes must be in 0..chunk_bytes", value=coalesce_bytes)
+        if max_partial_items < 1 or not 1 <= max_item_bytes <= max_partial_bytes:
+            raise LocalProtocolError(
+                "need max_partial_items >= 1 and 1 <= max_item_bytes <= max_partial_bytes",
+                value=(max_partial_items, max_item_bytes, max_partial_bytes),
+            )
         self.chunk_bytes = chunk_bytes
         self.coalesce_bytes = coalesce_bytes
+        self.max_partial_items = max_partial_items
+        self.max_partial_bytes = max_partial_bytes
+        self.max_item_bytes = max_item_bytes
         self._links: dict[str, _Link] = {}
         self._items: dict[tuple[int, str], _Item] = {}
         self._seq = 0
@@ -175,8 +204,8 @@ class SendQueue:
 
         The caller must not modify the buffers until the item is sent or cancelled.
         """
-        if type(item_id) is not int or item_id < 0:
-            raise LocalProtocolError("item_id must be a non-negative int", value=item_id)
+        if type(item_id) is not int or not 0 <= item_id <= MAX_COUNTER:
+            raise LocalProtocolError("item_id must be an int in 0..MAX_COUNTER", value=item_id)
         if not isinstance(peer, str) or not peer:
             raise LocalProtocolError("peer must be a non-empty site name", value=peer)
         if (
@@ -190,6 +219,13 @@ class SendQueue:
             raise LocalProtocolError("item already queued for this peer", peer=peer, value=item_id)
         views = [v for v in (_as_bytes_view(p) for p in parts) if len(v)]
         item = _Item(item_id, peer, (priority[0], priority[1]), views)
+        if not 1 <= item.total <= self.max_item_bytes:
+            raise LocalProtocolError(
+                "message must hold 1..max_item_bytes bytes",
+                peer=peer,
+                value=item.total,
+                limit=self.max_item_bytes,
+            )
         link = self._links.get(peer)
         if link is None:
             link = self._links[peer] = _Link()
@@ -201,7 +237,7 @@ class SendQueue:
     def cancel(self, item_id: int, peer: str | None = None) -> dict[str, int]:
         """Drop the unsent rest of ``item_id`` (on one peer, or on all); returns peer -> bytes already sent.
 
-        A non-zero count means the receiver holds a partial message it must be told to discard.
+        A non-zero count means the receiver holds a partial message: send it a ``ChunkCancel``.
         """
         peers = [peer] if peer is not None else [p for (i, p) in self._items if i == item_id]
         done: dict[str, int] = {}
@@ -222,12 +258,36 @@ class SendQueue:
             self._kill(self._items.pop((item_id, peer)))
         return done
 
+    def rewind_peer(self, peer: str) -> list[int]:
+        """After a reconnect the peer's reassembly state is gone: resend partly sent items from offset 0.
+
+        Returns the ids of the rewound items. Their priorities and queue positions are unchanged.
+        """
+        link = self._links.get(peer)
+        if link is None:
+            return []
+        rewound = []
+        for _, item in link.heap:
+            if not item.dead and item.sent:
+                link.queued_bytes += item.sent
+                item.sent = item.part = item.off = 0
+                rewound.append(item.item_id)
+        link.partial_items = link.partial_bytes = 0
+        return rewound
+
     def _kill(self, item: _Item) -> None:
         link = self._links[item.peer]
-        item.dead = True
-        link.dead += 1
         link.cancelled_items += 1
         link.queued_bytes -= item.total - item.sent
+        if item.sent:
+            link.partial_items -= 1
+            link.partial_bytes -= item.total
+        self._bury(link, item)
+
+    def _bury(self, link: _Link, item: _Item) -> None:
+        """Lazily delete an item that is not (necessarily) at the top of its heap."""
+        item.dead = True
+        link.dead += 1
         item.parts = []  # release the caller's buffers now, not when the entry reaches the heap top
         if link.dead >= _PURGE_MIN_DEAD and link.dead > link.live():
             link.heap = [e for e in link.heap if not e[1].dead]
@@ -248,33 +308,67 @@ class SendQueue:
         if not heap:
             return None
         item = heap[0][1]
-        data = self._cut(item)
+        pieces, part, off = self._plan(item)
+        if not self._may_send(link, item, pieces):
+            item, pieces, part, off = self._most_urgent_sendable(link)
+        data = pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
         chunk = Chunk(item.item_id, item.sent, item.total, data)
+        if item.sent == 0 and len(data) < item.total:
+            link.partial_items += 1
+            link.partial_bytes += item.total
         item.sent += len(data)
+        item.part, item.off = part, off
         link.queued_bytes -= len(data)
         link.sent_bytes += len(data)
         link.sent_chunks += 1
         if item.sent == item.total:
-            heapq.heappop(heap)
+            if chunk.offset:
+                link.partial_items -= 1
+                link.partial_bytes -= item.total
             del self._items[(item.item_id, peer)]
             link.sent_items += 1
+            if heap[0][1] is item:
+                heapq.heappop(heap)
+            else:
+                self._bury(link, item)
         return chunk
 
-    def _cut(self, item: _Item) -> memoryview:
-        """Take the next chunk's bytes and advance the item's cursor."""
+    def _may_send(self, link: _Link, item: _Item, pieces: list[memoryview]) -> bool:
+        """False if starting ``item`` would open one reassembly too many at the peer."""
+        if item.sent or sum(len(p) for p in pieces) == item.total:
+            return True
+        return (
+            link.partial_items < self.max_partial_items
+            and link.partial_bytes + item.total <= self.max_partial_bytes
+        )
+
+    def _most_urgent_sendable(self, link: _Link) -> tuple[_Item, list[memoryview], int, int]:
+        """Slow path when the heap top may not start: scan for the best item that may go.
+
+        One always exists: the top is refused only while some item is partially sent (every item fits the
+        byte budget alone), and a started item may always continue.
+        """
+        best: tuple[tuple[int, ...], _Item, list[memoryview], int, int] | None = None
+        for key, item in link.heap:
+            if item.dead or (best is not None and key >= best[0]):
+                continue
+            pieces, part, off = self._plan(item)
+            if self._may_send(link, item, pieces):
+                best = (key, item, pieces, part, off)
+        assert best is not None, "a partially sent item always exists when the heap top is refused"
+        return best[1], best[2], best[3], best[4]
+
+    def _plan(self, item: _Item) -> tuple[list[memoryview], int, int]:
+        """The pieces of the item's next chunk and where its cursor (part, offset) would move."""
         parts = item.parts
-        if item.part >= len(parts):
-            return memoryview(b"")  # an empty message still travels as one (empty, last) chunk
         part = parts[item.part]
         rest = len(part) - item.off
         if rest >= self.coalesce_bytes or item.part == len(parts) - 1:
             n = min(self.chunk_bytes, rest)
-            data = part[item.off : item.off + n]
-            item.off += n
-            if item.off == len(part):
-                item.part += 1
-                item.off = 0
-            return data
+            end = item.off + n
+            if end == len(part):
+                return [part[item.off : end]], item.part + 1, 0
+            return [part[item.off : end]], item.part, end
         pieces = [part[item.off :]]
         size = rest
         j = item.part + 1
@@ -286,8 +380,7 @@ class SendQueue:
             pieces.append(parts[j])
             size += len(parts[j])
             j += 1
-        item.part, item.off = j, 0
-        return pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
+        return pieces, j, 0
 
     # -- introspection -------------------------------------------------------------------------------
 
@@ -309,6 +402,7 @@ class SendQueue:
             out[peer] = PeerQueueStats(
                 queued_items=len(live),
                 queued_bytes=link.queued_bytes,
+                partial_items=link.partial_items,
                 sent_items=link.sent_items,
                 sent_chunks=link.sent_chunks,
                 sent_bytes=link.sent_bytes,
@@ -333,7 +427,19 @@ class FifoQueue(SendQueue):
         return (seq,)
 
 
-def make_send_queue(cfg: EdfConfig) -> SendQueue:
-    """The queue ``[gateway.edf] policy`` asks for."""
+def make_send_queue(
+    cfg: EdfConfig,
+    *,
+    max_partial_items: int = MAX_PARTIAL_ITEMS,
+    max_partial_bytes: int = MAX_REASSEMBLY_BYTES,
+    max_item_bytes: int = MAX_FRAME_BYTES,
+) -> SendQueue:
+    """The queue ``[gateway.edf] policy`` asks for; pass lower receiver limits if the connection has them."""
     cls = EdfQueue if cfg.policy == "edf" else FifoQueue
-    return cls(chunk_bytes=cfg.chunk_bytes, coalesce_bytes=cfg.coalesce_bytes)
+    return cls(
+        chunk_bytes=cfg.chunk_bytes,
+        coalesce_bytes=cfg.coalesce_bytes,
+        max_partial_items=max_partial_items,
+        max_partial_bytes=max_partial_bytes,
+        max_item_bytes=max_item_bytes,
+    )

@@ -32,7 +32,9 @@ def _message(sizes: list[int], salt: int) -> list[bytes]:
     return [rng.integers(0, 256, size=n, dtype=np.uint8).tobytes() for n in sizes]
 
 
-part_sizes = st.lists(st.integers(0, 40), min_size=0, max_size=4)
+# messages of 1..MAX_MESSAGE bytes (an empty frame does not exist on the wire)
+part_sizes = st.lists(st.integers(0, 40), min_size=1, max_size=4).filter(lambda sizes: sum(sizes) > 0)
+MAX_MESSAGE = 160
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("push"), st.integers(0, 3), st.integers(0, 5), part_sizes),
@@ -49,8 +51,7 @@ def _check_chunk(ref: Ref, chunk: Chunk, chunk_bytes: int) -> None:
     got = ref.received.setdefault(chunk.item_id, bytearray())
     assert chunk.offset == len(got)
     assert chunk.total == len(data)
-    assert len(chunk.data) <= chunk_bytes
-    assert len(chunk.data) > 0 or chunk.total == 0
+    assert 0 < len(chunk.data) <= chunk_bytes
     got += chunk.data
     assert bytes(got) == data[: len(got)]
     assert chunk.last == (len(got) == len(data))
@@ -58,9 +59,46 @@ def _check_chunk(ref: Ref, chunk: Chunk, chunk_bytes: int) -> None:
         del ref.items[chunk.item_id]
 
 
+def _started(ref: Ref) -> list[int]:
+    """Items the peer is reassembling: partly sent, not finished, not cancelled."""
+    return [i for i in ref.items if ref.received.get(i)]
+
+
+def _check_choice(ref: Ref, chunk: Chunk, q: SendQueue, fifo: bool) -> None:
+    """The chunk's item is the most urgent present (EDF) / oldest (FIFO), unless that one was refused
+    because starting it would break the receiver's partial-item limits."""
+
+    def key(i: int) -> tuple[int, ...]:
+        prio, seq, _ = ref.items[i]
+        return (seq,) if fifo else (*prio, seq)
+
+    started = _started(ref)
+    for i in ref.items:
+        if key(i) < key(chunk.item_id):  # skipped over: only allowed for an item that may not start
+            assert i not in started
+            total = len(ref.items[i][2])
+            full = len(started) >= q.max_partial_items
+            over = sum(len(ref.items[j][2]) for j in started) + total > q.max_partial_bytes
+            assert full or over
+
+
 def _run(queue: SendQueue, operations: list[Op], fifo: bool) -> Ref:
     ref = Ref()
     next_id = 0
+
+    def take() -> Chunk | None:
+        chunk = queue.next_chunk("b")
+        if not ref.items:
+            assert chunk is None
+            return None
+        assert chunk is not None
+        _check_choice(ref, chunk, queue, fifo)
+        _check_chunk(ref, chunk, queue.chunk_bytes)
+        started = _started(ref)
+        assert len(started) <= queue.max_partial_items
+        assert sum(len(ref.items[j][2]) for j in started) <= queue.max_partial_bytes
+        return chunk
+
     for op in operations:
         if op[0] == "push":
             _, it, layer, sizes = op
@@ -71,18 +109,8 @@ def _run(queue: SendQueue, operations: list[Op], fifo: bool) -> Ref:
             next_id += 1
         elif op[0] == "next":
             for _ in range(op[1]):
-                chunk = queue.next_chunk("b")
-                if not ref.items:
-                    assert chunk is None
+                if take() is None:
                     break
-                assert chunk is not None
-                # the chunk belongs to the most urgent item present (EDF) / the oldest one (FIFO)
-                if fifo:
-                    want = min(ref.items, key=lambda i: ref.items[i][1])
-                else:
-                    want = min(ref.items, key=lambda i: (ref.items[i][0], ref.items[i][1]))
-                assert chunk.item_id == want
-                _check_chunk(ref, chunk, queue.chunk_bytes)
         else:
             item_id = op[1]
             sent = queue.cancel(item_id)
@@ -94,26 +122,40 @@ def _run(queue: SendQueue, operations: list[Op], fifo: bool) -> Ref:
         stats = queue.stats().peers.get("b")
         if stats is not None:
             assert stats.queued_items == len(ref.items)
+            assert stats.partial_items == len(_started(ref))
             unsent = sum(len(d) - len(ref.received.get(i, b"")) for i, (_, _, d) in ref.items.items())
             assert stats.queued_bytes == unsent
-    # drain: everything left comes out exactly once
-    while (chunk := queue.next_chunk("b")) is not None:
-        _check_chunk(ref, chunk, queue.chunk_bytes)
+    while take() is not None:  # drain: everything left comes out exactly once
+        pass
     assert ref.items == {}
     assert len(queue) == 0
     return ref
 
 
-@settings(max_examples=150, deadline=None)
-@given(operations=ops, chunk=st.integers(1, 16), coalesce=st.integers(0, 16))
-def test_edf_order_and_bytes_exactly_once(operations: list[Op], chunk: int, coalesce: int) -> None:
-    _run(EdfQueue(chunk_bytes=chunk, coalesce_bytes=min(coalesce, chunk)), operations, fifo=False)
+limits = st.tuples(st.integers(1, 16), st.integers(0, 16), st.integers(1, 3), st.integers(0, 100))
+
+
+def _queue(cls: type[SendQueue], lim: tuple[int, int, int, int]) -> SendQueue:
+    chunk, coalesce, max_items, extra_bytes = lim
+    return cls(
+        chunk_bytes=chunk,
+        coalesce_bytes=min(coalesce, chunk),
+        max_partial_items=max_items,
+        max_item_bytes=MAX_MESSAGE,
+        max_partial_bytes=MAX_MESSAGE + extra_bytes,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(operations=ops, lim=limits)
+def test_edf_order_and_bytes_exactly_once(operations: list[Op], lim: tuple[int, int, int, int]) -> None:
+    _run(_queue(EdfQueue, lim), operations, fifo=False)
 
 
 @settings(max_examples=100, deadline=None)
-@given(operations=ops, chunk=st.integers(1, 16), coalesce=st.integers(0, 16))
-def test_fifo_order_and_bytes_exactly_once(operations: list[Op], chunk: int, coalesce: int) -> None:
-    _run(FifoQueue(chunk_bytes=chunk, coalesce_bytes=min(coalesce, chunk)), operations, fifo=True)
+@given(operations=ops, lim=limits)
+def test_fifo_order_and_bytes_exactly_once(operations: list[Op], lim: tuple[int, int, int, int]) -> None:
+    _run(_queue(FifoQueue, lim), operations, fifo=True)
 
 
 @settings(max_examples=100, deadline=None)
@@ -168,12 +210,13 @@ def test_small_parts_are_coalesced_into_one_chunk() -> None:
     assert q.next_chunk("b") is None
 
 
-def test_empty_message_is_one_empty_last_chunk() -> None:
-    q = EdfQueue(chunk_bytes=8, coalesce_bytes=0)
-    q.push(3, "b", (0, 0), [b"", b""])
-    chunk = q.next_chunk("b")
-    assert chunk == Chunk(3, 0, 0, memoryview(b"")) and chunk.last
-    assert q.next_chunk("b") is None
+def test_empty_or_oversized_message_is_refused() -> None:
+    q = EdfQueue(chunk_bytes=8, coalesce_bytes=0, max_item_bytes=10, max_partial_bytes=10)
+    with pytest.raises(LocalProtocolError):
+        q.push(3, "b", (0, 0), [b"", b""])
+    with pytest.raises(LocalProtocolError):
+        q.push(4, "b", (0, 0), [b"x" * 11])
+    q.push(5, "b", (0, 0), [b"x" * 10])
 
 
 def test_links_are_independent_and_cancel_spans_peers() -> None:
@@ -246,3 +289,41 @@ def test_make_send_queue_follows_config() -> None:
         EdfQueue(chunk_bytes=0)
     with pytest.raises(LocalProtocolError):
         EdfQueue(chunk_bytes=4, coalesce_bytes=5)
+
+
+def test_preemption_never_opens_more_partial_items_than_the_peer_accepts() -> None:
+    q = EdfQueue(chunk_bytes=4, coalesce_bytes=0, max_partial_items=2)
+    q.push(1, "b", (0, 5), [b"a" * 10])
+    assert q.next_chunk("b") == Chunk(1, 0, 10, memoryview(b"aaaa"))
+    q.push(2, "b", (0, 4), [b"b" * 10])
+    assert q.next_chunk("b") == Chunk(2, 0, 10, memoryview(b"bbbb"))
+    q.push(3, "b", (0, 3), [b"c" * 10])  # more urgent, but a third partial item: waits
+    q.push(4, "b", (0, 0), [b"ddd"])  # fits in one chunk: needs no reassembly, may go
+    ids = []
+    while (c := q.next_chunk("b")) is not None:
+        ids.append(c.item_id)
+        assert q.stats().peers["b"].partial_items <= 2
+    assert ids == [4, 2, 2, 3, 3, 3, 1, 1]
+
+
+def test_byte_budget_of_partial_items_is_respected() -> None:
+    q = EdfQueue(chunk_bytes=4, coalesce_bytes=0, max_item_bytes=10, max_partial_bytes=15)
+    q.push(1, "b", (0, 5), [b"a" * 10])
+    q.next_chunk("b")
+    q.push(2, "b", (0, 0), [b"b" * 10])  # 10 + 10 > 15: cannot start until item 1 is done
+    ids = [c.item_id for c in iter(lambda: q.next_chunk("b"), None)]
+    assert ids == [1, 1, 2, 2, 2]
+
+
+def test_rewind_after_reconnect_resends_partial_items_from_the_start() -> None:
+    q = EdfQueue(chunk_bytes=4, coalesce_bytes=0)
+    q.push(1, "b", (0, 1), [b"0123456789"])
+    q.push(2, "b", (0, 2), [b"xy"])
+    q.next_chunk("b")
+    assert q.stats().peers["b"].partial_items == 1
+    assert q.rewind_peer("b") == [1] and q.rewind_peer("nobody") == []
+    stats = q.stats().peers["b"]
+    assert stats.partial_items == 0 and stats.queued_bytes == 12
+    chunks = list(iter(lambda: q.next_chunk("b"), None))
+    assert [(c.item_id, c.offset) for c in chunks] == [(1, 0), (1, 4), (1, 8), (2, 0)]
+    assert b"".join(bytes(c.data) for c in chunks[:3]) == b"0123456789"
