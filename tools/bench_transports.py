@@ -244,7 +244,7 @@ def run(quick: bool) -> dict[str, Any]:
     with asyncio.Runner() as runner:
         raw, ours = runner.run(
             _side_by_side(
-                lambda: _paced_raw(shaped_total, rate, shape), lambda: _shaped(shaped_total, shape), 2
+                lambda: _paced_raw(shaped_total, rate, shape), lambda: _shaped(shaped_total, shape), 3
             )
         )
         delayed = runner.run(_shaped(shaped_total, LinkShape(rate_bps=rate, delay_s=0.02)))
