@@ -43,7 +43,7 @@ def too_many(what: str, limit_name: str, limit: int, value: int) -> LocalProtoco
 
 
 def check_uint(value: Any, field: str, maximum: int) -> int:
-    if type(value) is not int or not 0 <= value <= maximum:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= maximum:
         raise LocalProtocolError(f"{field} must be an integer in [0, {maximum}]", value=value)
     return value
 
