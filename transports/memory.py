@@ -193,6 +193,7 @@ class MemoryListener(Listener):
         self._capacity = capacity
         self._wrap = wrap
         self._ids = itertools.count(1)
+        self._registry = _registry()
 
     def _accept(self, client_timeouts: Timeouts) -> MemoryTransport:
         ours, theirs = memory_pair(
@@ -207,9 +208,9 @@ class MemoryListener(Listener):
         return ours
 
     def _stop_accepting(self) -> None:
-        reg = _registry()
-        if reg.get(self.name) is self:
-            del reg[self.name]
+        # the registry captured at listen time: close() may run after the loop stopped
+        if self._registry.get(self.name) is self:
+            del self._registry[self.name]
 
 
 async def listen_memory(
