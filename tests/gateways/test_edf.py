@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gateways.config import EdfConfig
 from gateways.edf import Chunk, EdfQueue, FifoQueue, SendQueue, make_send_queue
+from gateways.edf_model import run_pipeline, vgg_like_layers
 from wanrt.errors import LocalProtocolError
 
 Op = tuple[Any, ...]
@@ -327,3 +328,17 @@ def test_rewind_after_reconnect_resends_partial_items_from_the_start() -> None:
     chunks = list(iter(lambda: q.next_chunk("b"), None))
     assert [(c.item_id, c.offset) for c in chunks] == [(1, 0), (1, 4), (1, 8), (2, 0)]
     assert b"".join(bytes(c.data) for c in chunks[:3]) == b"0123456789"
+
+
+def test_pipeline_model_edf_ships_the_first_layer_within_one_chunk_and_beats_fifo() -> None:
+    sizes = vgg_like_layers(8, total_bytes=1 << 20)
+    rate, chunk = 1e6, 4096  # bytes/s: the transfer takes ~1 s
+    kw = {"rate_bytes_s": rate, "backward_s": 0.5, "forward_s": 0.3}
+    edf = run_pipeline(EdfQueue(chunk_bytes=chunk, coalesce_bytes=0), sizes, **kw)
+    fifo = run_pipeline(FifoQueue(chunk_bytes=chunk, coalesce_bytes=0), sizes, **kw)
+    pushed = 0.5  # layer 0's gradient is the last one the backward pass produces
+    assert edf.arrival_s[0] <= pushed + (chunk + sizes[0]) / rate + 1e-9
+    assert fifo.arrival_s[0] == pytest.approx(max(fifo.arrival_s))  # FIFO ships it last
+    assert edf.forward_end_s < fifo.forward_end_s
+    # same bytes on the same link: the last byte leaves at the same time, only the order differs
+    assert max(edf.arrival_s) == pytest.approx(max(fifo.arrival_s))
