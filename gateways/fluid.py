@@ -13,6 +13,8 @@ arms). One link's time in an iteration is ``comm_s × slowdown_i × base_i / rat
 * ``variable``  every link N(1, σ²)·d_base per iteration (the paper gives no σ; σ = 0.2 here, clipped);
 * ``bursty``    every link 5× slower with probability 0.2 per iteration, independently.
 
+Rows with ``conserve=True`` rescale the rates to the base sum after each reallocation (a shared uplink);
+the paper's rule adds (α − β)·|S| shares of capacity from nowhere, which flatters it on this model.
 ``python -m gateways.fluid [--quick] [--json PATH]`` prints the table (the report cites it).
 """
 

@@ -33,11 +33,15 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal, TypeAlias
 
 from gateways.config import RateConfig
 from wanrt.errors import ConfigError, LocalProtocolError
 
-__all__ = ["LinkState", "RateAllocator", "RateSnapshot"]
+__all__ = ["Action", "LinkState", "RateAllocator", "RateSnapshot"]
+
+#: What the last :meth:`RateAllocator.observe` did (for /status and logs).
+Action: TypeAlias = Literal["none", "reallocate", "recover", "cooldown"]
 
 # Rates within this relative distance of the base rate snap to it, so recovery ends in finitely many steps
 # and /status shows "at base" instead of an endless tail of tiny differences.
@@ -61,7 +65,7 @@ class RateSnapshot:
 
     iteration: int | None
     median_s: float | None
-    last_action: str  # "none" | "reallocate" | "recover" | "cooldown"
+    last_action: Action
     last_reallocation: int | None
     reallocations: int
     links: Mapping[str, LinkState]
@@ -74,8 +78,10 @@ class RateSnapshot:
 class RateAllocator:
     """Turns per-iteration link times into per-link target send rates (bit/s); time is never read here."""
 
-    def __init__(self, links: Iterable[str], base_rates: Mapping[str, float], cfg: RateConfig) -> None:
-        self.cfg = cfg
+    def __init__(
+        self, links: Iterable[str], base_rates: Mapping[str, float], cfg: RateConfig | None = None
+    ) -> None:
+        self.cfg = cfg or RateConfig()
         self._base: dict[str, float] = {}
         self._rate: dict[str, float] = {}
         self._streak: dict[str, int] = {}
@@ -86,7 +92,7 @@ class RateAllocator:
         self._median: float | None = None
         self._last_realloc: int | None = None
         self._reallocations = 0
-        self._action = "none"
+        self._action: Action = "none"
 
     # -- membership and base rates -------------------------------------------------------------------
 
