@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from gateways.config import EdfConfig
+from gateways.policy_config import EdfConfig
 from wanrt.errors import LocalProtocolError
 from wanrt.protocol.limits import MAX_COUNTER, MAX_FRAME_BYTES, MAX_PARTIAL_ITEMS, MAX_REASSEMBLY_BYTES
 

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gateways.config import RateConfig
+from gateways.policy_config import RateConfig
 from gateways.rates import RateAllocator
 
 __all__ = ["PROFILES", "Comparison", "FluidResult", "compare", "main", "simulate"]

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from gateways.config import RateConfig
+from gateways.policy_config import RateConfig
 from wanrt.errors import ConfigError, LocalProtocolError
 
 __all__ = ["Action", "LinkState", "RateAllocator", "RateSnapshot"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -227,3 +229,13 @@ def test_persistence_filter_is_what_prevents_thrashing_under_bursts() -> None:
 def test_uniform_links_never_reallocate() -> None:
     result = simulate("uniform", cfg=RateConfig(), iterations=100)
     assert result.reallocations == 0 and result.mean_iteration_s == pytest.approx(1.0)
+
+
+def test_policies_import_no_io_machinery() -> None:
+    # sans-IO: the simulator drives these objects on virtual time, without an event loop or sockets
+    code = (
+        "import sys, gateways.edf, gateways.rates, gateways.fluid, gateways.edf_model;"
+        "print(sorted(m for m in ('asyncio', 'socket', 'ssl', 'uvloop') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
