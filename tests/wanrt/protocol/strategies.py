@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -119,8 +120,9 @@ def assert_same_message(a: Message, b: Message) -> None:
         np.testing.assert_array_equal(pa.indices, pb.indices)
         assert pa.values.dtype == pb.values.dtype
         assert pa.values.tobytes() == pb.values.tobytes()
-        fields_a: dict[str, Any] = {k: getattr(a, k) for k in a.__dataclass_fields__ if k != "payload"}
-        fields_b: dict[str, Any] = {k: getattr(b, k) for k in b.__dataclass_fields__ if k != "payload"}
+        names = [f.name for f in dataclasses.fields(a) if f.name != "payload"]
+        fields_a: dict[str, Any] = {k: getattr(a, k) for k in names}
+        fields_b: dict[str, Any] = {k: getattr(b, k) for k in names}
         assert fields_a == fields_b
     else:
         assert a == b
