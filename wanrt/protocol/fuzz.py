@@ -285,11 +285,11 @@ def mutate(rng: random.Random, sessions: Sequence[Session]) -> Input:
         data = b"".join(frames[:prefix]) + rng.randbytes(rng.randrange(0, 3000))
     elif kind == 2:
         name = "bit_flips"
-        blob = bytearray(b"".join(frames))
+        flipped = bytearray(b"".join(frames))
         for _ in range(rng.randrange(1, 8)):
-            pos = rng.randrange(len(blob))
-            blob[pos] ^= 1 << rng.randrange(8)
-        data = bytes(blob)
+            pos = rng.randrange(len(flipped))
+            flipped[pos] ^= 1 << rng.randrange(8)
+        data = bytes(flipped)
     elif kind == 3:
         name = "truncated"
         blob = b"".join(frames)
