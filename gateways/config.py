@@ -7,11 +7,12 @@ later as a stalled round. The annotated example is ``docs/examples/site-a.toml``
 
 File layout::
 
-    [gateway]               GatewayConfig (site, job, listen, peers, topology, timeouts, ...)
+    [gateway]               GatewayConfig (site, job, secret, listen urls, liveness and shutdown timeouts)
     [gateway.peers]         site name -> url of that site's gateway
+    [gateway.rounds]        RoundConfig (gateways.round_config): topology, deadlines, t_w, forwarding
     [gateway.peer_rates_bps] optional per-peer base rate, overriding link_rate_bps
-    [gateway.edf]           EdfConfig: send-queue policy and chunking
-    [gateway.rates]         RateConfig: straggler-link rate reallocation (seed 002)
+    [gateway.edf]           EdfConfig: send-queue policy and chunking       (gateways.policy_config)
+    [gateway.rates]         RateConfig: straggler-link rate reallocation (gateways.policy_config)
     [gateway.shaping.NAME]  LinkShape: emulated WAN link towards peer NAME (tests and demos only)
 """
 
@@ -23,151 +24,55 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Literal
-from urllib.parse import urlsplit
+from typing import Any, Final
 
+from gateways.policy_config import MAX_CHUNK_BYTES, EdfConfig, RateConfig
+from gateways.round_config import RoundConfig
+from transports.link import LinkShape
+from transports.timeouts import Timeouts
+from transports.tls import TLSConfig
+from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
 from wanrt.errors import ConfigError
+from wanrt.protocol.limits import MAX_SECRET_BYTES, MAX_SITES, MIN_SECRET_BYTES
 
 __all__ = [
     "MAX_CHUNK_BYTES",
-    "MAX_OPEN_ITERATIONS",
     "MAX_PEERS",
-    "MIN_CHUNK_BYTES",
-    "MIN_SECRET_BYTES",
     "EdfConfig",
     "GatewayConfig",
-    "LinkShape",
+    "PeerShape",
     "RateConfig",
     "load_gateway_config",
 ]
 
-#: A chunk is the unit of non-preemption on a link: at 100 Mbit/s a 16 MiB chunk already blocks an urgent
-#: layer for 1.3 s, so larger chunks defeat EDF; it also stays far below any sane frame-size limit.
-MAX_CHUNK_BYTES: Final = 16 << 20
-#: Each chunk pays a frame header (tens of bytes); below 512 B that overhead exceeds ~5 %.
-MIN_CHUNK_BYTES: Final = 512
-#: Partial staleness is at most 1 (StellaTrain §3.3), so 2 open iterations suffice; 64 bounds the memory a
-#: misconfigured gateway can pin in half-finished rounds.
-MAX_OPEN_ITERATIONS: Final = 64
-#: Every peer costs a connection, a send sub-queue and per-round state; a job spanning more sites than this
-#: is a configuration mistake rather than a deployment.
-MAX_PEERS: Final = 256
-#: The job secret keys the handshake MAC; shorter secrets are guessable offline.
-MIN_SECRET_BYTES: Final = 16
+#: A job spans at most MAX_SITES sites (the protocol's bound on Aggregate.sites), this one included.
+MAX_PEERS: Final = MAX_SITES - 1
 
 _SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_SCHEMES = ("tcp", "unix", "mem")
 
 
-def _url_problem(url: str, *, allow_port_zero: bool) -> str | None:
-    """Why ``url`` is not a usable transport url (``tcp://host:port``, ``unix:///path``, ``mem://name``)."""
+def _check_url(key: str, url: str, *, listening: bool = False) -> None:
+    """Validate with the transports' own parser, re-keyed so the error names the config key."""
     try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        return str(exc)
-    if parts.scheme not in _SCHEMES:
-        return f"scheme must be one of {', '.join(_SCHEMES)}"
-    if parts.scheme == "unix":
-        return None if (parts.netloc + parts.path) else "unix url needs a socket path"
-    if parts.scheme == "mem":
-        return None if parts.netloc else "mem url needs a name"
-    try:
-        port = parts.port
-    except ValueError:
-        return "port must be an integer in 0..65535"
-    if not parts.hostname:
-        return "tcp url needs a host"
-    if port is None:
-        return "tcp url needs a port"
-    if port == 0 and not allow_port_zero:
-        return "port 0 is only allowed for listening"
-    return None
-
-
-def _check_url(key: str, url: str, *, allow_port_zero: bool = False) -> None:
-    problem = _url_problem(url, allow_port_zero=allow_port_zero)
-    check(problem is None, key, url, problem or "")
+        endpoint = parse_url(url)
+    except ConfigError as exc:
+        raise ConfigError(f"invalid value for {key!r}: {exc.message}", key=key, value=url) from None
+    check(listening or endpoint.scheme != "tcp" or endpoint.port != 0, key, url, "port 0 only for listening")
 
 
 @dataclass(frozen=True)
-class EdfConfig:
-    """The per-link send queue (:mod:`gateways.edf`).
+class PeerShape(LinkShape):
+    """Emulated WAN link towards one peer (:class:`transports.link.LinkShape`: rate, delay, jitter, ...).
 
-    ``edf`` sends the most urgent (iteration, layer) first, StellaTrain §3.3; ``fifo`` is the first-come
-    baseline kept for the EDF-vs-FIFO comparison. Chunks bound how long an urgent layer waits behind a
-    large one already on the wire. Pieces shorter than ``coalesce_bytes`` (message headers, tiny layers) are
-    copied together into one chunk rather than each paying a frame.
+    ``trace`` names a bandwidth trace file (:class:`transports.traces.BandwidthTrace`, resolved relative to
+    the config file) that drives the rate over time, starting from ``rate_bps``. For demos and tests only.
     """
 
-    policy: Literal["edf", "fifo"] = "edf"
-    chunk_bytes: int = 256 << 10
-    coalesce_bytes: int = 4 << 10
-
-    def __post_init__(self) -> None:
-        check(
-            MIN_CHUNK_BYTES <= self.chunk_bytes <= MAX_CHUNK_BYTES,
-            "chunk_bytes",
-            self.chunk_bytes,
-            f"must be in {MIN_CHUNK_BYTES}..{MAX_CHUNK_BYTES}",
-        )
-        check(
-            0 <= self.coalesce_bytes <= self.chunk_bytes,
-            "coalesce_bytes",
-            self.coalesce_bytes,
-            "must be in 0..chunk_bytes",
-        )
-
-
-@dataclass(frozen=True)
-class RateConfig:
-    """Straggler-link rate reallocation (:mod:`gateways.rates`), seed 002 "Straggler-Aware Scheduler".
-
-    Paper values are the defaults: streak K = 3 iterations slower than 1.2 × the median, boost α = 0.3,
-    donor penalty β = 0.15 shared by the donors, recovery r ← 0.5·r + 0.5·r_base, cooldown 5 iterations.
-    ``max_boost``, ``min_share`` and ``conserve_total`` are ours: the paper compounds boosts without a bound
-    and lets the sum of rates drift above the base sum, which a real uplink cannot honour.
-    """
-
-    enabled: bool = True
-    streak: int = 3
-    slow_factor: float = 1.2
-    alpha: float = 0.3
-    beta: float = 0.15
-    recovery: float = 0.5
-    cooldown: int = 5
-    max_boost: float = 4.0
-    min_share: float = 0.25
-    conserve_total: bool = False
-
-    def __post_init__(self) -> None:
-        check(1 <= self.streak <= 1000, "streak", self.streak, "must be in 1..1000 iterations")
-        check(1.0 < self.slow_factor <= 100.0, "slow_factor", self.slow_factor, "must be in (1, 100]")
-        check(0.0 < self.alpha <= 10.0, "alpha", self.alpha, "must be in (0, 10]")
-        check(0.0 <= self.beta < 1.0, "beta", self.beta, "must be in [0, 1)")
-        check(0.0 < self.recovery <= 1.0, "recovery", self.recovery, "must be in (0, 1]")
-        check(0 <= self.cooldown <= 10_000, "cooldown", self.cooldown, "must be in 0..10000 iterations")
-        check(1.0 <= self.max_boost <= 100.0, "max_boost", self.max_boost, "must be in [1, 100]")
-        check(0.0 < self.min_share <= 1.0, "min_share", self.min_share, "must be in (0, 1]")
-
-
-@dataclass(frozen=True)
-class LinkShape:
-    """Emulated WAN link towards one peer (token-bucket rate, one-way delay, jitter), for demos and tests.
-
-    ``trace`` names a bandwidth trace file (resolved relative to the config file); when given it drives the
-    rate over time and ``rate_bps`` is the starting rate. ``rate_bps = 0`` means unshaped.
-    """
-
-    rate_bps: float = 0.0
-    delay_s: float = 0.0
-    jitter_s: float = 0.0
     trace: str | None = None
 
     def __post_init__(self) -> None:
-        check(0.0 <= self.rate_bps <= 1e13, "rate_bps", self.rate_bps, "must be in [0, 1e13] (0 = unshaped)")
-        check(0.0 <= self.delay_s <= 60.0, "delay_s", self.delay_s, "must be in [0, 60] seconds")
-        check(0.0 <= self.jitter_s <= 60.0, "jitter_s", self.jitter_s, "must be in [0, 60] seconds")
+        super().__post_init__()
         check(self.trace is None or self.trace != "", "trace", self.trace, "must be a file path")
 
 
@@ -181,6 +86,10 @@ class GatewayConfig:
 
     The job secret comes from ``secret_file`` (preferred: keeps it out of the config, which gets pasted
     into bug reports) or inline ``secret``; exactly one must be set. ``secret`` is excluded from ``repr``.
+
+    Round timing (deadline, t_w, open-iteration window), topology and forwarding policy live in
+    ``[gateway.rounds]``, the round engine's own :class:`~gateways.round_config.RoundConfig`, so there is
+    one key for each of them; ``root`` is here because only the site list can validate it.
     """
 
     site: str
@@ -192,25 +101,19 @@ class GatewayConfig:
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     peers: Mapping[str, str] = field(default_factory=dict)
-    topology: Literal["star", "tree", "ring", "parent_child"] = "star"
-    tree_arity: int = 2
     root: str | None = None
-    round_deadline_s: float = 30.0
-    straggler_wait_s: float = 2.0
-    max_open_iterations: int = 2
-    heartbeat_interval_s: float = 1.0
-    heartbeat_misses: int = 3
     reconnect_initial_s: float = 0.5
     reconnect_max_s: float = 30.0
     reconnect_factor: float = 2.0
     shutdown_deadline_s: float = 10.0
-    forward_policy: Literal["k_over_n", "resparsify"] = "k_over_n"
-    forward_cap: float = 1.0
     link_rate_bps: float = 100e6
     peer_rates_bps: Mapping[str, float] = field(default_factory=dict)
+    rounds: RoundConfig = field(default_factory=RoundConfig)
     edf: EdfConfig = field(default_factory=EdfConfig)
     rates: RateConfig = field(default_factory=RateConfig)
-    shaping: Mapping[str, LinkShape] = field(default_factory=dict)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    tls: TLSConfig | None = None
+    shaping: Mapping[str, PeerShape] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peers", _frozen_map(self.peers))
@@ -232,16 +135,16 @@ class GatewayConfig:
         )
         if self.secret is not None:
             check(
-                len(self.secret.encode()) >= MIN_SECRET_BYTES,
+                MIN_SECRET_BYTES <= len(self.secret.encode()) <= MAX_SECRET_BYTES,
                 "secret",
                 "<hidden>",
-                f"must be at least {MIN_SECRET_BYTES} bytes",
+                f"must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes",
             )
         check(self.secret_file != "", "secret_file", self.secret_file, "must be a file path")
 
     def _check_endpoints(self) -> None:
-        _check_url("listen", self.listen, allow_port_zero=True)
-        _check_url("trainer_listen", self.trainer_listen, allow_port_zero=True)
+        _check_url("listen", self.listen, listening=True)
+        _check_url("trainer_listen", self.trainer_listen, listening=True)
         check(0 <= self.metrics_port <= 65535, "metrics_port", self.metrics_port, "0 (off) or a port")
         check(bool(self.metrics_host), "metrics_host", self.metrics_host, "must be a host name or address")
         check(len(self.peers) <= MAX_PEERS, "peers", len(self.peers), f"at most {MAX_PEERS} peers")
@@ -250,7 +153,6 @@ class GatewayConfig:
             check(bool(_SITE_NAME.match(name)), key, name, "site names: letters, digits, _ . - (max 63)")
             check(name != self.site, key, name, "a site must not list itself as a peer")
             _check_url(key, url)
-        check(2 <= self.tree_arity <= MAX_PEERS, "tree_arity", self.tree_arity, f"must be in 2..{MAX_PEERS}")
         if self.root is not None:
             check(
                 self.root == self.site or self.root in self.peers,
@@ -263,21 +165,6 @@ class GatewayConfig:
         def positive(key: str, value: float, upper: float) -> None:
             check(0.0 < value <= upper, key, value, f"must be in (0, {upper:g}] seconds")
 
-        positive("round_deadline_s", self.round_deadline_s, 3600.0)
-        check(
-            0.0 <= self.straggler_wait_s <= self.round_deadline_s,
-            "straggler_wait_s",
-            self.straggler_wait_s,
-            "must be in [0, round_deadline_s]",
-        )
-        check(
-            1 <= self.max_open_iterations <= MAX_OPEN_ITERATIONS,
-            "max_open_iterations",
-            self.max_open_iterations,
-            f"must be in 1..{MAX_OPEN_ITERATIONS}",
-        )
-        positive("heartbeat_interval_s", self.heartbeat_interval_s, 600.0)
-        check(1 <= self.heartbeat_misses <= 100, "heartbeat_misses", self.heartbeat_misses, "in 1..100")
         positive("reconnect_initial_s", self.reconnect_initial_s, 600.0)
         positive("reconnect_max_s", self.reconnect_max_s, 3600.0)
         check(
@@ -290,7 +177,6 @@ class GatewayConfig:
         positive("shutdown_deadline_s", self.shutdown_deadline_s, 3600.0)
 
     def _check_rates(self) -> None:
-        check(0.0 < self.forward_cap <= 64.0, "forward_cap", self.forward_cap, "must be in (0, 64]")
         check(0.0 < self.link_rate_bps <= 1e13, "link_rate_bps", self.link_rate_bps, "in (0, 1e13] bit/s")
         for name, rate in self.peer_rates_bps.items():
             key = f"peer_rates_bps.{name}"
@@ -298,6 +184,12 @@ class GatewayConfig:
             check(0.0 < rate <= 1e13, key, rate, "must be in (0, 1e13] bit/s")
         for name in self.shaping:
             check(name in self.peers, f"shaping.{name}", name, "not one of the peers")
+            check(
+                parse_url(self.peers[name]).shape is None,
+                f"shaping.{name}",
+                name,
+                "the peer's url already carries a shaping query; use one or the other",
+            )
 
     def base_rate_bps(self, peer: str) -> float:
         """The rate the allocator returns to once ``peer``'s link stops straggling."""
@@ -315,14 +207,15 @@ class GatewayConfig:
         assert self.secret_file is not None  # __post_init__ guarantees exactly one
         path = Path(self.secret_file)
         try:
-            data = path.read_bytes().rstrip(b"\r\n")
+            with path.open("rb") as fh:
+                data = fh.read(MAX_SECRET_BYTES + 3).rstrip(b"\r\n")  # bounded: a wrong path may be huge
         except OSError as exc:
             raise ConfigError(
                 f"cannot read secret_file {str(path)!r}: {exc.strerror}", key="gateway.secret_file"
             ) from None
-        if len(data) < MIN_SECRET_BYTES:
+        if not MIN_SECRET_BYTES <= len(data) <= MAX_SECRET_BYTES:
             raise ConfigError(
-                f"secret_file {str(path)!r} holds fewer than {MIN_SECRET_BYTES} bytes",
+                f"secret_file {str(path)!r} must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes",
                 key="gateway.secret_file",
             )
         return data
@@ -333,11 +226,18 @@ def _resolve(base: Path, value: str) -> str:
     return str(p if p.is_absolute() else (base / p).resolve())
 
 
+def _existing(base: Path, value: str, key: str, what: str) -> str:
+    resolved = _resolve(base, value)
+    if not Path(resolved).is_file():
+        raise ConfigError(f"{what} not found: {resolved}", key=key, value=value)
+    return resolved
+
+
 def load_gateway_config(path: str | Path) -> GatewayConfig:
-    """Load and validate a site file; ``secret_file`` and trace paths are taken relative to the file.
+    """Load and validate a site file; secret, TLS and trace paths are taken relative to the file.
 
     The secret is read once here so that a missing or short secret file fails at start-up, not at the
-    first handshake; trace files must exist.
+    first handshake; TLS and trace files must exist.
     """
     p = Path(path)
     data = load_toml(p)
@@ -346,17 +246,28 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
         raise ConfigError(f"unknown top-level table {unknown[0]!r}; expected [gateway]", key=unknown[0])
     if "gateway" not in data:
         raise ConfigError(f"{p}: missing [gateway] table", key="gateway", path=str(p))
-    cfg = from_mapping(GatewayConfig, data["gateway"], section="gateway")
+    table = data["gateway"]
+    tls: TLSConfig | None = None
+    if isinstance(table, Mapping) and "tls" in table:
+        # built on its own so an error names gateway.tls.<key> (the Optional wrapper would hide the key)
+        table = {k: v for k, v in table.items() if k != "tls"}
+        tls = from_mapping(TLSConfig, data["gateway"]["tls"], section="gateway.tls")
+    cfg = from_mapping(GatewayConfig, table, section="gateway")
     base = p.resolve().parent
     changes: dict[str, Any] = {}
     if cfg.secret_file is not None:
         changes["secret_file"] = _resolve(base, cfg.secret_file)
+    if tls is not None:
+        files: dict[str, Any] = {
+            name: _existing(base, value, f"gateway.tls.{name}", f"TLS {name}")
+            for name in ("certfile", "keyfile", "cafile")
+            if (value := getattr(tls, name)) is not None
+        }
+        changes["tls"] = dataclasses.replace(tls, **files)
     shaping = {}
     for name, shape in cfg.shaping.items():
         if shape.trace is not None:
-            trace = _resolve(base, shape.trace)
-            if not Path(trace).is_file():
-                raise ConfigError(f"trace file not found: {trace}", key=f"gateway.shaping.{name}.trace")
+            trace = _existing(base, shape.trace, f"gateway.shaping.{name}.trace", "trace file")
             shape = dataclasses.replace(shape, trace=trace)
         shaping[name] = shape
     changes["shaping"] = shaping
