@@ -445,9 +445,12 @@ def test_fused_gap_stats_and_varint_match_reference(nb: int, raw: list[int], cor
     assert FUSED.gap_stats(idx, nb) == REFERENCE.gap_stats(idx, nb)
     if not REFERENCE.gap_stats(idx, nb)[0]:
         return
-    stream = REFERENCE.varint_encode(idx)
-    np.testing.assert_array_equal(FUSED.varint_encode(idx), stream)
-    assert stream.shape[0] == REFERENCE.gap_stats(idx, nb)[2]
+    nbytes = REFERENCE.gap_stats(idx, nb)[2]
+    stream = REFERENCE.varint_encode(idx, nbytes)
+    np.testing.assert_array_equal(FUSED.varint_encode(idx, nbytes), stream)
+    for k in (REFERENCE, FUSED):
+        with pytest.raises(KernelError):  # a wrong size is refused, never written past
+            k.varint_encode(idx, nbytes - 1 if nbytes else 1)
     for k in (REFERENCE, FUSED):
         np.testing.assert_array_equal(k.varint_decode(stream, idx.shape[0], nb), idx)
 

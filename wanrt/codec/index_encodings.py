@@ -72,9 +72,13 @@ def choose_encoding(sizes: dict[IndexEncoding, int]) -> IndexEncoding:
 
 
 def encode_indices(
-    indices: Int64Array, n_blocks: int, encoding: IndexEncoding, kernels: CodecKernels
+    indices: Int64Array,
+    n_blocks: int,
+    encoding: IndexEncoding,
+    kernels: CodecKernels,
+    sizes: dict[IndexEncoding, int],
 ) -> npt.NDArray[Any]:
-    """Encode valid indices (the caller checked ``encoding`` is in :func:`encoded_sizes`).
+    """Encode valid indices; ``sizes`` from :func:`encoded_sizes` (the caller checked ``encoding`` is in it).
 
     The returned contiguous array's raw bytes are the wire form (little-endian).
     """
@@ -83,7 +87,7 @@ def encode_indices(
     if encoding == "d16":
         return gaps_of(indices).astype("<u2")
     if encoding == "varint":
-        return kernels.varint_encode(indices)
+        return kernels.varint_encode(indices, sizes["varint"])
     bits = np.zeros(n_blocks, dtype=bool)
     bits[indices] = True
     return np.packbits(bits, bitorder="little")

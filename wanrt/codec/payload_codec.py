@@ -81,7 +81,7 @@ def encode_payload(
         encoding = index_encoding
     else:
         raise LocalProtocolError("index encoding unknown or unable to hold these", value=index_encoding)
-    index = encode_indices(p.indices, nb, encoding, kernels)
+    index = encode_indices(p.indices, nb, encoding, kernels, sizes)
     values, sent_dtype = cast_for_wire(p.values, p.value_dtype, dtype, kernels)
     meta: dict[str, Any] = {
         "fmt": CODEC_VERSION,

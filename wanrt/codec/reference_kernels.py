@@ -16,7 +16,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from wanrt.errors import MalformedPayload
+from wanrt.errors import KernelError, MalformedPayload
 from wanrt.payload import fp32_to_bf16
 
 __all__ = [
@@ -78,10 +78,12 @@ def gap_stats(indices: Int64Array, n_blocks: int) -> tuple[bool, int, int]:
     return True, int(g.max()), int(varint_lengths(g).sum(dtype=np.int64))
 
 
-def varint_encode(indices: Int64Array) -> U8Array:
-    """Delta + LEB128 of valid indices; one masked pass per byte position."""
+def varint_encode(indices: Int64Array, nbytes: int) -> U8Array:
+    """Delta + LEB128 of valid indices (``nbytes`` from :func:`gap_stats`), one masked pass per byte."""
     gaps = gaps_of(indices)
     lens = varint_lengths(gaps)
+    if int(lens.sum(dtype=np.int64)) != nbytes:
+        raise KernelError("varint_encode: nbytes disagrees with the indices", value=nbytes)
     if gaps.shape[0] == 0:
         return np.zeros(0, dtype=np.uint8)
     ends = np.cumsum(lens, dtype=np.int64)
@@ -175,8 +177,8 @@ class ReferenceKernels:
         return gap_stats(indices, n_blocks)
 
     @staticmethod
-    def varint_encode(indices: Int64Array) -> U8Array:
-        return varint_encode(indices)
+    def varint_encode(indices: Int64Array, nbytes: int) -> U8Array:
+        return varint_encode(indices, nbytes)
 
     @staticmethod
     def varint_decode(b: U8Array, count: int, n_blocks: int, *, peer: str | None = None) -> Int64Array:
