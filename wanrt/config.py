@@ -52,14 +52,15 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
+        candidates = [a for a in args if a is not type(None)]
+        if len(candidates) == 1:
+            # `X | None`: the inner error names the precise key (e.g. gateway.tls.cafile); keep it.
+            return _coerce(candidates[0], value, key)
+        for arg in candidates:
             try:
                 return _coerce(arg, value, key)
-            except ConfigError as exc:
-                errors.append(exc)
+            except ConfigError:
+                continue
         raise ConfigError(f"{key!r}: {value!r} does not match {tp}", key=key, value=value)
     if origin is typing.Literal:
         if value not in args:

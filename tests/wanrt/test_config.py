@@ -53,3 +53,15 @@ def test_load_toml_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
     bad.write_text("x = [")
     with pytest.raises(ConfigError):
         load_toml(bad)
+
+
+@dataclass(frozen=True)
+class WithOptional:
+    inner: Inner | None = None
+
+
+def test_optional_table_errors_keep_the_inner_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        from_mapping(WithOptional, {"inner": {"alpha": 5.0}}, section="gw")
+    assert info.value.key == "gw.inner.alpha"
+    assert from_mapping(WithOptional, {}).inner is None
