@@ -1,0 +1,155 @@
+"""A small stand-in for the site gateways, speaking the real protocol: lets the client be tested end to end
+before the gateway daemon exists.
+
+One process plays every site's gateway: trainers of ``sites`` connect (role trainer, HMAC handshake with the
+job secret), push one payload per (iteration, layer), and once every site has pushed a (iteration, layer),
+each gets ``Aggregate`` = the exact fp32 sum over sites (union of the selected blocks). The first trainer's
+model signature becomes the job's model and is returned in every Welcome, so a trainer with another model
+refuses to train (the client names the first differing layer).
+
+``run_in_thread()`` starts it on its own event loop in a daemon thread for synchronous tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from transports import Listener, Transport, listen
+from wanrt.errors import AuthError, RemoteProtocolError, WanrtError
+from wanrt.payload import SparsePayload
+from wanrt.protocol.connection import Connection
+from wanrt.protocol.events import NEED_DATA, ConnectionClosed
+from wanrt.protocol.messages import Aggregate, Auth, Bye, ConfigUpdate, ErrorCode, Hello, Message, Push
+
+
+def exact_sum(parts: list[SparsePayload]) -> SparsePayload:
+    """Sum of payloads of one layer in fp32, over the union of their blocks, in a fixed (site) order."""
+    first = parts[0]
+    dense = np.zeros(first.dense_len, dtype=np.float32)
+    for p in parts:
+        p.add_into(dense)
+    blocks = np.unique(np.concatenate([p.indices for p in parts]))
+    return SparsePayload.from_dense_blocks(first.layer, dense, blocks, first.block_size)
+
+
+class FakeGateway:
+    def __init__(self, url: str, *, sites: tuple[str, ...], job: str, secret: bytes) -> None:
+        self.url = url
+        self.sites = sites
+        self.job = job
+        self.secret = secret
+        self.model_info: dict[str, Any] | None = None
+        self.model_site: str | None = None
+        self.errors: list[str] = []
+        self.pushes = 0
+        self.elements = 0  # value slots received, to check what compression saved
+        self._conns: dict[str, tuple[Connection, Transport]] = {}
+        self._pending: dict[tuple[int, int], dict[str, SparsePayload]] = {}
+        self._listener: Listener | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self._listener = await listen(self.url, self._handle)
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            await self._listener.wait_closed()
+
+    async def announce(self, values: dict[str, int | float | str | bool], effective_iteration: int) -> None:
+        for conn, transport in list(self._conns.values()):
+            await transport.send(conn.send_parts(ConfigUpdate(values, effective_iteration)))
+
+    async def _next(self, conn: Connection, transport: Transport) -> Message | ConnectionClosed:
+        while True:
+            event = conn.next_event()
+            if event is not NEED_DATA:
+                return event  # type: ignore[return-value]
+            conn.receive_data(await transport.recv())
+
+    async def _handle(self, transport: Transport) -> None:
+        conn = Connection("gateway", "fakegw", self.job, self.secret, side="server", peer=transport.peer)
+        site = None
+        try:
+            hello = await self._next(conn, transport)
+            if not isinstance(hello, Hello):
+                return
+            if hello.site not in self.sites or hello.site in self._conns:
+                await transport.send(
+                    [conn.reject(ErrorCode.PROTOCOL, f"unknown or duplicate site {hello.site}")]
+                )
+                return
+            if self.model_info is None and "model" in hello.info:
+                self.model_info = {k: hello.info[k] for k in ("model", "n_layers", "group", "layers")}
+                self.model_site = hello.site
+            info = dict(self.model_info or {}, model_site=self.model_site or "")
+            await transport.send([conn.accept(info=info)])
+            auth = await self._next(conn, transport)
+            if not isinstance(auth, Auth):
+                return
+            if self.model_info is not None and hello.info.get("model") != self.model_info["model"]:
+                self.errors.append(f"site {hello.site} has another model; it should have aborted")
+                return
+            site = hello.site
+            self._conns[site] = (conn, transport)
+            while True:
+                msg = await self._next(conn, transport)
+                if isinstance(msg, Push):
+                    await self._on_push(site, msg)
+                elif isinstance(msg, Bye):
+                    await transport.send([conn.send(Bye("bye"))])
+                    return
+                elif isinstance(msg, ConnectionClosed):
+                    return
+        except (AuthError, RemoteProtocolError) as exc:
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            with contextlib.suppress(WanrtError, OSError):
+                await transport.send([conn.abort(exc)])
+        except Exception:
+            self.errors.append(traceback.format_exc())  # the test shows what broke the fake itself
+            raise
+        finally:
+            if site is not None:
+                self._conns.pop(site, None)
+
+    async def _on_push(self, site: str, msg: Push) -> None:
+        self.pushes += 1
+        self.elements += msg.payload.nnz
+        key = (msg.iteration, msg.layer)
+        got = self._pending.setdefault(key, {})
+        if site in got:
+            raise RemoteProtocolError(f"site {site} pushed iteration {key[0]} layer {key[1]} twice")
+        got[site] = msg.payload
+        if len(got) < len(self.sites):
+            return
+        del self._pending[key]
+        total = exact_sum([got[s] for s in self.sites])
+        agg = Aggregate(self.job, msg.iteration, msg.layer, 0, "fakegw", total, self.sites)
+        for s in self.sites:
+            if s in self._conns:
+                conn, transport = self._conns[s]
+                await transport.send(conn.send_parts(agg))
+
+
+@contextlib.contextmanager
+def run_in_thread(gw: FakeGateway) -> Iterator[asyncio.AbstractEventLoop]:
+    """Serve ``gw`` on its own loop in a daemon thread for the duration of the ``with`` block."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-gateway", daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(gw.start(), loop).result(10)
+    try:
+        yield loop
+    finally:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(gw.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

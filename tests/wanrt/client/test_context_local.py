@@ -1,0 +1,145 @@
+"""One site, one rank, a scripted in-process link: the step logic without sockets or other processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import wanrt
+from tests.wanrt.client.fake_link import ScriptedLink, Timing, scripted
+from wanrt.client import ClientConfig, ModelMismatch, SparseOptimizer, StepWithoutBackward
+from wanrt.client.site_message import ConfigChange
+from wanrt.errors import WanrtTimeout
+
+pytestmark = pytest.mark.usefixtures("single_rank_group")
+
+
+class TwoLayers(torch.nn.Module):
+    """loss = <a, c_t> + <b, d_t>: the gradient of each layer is exactly the coefficient fed in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.zeros(20))
+        self.b = torch.nn.Parameter(torch.zeros(36))
+
+    def loss(self, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        return (self.a * c).sum() + (self.b * d).sum()
+
+
+def make(
+    secret_file: Path, timing: dict[int, Timing], config: ClientConfig
+) -> tuple[TwoLayers, SparseOptimizer, ScriptedLink]:
+    links: list[ScriptedLink] = []
+    ctx = wanrt.client.init(
+        "mem://gw",
+        site="a",
+        job="j",
+        secret_file=secret_file,
+        config=config,
+        link_factory=scripted(timing, links),
+    )
+    model = TwoLayers()
+    opt = SparseOptimizer(model.named_parameters(), "sgd", lr=1.0, ctx=ctx)
+    return model, opt, links[0]
+
+
+def coeffs(t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(t)
+    return torch.randn(20, generator=g), torch.randn(36, generator=g)
+
+
+DENSE_STALE = ClientConfig.dense_baseline(staleness=1, update_deadline_s=5.0)
+
+
+def test_partial_staleness_applies_arrived_layers_fresh_and_late_ones_one_step_later(
+    secret_file: Path,
+) -> None:
+    # layer ids follow named_parameters(): 0 = a, 1 = b. a's update comes back late, b's before the step ends
+    model, opt, link = make(secret_file, {0: "late", 1: "instant"}, DENSE_STALE)
+    sum_c, sum_d = torch.zeros(20), torch.zeros(36)
+    for t in range(4):
+        c, d = coeffs(t)
+        model.loss(c, d).backward()
+        opt.step()
+        opt.zero_grad()
+        sum_d += d
+        # b: every update up to t applied (fresh); a: every update up to t - 1 (stale by exactly one)
+        torch.testing.assert_close(model.b.detach(), -sum_d)
+        torch.testing.assert_close(model.a.detach(), -sum_c)
+        sum_c += c
+    opt.ctx.close()  # the final flush applies what is still outstanding
+    torch.testing.assert_close(model.a.detach(), -sum_c)
+    assert link.closed
+    assert [(it, layer) for it, layer, _ in link.pushed][:2] == [(0, 1), (0, 0)]  # last layer first
+
+
+def test_staleness_zero_waits_for_late_updates(secret_file: Path) -> None:
+    model, opt, _ = make(
+        secret_file, {0: "late", 1: "late"}, ClientConfig.dense_baseline(update_deadline_s=5.0)
+    )
+    c, d = coeffs(0)
+    model.loss(c, d).backward()
+    opt.step()
+    torch.testing.assert_close(model.a.detach(), -c)
+    torch.testing.assert_close(model.b.detach(), -d)
+    opt.ctx.close()
+
+
+def test_missing_update_raises_a_clear_timeout(secret_file: Path) -> None:
+    cfg = ClientConfig.dense_baseline(update_deadline_s=0.2)
+    model, opt, _ = make(secret_file, {0: "never"}, cfg)
+    model.loss(*coeffs(0)).backward()
+    with pytest.raises(WanrtTimeout) as info:
+        opt.step()
+    assert "iteration 0 layer 0" in str(info.value) and "mem://gw" in str(info.value)
+
+
+def test_step_without_backward_says_so(secret_file: Path) -> None:
+    _, opt, _ = make(secret_file, {}, DENSE_STALE)
+    with pytest.raises(StepWithoutBackward, match="without backward"):
+        opt.step()
+    opt.ctx.close()
+
+
+def test_second_backward_before_step_is_refused(secret_file: Path) -> None:
+    model, opt, _ = make(secret_file, {}, DENSE_STALE)
+    model.loss(*coeffs(0)).backward()
+    with pytest.raises(wanrt.LocalProtocolError, match="second gradient"):
+        model.loss(*coeffs(1)).backward()
+    opt.ctx.close()
+
+
+def test_config_change_takes_effect_at_its_iteration(secret_file: Path) -> None:
+    model, opt, link = make(secret_file, {}, DENSE_STALE)
+    sizes: list[tuple[int, int]] = []
+    opt.ctx.on_batch_size(lambda b: sizes.append((opt.ctx.iteration, b)))
+    link.announce(ConfigChange(effective_iteration=2, density=0.5, batch_size=64, staleness=0))
+    for t in range(3):
+        assert opt.ctx.config.density == (1.0 if t < 2 else 0.5)
+        model.loss(*coeffs(t)).backward()
+        opt.step()
+        opt.zero_grad()
+    assert sizes == [(2, 64)]
+    assert opt.ctx.config.staleness == 0
+    # iteration 2 was compressed at the new density: half of the blocks of each layer
+    it2 = [p for it, _, p in link.pushed if it == 2]
+    assert it2 and all(p.nnz < p.dense_len for p in it2)
+    opt.ctx.close()
+
+
+def test_model_signature_mismatch_at_the_gateway_names_the_layer(secret_file: Path) -> None:
+    from wanrt.client.link_api import LinkSpec
+    from wanrt.client.signature import LayerSignature, compare_info
+
+    other = LayerSignature.of(["a", "b"], [(20,), (35,)], ["float32", "float32"])
+
+    def factory(spec: LinkSpec) -> ScriptedLink:
+        diff = compare_info(spec.signature, other.info())
+        assert diff is not None
+        raise ModelMismatch(f"model differs from site b's: {diff[1]}", layer=diff[0])
+
+    ctx = wanrt.client.init("mem://gw", site="a", job="j", secret_file=secret_file, link_factory=factory)
+    with pytest.raises(ModelMismatch, match=r"layer 1 'b' shape \(36,\)"):
+        SparseOptimizer(TwoLayers().named_parameters(), "sgd", lr=1.0, ctx=ctx)

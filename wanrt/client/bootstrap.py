@@ -1,0 +1,94 @@
+"""``wanrt.init()``: the first of the few lines a trainer adds.
+
+It only prepares: finds (or creates) the site's process group, reads the job secret on the site leader and
+validates the configuration. The gateway connection is opened when the optimizer binds the model, because
+the handshake carries the model's layer signature, so a model that differs between sites is refused up
+front instead of silently training garbage.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch.distributed as dist
+
+from wanrt.client.config import ClientConfig
+from wanrt.client.context import Context
+from wanrt.client.dist_setup import comm_device, ensure_process_group
+from wanrt.client.link_api import LinkFactory
+from wanrt.errors import ConfigError
+
+__all__ = ["init", "read_secret"]
+
+#: a job secret file is a short key, not a data file; refuse to read anything bigger
+MAX_SECRET_FILE_BYTES = 4096
+
+
+def read_secret(path: str | os.PathLike[str]) -> bytes:
+    """The job secret: the file's bytes without surrounding whitespace (an editor's trailing newline)."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_SECRET_FILE_BYTES:
+            raise ConfigError(
+                f"secret file {p} is {size} bytes; a job secret is at most {MAX_SECRET_FILE_BYTES}",
+                key="secret_file",
+                path=str(p),
+            )
+        secret = p.read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the job secret file {p}: {exc.strerror}", key="secret_file", path=str(p)
+        ) from None
+    if not secret:
+        raise ConfigError(f"secret file {p} is empty", key="secret_file", path=str(p))
+    return secret
+
+
+def init(
+    gateway: str,
+    *,
+    site: str,
+    job: str,
+    secret_file: str | os.PathLike[str] | None = None,
+    secret: bytes | None = None,
+    config: ClientConfig | None = None,
+    group: dist.ProcessGroup | None = None,
+    link_factory: LinkFactory | None = None,
+) -> Context:
+    """Create this process's wanrt context (call on every rank of every site, before building the optimizer).
+
+    ``gateway`` is the site gateway's URL (``unix:///run/wanrt/a.sock`` or ``tcp://host:port``); ``site``
+    and ``job`` name this site and the job (the same job name and secret at every site). ``group`` is the
+    site's process group; by default torch.distributed's default group, initialised from torchrun's
+    environment variables if nobody did yet. ``link_factory`` replaces the network link (tests).
+    """
+    if not site:
+        raise ConfigError("site name must not be empty", key="site")
+    if not job:
+        raise ConfigError("job name must not be empty", key="job")
+    if not gateway:
+        raise ConfigError("gateway URL must not be empty", key="gateway")
+    if (secret is None) == (secret_file is None):
+        raise ConfigError("pass exactly one of secret_file= or secret=", key="secret_file")
+    cfg = config if config is not None else ClientConfig()
+    ensure_process_group()
+    rank = dist.get_rank(group)
+    key: bytes | None = None
+    if rank == 0:
+        key = secret if secret is not None else read_secret(secret_file)  # type: ignore[arg-type]
+    if link_factory is None:
+        from wanrt.client.link import open_gateway_link
+
+        link_factory = open_gateway_link
+    return Context(
+        gateway=gateway,
+        site=site,
+        job=job,
+        secret=key,
+        config=cfg,
+        group=group,
+        link_factory=link_factory,
+        device=comm_device(group),
+    )

@@ -1,0 +1,353 @@
+"""The trainer's handle on wanrt: one per process, created by :func:`wanrt.init`.
+
+It ties the pieces together around the user's ordinary training loop:
+
+* backward hooks reduce each layer's gradient to the site leader as soon as it is ready
+  (:mod:`~wanrt.client.grad_hooks`);
+* the leader compresses each layer with error feedback and pushes it to the gateway from a worker thread
+  (:mod:`~wanrt.client.leader_pipeline`, :mod:`~wanrt.client.compression`);
+* at ``step()`` the leader decides, under the staleness bound, which global updates the site applies now
+  (:mod:`~wanrt.client.staleness`, StellaTrain §3.3), broadcasts the decision and the updates inside the
+  site (:mod:`~wanrt.client.site_comm`), and every rank applies them with the sparse optimizer
+  (StellaTrain §3.1), so all ranks of all sites keep identical parameters;
+* configuration changes announced by the scheduler take effect at their effective iteration on every rank.
+
+Only the leader talks to the network; the other ranks learn everything, including the leader's errors,
+from its broadcasts, so a failure on the leader stops the whole site with a message instead of a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from wanrt.client.compression import LayerCompressor
+from wanrt.client.config import ClientConfig
+from wanrt.client.errors import LeaderFailed, StepWithoutBackward
+from wanrt.client.grad_hooks import LayerReducer
+from wanrt.client.leader_pipeline import LeaderPipeline
+from wanrt.client.link_api import Link, LinkFactory, LinkSpec, UpdateArrived
+from wanrt.client.model_check import check_site_model
+from wanrt.client.signature import LayerSignature
+from wanrt.client.site_comm import SiteChannel
+from wanrt.client.site_message import ConfigChange, SiteDecision, SiteUpdate
+from wanrt.client.staleness import StalenessTracker
+from wanrt.errors import LocalProtocolError, RemoteProtocolError, WanrtTimeout
+from wanrt.kernels import SparseOptimizer as KernelOptimizer
+from wanrt.payload import SparsePayload
+
+__all__ = ["Context"]
+
+log = logging.getLogger(__name__)
+
+#: layers per model the leader will describe to its ranks (bounds the signature broadcast)
+MAX_LAYERS = 1 << 20
+
+
+class Context:
+    """Per-process state of a wanrt trainer. Create with :func:`wanrt.init`; bind with a SparseOptimizer."""
+
+    def __init__(
+        self,
+        *,
+        gateway: str,
+        site: str,
+        job: str,
+        secret: bytes | None,
+        config: ClientConfig,
+        group: dist.ProcessGroup | None,
+        link_factory: LinkFactory,
+        device: torch.device,
+    ) -> None:
+        self.gateway = gateway
+        self.site = site
+        self.job = job
+        self._secret = secret
+        self._config = config
+        self._group = group
+        self._link_factory = link_factory
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self._device = device
+        self._channel = SiteChannel(group, device, max_elements=config.max_layer_elements)
+        self._iteration = 0
+        self._batch_callbacks: list[Callable[[int], None]] = []
+        self._scheduled: list[ConfigChange] = []
+        self._announced: list[ConfigChange] = []  # leader: received, not yet broadcast
+        self._params: list[torch.Tensor] = []
+        self._optimizer: KernelOptimizer | None = None
+        self._reducer: LayerReducer | None = None
+        self._works: list[Any] = []
+        self._link: Link | None = None
+        self._pipeline: LeaderPipeline | None = None
+        self._compressor: LayerCompressor | None = None
+        self._tracker: StalenessTracker[SiteUpdate] | None = None
+        self._closed = False
+
+    # -- what the user sees ------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def config(self) -> ClientConfig:
+        """The configuration in force now (changes at the iterations the scheduler announces)."""
+        return self._config
+
+    @property
+    def iteration(self) -> int:
+        """Number of completed steps = the iteration the next backward belongs to."""
+        return self._iteration
+
+    def on_batch_size(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(new_per_rank_batch_size)`` on every rank when a batch-size change takes effect."""
+        self._batch_callbacks.append(callback)
+
+    # -- binding the model -------------------------------------------------------------------------------
+
+    def attach(self, named_params: Sequence[tuple[str, torch.Tensor]], optimizer: KernelOptimizer) -> None:
+        """Bind the model's parameters; collective: every rank of the site calls it (via SparseOptimizer)."""
+        if self._closed:
+            raise LocalProtocolError("this wanrt context is closed")
+        if self._params:
+            raise LocalProtocolError(
+                "this wanrt context already drives an optimizer",
+                hint="create one SparseOptimizer per wanrt.init()",
+            )
+        if not named_params:
+            raise LocalProtocolError("the optimizer got no trainable parameters")
+        for name, p in named_params:
+            if not p.is_contiguous():
+                raise LocalProtocolError(f"parameter {name!r} is not contiguous", name=name)
+        sig = LayerSignature.of(
+            [n for n, _ in named_params],
+            [tuple(p.shape) for _, p in named_params],
+            [str(p.dtype).removeprefix("torch.") for _, p in named_params],
+        )
+        check_site_model(sig, group=self._group, device=self._device, max_layers=MAX_LAYERS)
+        self._params = [p for _, p in named_params]
+        self._optimizer = optimizer
+        if self.is_leader:
+            failure: BaseException | None = None
+            try:
+                assert self._secret is not None
+                spec = LinkSpec(self.gateway, self.site, self.job, self._secret, sig, self._config)
+                self._link = self._link_factory(spec)
+            except Exception as exc:
+                failure = exc
+            self._send_decision(SiteDecision(), failure)
+            self._compressor = LayerCompressor(self._config)
+            self._pipeline = LeaderPipeline(self._compress_and_push)
+            self._tracker = StalenessTracker(len(self._params), peer=self.gateway)
+        else:
+            self._recv_decision()
+        self._reducer = LayerReducer(
+            self._params,
+            group=self._group,
+            world_size=self.world_size,
+            dst=self._leader_global_rank(),
+            on_issued=self._on_issued,
+        )
+
+    def _leader_global_rank(self) -> int:
+        return 0 if self._group is None else dist.get_global_rank(self._group, 0)
+
+    # -- gradient path -----------------------------------------------------------------------------------
+
+    def _on_issued(self, layer: int, work: Any, grad: torch.Tensor) -> None:
+        if self._pipeline is not None:
+            assert self._tracker is not None
+            self._tracker.pushed(self._iteration, layer)
+            self._pipeline.submit(self._iteration, layer, work, grad)
+        elif work is not None:
+            self._works.append(work)
+
+    def _compress_and_push(self, iteration: int, layer: int, work: Any, grad: torch.Tensor) -> None:
+        """Leader worker thread: the site-averaged gradient of one layer → payload → gateway."""
+        if work is not None:
+            work.wait()
+        flat = grad.detach().reshape(-1).to("cpu", torch.float32).numpy()
+        avg = flat * np.float32(1.0 / self.world_size)
+        assert self._compressor is not None and self._link is not None
+        self._link.push(iteration, layer, self._compressor.compress(layer, avg))
+
+    # -- the step ----------------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """End of iteration: wait for this step's updates, apply them everywhere, switch config if due."""
+        if self._reducer is None or self._optimizer is None:
+            raise LocalProtocolError("wanrt context has no optimizer bound", hint="create a SparseOptimizer")
+        if self._closed:
+            raise LocalProtocolError("step() after close()")
+        if self._reducer.finish() == 0:
+            raise StepWithoutBackward(self._iteration)
+        decision = self._exchange(final=False)
+        self._apply(decision)
+        self._iteration += 1
+        self._switch_config()
+
+    def _exchange(self, *, final: bool) -> SiteDecision:
+        """Leader: decide and broadcast; others: wait for their reduces and receive the decision."""
+        if not self.is_leader:
+            works, self._works = self._works, []
+            for w in works:
+                w.wait()
+            return self._recv_decision()
+        decision = SiteDecision()
+        failure: BaseException | None = None
+        try:
+            assert self._pipeline is not None and self._tracker is not None
+            self._pipeline.drain()
+            decision = self._decide(final=final)
+        except Exception as exc:
+            failure = exc
+        self._send_decision(decision, failure)
+        return decision
+
+    def _send_decision(self, decision: SiteDecision, failure: BaseException | None) -> None:
+        if failure is None:
+            self._channel.send(decision)
+            return
+        self._channel.send(SiteDecision(error=(type(failure).__name__, str(failure))))
+        raise failure
+
+    def _recv_decision(self) -> SiteDecision:
+        decision = self._channel.recv()
+        if decision.error is not None:
+            raise LeaderFailed(*decision.error)
+        return decision
+
+    def _decide(self, *, final: bool) -> SiteDecision:
+        assert self._tracker is not None
+        t = self._iteration
+        bound = self._config.staleness
+        deadline = time.monotonic() + self._config.update_deadline_s
+        self._poll(0.0)
+        while True:
+            missing = self._tracker.outstanding() if final else self._tracker.must_wait(t, bound)
+            if not missing:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                it, layer = missing[0]
+                raise WanrtTimeout(
+                    f"no update from gateway {self.gateway} for iteration {it} layer {layer} within "
+                    f"{self._config.update_deadline_s} s ({len(missing)} updates missing at step {t})",
+                    phase="update",
+                    seconds=self._config.update_deadline_s,
+                    hint="is every site's trainer running? raise ClientConfig.update_deadline_s on slow WANs",
+                )
+            self._poll(remaining, block=True)
+        self._poll(0.0)
+        ready = self._tracker.take_ready(t)
+        changes, self._announced = self._announced, []
+        return SiteDecision([r.item for r in ready], changes)
+
+    def _poll(self, timeout: float, *, block: bool = False) -> None:
+        """Handle the next event (block) or every event already queued (no block)."""
+        assert self._link is not None and self._tracker is not None
+        while True:
+            event = self._link.get(timeout if block else 0.0)
+            if event is None:
+                return
+            if isinstance(event, UpdateArrived):
+                self._tracker.arrived(event.iteration, event.layer, self._check_update(event))
+            else:
+                self._announced.append(event)
+            if block:
+                return
+
+    def _check_update(self, ev: UpdateArrived) -> SiteUpdate:
+        """Everything the gateway says about a layer must fit our model before it touches parameters."""
+        if not 0 <= ev.layer < len(self._params):
+            raise RemoteProtocolError(
+                f"update for unknown layer {ev.layer}", peer=self.gateway, layer=ev.layer
+            )
+        numel = self._params[ev.layer].numel()
+        if ev.payload.dense_len != numel or ev.payload.layer != ev.layer:
+            raise RemoteProtocolError(
+                f"update for layer {ev.layer} has {ev.payload.dense_len} elements, the layer has {numel}",
+                peer=self.gateway,
+                layer=ev.layer,
+            )
+        if not ev.sites:
+            raise RemoteProtocolError("update lists no contributing site", peer=self.gateway, layer=ev.layer)
+        p = ev.payload
+        if p.value_dtype != "fp32":
+            p = SparsePayload(p.layer, p.dense_len, p.block_size, p.indices, p.values_f32(), "fp32")
+        return SiteUpdate(ev.iteration, ev.layer, len(ev.sites), p)
+
+    def _apply(self, decision: SiteDecision) -> None:
+        """Every rank: average each summed update over its contributing sites and apply it sparsely."""
+        assert self._optimizer is not None
+        with torch.no_grad():
+            for u in decision.updates:
+                p = u.payload
+                avg = SparsePayload(
+                    p.layer,
+                    p.dense_len,
+                    p.block_size,
+                    p.indices,
+                    (p.values_f32() * np.float32(1.0 / u.n_sites)).astype(np.float32, copy=False),
+                    "fp32",
+                )
+                self._optimizer.step(u.layer, self._params[u.layer].data.view(-1), avg)
+        self._scheduled.extend(decision.config_changes)
+
+    def _switch_config(self) -> None:
+        due = [c for c in self._scheduled if c.effective_iteration <= self._iteration]
+        if not due:
+            return
+        self._scheduled = [c for c in self._scheduled if c.effective_iteration > self._iteration]
+        for change in sorted(due, key=lambda c: c.effective_iteration):
+            if change.effective_iteration < self._iteration:
+                log.warning(
+                    "config change for iteration %d arrived late; applied from iteration %d",
+                    change.effective_iteration,
+                    self._iteration,
+                )
+            updates: dict[str, Any] = {}
+            if change.density is not None:
+                updates["density"] = change.density
+            if change.staleness is not None:
+                updates["staleness"] = change.staleness
+            self._config = self._config.with_changes(**updates)
+            if self._compressor is not None:
+                self._compressor.set_density(self._config.density)
+            if change.batch_size is not None:
+                for cb in self._batch_callbacks:
+                    cb(change.batch_size)
+
+    # -- shutdown ----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Collective: apply every outstanding update, then close the link. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._reducer is not None:
+                self._reducer.remove()
+                self._apply(self._exchange(final=True))
+        finally:
+            if self._pipeline is not None:
+                self._pipeline.close()
+            if self._link is not None:
+                self._link.close(self._config.close_timeout_s)
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        role = "leader" if self.is_leader else "rank"
+        return f"<wanrt.Context site={self.site!r} {role} {self.rank}/{self.world_size} it={self._iteration}>"
