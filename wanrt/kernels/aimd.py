@@ -19,9 +19,13 @@ gives neither the step sizes nor the first ``v``; here is how we fill them in, a
   right ``v`` is unknown, so ``v`` backs off by ``beta = (count/aim) ** (1/steepness)``, clipped to
   ``[md_floor, md_ceiling]``: the measured elasticity of the count w.r.t. ``v`` (probed from the passing
   block sums at ``probe_ratio``) makes the back-off as large as needed, the clip keeps it bounded.
-* **Trend.** Gradient magnitudes drift over training (typically shrinking many-fold); a controller that only
-  reacts lags a steady drift by one step forever. The log-change of ``v_aim`` per step is smoothed (EWMA,
-  ``trend_weight``) and applied to the next ``v``, so a steady drift is tracked without lag.
+* **Trend and margin.** Gradient magnitudes drift over training (typically shrinking many-fold), and with
+  error feedback the accumulated gradient grows for the first steps; a controller that only reacts lags a
+  steady drift by one step forever. The log-change of ``v_aim`` per step is smoothed (EWMA,
+  ``trend_weight``), damped (``trend_damping``, so a decelerating drift is not overshot) and applied to the
+  next ``v``; and ``v`` is set ``margin_sigmas`` standard deviations of the recent prediction error below
+  the prediction (at most what lets the count reach ``sqrt(buffer_factor)`` × aim), so a volatile layer
+  passes more candidates — still trimmed to the cap — instead of falling short.
 * **Safety net.** Nothing passing, or more passing than the candidate buffer holds, makes the compressor do
   one exact selection over all block sums (a second pass, bounded and rare); that also measures ``v_aim``
   exactly and re-anchors ``v``.
@@ -48,9 +52,8 @@ __all__ = [
     "SelectionTargets",
     "ThresholdState",
     "initial_threshold",
-    "on_measured",
-    "on_short",
     "targets",
+    "update",
 ]
 
 #: ``v`` never goes below the smallest normal fp32, so an all-zero block (sum 0) never passes.
@@ -84,11 +87,17 @@ class SelectionTargets:
 
 
 def targets(dense_len: int, block_size: int, density: float, cfg: CompressorConfig) -> SelectionTargets:
-    """k_block = ceil(round(density * numel) / block_size), and the aim, cap and buffer derived from it."""
+    """k_block = ceil(round(density * numel) / block_size), and the aim, cap and buffer derived from it.
+
+    ``aim = (1 + headroom) * k_block + margin_sigmas * sqrt(k_block)``, ``cap = cap_factor * k_block``,
+    ``buffer = buffer_factor * aim``, all capped at the number of blocks.
+    """
     nb = -(-dense_len // block_size)
     k = max(1, round(density * dense_len))
     kb = min(nb, max(1, -(-k // block_size)))
-    aim = min(nb, math.ceil((1.0 + cfg.headroom) * kb))
+    # Poisson noise of a count around kb is ~sqrt(kb): aim that many standard deviations higher too, so a
+    # small layer (kb of a few dozen blocks) does not fall short every other step by chance alone
+    aim = min(nb, math.ceil((1.0 + cfg.headroom) * kb + cfg.margin_sigmas * math.sqrt(kb)))
     cap = min(nb, math.ceil(cfg.cap_factor * kb))
     buffer = min(nb, max(aim, cap, math.ceil(cfg.buffer_factor * aim)))
     return SelectionTargets(kb, aim, cap, buffer, nb)
@@ -96,22 +105,46 @@ def targets(dense_len: int, block_size: int, density: float, cfg: CompressorConf
 
 @dataclass
 class ThresholdState:
-    """What the controller remembers about one layer between steps."""
+    """What the controller remembers about one layer between steps (all in log space where it matters)."""
 
     v: float
+    #: smoothed per-step change of log(v_aim): the trend
     log_drift: float = 0.0
-    last_aim_v: float | None = None
-    steps_since_aim: int = 0
+    #: smoothed squared error of the one-step-ahead prediction of log(v_aim): the volatility
+    err_var: float = 0.0
+    #: log(v_aim) measured or estimated at the previous step, and the prediction made for this step
+    last_log_aim: float | None = None
+    pred_log_aim: float | None = None
+    #: -(d ln count / d ln v) of the block-sum tail, last measured
     steepness: float | None = None
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, float | None]:
         return {
             "v": self.v,
             "log_drift": self.log_drift,
-            "last_aim_v": self.last_aim_v,
-            "steps_since_aim": self.steps_since_aim,
+            "err_var": self.err_var,
+            "last_log_aim": self.last_log_aim,
+            "pred_log_aim": self.pred_log_aim,
             "steepness": self.steepness,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, float | None]) -> ThresholdState:
+        def opt(name: str) -> float | None:
+            x = d.get(name)
+            return None if x is None else float(x)
+
+        v = d["v"]
+        if v is None:
+            raise ValueError("v is missing")
+        return cls(
+            v=float(v),
+            log_drift=float(d.get("log_drift") or 0.0),
+            err_var=float(d.get("err_var") or 0.0),
+            last_log_aim=opt("last_log_aim"),
+            pred_log_aim=opt("pred_log_aim"),
+            steepness=opt("steepness"),
+        )
 
 
 def initial_threshold(
@@ -133,38 +166,52 @@ def initial_threshold(
 
 def _elasticity(count_at: int, count_above: int, ratio: float) -> float:
     """-(d ln count / d ln v) estimated from the counts at v and at v*ratio."""
-    if count_at <= 0:
-        return _DEFAULT_STEEPNESS
     sigma = math.log(count_at / max(count_above, 0.5)) / math.log(ratio)
     return min(max(sigma, _STEEPNESS_RANGE[0]), _STEEPNESS_RANGE[1])
 
 
-def on_measured(
-    st: ThresholdState, aim_v: float, aim: int, count_above_probe: int, cfg: CompressorConfig
+def update(
+    st: ThresholdState,
+    count: int,
+    aim_v: float | None,
+    count_above_probe: int,
+    t: SelectionTargets,
+    cfg: CompressorConfig,
 ) -> None:
-    """At least ``aim`` blocks passed (or an exact pass ran): ``aim_v`` passes exactly ``aim`` of them.
+    """Move ``st.v`` after a step in which ``count`` blocks passed it.
 
-    Additive increase to the measured level, then the smoothed per-step trend. ``aim_v <= FLT_MIN`` means
-    fewer than ``aim`` blocks are nonzero at all: v drops to the floor and the trend is forgotten.
+    ``aim_v`` is the exact threshold that would have passed ``t.aim`` blocks this step when it is known
+    (``count >= aim``, or an exact pass ran), else None; ``count_above_probe`` counts the passing blocks at
+    ``probe_ratio`` times ``aim_v`` (or ``v`` when ``aim_v`` is None).
     """
-    st.steepness = _elasticity(aim, count_above_probe, cfg.probe_ratio)
-    if aim_v <= FLT_MIN:
-        st.v, st.last_aim_v, st.log_drift, st.steps_since_aim = FLT_MIN, None, 0.0, 0
-        return
-    if st.last_aim_v is not None and cfg.trend_weight > 0:
-        d = math.log(aim_v / st.last_aim_v) / max(1, st.steps_since_aim)
-        st.log_drift += cfg.trend_weight * (d - st.log_drift)
-    st.last_aim_v = aim_v
-    st.steps_since_aim = 1
-    st.v = _f32(aim_v * math.exp(st.log_drift))
-
-
-def on_short(st: ThresholdState, count: int, aim: int, count_above_probe: int, cfg: CompressorConfig) -> None:
-    """Fewer than ``aim`` blocks passed: multiplicative decrease sized by the (measured) elasticity."""
-    if count >= 8:
+    v = st.v
+    if aim_v is not None:
+        st.steepness = _elasticity(t.aim, count_above_probe, cfg.probe_ratio)
+    elif count >= 8:
         st.steepness = _elasticity(count, count_above_probe, cfg.probe_ratio)
     sigma = st.steepness if st.steepness is not None else _DEFAULT_STEEPNESS
-    beta = (max(count, 0.5) / aim) ** (1.0 / sigma)
-    beta = min(max(beta, cfg.md_floor), cfg.md_ceiling)
-    st.v = _f32(st.v * beta)
-    st.steps_since_aim += 1
+    if aim_v is not None and aim_v <= FLT_MIN:
+        # fewer than `aim` nonzero blocks: pass all of them; forget trend and volatility
+        st.v, st.log_drift, st.err_var, st.last_log_aim, st.pred_log_aim = FLT_MIN, 0.0, 0.0, None, None
+        return
+    if aim_v is not None:
+        est = math.log(aim_v)
+    else:  # too few passed: the elasticity extrapolates where v_aim lies below v
+        est = math.log(v) + math.log(max(count, 0.5) / t.aim) / sigma
+    w = cfg.trend_weight
+    if st.pred_log_aim is not None:
+        st.err_var += w * ((est - st.pred_log_aim) ** 2 - st.err_var)
+    if st.last_log_aim is not None:
+        st.log_drift += w * ((est - st.last_log_aim) - st.log_drift)
+    st.last_log_aim = est
+    st.pred_log_aim = est + st.log_drift
+    if aim_v is not None:  # at least `aim` passed: additive increase by the measured gap aim_v - v >= 0
+        level = aim_v
+    elif count < t.k_block:  # too few: multiplicative decrease, sized by the estimate, clipped
+        level = v * min(max(math.exp(est) / v, cfg.md_floor), cfg.md_ceiling)
+    else:  # the payload is full but fewer than `aim` passed: a small decrease to the estimate
+        level = min(v, math.exp(est))
+    # then anticipate: the smoothed trend, minus a margin of the recent prediction error — at most what
+    # lets the expected count reach sqrt(buffer_factor) x aim, so the margin alone never overflows
+    margin = min(cfg.margin_sigmas * math.sqrt(st.err_var), math.log(cfg.buffer_factor) / (2.0 * sigma))
+    st.v = _f32(level * math.exp(cfg.trend_damping * st.log_drift - margin))

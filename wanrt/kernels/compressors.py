@@ -191,8 +191,8 @@ class ThresholdV(Compressor):
         aim_v = _kth_largest(k, sums, t.aim)
         probe = int((sums >= k.xp.float32(aim_v * self.config.probe_ratio)).sum()) if aim_v > 0 else 0
         if sel.state is None:
-            sel.state = aimd.ThresholdState(v=aimd.FLT_MIN)
-        aimd.on_measured(sel.state, aim_v, t.aim, probe, self.config)
+            sel.state = aimd.ThresholdState(v=aim_v if aim_v > 0 else aimd.FLT_MIN)
+        aimd.update(sel.state, t.aim, aim_v, probe, t, self.config)
         return idx
 
     def _select(self, layer: int, x: Array, k: ReferenceKernels, add: Array | None) -> Array:
@@ -223,12 +223,12 @@ class ThresholdV(Compressor):
         sums = sel.sum_buf[:count]
         ratio = self.config.probe_ratio
         if count >= t.aim:
-            aim_v = _kth_largest(k, sums, t.aim)
+            aim_v: float | None = _kth_largest(k, sums, t.aim)
             probe = int((sums >= xp.float32(aim_v * ratio)).sum())
-            aimd.on_measured(st, aim_v, t.aim, probe, self.config)
         else:
+            aim_v = None
             probe = int((sums >= xp.float32(st.v * ratio)).sum())
-            aimd.on_short(st, count, t.aim, probe, self.config)
+        aimd.update(st, count, aim_v, probe, t, self.config)
         if count <= t.cap:
             return ids.copy()
         cut = xp.float32(_kth_largest(k, sums, t.cap))
@@ -253,13 +253,7 @@ class ThresholdV(Compressor):
         restored: dict[int, _LayerSel] = {}
         for layer, d in layers.items():
             try:
-                st = aimd.ThresholdState(
-                    v=float(d["v"]),
-                    log_drift=float(d["log_drift"]),
-                    last_aim_v=None if d["last_aim_v"] is None else float(d["last_aim_v"]),
-                    steps_since_aim=int(d["steps_since_aim"]),
-                    steepness=None if d["steepness"] is None else float(d["steepness"]),
-                )
+                st = aimd.ThresholdState.from_dict(d)
                 n = int(d["dense_len"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise KernelError(f"bad compressor state for layer {layer}: {exc}") from None

@@ -47,8 +47,13 @@ class CompressorConfig:
     md_ceiling: float = 0.98
     #: ratio above the aim threshold at which the local steepness of the block-sum tail is probed
     probe_ratio: float = 1.05
-    #: EWMA weight of the per-step log-drift of the threshold (0 disables trend compensation)
+    #: EWMA weight of the trend (per-step log-change of the threshold) and of its prediction error
     trend_weight: float = 0.5
+    #: fraction of the smoothed trend applied to the next v (< 1: a decelerating drift is not overshot)
+    trend_damping: float = 0.9
+    #: the next v sits this many standard deviations of the prediction error below the prediction, so a
+    #: volatile layer passes more candidates (still trimmed to the cap) instead of falling short
+    margin_sigmas: float = 2.0
     #: blocks sampled to estimate the first v of a layer (a partial selection, §3.2 leaves it open)
     sample_blocks: int = 4096
     #: if the aim's rank inside the sample is below this, the first step selects exactly instead
@@ -69,6 +74,8 @@ class CompressorConfig:
         )
         check(1.0 < self.probe_ratio <= 2.0, "probe_ratio", self.probe_ratio, "must be in (1, 2]")
         check(0.0 <= self.trend_weight <= 1.0, "trend_weight", self.trend_weight, "must be in [0, 1]")
+        check(0.0 <= self.trend_damping <= 1.0, "trend_damping", self.trend_damping, "must be in [0, 1]")
+        check(0.0 <= self.margin_sigmas <= 10.0, "margin_sigmas", self.margin_sigmas, "must be in [0, 10]")
         check(self.sample_blocks >= 16, "sample_blocks", self.sample_blocks, "must be >= 16")
         check(self.min_sample_rank >= 1, "min_sample_rank", self.min_sample_rank, "must be >= 1")
         check(self.seed >= 0, "seed", self.seed, "must be >= 0")
