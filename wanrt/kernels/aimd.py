@@ -194,10 +194,8 @@ def update(
         # fewer than `aim` nonzero blocks: pass all of them; forget trend and volatility
         st.v, st.log_drift, st.err_var, st.last_log_aim, st.pred_log_aim = FLT_MIN, 0.0, 0.0, None, None
         return
-    if aim_v is not None:
-        est = math.log(aim_v)
-    else:  # too few passed: the elasticity extrapolates where v_aim lies below v
-        est = math.log(v) + math.log(max(count, 0.5) / t.aim) / sigma
+    # log(v_aim) this step: measured, or (too few passed) extrapolated below v by the elasticity
+    est = math.log(aim_v) if aim_v is not None else math.log(v) + math.log(max(count, 0.5) / t.aim) / sigma
     w = cfg.trend_weight
     if st.pred_log_aim is not None:
         st.err_var += w * ((est - st.pred_log_aim) ** 2 - st.err_var)

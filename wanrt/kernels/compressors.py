@@ -222,12 +222,8 @@ class ThresholdV(Compressor):
         ids = sel.idx_buf[:count]
         sums = sel.sum_buf[:count]
         ratio = self.config.probe_ratio
-        if count >= t.aim:
-            aim_v: float | None = _kth_largest(k, sums, t.aim)
-            probe = int((sums >= xp.float32(aim_v * ratio)).sum())
-        else:
-            aim_v = None
-            probe = int((sums >= xp.float32(st.v * ratio)).sum())
+        aim_v = _kth_largest(k, sums, t.aim) if count >= t.aim else None
+        probe = int((sums >= xp.float32((st.v if aim_v is None else aim_v) * ratio)).sum())
         aimd.update(st, count, aim_v, probe, t, self.config)
         if count <= t.cap:
             return ids.copy()
