@@ -133,19 +133,30 @@ class Message:
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
         """Header map and out-of-band buffers. Default: every field in the map, no buffers."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, []
+        return {name: getattr(self, name) for name in field_names(type(self))}, []
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
         """Rebuild from a header map; raises LocalProtocolError on bad fields (the caller re-labels it)."""
-        _expect_keys(cls, header, {f.name for f in dataclasses.fields(cls)})
+        _expect_keys(cls, header, field_names(cls))
         return cls(**header)
 
 
-def _expect_keys(cls: type, header: Mapping[str, Any], names: set[str]) -> None:
-    if header.keys() != names:
-        missing = sorted(names - header.keys())
-        extra = sorted(header.keys() - names)
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(cls: type[Message]) -> tuple[str, ...]:
+    """The wire keys of a message class (its dataclass fields, in order), computed once per class."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def _expect_keys(cls: type, header: Mapping[str, Any], names: tuple[str, ...]) -> None:
+    if len(header) != len(names) or not all(n in header for n in names):
+        missing = sorted(set(names) - header.keys())
+        extra = sorted(header.keys() - set(names))
         raise LocalProtocolError(f"{cls.__name__} header fields wrong: missing {missing}, unexpected {extra}")
 
 
@@ -370,13 +381,13 @@ class Push(Message):
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
         meta, buffers = codec.encode_payload(self.payload)
-        header = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "payload"}
+        header = {name: getattr(self, name) for name in field_names(type(self)) if name != "payload"}
         header["payload"] = meta
         return header, list(buffers)
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
-        _expect_keys(cls, header, {f.name for f in dataclasses.fields(cls)})
+        _expect_keys(cls, header, field_names(cls))
         fields = dict(header)
         fields["payload"] = _decode_payload(fields["payload"], buffers, peer)
         return cls(**fields)
@@ -448,7 +459,7 @@ class Chunk(Message):
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
-        _expect_keys(cls, header, {"item_id", "offset", "total"})
+        _expect_keys(cls, header, ("item_id", "offset", "total"))
         if len(buffers) != 1:
             raise LocalProtocolError("a Chunk carries exactly one buffer", value=len(buffers))
         return cls(data=buffers[0], **header)
