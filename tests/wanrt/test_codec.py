@@ -434,7 +434,7 @@ def test_kernel_choice_follows_the_environment() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    nb=st.integers(1, 2**40),
+    nb=st.one_of(st.integers(1, 2**40), st.integers(1, 300)),
     raw=st.lists(st.integers(0, 2**40), max_size=60),
     corrupt=st.booleans(),
 )
@@ -453,6 +453,11 @@ def test_fused_gap_stats_and_varint_match_reference(nb: int, raw: list[int], cor
             k.varint_encode(idx, nbytes - 1 if nbytes else 1)
     for k in (REFERENCE, FUSED):
         np.testing.assert_array_equal(k.varint_decode(stream, idx.shape[0], nb), idx)
+    if nb <= 1 << 16:
+        bitmap = REFERENCE.bitmap_encode(idx, nb)
+        np.testing.assert_array_equal(FUSED.bitmap_encode(idx, nb), bitmap)
+        for k in (REFERENCE, FUSED):
+            np.testing.assert_array_equal(k.bitmap_decode(bitmap, idx.shape[0]), idx)
 
 
 @settings(max_examples=300, deadline=None)
@@ -472,6 +477,20 @@ def test_fused_varint_decode_accepts_exactly_what_reference_accepts(
         results[0] = (
             None  # the reference leaves a wrapped prefix sum to validate(); the fused loop cannot wrap
         )
+    assert results[0] == results[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(stream=st.binary(max_size=16), count=st.integers(0, 130), honest=st.booleans())
+def test_fused_bitmap_decode_agrees_with_reference(stream: bytes, count: int, honest: bool) -> None:
+    b = np.frombuffer(stream, dtype=np.uint8)
+    count = int(np.bitwise_count(b).sum()) if honest else min(count, 8 * b.shape[0])
+    results = []
+    for k in (REFERENCE, FUSED):
+        try:
+            results.append(k.bitmap_decode(b, count).tolist())
+        except MalformedPayload:
+            results.append(None)
     assert results[0] == results[1]
 
 

@@ -146,6 +146,29 @@ def _f32_to_bf16(bits: npt.NDArray[np.uint32], out: npt.NDArray[np.uint16]) -> N
             out[i] = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
 
 
+def _bitmap_encode(idx: Int64Array, out: U8Array) -> None:
+    # idx is valid (checked by gap_stats), so every x >> 3 is inside ``out``
+    for i in range(idx.shape[0]):
+        x = idx[i]
+        out[x >> 3] |= 1 << (x & 7)
+
+
+def _bitmap_decode(b: U8Array, out: Int64Array) -> int:
+    # ``out`` has one spare slot: the store is unconditional (branch-free on dense bytes), the index only
+    # advances on set bits, and min() keeps a lying popcount from writing past the end
+    cap = out.shape[0] - 1
+    j = 0
+    for i in range(b.shape[0]):
+        x = int(b[i])
+        if x == 0:
+            continue
+        base = i * 8
+        for k in range(8):
+            out[min(j, cap)] = base + k
+            j += (x >> k) & 1
+    return j
+
+
 _VARINT_ERRORS = {
     1: "stream ends before count varints (or inside one)",
     2: "varint longer than any valid gap",
@@ -165,6 +188,8 @@ class FusedKernels:
         self._varint_decode = jit(_varint_decode)
         self._f32_to_f16 = jit(_f32_to_f16)
         self._f32_to_bf16 = jit(_f32_to_bf16)
+        self._bitmap_encode = jit(_bitmap_encode)
+        self._bitmap_decode = jit(_bitmap_decode)
 
     def gap_stats(self, indices: Int64Array, n_blocks: int) -> tuple[bool, int, int]:
         ok, maxg, vbytes = self._gap_stats(indices, n_blocks)
@@ -182,6 +207,20 @@ class FusedKernels:
         if err:
             raise MalformedPayload(f"varint index stream: {_VARINT_ERRORS[err]}", peer=peer, limit=count)
         return out
+
+    def bitmap_encode(self, indices: Int64Array, n_blocks: int) -> U8Array:
+        out = np.zeros((n_blocks + 7) // 8, dtype=np.uint8)
+        self._bitmap_encode(indices, out)
+        return out
+
+    def bitmap_decode(self, b: U8Array, count: int, *, peer: str | None = None) -> Int64Array:
+        out = np.empty(count + 1, dtype=np.int64)  # caller checked count <= 8 * len(b)
+        ones = int(self._bitmap_decode(b, out))
+        if ones != count:
+            raise MalformedPayload(
+                "bitmap population disagrees with count", peer=peer, limit=count, value=ones
+            )
+        return out[:count]
 
     def f32_to_f16(self, values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16], bool]:
         values = np.ascontiguousarray(values, dtype=np.float32)

@@ -88,9 +88,7 @@ def encode_indices(
         return gaps_of(indices).astype("<u2")
     if encoding == "varint":
         return kernels.varint_encode(indices, sizes["varint"])
-    bits = np.zeros(n_blocks, dtype=bool)
-    bits[indices] = True
-    return np.packbits(bits, bitorder="little")
+    return kernels.bitmap_encode(indices, n_blocks)
 
 
 def _bad(msg: str, peer: str | None, **fields: Any) -> MalformedPayload:
@@ -131,16 +129,9 @@ def decode_indices(
             raise _bad("varint stream shorter than count", peer, limit=len(buf), value=count)
         return kernels.varint_decode(np.frombuffer(buf, dtype=np.uint8), count, n_blocks, peer=peer)
     if encoding == "bitmap":
-        return _bitmap_decode(buf, count, n_blocks, peer)
+        _expect_len(buf, (n_blocks + 7) // 8, "bitmap", peer)
+        b = np.frombuffer(buf, dtype=np.uint8)
+        if n_blocks % 8 and int(b[-1]) >> (n_blocks % 8):
+            raise _bad("bitmap has bits set beyond the layer", peer, limit=n_blocks)
+        return kernels.bitmap_decode(b, count, peer=peer)
     raise _bad("unknown index encoding", peer, value=encoding)
-
-
-def _bitmap_decode(buf: memoryview, count: int, n_blocks: int, peer: str | None) -> Int64Array:
-    _expect_len(buf, (n_blocks + 7) // 8, "bitmap", peer)
-    b = np.frombuffer(buf, dtype=np.uint8)
-    ones = int(np.bitwise_count(b).sum(dtype=np.int64))
-    if ones != count:
-        raise _bad("bitmap population disagrees with count", peer, limit=count, value=ones)
-    if n_blocks % 8 and int(b[-1]) >> (n_blocks % 8):
-        raise _bad("bitmap has bits set beyond the layer", peer, limit=n_blocks)
-    return np.flatnonzero(np.unpackbits(b, bitorder="little")).astype(np.int64, copy=False)

@@ -1,4 +1,4 @@
-"""NumPy reference kernels of the codec: gap statistics, delta + LEB128 varint, fp32 -> fp16/bf16.
+"""NumPy reference kernels of the codec: gap statistics, delta + LEB128 varint, bitmaps, fp32 -> fp16/bf16.
 
 These define what the fused (numba) kernels in :mod:`wanrt.codec.fused` must compute; tests check the two
 against each other, and ``WANRT_KERNELS=numpy`` forces this path. Vectorised with one masked pass per byte
@@ -21,6 +21,8 @@ from wanrt.payload import fp32_to_bf16
 
 __all__ = [
     "ReferenceKernels",
+    "bitmap_decode",
+    "bitmap_encode",
     "f32_to_bf16",
     "f32_to_f16",
     "gap_stats",
@@ -145,6 +147,21 @@ def varint_decode(b: U8Array, count: int, n_blocks: int, *, peer: str | None = N
     return vals
 
 
+def bitmap_encode(indices: Int64Array, n_blocks: int) -> U8Array:
+    """Bit ``i`` of byte ``i >> 3`` (LSB first) set for every index."""
+    bits = np.zeros(n_blocks, dtype=bool)
+    bits[indices] = True
+    return np.packbits(bits, bitorder="little")
+
+
+def bitmap_decode(b: U8Array, count: int, *, peer: str | None = None) -> Int64Array:
+    """Positions of the set bits; exactly ``count`` of them or :class:`MalformedPayload`."""
+    ones = int(np.bitwise_count(b).sum(dtype=np.int64))
+    if ones != count:
+        raise MalformedPayload("bitmap population disagrees with count", peer=peer, limit=count, value=ones)
+    return np.flatnonzero(np.unpackbits(b, bitorder="little")).astype(np.int64, copy=False)
+
+
 def f32_to_f16(values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16], bool]:
     """Round-to-nearest-even fp32 -> fp16, chunked; second item True if a finite value became ±inf."""
     out = np.empty(values.shape[0], dtype=np.float16)
@@ -183,6 +200,14 @@ class ReferenceKernels:
     @staticmethod
     def varint_decode(b: U8Array, count: int, n_blocks: int, *, peer: str | None = None) -> Int64Array:
         return varint_decode(b, count, n_blocks, peer=peer)
+
+    @staticmethod
+    def bitmap_encode(indices: Int64Array, n_blocks: int) -> U8Array:
+        return bitmap_encode(indices, n_blocks)
+
+    @staticmethod
+    def bitmap_decode(b: U8Array, count: int, *, peer: str | None = None) -> Int64Array:
+        return bitmap_decode(b, count, peer=peer)
 
     @staticmethod
     def f32_to_f16(values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16], bool]:
