@@ -153,3 +153,36 @@ def run_in_thread(gw: FakeGateway) -> Iterator[asyncio.AbstractEventLoop]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def main() -> None:
+    """``python -m tests.wanrt.client.fake_gateway --url unix:///tmp/wanrt.sock --sites a,b --job j
+    --secret-file job.key``: serve until interrupted (for trying docs/client.md's example locally)."""
+    import argparse
+
+    from wanrt.client.bootstrap import read_secret
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--sites", required=True, help="comma-separated site names")
+    ap.add_argument("--job", required=True)
+    ap.add_argument("--secret-file", required=True)
+    args = ap.parse_args()
+    gw = FakeGateway(
+        args.url, sites=tuple(args.sites.split(",")), job=args.job, secret=read_secret(args.secret_file)
+    )
+
+    async def serve() -> None:
+        await gw.start()
+        print(f"fake gateway for sites {gw.sites} listening on {gw.url}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await gw.stop()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,7 @@ import torch
 
 import wanrt
 from tests.wanrt.client.fake_link import ScriptedLink, Timing, scripted
-from wanrt.client import ClientConfig, ModelMismatch, SparseOptimizer, StepWithoutBackward
+from wanrt.client import ClientConfig, SparseOptimizer, StepWithoutBackward
 from wanrt.client.site_message import ConfigChange
 from wanrt.errors import WanrtTimeout
 
@@ -127,19 +127,3 @@ def test_config_change_takes_effect_at_its_iteration(secret_file: Path) -> None:
     it2 = [p for it, _, p in link.pushed if it == 2]
     assert it2 and all(p.nnz < p.dense_len for p in it2)
     opt.ctx.close()
-
-
-def test_model_signature_mismatch_at_the_gateway_names_the_layer(secret_file: Path) -> None:
-    from wanrt.client.link_api import LinkSpec
-    from wanrt.client.signature import LayerSignature, compare_info
-
-    other = LayerSignature.of(["a", "b"], [(20,), (35,)], ["float32", "float32"])
-
-    def factory(spec: LinkSpec) -> ScriptedLink:
-        diff = compare_info(spec.signature, other.info())
-        assert diff is not None
-        raise ModelMismatch(f"model differs from site b's: {diff[1]}", layer=diff[0])
-
-    ctx = wanrt.client.init("mem://gw", site="a", job="j", secret_file=secret_file, link_factory=factory)
-    with pytest.raises(ModelMismatch, match=r"layer 1 'b' shape \(36,\)"):
-        SparseOptimizer(TwoLayers().named_parameters(), "sgd", lr=1.0, ctx=ctx)

@@ -53,3 +53,21 @@ def test_sparse_and_dense_training_converge_identically_on_every_rank(
     assert s <= 1.10 * d, f"sparse path with error feedback ended at {s:.4f}, dense baseline at {d:.4f}"
     assert sparse.pushes == dense.pushes  # every layer of every step, in both modes
     assert sparse.elements < 0.3 * dense.elements  # and the sparse path really sent a fraction
+
+
+def test_ranks_of_one_site_with_different_models_all_get_the_same_error(
+    tmp_path: Path, secret_path: Path
+) -> None:
+    gw = FakeGateway(f"unix://{tmp_path}/gw.sock", sites=("a",), job="e2e", secret=SECRET)
+    with run_in_thread(gw):
+        results = launch(
+            tmp_path,
+            sites=("a",),
+            world=2,
+            args=[f"--secret-file={secret_path}", f"--dense-gateway={gw.url}", "--wide-ranks=a:1"],
+        )
+    for rank in (0, 1):
+        err = results[("a", rank)].get("error")
+        assert err is not None and err["type"] == "ModelMismatch", err
+        assert "layer 0 '0.weight'" in err["message"]  # the first layer is already wider
+    assert gw.pushes == 0

@@ -73,7 +73,7 @@ def train(args: argparse.Namespace, gateway: str, config: ClientConfig) -> dict[
         "digest": digest(model),
         "initial": eval_loss(make_model()),
         "seconds": time.monotonic() - t0,  # diagnostics only: tests never assert on timing
-            }
+    }
 
 
 def run_rank(args: argparse.Namespace, site_index: int, rank: int, port: int) -> None:
