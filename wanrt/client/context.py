@@ -89,6 +89,7 @@ class Context:
         self._compressor: LayerCompressor | None = None
         self._tracker: StalenessTracker[SiteUpdate] | None = None
         self._closed = False
+        self._broken: BaseException | None = None
 
     # -- what the user sees ------------------------------------------------------------------------------
 
@@ -186,10 +187,17 @@ class Context:
             raise LocalProtocolError("wanrt context has no optimizer bound", hint="create a SparseOptimizer")
         if self._closed:
             raise LocalProtocolError("step() after close()")
+        if self._broken is not None:
+            raise LocalProtocolError(f"this wanrt context failed earlier: {self._broken}")
         if self._reducer.finish() == 0:
             raise StepWithoutBackward(self._iteration)
-        decision = self._exchange(final=False)
-        self._apply(decision)
+        try:
+            decision = self._exchange(final=False)
+            self._apply(decision)
+        except BaseException as exc:
+            self._broken = exc  # the site is out of step: no more collectives, not even from hooks
+            self._reducer.remove()
+            raise
         self._iteration += 1
         self._switch_config()
 
@@ -328,14 +336,19 @@ class Context:
     # -- shutdown ----------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Collective: apply every outstanding update, then close the link. Idempotent."""
+        """Collective: apply every outstanding update, then close the link. Idempotent.
+
+        After a failed step only local resources are released: the ranks are no longer in step, and a
+        collective now could hang.
+        """
         if self._closed:
             return
         self._closed = True
         try:
             if self._reducer is not None:
                 self._reducer.remove()
-                self._apply(self._exchange(final=True))
+                if self._broken is None:
+                    self._apply(self._exchange(final=True))
         finally:
             if self._pipeline is not None:
                 self._pipeline.close()

@@ -94,6 +94,10 @@ def test_missing_update_raises_a_clear_timeout(secret_file: Path) -> None:
     with pytest.raises(WanrtTimeout) as info:
         opt.step()
     assert "iteration 0 layer 0" in str(info.value) and "mem://gw" in str(info.value)
+    model.loss(*coeffs(1)).backward()
+    with pytest.raises(wanrt.LocalProtocolError, match="failed earlier"):
+        opt.step()
+    opt.ctx.close()  # releases local resources only: no collective after a failed step
 
 
 def test_step_without_backward_says_so(secret_file: Path) -> None:
