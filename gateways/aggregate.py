@@ -79,25 +79,30 @@ def aggregate(
     the sender's fault and raises :class:`MalformedPayload` naming ``peers[i]`` of the offending one. Returns
     ``None`` only when every entry is ``None`` (nothing is known about the layer's shape).
     """
-    present = [(i, p) for i, p in enumerate(payloads) if p is not None]
-    if not present:
-        return None
-    first = present[0][1]
-    for i, p in present[1:]:
-        if (p.layer, p.dense_len, p.block_size) != (first.layer, first.dense_len, first.block_size):
+    first: SparsePayload | None = None
+    nonempty: list[SparsePayload] = []
+    for i, p in enumerate(payloads):
+        if p is None:
+            continue
+        if first is None:
+            first = p
+        elif p.dense_len != first.dense_len or p.block_size != first.block_size or p.layer != first.layer:
             raise MalformedPayload(
                 f"layer {p.layer}: shape (dense_len={p.dense_len}, block_size={p.block_size}) disagrees "
                 f"with layer {first.layer} (dense_len={first.dense_len}, block_size={first.block_size})",
                 peer=peers[i] if peers is not None else None,
                 value=(p.layer, p.dense_len, p.block_size),
             )
-    nonempty = [p for _, p in present if p.nnz_blocks > 0]
+        if p.indices.shape[0]:
+            nonempty.append(p)
+    if first is None:
+        return None
     if not nonempty:
         return SparsePayload.empty(first.layer, first.dense_len, first.block_size)
     if len(nonempty) == 1:
         return _as_f32(nonempty[0])
     bs = first.block_size
-    total = sum(p.nnz_blocks for p in nonempty)
+    total = sum(p.indices.shape[0] for p in nonempty)
     nb = n_blocks(first.dense_len, bs)
     if nb <= _DENSE_SCRATCH_FACTOR * total:
         return _aggregate_scratch(nonempty, nb)

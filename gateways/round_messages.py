@@ -6,9 +6,9 @@ aggregate is the sum of *pushes*, each named by a contribution id ``(site, itera
 iteration 7 may hold ``("c", 6)`` next to ``("c", 7)``. The sum over every delivered aggregate then accounts
 for every push exactly once, and a trainer that averages divides by ``len(sites)``.
 
-Mapping onto ``wanrt.protocol`` (done by the daemon): ``partial`` and ``segment`` travel as ``Push``,
-``segment_final`` and ``final`` as ``Aggregate``; they additionally need ``kind``, ``plan_id``, ``step``,
-``segment`` and ``sites`` as (site, iteration) pairs. ``outcome`` carries no payload.
+Mapping onto ``wanrt.protocol`` (done by the daemon): ``partial``, ``extra`` and ``segment`` travel as
+``Push``, ``segment_final`` and ``final`` as ``Aggregate``; they additionally need ``kind``, ``plan_id``,
+``step``, ``segment`` and ``sites`` as (site, iteration) pairs. ``outcome`` carries no payload.
 """
 
 from __future__ import annotations
@@ -33,19 +33,25 @@ __all__ = [
 #: (site, iteration) of one push from a site's trainers.
 ContribId: TypeAlias = tuple[str, int]
 
-MsgKind: TypeAlias = Literal["partial", "segment", "segment_final", "final", "outcome"]
-MSG_KINDS: tuple[MsgKind, ...] = ("partial", "segment", "segment_final", "final", "outcome")
+MsgKind: TypeAlias = Literal["partial", "extra", "segment", "segment_final", "final", "outcome"]
+MSG_KINDS: tuple[MsgKind, ...] = ("partial", "extra", "segment", "segment_final", "final", "outcome")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RoundMsg:
     """One gateway-to-gateway message of a round.
 
-    * ``partial`` — child → parent: the sum of the child's subtree (upward, x-order applies).
+    * ``partial`` — child → parent: the sum of the child's subtree (upward, x-order applies); one per child
+      and round, it completes the child's part of the round.
+    * ``extra`` — child → parent: contributions the child carries from rounds that finished without them,
+      sent ahead into the round the parent gathers next (``step`` of the parent's last ``final``) so that a
+      persistent straggler's pushes are counted without waiting for its next on-time push. Added to the
+      round if it arrives before the parent moves on; it does not complete the child's part.
     * ``segment`` — ring reduce-scatter: segment ``segment`` accumulated over ``step + 1`` ring members.
     * ``segment_final`` — ring all-gather: the finished segment ``segment``.
     * ``final`` — the round's result (downward to children; also the answer to anyone re-running a round
-      that is already finished here).
+      that is already finished here). ``step`` is the sender's fold hint: the lowest iteration of this layer
+      it has not gathered yet, where a child's ``extra`` will still count.
     * ``outcome`` — to a rejoining site: ``sites`` lists its contributions counted in layer ``layer`` at
       iterations ``step <= i < iteration`` (``iteration`` is the join iteration, ``step`` the oldest one
       remembered); ``payload`` is ``None`` and ``plan_id`` 0.

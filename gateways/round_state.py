@@ -69,6 +69,8 @@ class OpenRound:
     taken: bool = False
     gathered: bool = False
     inputs: dict[str, RoundMsg] = field(default_factory=dict)
+    extras_in: dict[str, tuple[SparsePayload | None, tuple[ContribId, ...]]] = field(default_factory=dict)
+    extras_out: list[tuple[SparsePayload | None, tuple[ContribId, ...]]] = field(default_factory=list)
     late: set[str] = field(default_factory=set)
     ring_slices: list[SparsePayload | None] | None = None
     ring_ids: tuple[ContribId, ...] = ()
@@ -82,12 +84,16 @@ class OpenRound:
     suspected: bool = False
     timer: float | None = None
 
-    def restart(self, plan: Plan, now: float) -> None:
-        """Forget everything received under the old plan (its senders keep their own contributions)."""
+    def restart(self, plan: Plan, now: float) -> list[tuple[SparsePayload | None, tuple[ContribId, ...]]]:
+        """Forget everything received under the old plan (its senders keep their own contributions).
+
+        Returns the extras this site had sent under the old plan: they must be sent again."""
         self.plan = plan
         self.opened_at = now
         self.gathered = False
         self.inputs.clear()
+        self.extras_in.clear()
+        resend, self.extras_out = self.extras_out, []
         self.ring_slices = None
         self.ring_ids = ()
         self.ring_recv.clear()
@@ -95,6 +101,7 @@ class OpenRound:
         self.seg_finals.clear()
         self.wait_peer = None
         self.suspected = False
+        return resend
 
 
 @dataclass(slots=True)
@@ -104,6 +111,7 @@ class EngineStats:
     rounds_closed: int = 0
     late_inputs: int = 0  # a child's partial arrived after its parent had moved on (x-order)
     carried: int = 0  # own contributions folded into a later round
+    extras: int = 0  # ... of which sent ahead to the parent on their own
     restarts: int = 0  # open rounds re-run under a new plan
     final_replies: int = 0  # finished results sent to peers re-running a round
     stale_ignored: int = 0  # messages for rounds already settled here
@@ -111,6 +119,7 @@ class EngineStats:
     buffer_dropped: int = 0  # ... dropped because the per-peer buffer was full or the message went stale
     conflicts: int = 0  # two different finals for one round (only after a finalizer failed mid-broadcast)
     settled: int = 0  # rounds settled from a peer's outcome after a partition
+    diverged: int = 0  # own contributions of a round finished here but re-run by the others without them
     unresolved: int = 0  # ... whose outcome was older than the peer's history: carried, maybe twice
     abandoned: int = 0  # rounds unresolved after max_lag iterations: carried, maybe twice
     suspects: int = 0

@@ -34,6 +34,7 @@ bounded by the site count times ``max_lag + 1``; a peer may only send what its r
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
@@ -112,9 +113,14 @@ class RoundEngine:
         self._finals: dict[Key, RoundMsg] = {}
         self._final_plan: dict[Key, Plan] = {}
         self._final_sent: dict[Key, dict[str, int]] = {}  # peer -> plan id it was sent under
+        # own contributions counted in results here, kept as long as the results: if this site was cut off
+        # right after finishing a round, the others re-ran it without them (see _on_outcome)
+        self._final_own: dict[Key, list[tuple[SparsePayload | None, tuple[ContribId, ...]]]] = {}
         self._done: dict[int, set[int]] = {}  # layer -> settled iterations (>= the prune floor)
         self._done_below: dict[int, int] = {}  # layer -> every iteration below is settled (after rejoin)
         self._carry: dict[int, Carry] = {}
+        self._newest_final: dict[int, int] = {}  # layer -> newest iteration with a result here
+        self._hint: dict[int, int] = {}  # layer -> where the parent gathers next (its last fold hint)
         self._shapes: dict[int, tuple[int, int]] = {}
         self._last_push: dict[int, int] = {}
         self._heap: list[tuple[float, int, Key]] = []
@@ -147,10 +153,12 @@ class RoundEngine:
         cid = ((self.site, iteration),)
         if self._is_settled(iteration, layer):
             self._carry_add(layer, payload, cid)
+            self._flush(layer, now, out)
             return out
         r = self._rounds.get((iteration, layer)) or self._open(iteration, layer, now, out)
         if r.taken or r.gathered:
             self._carry_add(layer, payload, cid)  # too late for its own round: carried
+            self._flush(layer, now, out)
         else:
             r.local, r.local_at = payload, now
         self._advance(r, now, out)
@@ -269,6 +277,7 @@ class RoundEngine:
                 out.append((r.own, r.own_ids))
             if r.local is not None:
                 out.append((r.local, ((self.site, r.iteration),)))
+            out.extend(r.extras_out)
         return out
 
     # ------------------------------------------------------------------------------------------------
@@ -311,8 +320,9 @@ class RoundEngine:
             raise LimitExceeded(
                 "too many contribution ids", name="sites", limit=self._max_ids, value=len(m.sites), peer=peer
             )
+        sites, top = self._site_set, m.iteration
         for s, it in m.sites:
-            if s not in self._site_set or not isinstance(it, int) or not 0 <= it <= m.iteration:
+            if s not in sites or type(it) is not int or not 0 <= it <= top:
                 raise RemoteProtocolError("invalid contribution id", peer=peer, value=(s, it))
         if m.payload is not None:
             if m.payload.layer != m.layer:
@@ -370,7 +380,7 @@ class RoundEngine:
             self._ring_progress(r, now, out)
             if key not in self._rounds:
                 return
-        due = gather_at
+        due = None if gather_at == math.inf else gather_at
         if r.wait_peer is not None and not r.suspected:
             t = r.wait_since + self.config.suspect_after_s
             due = t if due is None else min(due, t)
@@ -381,7 +391,8 @@ class RoundEngine:
                 heapq.heappush(self._heap, (due, self._seq, key))
 
     def _gather_deadline(self, r: OpenRound, now: float) -> float | None:
-        """``None`` if the node may proceed now, else the earliest time something it waits for expires."""
+        """``None`` if the node may proceed now, else the earliest time something it waits for expires
+        (``math.inf``: nothing expires, it waits for more contributions)."""
         cfg = self.config
         pending: list[float] = []
         own_due = r.opened_at + cfg.round_deadline_s
@@ -398,7 +409,29 @@ class RoundEngine:
                 due = r.opened_at + cfg.round_deadline_s * (1 + plan.height_of(c))
             if now < due:
                 pending.append(due)
-        return min(pending) if pending else None
+        if pending:
+            return min(pending)
+        if plan.parent_of(self.site) is None and len(plan.core) == 1 and not self._enough_sites(r):
+            return math.inf
+        return None
+
+    def _enough_sites(self, r: OpenRound) -> bool:
+        """STAR §IV-B x-order with x = quorum: a root proceeds without late children only once that many
+        sites contributed, so a root cut off from everybody (before anyone declares it lost) does not go on
+        finishing rounds with its own push alone."""
+        sites = {s for s, _ in r.own_ids}
+        if r.local is not None:
+            sites.add(self.site)
+        c = self._carry.get(r.layer)
+        if not r.taken and c is not None:
+            sites.update(s for s, _ in c.ids)
+        for m in r.inputs.values():
+            sites.update(s for s, _ in m.sites)
+            if len(sites) >= self._quorum:
+                return True
+        for _, ids in r.extras_in.values():
+            sites.update(s for s, _ in ids)
+        return len(sites) >= self._quorum or all(c in r.inputs for c in r.plan.children_of(self.site))
 
     def _take_own(self, r: OpenRound) -> None:
         """Fix this site's contribution to ``r``: its push plus the layer's carry (bounded per policy)."""
@@ -426,8 +459,14 @@ class RoundEngine:
         r.late.update(c for c in plan.children_of(self.site) if c not in r.inputs)
         self._take_own(r)
         senders = list(r.inputs)
-        contrib = aggregate([r.own] + [r.inputs[s].payload for s in senders], peers=[None, *senders])
-        ids = merge_ids(r.own_ids, *(r.inputs[s].sites for s in senders))
+        extras = list(r.extras_in)
+        contrib = aggregate(
+            [r.own] + [r.inputs[s].payload for s in senders] + [r.extras_in[s][0] for s in extras],
+            peers=[None, *senders, *extras],
+        )
+        ids = merge_ids(
+            r.own_ids, *(r.inputs[s].sites for s in senders), *(r.extras_in[s][1] for s in extras)
+        )
         parent = plan.parent_of(self.site)
         if parent is not None:
             self._send(out, parent, RoundMsg("partial", r.iteration, r.layer, plan.plan_id, contrib, ids))
@@ -467,16 +506,25 @@ class RoundEngine:
         self._done.setdefault(r.layer, set()).add(r.iteration)
         self.stats.rounds_closed += 1
         out.append(Deliver(r.iteration, r.layer, final.payload, final.sites))
+        if r.iteration > self._newest_final.get(r.layer, -1):
+            self._newest_final[r.layer] = r.iteration
+        if source is not None and source == r.plan.parent_of(self.site):
+            self._hint[r.layer] = max(self._hint.get(r.layer, -1), final.step)
         res = r.residuals.get(final.plan_id)
         if res is not None:
             self._carry_add(r.layer, res, ())
-        if r.taken and r.own_ids:
-            included = set(final.sites)
-            hit = [x in included for x in r.own_ids]
-            if not all(hit):
+        included = set(final.sites)
+        counted: list[tuple[SparsePayload | None, tuple[ContribId, ...]]] = []
+        for p, ids in [(r.own, r.own_ids), *r.extras_out] if r.taken and r.own_ids else r.extras_out:
+            hit = [x in included for x in ids]
+            if all(hit):
+                counted.append((p, ids))
+            else:
                 if any(hit):
                     self.stats.conflicts += 1
-                self._carry_add(r.layer, r.own, r.own_ids)
+                self._carry_add(r.layer, p, ids)
+        if counted:
+            self._final_own[key] = counted
         if r.local is not None:
             self._carry_add(r.layer, r.local, ((self.site, r.iteration),))
         for s, it in final.sites:
@@ -487,9 +535,11 @@ class RoundEngine:
         else:
             sent[source] = final.plan_id
             targets = [n for n in plan.neighbours(self.site) if n != source]
-        for t in targets:
-            sent[t] = plan.plan_id
-            self._send(out, t, final)
+        if targets:
+            down = self._with_hint(final)
+            for t in targets:
+                sent[t] = plan.plan_id
+                self._send(out, t, down)
         members = {s for s, _ in final.sites}
         out.append(
             RoundClosed(
@@ -501,6 +551,56 @@ class RoundEngine:
                 now - r.first_opened,
             )
         )
+        self._flush(r.layer, now, out)
+
+    def _with_hint(self, final: RoundMsg) -> RoundMsg:
+        """``final`` as this node sends it, with ``step`` = the fold hint: the first round of the layer this
+        node has not gathered and whose own push has not arrived (rounds that have it finish within
+        ``t_w``, too soon for a child's extra to make it)."""
+        layer = final.layer
+        i = self._newest_final.get(layer, -1) + 1
+        while i <= self._frontier:
+            r = self._rounds.get((i, layer))
+            if r is None:
+                if not self._is_settled(i, layer):
+                    break
+            elif not r.gathered and r.local is None and not r.taken:
+                break  # still waiting for this node's own push: an extra sent now will be in time
+            i += 1
+        return final if final.step == i else dataclasses.replace(final, step=i)
+
+    def _flush(self, layer: int, now: float, out: list[Action]) -> None:
+        """Send what this site carries for ``layer`` ahead to its parent (an ``extra``), unless an open
+        round will take it along with the next push anyway. Without this a persistent straggler, whose
+        every push arrives after its round finished, would never get its contributions counted."""
+        c = self._carry.get(layer)
+        if c is None or not c.ids:
+            return
+        for (_, lay), r in self._rounds.items():
+            if lay == layer and not r.taken and not r.gathered:
+                return
+        target = max(self._hint.get(layer, -1), self._newest_final.get(layer, -1) + 1)
+        target = min(target, max(self._frontier, self._join_hint) + self.config.window)
+        while self._is_settled(target, layer):
+            target += 1
+        plan = self._timeline.plan_for(target)
+        parent = plan.parent_of(self.site)
+        if parent is None or not self._has_quorum(plan):
+            return  # a root or ring member: its next gather takes the carry
+        r = self._rounds.get((target, layer)) or self._open(target, layer, now, out)
+        payload, ids = c.payload, c.ids
+        rest: SparsePayload | None = None
+        if payload is not None and self.config.forward_policy == "per_site":
+            cap = per_site_cap(
+                payload.dense_len, payload.block_size, self.config.forward_density, len(plan.members)
+            )
+            payload, rest = top_blocks(payload, cap)
+        self._carry[layer] = Carry(rest if rest is not None and rest.nnz_blocks else None)
+        r.extras_out.append((payload, ids))
+        self.stats.extras += 1
+        self._send(out, parent, RoundMsg("extra", target, layer, plan.plan_id, payload, ids))
+        if r.timer is None:
+            self._advance(r, now, out)
 
     def _settle(
         self, r: OpenRound, counted: set[int] | None, since: int, now: float, out: list[Action]
@@ -552,6 +652,8 @@ class RoundEngine:
         r = self._rounds.get(key) or self._open(m.iteration, m.layer, now, out)
         if m.kind == "partial":
             self._on_partial(peer, r, m, now, out)
+        elif m.kind == "extra":
+            self._on_extra(peer, r, m)
         elif m.kind == "segment":
             self._on_segment(peer, r, m, now, out)
         else:
@@ -570,7 +672,7 @@ class RoundEngine:
         if sent.get(peer) != m.plan_id:  # it re-runs the round under a plan we did not answer yet
             sent[peer] = m.plan_id
             self.stats.final_replies += 1
-            self._send(out, peer, final)
+            self._send(out, peer, self._with_hint(final))
         else:
             self.stats.late_inputs += 1
 
@@ -598,6 +700,23 @@ class RoundEngine:
         r.inputs[peer] = m
         self._advance(r, now, out)
 
+    def _on_extra(self, peer: str, r: OpenRound, m: RoundMsg) -> None:
+        if r.plan.parent_of(peer) != self.site:
+            raise RemoteProtocolError(
+                "extra from a site that is not our child", peer=peer, value=r.plan.plan_id
+            )
+        if r.gathered:
+            self.stats.late_inputs += 1  # too late again: its originator carries it on
+            return
+        have = r.extras_in.get(peer)
+        if have is None:
+            r.extras_in[peer] = (m.payload, m.sites)
+        else:  # several carries aimed at one round: keep one merged entry per child (bounded state)
+            r.extras_in[peer] = (
+                aggregate([have[0], m.payload], peers=[peer, peer]),
+                merge_ids(have[1], m.sites),
+            )
+
     def _ring_check(self, peer: str, r: OpenRound, m: RoundMsg) -> tuple[int, int]:
         plan = r.plan
         n = len(plan.core)
@@ -606,10 +725,10 @@ class RoundEngine:
         if not 0 <= m.segment < n:
             raise RemoteProtocolError("ring segment out of range", peer=peer, value=m.segment)
         shape = self._shapes.get(m.layer)
-        if m.payload is not None and m.payload.nnz_blocks and shape is not None:
+        if m.payload is not None and m.payload.indices.shape[0] and shape is not None:
             bounds = segment_bounds(n_blocks(*shape), n)
-            lo, hi = int(bounds[m.segment]), int(bounds[m.segment + 1])
-            if int(m.payload.indices[0]) < lo or int(m.payload.indices[-1]) >= hi:
+            idx = m.payload.indices
+            if idx[0] < bounds[m.segment] or idx[-1] >= bounds[m.segment + 1]:
                 raise MalformedPayload(
                     "ring segment holds blocks outside its range", peer=peer, value=m.segment
                 )
@@ -725,7 +844,8 @@ class RoundEngine:
         for r in list(self._rounds.values()):
             plan = self._timeline.plan_for(r.iteration)
             if plan.plan_id != r.plan.plan_id:
-                r.restart(plan, now)
+                for p, ids in r.restart(plan, now):
+                    self._carry_add(r.layer, p, ids)
                 self.stats.restarts += 1
                 restarted.append(r)
         for key, final in self._finals.items():
@@ -740,7 +860,7 @@ class RoundEngine:
             for t in [parent] if parent is not None else new.neighbours(self.site):
                 if sent.get(t) != new.plan_id:
                     sent[t] = new.plan_id
-                    self._send(out, t, final)
+                    self._send(out, t, self._with_hint(final))
             self._final_plan[key] = new
         held = self._buffer
         self._buffer = {}
@@ -753,6 +873,8 @@ class RoundEngine:
         for r in restarted:
             if (r.iteration, r.layer) in self._rounds:
                 self._advance(r, now, out)
+        for layer in [lay for lay, c in self._carry.items() if c.ids]:
+            self._flush(layer, now, out)
 
     def _send_outcomes(self, peer: str, join_at: int, out: list[Action]) -> None:
         since = min(self._history_since, join_at)
@@ -776,7 +898,17 @@ class RoundEngine:
             r = self._rounds[key]
             if r.layer == layer and r.iteration < join_at and not self._has_quorum(r.plan):
                 self._settle(r, counted, since, now, out)
+        # rounds this site finished just before it was cut off may have been re-run by the others without
+        # it (its result never reached them): what they did not count is carried, so their record stays
+        # exact; this site's trainers diverged and need the parameters from the others anyway
+        for key in [k for k in self._final_own if k[1] == layer and k[0] < join_at]:
+            for p, ids in self._final_own.pop(key):
+                its = [it for _, it in ids]
+                if min(its) >= since and not all(it in counted for it in its):
+                    self.stats.diverged += 1
+                    self._carry_add(layer, p, ids)
         self._done_below[layer] = max(self._done_below.get(layer, -1), join_at)
+        self._flush(layer, now, out)
 
     def _prune(self, now: float, out: list[Action]) -> None:
         """Bound memory as the frontier advances: old rounds, results, ids and held messages go."""
@@ -791,6 +923,7 @@ class RoundEngine:
         keep_from = self._frontier - cfg.retain_finals
         for key in [k for k in self._finals if k[0] < keep_from]:
             del self._finals[key], self._final_plan[key], self._final_sent[key]
+            self._final_own.pop(key, None)
         for layer, its in self._done.items():
             if len(its) > 2 * cfg.max_lag:
                 self._done[layer] = {i for i in its if i >= floor}
