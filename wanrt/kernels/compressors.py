@@ -51,6 +51,11 @@ def _host(a: Array) -> Any:
     return a.get() if is_cupy_array(a) else a
 
 
+def _check_layer(layer: int) -> None:
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or layer < 0:
+        raise KernelError("layer must be a non-negative integer", value=layer)
+
+
 def _top_blocks(k: ReferenceKernels, sums: Array, count: int) -> Array:
     """Indices (ascending) of the ``count`` largest *positive* sums; raises on NaN/inf among them."""
     xp = k.xp
@@ -88,6 +93,7 @@ class Compressor(ABC):
 
     def compress(self, layer: int, grad: object) -> SparsePayload:
         """Select blocks of ``grad`` (1-D fp32, NumPy/CuPy/torch; not modified) into a payload."""
+        _check_layer(layer)
         x = as_vector(grad, "grad")
         k = get_kernels(x)
         idx = self._select(layer, x, k, None)
@@ -99,6 +105,7 @@ class Compressor(ABC):
         ``residual`` must be a 1-D fp32 array of the gradient's length on the same device; afterwards it
         holds exactly what was left out (``sent + residual == old residual + grad`` elementwise).
         """
+        _check_layer(layer)
         g = as_vector(grad, "grad")
         r = as_vector(residual, "residual", writable=True)
         if r.shape != g.shape or is_cupy_array(r) != is_cupy_array(g):
