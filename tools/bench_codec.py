@@ -307,9 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         r["size_vs_msgpack"] = r["wire_bytes"] / base["wire_bytes"]
         r["speed_vs_msgpack"] = r["gbps"] / base["gbps"]
     mc = memcpy_gbps(max(r["wire_bytes"] for r in rows if r["method"] == "wanrt-fused"), reps)
-    print(
-        f"\n{args.elements:,} elements at {args.density:.1%} density; median of {reps}; memcpy {mc:.2f} GB/s"
-    )
+    print(f"\n{args.elements:,} elements at {args.density:.1%} density; best of {reps}; memcpy {mc:.2f} GB/s")
     print_table(
         rows,
         [
