@@ -7,8 +7,9 @@ Results are identical to :mod:`wanrt.codec.reference_kernels` (bit for bit, exce
 both keep NaN); the tests check that.
 
 Nothing is compiled or even imported at module import: :func:`load` imports numba and JIT-compiles on first
-use (``cache=True`` stores the machine code next to this file, so later processes skip compilation). The
-kernels release the GIL, so a gateway may encode in a worker thread.
+use (``cache=True`` stores the machine code next to this file or in numba's user cache, so later processes
+skip compilation; with no writable location caching is turned off). The kernels release the GIL, so a
+gateway may encode in a worker thread.
 """
 
 from __future__ import annotations
@@ -237,7 +238,13 @@ class FusedKernels:
 
 @functools.cache
 def load() -> FusedKernels:
-    """Import numba and wrap the kernels (compiled lazily on first call, cached on disk)."""
+    """Import numba and wrap the kernels (compiled lazily on first call, cached on disk when possible)."""
     import numba
 
-    return FusedKernels(lambda f: numba.njit(cache=True, nogil=True)(f))
+    def jit(fn: Any) -> Any:
+        try:
+            return numba.njit(cache=True, nogil=True)(fn)
+        except RuntimeError:  # "cannot cache function ...: no locator available" (read-only install)
+            return numba.njit(cache=False, nogil=True)(fn)
+
+    return FusedKernels(jit)
