@@ -1,0 +1,91 @@
+"""``wanrt demo``: flags, the two runs, the printed summary, the plot and the JSON.
+
+Every flag defaults to ``None`` so :func:`~wanrt.demo.config.config_from_args` can tell "not given" (keep
+the preset's value, ``--quick`` or the default) from a value the user typed; validation happens there, so a
+bad flag is reported before any process starts, with the flag's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+from gateways.topology import TOPOLOGY_KINDS
+from wanrt.demo.config import OPTIMIZERS, DemoConfig, config_from_args
+from wanrt.demo.plot import plot_loss_vs_time
+from wanrt.demo.results import compare, format_table, write_json
+from wanrt.demo.runner import Demo
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="small fast configuration (CI): 2 sites × 1 rank")
+    p.add_argument("--sites", type=int, help="number of sites (default 3)")
+    p.add_argument("--ranks", type=int, help="trainer processes per site (default 2)")
+    p.add_argument("--bandwidth", help="rate of every WAN link, e.g. 100M, 1.5Gbit (default 100M)")
+    p.add_argument("--rtt", help="round-trip time between sites, e.g. 40ms (default 40ms)")
+    p.add_argument(
+        "--fluctuating",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="put the last site on a fluctuating bandwidth trace (default on)",
+    )
+    p.add_argument("--model-hidden", dest="model_hidden", type=int, help="MLP hidden width (default 512)")
+    p.add_argument("--topology", choices=TOPOLOGY_KINDS, help="WAN round topology (default tree)")
+    p.add_argument("--density", type=float, help="wanrt's fraction of gradient elements sent (default 0.01)")
+    p.add_argument("--staleness", type=int, help="wanrt's partial-staleness bound (default 1)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, help="sparse optimizer of both runs (default sgd)")
+    p.add_argument("--lr", type=float, help="learning rate (default 0.3)")
+    p.add_argument("--batch", type=int, help="samples per rank and iteration (default 32)")
+    p.add_argument("--target-loss", dest="target_loss", type=float, help="stop at this training loss")
+    p.add_argument("--max-iters", dest="max_iters", type=int, help="stop after this many iterations anyway")
+    p.add_argument("--eval-every", dest="eval_every", type=int, help="evaluate the loss every N iterations")
+    p.add_argument("--seed", type=int, help="data split, initial model, batches and trace (default 0)")
+    p.add_argument("--out", help="directory for logs, configs, plot and results (default: a new temp dir)")
+    p.add_argument("--json", help="also write the results JSON here")
+    p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
+
+
+def _describe(cfg: DemoConfig, parameters: int) -> str:
+    trace = f", site {chr(ord('a') + cfg.sites - 1)} on a fluctuating trace" if cfg.fluctuating else ""
+    return (
+        f"{cfg.sites} sites × {cfg.ranks} ranks, {cfg.bandwidth_bps / 1e6:g} Mbit/s links, "
+        f"{cfg.rtt_s * 1e3:g} ms RTT{trace}, {cfg.topology} topology; MLP {parameters / 1e6:.2f} M params; "
+        f"wanrt density {cfg.density:g}, staleness {cfg.staleness}; target loss {cfg.target_loss:g}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"wanrt demo: output in {out}", flush=True)
+    with Demo(cfg, out, progress=not args.no_progress) as demo:
+        print(_describe(cfg, demo.parameters), flush=True)
+        dense = demo.run("dense")
+        wanrt = demo.run("wanrt")
+        parameters = demo.parameters
+    c = compare(dense, wanrt)
+    print()
+    print(format_table(c))
+    png = plot_loss_vs_time(c, out / "loss_vs_time.png", title=_describe(cfg, parameters))
+    print(f"\nplot: {png}")
+    data = c.to_json(
+        {"config": dataclasses.asdict(cfg), "parameters": parameters, "plot": str(png), "out_dir": str(out)}
+    )
+    write_json(out / "results.json", data)
+    if args.json:
+        write_json(Path(args.json), data)
+    print(f"results: {out / 'results.json'}" + (f" and {args.json}" if args.json else ""))
+    for r in (dense, wanrt):
+        if not r.reached:
+            print(
+                f"note: the {r.mode} run stopped at --max-iters {r.iterations} before reaching loss "
+                f"{cfg.target_loss:g} (final {r.final_loss:.3f}); raise --max-iters or the target",
+                file=sys.stderr,
+            )
+    return 0

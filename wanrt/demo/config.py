@@ -1,0 +1,180 @@
+"""The demo's settings: one frozen dataclass, a default and a ``--quick`` preset, built from CLI flags.
+
+Defaults are measured, not guessed (docs/demo.md): on a 2-core machine the default run (3 sites × 2 ranks,
+100 Mbit/s, 40 ms RTT) reaches the target loss in both modes in about 2–3 minutes in total, and ``--quick``
+(2 sites × 1 rank, a smaller model) in well under a minute and a half, for CI. A bad flag is reported as a
+:class:`~wanrt.errors.ConfigError` whose ``key`` is the flag (``--bandwidth``), before any process starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from gateways.topology import TOPOLOGY_KINDS, TopologyKind
+from transports.urls import parse_duration, parse_rate
+from wanrt.config import check
+from wanrt.errors import ConfigError
+
+__all__ = ["DEFAULT", "FLAG_OF", "QUICK", "DemoConfig", "OptimizerKind", "config_from_args", "site_names"]
+
+OptimizerKind = Literal["sgd", "momentum", "adam", "adamw"]
+OPTIMIZERS: Final = ("sgd", "momentum", "adam", "adamw")
+
+#: every process of the demo shares two cores; beyond this the run measures the scheduler, not the WAN
+MAX_PROCESSES: Final = 32
+MAX_SITES: Final = 8
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """One demo comparison. Every run (dense and wanrt) uses the same values except the client's mode."""
+
+    sites: int = 3
+    ranks: int = 2
+    #: rate of every emulated WAN link, each direction, bit/s
+    bandwidth_bps: float = 100e6
+    #: round-trip time between any two sites; each direction gets half as one-way delay
+    rtt_s: float = 0.040
+    jitter_s: float = 0.001
+    #: put the last site on a fluctuating bandwidth trace (both directions of its links)
+    fluctuating: bool = True
+    #: the trace's lowest rate, as a fraction of ``bandwidth_bps`` (it moves between this and 1)
+    trace_floor: float = 0.2
+    #: the trace holds each rate this long
+    trace_step_s: float = 2.0
+    #: width of the MLP's two hidden layers: the model size, hence the dense exchange's size
+    model_hidden: int = 512
+    topology: TopologyKind = "tree"
+    #: wanrt's fraction of gradient elements sent per layer (the dense baseline sends 1.0)
+    density: float = 0.01
+    #: wanrt's partial-staleness bound (the dense baseline uses 0, like DDP)
+    staleness: int = 1
+    #: SGD with error feedback loses almost nothing to compression (see docs/demo.md for Adam)
+    optimizer: OptimizerKind = "sgd"
+    lr: float = 0.3
+    #: samples per rank and iteration
+    batch: int = 32
+    #: training stops when the loss on the whole training split falls to this (cross-entropy)
+    target_loss: float = 0.1
+    max_iters: int = 400
+    #: the loss on the training split is computed every this many iterations (one rank does it)
+    eval_every: int = 5
+    seed: int = 0
+    #: how long a gateway waits for a child subtree before closing a round without it; long, so the dense
+    #: baseline stays a synchronous exchange even when the fluctuating link is at its slowest
+    round_deadline_s: float = 30.0
+    #: no progress from any trainer for this long stops the run with the trainers' log tails
+    stall_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        check(2 <= self.sites <= MAX_SITES, "sites", self.sites, f"must be in 2..{MAX_SITES}")
+        check(1 <= self.ranks <= 8, "ranks", self.ranks, "must be in 1..8")
+        check(
+            self.sites * self.ranks <= MAX_PROCESSES,
+            "ranks",
+            self.ranks,
+            f"sites × ranks must be <= {MAX_PROCESSES} trainer processes",
+        )
+        check(
+            math.isfinite(self.bandwidth_bps) and 1e3 <= self.bandwidth_bps <= 1e11,
+            "bandwidth_bps",
+            self.bandwidth_bps,
+            "must be a finite rate in 1 kbit/s .. 100 Gbit/s",
+        )
+        check(0.0 <= self.rtt_s <= 10.0, "rtt_s", self.rtt_s, "must be in 0..10 s")
+        check(0.0 <= self.jitter_s <= 1.0, "jitter_s", self.jitter_s, "must be in 0..1 s")
+        check(0.01 <= self.trace_floor <= 1.0, "trace_floor", self.trace_floor, "must be in [0.01, 1]")
+        check(0.1 <= self.trace_step_s <= 600, "trace_step_s", self.trace_step_s, "must be in 0.1..600 s")
+        check(1 <= self.model_hidden <= 16384, "model_hidden", self.model_hidden, "must be in 1..16384")
+        check(self.topology in TOPOLOGY_KINDS, "topology", self.topology, f"one of {TOPOLOGY_KINDS}")
+        check(0.0 < self.density < 1.0, "density", self.density, "must be in (0, 1); 1 is the baseline")
+        check(0 <= self.staleness <= 4, "staleness", self.staleness, "must be in 0..4")
+        check(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
+        check(0.0 < self.lr <= 10.0, "lr", self.lr, "must be in (0, 10]")
+        check(1 <= self.batch <= 4096, "batch", self.batch, "must be in 1..4096")
+        check(0.0 < self.target_loss < 10.0, "target_loss", self.target_loss, "must be in (0, 10)")
+        check(1 <= self.max_iters <= 1_000_000, "max_iters", self.max_iters, "must be in 1..1e6")
+        check(1 <= self.eval_every <= self.max_iters, "eval_every", self.eval_every, "1..max_iters")
+        check(0 <= self.seed < 2**31, "seed", self.seed, "must be in 0..2**31-1")
+        check(0.1 <= self.round_deadline_s <= 3600, "round_deadline_s", self.round_deadline_s, "0.1..3600 s")
+        check(1.0 <= self.stall_timeout_s <= 3600, "stall_timeout_s", self.stall_timeout_s, "1..3600 s")
+
+    @property
+    def world(self) -> int:
+        return self.sites * self.ranks
+
+
+#: the default comparison: about 2–3 minutes on a 2-core machine (docs/demo.md has the measurement)
+DEFAULT: Final = DemoConfig()
+#: for CI: two one-rank sites and a small model, both runs reach a looser target quickly
+QUICK: Final = DemoConfig(
+    sites=2,
+    ranks=1,
+    model_hidden=256,
+    target_loss=0.3,
+    max_iters=150,
+    eval_every=5,
+    stall_timeout_s=60.0,
+)
+
+#: DemoConfig field -> the CLI flag that sets it, so errors name what the user typed
+FLAG_OF: Final = {
+    "sites": "--sites",
+    "ranks": "--ranks",
+    "bandwidth_bps": "--bandwidth",
+    "rtt_s": "--rtt",
+    "fluctuating": "--fluctuating",
+    "model_hidden": "--model-hidden",
+    "topology": "--topology",
+    "density": "--density",
+    "staleness": "--staleness",
+    "optimizer": "--optimizer",
+    "lr": "--lr",
+    "batch": "--batch",
+    "target_loss": "--target-loss",
+    "max_iters": "--max-iters",
+    "eval_every": "--eval-every",
+    "seed": "--seed",
+}
+
+
+def site_names(n: int) -> tuple[str, ...]:
+    """``a, b, c, ...``: short names keep unix socket paths and logs readable."""
+    return tuple(chr(ord("a") + i) for i in range(n))
+
+
+def _rekeyed(exc: ConfigError) -> ConfigError:
+    key = exc.fields.get("key")
+    flag = FLAG_OF.get(str(key))
+    if flag is None:
+        return exc
+    message = exc.message.replace(repr(key), flag)
+    return ConfigError(message, key=flag, value=exc.fields.get("value"))
+
+
+def config_from_args(args: argparse.Namespace) -> DemoConfig:
+    """The preset (``--quick`` or the default) with every flag the user gave applied, validated.
+
+    Flags left unset are ``None`` in ``args`` and keep the preset's value. Rates and durations accept
+    units (``100M``, ``1.5Gbit``; ``40ms``) and are parsed with the transports' own parsers.
+    """
+    base = QUICK if getattr(args, "quick", False) else DEFAULT
+    changes: dict[str, Any] = {}
+    if getattr(args, "bandwidth", None) is not None:
+        changes["bandwidth_bps"] = parse_rate(str(args.bandwidth), key="--bandwidth")
+    if getattr(args, "rtt", None) is not None:
+        changes["rtt_s"] = parse_duration(str(args.rtt), key="--rtt")
+    for name in FLAG_OF:
+        if name in ("bandwidth_bps", "rtt_s"):
+            continue
+        value = getattr(args, name, None)
+        if value is not None:
+            changes[name] = value
+    try:
+        return dataclasses.replace(base, **changes)
+    except ConfigError as exc:
+        raise _rekeyed(exc) from None

@@ -1,0 +1,103 @@
+"""What the demo's parent and its trainer processes say to each other over one pipe per trainer.
+
+Parent → trainer: :class:`RunOrder` (train one run against these gateways), :class:`Go` (start the clock:
+every trainer of every site is connected), :class:`Exit`. Trainer → parent: :class:`Booted`, :class:`Ready`,
+:class:`Progress` (site leaders, every iteration: feeds the progress bars), :class:`Evaluated` (one rank,
+every ``eval_every`` iterations: the loss curve and the target check), :class:`Finished`, :class:`Failed`.
+Plain frozen dataclasses: they are pickled by :mod:`multiprocessing` and carry no behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wanrt.client.config import ClientConfig
+
+__all__ = [
+    "Booted",
+    "Evaluated",
+    "Exit",
+    "Failed",
+    "Finished",
+    "Go",
+    "Progress",
+    "Ready",
+    "RunOrder",
+    "TrainerMessage",
+]
+
+
+@dataclass(frozen=True)
+class RunOrder:
+    run: str
+    slot: int
+    gateway_url: str
+    job: str
+    client: ClientConfig
+
+
+@dataclass(frozen=True)
+class Go:
+    pass
+
+
+@dataclass(frozen=True)
+class Exit:
+    pass
+
+
+@dataclass(frozen=True)
+class Booted:
+    site_index: int
+    rank: int
+    parameters: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    run: str
+    site_index: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    run: str
+    site_index: int
+    rank: int
+    iteration: int
+    loss: float
+    t: float
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    run: str
+    iteration: int
+    train_loss: float
+    test_accuracy: float
+    #: time.monotonic() when the step that produced these parameters finished
+    t: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    run: str
+    site_index: int
+    rank: int
+    iterations: int
+    #: time.monotonic() at the end of the last step, before the context's final exchange
+    t_last_step: float
+    final_loss: float
+    final_accuracy: float
+    digest: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    site_index: int
+    rank: int
+    message: str
+
+
+TrainerMessage = Booted | Ready | Progress | Evaluated | Finished | Failed

@@ -1,0 +1,327 @@
+"""One demo comparison: spawn the trainers once, then per mode start the gateways, train, stop, collect.
+
+The parent is a supervisor and a display, never a participant: it waits on every trainer pipe, every trainer
+process sentinel and every gateway pidfd at once (:func:`multiprocessing.connection.wait`), so a message or
+the death of any child wakes it immediately. Any failure stops the run with :class:`DemoFailed` naming the
+child and showing its log; leaving the :class:`Demo` context (normally, on error, on Ctrl-C) stops every
+child and reaps it.
+
+Timeline of one mode: write configs → start S gateways and wait for their ready files → send each trainer a
+:class:`RunOrder` → wait until all are connected (:class:`Ready`) → :class:`Go` starts the clock → the
+evaluator's losses arrive; at the first one ≤ target the :class:`StopControl` fixes the last iteration →
+all :class:`Finished` → SIGTERM the gateways, which write their stats (WAN bytes) → :class:`RunResult`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from wanrt.client.config import ClientConfig
+from wanrt.demo.config import DemoConfig
+from wanrt.demo.failures import DemoFailed
+from wanrt.demo.gateway_procs import (
+    GATEWAY_COMMAND,
+    GatewayProcess,
+    read_stats,
+    start_gateways,
+    stop_gateways,
+    wait_ready,
+)
+from wanrt.demo.messages import (
+    Booted,
+    Evaluated,
+    Failed,
+    Finished,
+    Go,
+    Progress,
+    Ready,
+    RunOrder,
+    TrainerMessage,
+)
+from wanrt.demo.results import CurvePoint, RunResult
+from wanrt.demo.site_files import fluctuating_trace, write_run_files, write_secret
+from wanrt.demo.stop_control import StopControl
+from wanrt.demo.trainer_procs import TrainerProcess, start_trainers, stop_trainers, trainer_specs
+
+__all__ = ["MODES", "Demo", "Mode"]
+
+Mode = Literal["dense", "wanrt"]
+MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt")
+
+#: starting S gateway daemons (Python imports, listeners) on a busy 2-core machine
+GATEWAY_READY_TIMEOUT_S: Final = 60.0
+#: spawning S × R trainers that each import torch and join their gloo group
+BOOT_TIMEOUT_S: Final = 180.0
+#: the parent wakes at least this often to check the stall deadline
+WAKE_S: Final = 1.0
+
+
+@dataclass
+class _RunState:
+    """What the parent learns while one mode runs."""
+
+    mode: Mode
+    slot: int
+    t_go: float = 0.0
+    ready: set[tuple[int, int]] = field(default_factory=set)
+    site_iteration: dict[int, int] = field(default_factory=dict)
+    curve: list[CurvePoint] = field(default_factory=list)
+    tta_s: float | None = None
+    iters_to_target: int | None = None
+    stop_at: int | None = None
+    finished: dict[tuple[int, int], Finished] = field(default_factory=dict)
+
+
+class Demo:
+    """Owns every child process of a comparison. Use as a context manager; call :meth:`run` per mode.
+
+    ``progress`` turns the tqdm bars on; ``on_line`` receives one-line status messages.
+    """
+
+    def __init__(
+        self,
+        cfg: DemoConfig,
+        out_dir: Path,
+        *,
+        progress: bool = True,
+        on_line: Callable[[str], None] = print,
+        gateway_command: Sequence[str] = GATEWAY_COMMAND,
+    ) -> None:
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.progress = progress
+        self.say = on_line
+        self.gateway_command = tuple(gateway_command)
+        self.parameters = 0
+        self._mp = multiprocessing.get_context("spawn")
+        self._stops = StopControl(self._mp, len(MODES))
+        self._trainers: list[TrainerProcess] = []
+        self._gateways: list[GatewayProcess] = []
+        self._sock_dir: Path | None = None
+        self._secret: Path | None = None
+        self._trace: Path | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def __enter__(self) -> Demo:
+        try:
+            self._start()
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cleanup()
+
+    def _start(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._sock_dir = Path(tempfile.mkdtemp(prefix="wanrt-demo-", dir="/tmp"))
+        self._secret = write_secret(self.out_dir / "job.secret")
+        if self.cfg.fluctuating:
+            self._trace = self.out_dir / "fluctuating-site.csv"
+            fluctuating_trace(self.cfg).save(self._trace)
+        specs = trainer_specs(
+            self.cfg, out_dir=self.out_dir, store_dir=self._sock_dir, secret_file=self._secret
+        )
+        self.say(f"starting {len(specs)} trainer processes ({self.cfg.sites} sites × {self.cfg.ranks} ranks)")
+        self._trainers = start_trainers(self._mp, specs, self._stops)
+        booted: set[tuple[int, int]] = set()
+
+        def on_boot(msg: TrainerMessage) -> None:
+            if isinstance(msg, Booted):
+                booted.add((msg.site_index, msg.rank))
+                self.parameters = msg.parameters
+
+        self._pump(on_boot, lambda: len(booted) == len(self._trainers), BOOT_TIMEOUT_S, "starting up")
+
+    def _cleanup(self) -> None:
+        try:
+            stop_trainers(self._trainers)
+        finally:
+            self._trainers = []
+            try:
+                stop_gateways(self._gateways)
+            finally:
+                self._gateways = []
+                if self._sock_dir is not None:
+                    shutil.rmtree(self._sock_dir, ignore_errors=True)
+                    self._sock_dir = None
+
+    # -- one mode ------------------------------------------------------------------------------------
+
+    def client_config(self, mode: Mode) -> ClientConfig:
+        if mode == "dense":
+            return ClientConfig.dense_baseline()
+        return ClientConfig(density=self.cfg.density, staleness=self.cfg.staleness)
+
+    def run(self, mode: Mode) -> RunResult:
+        """Train once in ``mode`` against freshly started gateways (identical links for both modes)."""
+        assert self._sock_dir is not None and self._secret is not None
+        cfg = self.cfg
+        slot = MODES.index(mode)
+        job = f"wanrt-demo-{mode}"
+        files = write_run_files(
+            cfg,
+            job=job,
+            run_dir=self.out_dir / mode,
+            sock_dir=self._sock_dir / mode,
+            secret_file=self._secret,
+            trace_file=self._trace,
+        )
+        self._gateways = start_gateways(files, command=self.gateway_command)
+        wait_ready(self._gateways, timeout_s=GATEWAY_READY_TIMEOUT_S)
+        self._stops.arm(slot, cfg.max_iters)
+        state = _RunState(mode, slot)
+        client = self.client_config(mode)
+        for t in self._trainers:
+            url = files[t.spec.site_index].trainer_url
+            t.conn.send(RunOrder(mode, slot, url, job, client))
+        self._pump(
+            lambda m: self._on_message(state, m, None),
+            lambda: len(state.ready) == len(self._trainers),
+            cfg.stall_timeout_s,
+            f"{mode}: connecting to the gateways",
+        )
+        with self._bar(mode) as bar:
+            state.t_go = time.monotonic()
+            for t in self._trainers:
+                t.conn.send(Go())
+            self._pump(
+                lambda m: self._on_message(state, m, bar),
+                lambda: len(state.finished) == len(self._trainers),
+                cfg.stall_timeout_s,
+                f"{mode}: training",
+            )
+        codes = stop_gateways(self._gateways)
+        gateways, self._gateways = self._gateways, []
+        for g in gateways:
+            if codes[g.files.site] != 0:
+                raise g.failed("did not shut down cleanly")
+        stats = {g.files.site: read_stats(g) for g in gateways}
+        return self._result(state, stats)
+
+    @contextlib.contextmanager
+    def _bar(self, mode: Mode) -> Iterator[Any]:
+        if not self.progress:
+            yield None
+            return
+        from tqdm import tqdm
+
+        bar = tqdm(total=self.cfg.max_iters, desc=f"{mode:>5}", unit="it", dynamic_ncols=True, leave=True)
+        try:
+            yield bar
+        finally:
+            bar.close()
+
+    def _on_message(self, s: _RunState, msg: TrainerMessage, bar: Any) -> None:
+        if isinstance(msg, Ready) and msg.run == s.mode:
+            s.ready.add((msg.site_index, msg.rank))
+        elif isinstance(msg, Progress) and msg.run == s.mode:
+            s.site_iteration[msg.site_index] = msg.iteration
+            if bar is not None and len(s.site_iteration) == self.cfg.sites:
+                done = min(s.site_iteration.values())
+                bar.update(done - bar.n)
+        elif isinstance(msg, Evaluated) and msg.run == s.mode:
+            s.curve.append(CurvePoint(msg.t - s.t_go, msg.iteration, msg.train_loss, msg.test_accuracy))
+            if s.tta_s is None and msg.train_loss <= self.cfg.target_loss:
+                s.tta_s = msg.t - s.t_go
+                s.iters_to_target = msg.iteration
+                s.stop_at = self._stops.stop_soon(s.slot)
+                if bar is not None:
+                    bar.total = s.stop_at
+            if bar is not None:
+                bar.set_postfix(loss=f"{msg.train_loss:.3f}", acc=f"{msg.test_accuracy:.3f}", refresh=False)
+        elif isinstance(msg, Finished) and msg.run == s.mode:
+            s.finished[(msg.site_index, msg.rank)] = msg
+
+    def _result(self, s: _RunState, stats: dict[str, dict[str, Any]]) -> RunResult:
+        fin = list(s.finished.values())
+        evaluator = next(f for f in fin if f.site_index == 0 and f.rank == self.cfg.ranks - 1)
+        iterations = max(f.iterations for f in fin)
+        sent: dict[str, int] = {}
+        received = 0
+        for site, st in stats.items():
+            per_peer = st.get("per_peer") or {}
+            if per_peer:
+                sent[site] = sum(int(p.get("bytes_sent", 0)) for p in per_peer.values())
+                received += sum(int(p.get("bytes_received", 0)) for p in per_peer.values())
+            else:
+                sent[site] = int(st.get("bytes_sent", 0))
+                received += int(st.get("bytes_received", 0))
+        return RunResult(
+            mode=s.mode,
+            iterations=iterations,
+            target_loss=self.cfg.target_loss,
+            tta_s=s.tta_s,
+            iters_to_target=s.iters_to_target,
+            train_s=max(f.t_last_step for f in fin) - s.t_go,
+            final_loss=evaluator.final_loss,
+            final_accuracy=evaluator.final_accuracy,
+            curve=tuple(s.curve),
+            wan_bytes_sent=sum(sent.values()),
+            wan_bytes_received=received,
+            bytes_sent_per_site=sent,
+            rounds_completed={site: int(st.get("rounds_completed", 0)) for site, st in stats.items()},
+            distinct_final_models=len({f.digest for f in fin}),
+        )
+
+    # -- supervision ---------------------------------------------------------------------------------
+
+    def _pump(
+        self,
+        handle: Callable[[TrainerMessage], None],
+        done: Callable[[], bool],
+        stall_s: float,
+        phase: str,
+    ) -> None:
+        """Handle trainer messages until ``done()``; any child's death or a stall raises DemoFailed."""
+        by_conn: dict[Any, TrainerProcess] = {t.conn: t for t in self._trainers}
+        by_sentinel: dict[Any, TrainerProcess] = {t.process.sentinel: t for t in self._trainers}
+        pidfds = [g.pidfd for g in self._gateways if g.pidfd is not None]
+        last = time.monotonic()
+        while not done():
+            ready = multiprocessing.connection.wait([*by_conn, *by_sentinel, *pidfds], timeout=WAKE_S)
+            for g in self._gateways:
+                g.check_alive()  # also covers a missing pidfd
+            for obj in ready:
+                if obj in by_conn:
+                    self._receive(by_conn[obj], handle)
+                    last = time.monotonic()
+                elif obj in by_sentinel:
+                    self._drain_dead(by_sentinel[obj], handle)
+            if time.monotonic() - last > stall_s:
+                leader = self._trainers[0]
+                raise DemoFailed(
+                    f"no message from any trainer for {stall_s:.0f} s while {phase}; "
+                    f"logs are in {self.out_dir}",
+                    child=leader.name,
+                    log=leader.spec.log,
+                )
+
+    def _receive(self, t: TrainerProcess, handle: Callable[[TrainerMessage], None]) -> None:
+        try:
+            msg = t.conn.recv()
+        except (EOFError, OSError):
+            t.process.join(5.0)
+            raise t.failed("exited unexpectedly") from None
+        if isinstance(msg, Failed):
+            t.process.join(5.0)
+            raise t.failed(f"failed: {msg.message}")
+        handle(msg)
+
+    def _drain_dead(self, t: TrainerProcess, handle: Callable[[TrainerMessage], None]) -> None:
+        """A trainer exited: deliver what it said last (its Failed message names the cause), then fail."""
+        while t.conn.poll():
+            self._receive(t, handle)
+        t.process.join(5.0)
+        raise t.failed("exited unexpectedly")

@@ -1,0 +1,116 @@
+"""One demo trainer's training loop: an ordinary PyTorch loop plus the few lines wanrt asks for.
+
+::
+
+    ctx = wanrt.init(gateway_url, site=..., job=..., secret_file=..., config=ClientConfig(...))
+    opt = wanrt.SparseOptimizer(model.named_parameters(), "sgd", lr=..., ctx=ctx)
+    loss.backward(); opt.step(); opt.zero_grad()
+    ctx.close()
+
+The dense baseline and the wanrt run execute this very code; only the :class:`ClientConfig` differs
+(``ClientConfig.dense_baseline()``: every element in fp32, no error feedback, staleness 0). Each run starts
+from the same initial parameters and draws the same batches, so the curves differ only by the exchange.
+"""
+
+from __future__ import annotations
+
+import time
+from multiprocessing.connection import Connection
+
+import torch
+import torch.distributed as dist
+
+import wanrt
+from wanrt.client import SparseOptimizer
+from wanrt.demo import data as demo_data
+from wanrt.demo.messages import Booted, Evaluated, Finished, Go, Progress, Ready, RunOrder
+from wanrt.demo.model import build_mlp, evaluate, n_parameters, parameter_digest
+from wanrt.demo.stop_control import StopControl
+from wanrt.demo.trainer_entry import TrainerSpec
+
+__all__ = ["Trainer"]
+
+#: gloo collectives inside a site wait at most this long (a dead peer fails the run instead of hanging it)
+GROUP_TIMEOUT_S = 300.0
+
+
+class Trainer:
+    """Joins the site's process group and loads the data once; :meth:`run` trains one run."""
+
+    def __init__(self, spec: TrainerSpec, conn: Connection, stops: StopControl) -> None:
+        from datetime import timedelta
+
+        torch.set_num_threads(1)
+        self.spec = spec
+        self.conn = conn
+        self.stops = stops
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{spec.store}",
+            rank=spec.rank,
+            world_size=spec.ranks,
+            timeout=timedelta(seconds=GROUP_TIMEOUT_S),
+        )
+        self.data = demo_data.load(spec.seed)
+        params = n_parameters(build_mlp(spec.hidden, spec.seed))
+        conn.send(Booted(spec.site_index, spec.rank, params))
+
+    def run(self, order: RunOrder) -> None:
+        spec = self.spec
+        ctx = wanrt.init(
+            order.gateway_url,
+            site=spec.site,
+            job=order.job,
+            secret_file=spec.secret_file,
+            config=order.client,
+        )
+        model = build_mlp(spec.hidden, spec.seed)
+        opt = SparseOptimizer(model.named_parameters(), spec.optimizer, lr=spec.lr, ctx=ctx)
+        sampler = demo_data.Sampler(
+            self.data, index=spec.global_rank, world=spec.world, batch=spec.batch, seed=spec.seed
+        )
+        initial = evaluate(model, self.data.x_train, self.data.y_train) if spec.evaluator else None
+        self.conn.send(Ready(order.run, spec.site_index, spec.rank))
+        go = self.conn.recv()
+        if not isinstance(go, Go):
+            raise TypeError(f"expected Go, got {go!r}")
+        iteration = 0
+        t_last = time.monotonic()
+        if initial is not None:
+            _, test_acc = evaluate(model, self.data.x_test, self.data.y_test)
+            self.conn.send(Evaluated(order.run, 0, initial[0], test_acc, t_last))
+        while self.stops.may_start(order.slot, iteration):
+            x, y = sampler.next()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            iteration += 1
+            t_last = time.monotonic()
+            if spec.rank == 0:
+                self.conn.send(Progress(order.run, spec.site_index, 0, iteration, float(loss), t_last))
+            if spec.evaluator and iteration % spec.eval_every == 0:
+                self._evaluate(order.run, model, iteration, t_last)
+        ctx.close()  # applies every update still outstanding: all ranks of all sites end in the same place
+        final_loss, _ = evaluate(model, self.data.x_train, self.data.y_train)
+        _, final_acc = evaluate(model, self.data.x_test, self.data.y_test)
+        self.conn.send(
+            Finished(
+                order.run,
+                spec.site_index,
+                spec.rank,
+                iteration,
+                t_last,
+                final_loss,
+                final_acc,
+                parameter_digest(model),
+            )
+        )
+
+    def _evaluate(self, run: str, model: torch.nn.Module, iteration: int, t: float) -> None:
+        train_loss, _ = evaluate(model, self.data.x_train, self.data.y_train)
+        _, test_acc = evaluate(model, self.data.x_test, self.data.y_test)
+        self.conn.send(Evaluated(run, iteration, train_loss, test_acc, t))
+
+    def shutdown(self) -> None:
+        dist.destroy_process_group()
