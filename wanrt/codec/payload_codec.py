@@ -132,25 +132,35 @@ def _bytes_of(arr: npt.NDArray[Any]) -> memoryview:
     return memoryview(arr.data).cast("B")
 
 
+def _short(v: Any) -> str:
+    """A peer's bad value as it goes into an error (and so into logs): bounded, whatever the peer sent."""
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
 def _int_field(meta: Mapping[str, Any], key: str, lo: int, hi: int, peer: str | None) -> int:
     v = meta[key]
     if type(v) is not int:  # bool is an int subclass; msgpack never yields one for a valid field
-        raise MalformedPayload(f"meta field {key!r} must be an integer", peer=peer, value=type(v).__name__)
+        raise MalformedPayload(f"meta field {key!r} must be an integer", peer=peer, value=_short(v))
     if not lo <= v <= hi:
-        raise MalformedPayload(f"meta field {key!r} out of range [{lo}, {hi}]", peer=peer, value=v)
+        raise MalformedPayload(f"meta field {key!r} out of range [{lo}, {hi}]", peer=peer, value=_short(v))
     return v
 
 
 def _str_field(meta: Mapping[str, Any], key: str, allowed: Sequence[str], peer: str | None) -> str:
     v = meta[key]
     if type(v) is not str or v not in allowed:
-        raise MalformedPayload(f"meta field {key!r} must be one of {list(allowed)}", peer=peer, value=v)
+        raise MalformedPayload(
+            f"meta field {key!r} must be one of {list(allowed)}", peer=peer, value=_short(v)
+        )
     return v
 
 
 def _byte_view(buf: Any, what: str, peer: str | None) -> memoryview:
     try:
         mv = memoryview(buf)
+        if not mv.contiguous:
+            raise ValueError("not contiguous")
         return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
     except (TypeError, ValueError) as exc:
         raise MalformedPayload(f"{what} buffer is not contiguous bytes", peer=peer) from exc
@@ -165,8 +175,8 @@ def decode_payload(
 ) -> SparsePayload:
     """Decode and fully validate a payload received from ``peer``.
 
-    Values are a read-only zero-copy view of ``buffers[0]`` when it is aligned for the dtype (else one
-    aligned copy); keep the received buffer alive and unmodified for as long as the payload is used.
+    Values are a zero-copy view of ``buffers[0]`` (read-only if the buffer is) when it is aligned for the
+    dtype, else one aligned copy; keep the received buffer alive and unmodified while the payload is used.
     Raises :class:`LimitExceeded` when the payload is larger than ``max_elements`` value slots and
     :class:`MalformedPayload` for anything else that is inconsistent, always before allocating.
     """
@@ -177,7 +187,7 @@ def decode_payload(
         raise MalformedPayload(
             "payload meta has wrong keys",
             peer=peer,
-            value=sorted(map(repr, keys ^ META_KEYS)),
+            value=_short(sorted(map(repr, keys ^ META_KEYS))),
         )
     fmt = _int_field(meta, "fmt", 0, 1 << 31, peer)
     if fmt != CODEC_VERSION:
