@@ -142,6 +142,7 @@ class Connection:
                 "(shorter keys can be brute-forced from one recorded handshake)",
                 key="secret",
             )
+        self._their_side = self.side.other
         self.site: str = our_site
         self.job: str = job
         self._secret = secret
@@ -182,7 +183,7 @@ class Connection:
 
     @property
     def their_side(self) -> Side:
-        return self.side.other
+        return self._their_side
 
     @property
     def authenticated(self) -> bool:

@@ -121,8 +121,9 @@ def encode_frame(
     if BUFFERS_KEY in header:
         raise LocalProtocolError(f"header key {BUFFERS_KEY!r} is reserved for framing")
     lengths = [v.nbytes for v in views]
-    fields = dict(header)
+    fields = header
     if views:
+        fields = dict(header)
         fields[BUFFERS_KEY] = lengths
     try:
         packed = msgpack.packb(fields, use_bin_type=True)
@@ -137,12 +138,11 @@ def encode_frame(
     if total > max_frame:
         raise LocalProtocolError("frame larger than the frame limit", limit=max_frame, value=total)
     prefix = _FIXED.pack(MAGIC, version, msg_type, flags, pad, _ZERO_RESERVED, header_len, body_len, 0)[:-4]
-    crc = zlib.crc32(prefix)
-    crc = zlib.crc32(packed, crc)
-    crc = zlib.crc32(_PADDING[:pad], crc)
+    padded = packed + _PADDING[:pad] if pad else packed
+    crc = zlib.crc32(padded, zlib.crc32(prefix))
     for v in views:
         crc = zlib.crc32(v, crc)
-    head = b"".join((prefix, crc.to_bytes(4, "big"), packed, _PADDING[:pad]))
+    head = b"".join((prefix, crc.to_bytes(4, "big"), padded))
     return [memoryview(head), *(v for v in views if v.nbytes)]
 
 
@@ -194,7 +194,7 @@ def decode_frame_body(
         raise RemoteProtocolError("frame checksum mismatch", peer=peer, value=crc, limit=fixed.crc)
     view = memoryview(rest)
     hl = fixed.header_len
-    if any(view[hl : hl + fixed.pad]):
+    if fixed.pad and any(view[hl : hl + fixed.pad]):
         raise RemoteProtocolError("nonzero padding after the header map", peer=peer)
     try:
         header = msgpack.unpackb(view[:hl], use_list=False, raw=False, strict_map_key=True, **_UNPACK_LIMITS)
@@ -203,10 +203,9 @@ def decode_frame_body(
     if not isinstance(header, dict) or not all(isinstance(k, str) for k in header):
         raise RemoteProtocolError("header is not a map with string keys", peer=peer)
     lengths = header.pop(BUFFERS_KEY, ())
-    if (
-        not isinstance(lengths, tuple)
-        or len(lengths) > MAX_BUFFERS_PER_MESSAGE
-        or not all(type(n) is int and n >= 0 for n in lengths)
+    if not isinstance(lengths, tuple) or (
+        lengths
+        and (len(lengths) > MAX_BUFFERS_PER_MESSAGE or not all(type(n) is int and n >= 0 for n in lengths))
     ):
         raise RemoteProtocolError("bad buffer length list", peer=peer)
     if sum(lengths) != fixed.body_len:
