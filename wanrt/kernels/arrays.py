@@ -9,17 +9,45 @@ the sparse optimizer exists to avoid, StellaTrain §3.1). Anything that cannot b
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, TypeAlias
 
 import numpy as np
 
 from wanrt.errors import KernelError
 
-__all__ = ["Array", "as_vector", "bump_torch_version", "is_cupy_array", "is_torch_tensor"]
+__all__ = [
+    "CACHE_LINE",
+    "Array",
+    "aligned_zeros",
+    "as_vector",
+    "bump_torch_version",
+    "is_cupy_array",
+    "is_torch_tensor",
+]
 
 #: An array of the array-module pattern: ``numpy.ndarray`` or ``cupy.ndarray`` (cupy is optional, so this
 #: cannot be spelled as a precise type without importing it).
 Array: TypeAlias = Any
+
+
+#: bytes per CPU cache line; a 16-float block is one line only if the array starts on a line boundary
+CACHE_LINE = 64
+
+
+def aligned_zeros(xp: ModuleType, n: int, dtype: Any) -> Array:
+    """Zeros whose first element starts a cache line.
+
+    Large NumPy allocations start 16 bytes into a page (the malloc header), so without this every 64-byte
+    block of optimizer state straddles two cache lines and a sparse update touches twice the lines it
+    needs (torch tensors and CuPy arrays are already aligned).
+    """
+    if xp is not np:
+        return xp.zeros(n, dtype=dtype)
+    item = np.dtype(dtype).itemsize
+    raw = np.zeros(n + CACHE_LINE // item, dtype=dtype)
+    off = (-raw.ctypes.data % CACHE_LINE) // item
+    return raw[off : off + n]
 
 
 def is_cupy_array(x: object) -> bool:

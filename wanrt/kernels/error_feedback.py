@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from wanrt.errors import KernelError
-from wanrt.kernels.arrays import Array, as_vector, is_cupy_array
+from wanrt.kernels.arrays import Array, aligned_zeros, as_vector, is_cupy_array
 from wanrt.kernels.compressors import Compressor
 from wanrt.payload import SparsePayload
 
@@ -48,7 +48,7 @@ class ErrorFeedback:
 
                 r = cupy.zeros_like(g)
             else:
-                r = np.zeros_like(g)
+                r = aligned_zeros(np, int(g.shape[0]), np.float32)
             self._residual[layer] = r
         return compressor.compress_with_feedback(layer, g, r)
 
@@ -82,5 +82,6 @@ class ErrorFeedback:
             arr = np.asarray(v)
             if arr.ndim != 1 or arr.dtype != np.float32:
                 raise KernelError(f"residual of layer {k} must be a 1-D float32 array", layer=k)
-            out[int(k)] = arr.copy()
+            out[int(k)] = aligned_zeros(np, arr.shape[0], np.float32)
+            out[int(k)][:] = arr
         self._residual = out

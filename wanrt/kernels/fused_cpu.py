@@ -30,10 +30,14 @@ from typing import Any, TypeVar
 
 import numba
 import numpy as np
+from llvmlite import ir  # type: ignore[import-untyped]  # ships without type information
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from wanrt.errors import KernelError
 from wanrt.kernels.arrays import Array
-from wanrt.kernels.reference import ReferenceKernels, next_pow2
+from wanrt.kernels.reference import BiasTables, ReferenceKernels, next_pow2
 from wanrt.payload import n_blocks
 
 __all__ = ["CACHING", "FusedKernels"]
@@ -219,11 +223,46 @@ def _check_idx(idx: Array, nb: int) -> Any:
     return 0
 
 
+def _prefetch_intrinsic(typingctx: Any, arr: Any, i: Any) -> Any:
+    """``llvm.prefetch`` of ``&arr[i]`` for writing, into all cache levels; never faults.
+
+    A sparse update is a chain of independent random accesses (parameter, moments, step counter of each
+    block); the out-of-order window alone keeps only a couple of them in flight, so the kernels prefetch
+    the lines of the block ``_PREFETCH`` positions ahead: measured 2x (Adam) to 4x (SGD) on 15625 random
+    blocks of a 25M-element tensor.
+    """
+    sig = types.void(arr, i)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [args[1]])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, cgutils.voidptr_t), i32(1), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_prefetch: Any = intrinsic(_prefetch_intrinsic)
+
+#: how many blocks ahead the sparse kernels prefetch (8-16 measured best; 32 starts evicting)
+_PREFETCH = 12
+
+
 @_jit
 def _gather(x: Array, idx: Array, bs: int, out: Array) -> Any:
     n = x.shape[0]
-    for j in range(idx.shape[0]):
+    k = idx.shape[0]
+    for j in range(k):
+        if j + _PREFETCH < k:
+            _prefetch(x, idx[j + _PREFETCH] * bs)
         o = idx[j] * bs
+        if bs == 16 and o + 16 <= n:
+            for e in range(16):
+                out[j * 16 + e] = x[o + e]
+            continue
         lim = min(bs, n - o)
         for e in range(lim):
             out[j * bs + e] = x[o + e]
@@ -234,7 +273,10 @@ def _gather(x: Array, idx: Array, bs: int, out: Array) -> Any:
 @_jit
 def _zero_blocks(x: Array, idx: Array, bs: int) -> Any:
     n = x.shape[0]
-    for j in range(idx.shape[0]):
+    k = idx.shape[0]
+    for j in range(k):
+        if j + _PREFETCH < k:
+            _prefetch(x, idx[j + _PREFETCH] * bs)
         o = idx[j] * bs
         for e in range(min(bs, n - o)):
             x[o + e] = np.float32(0.0)
@@ -247,11 +289,24 @@ def _scatter_add(dense: Array, idx: Array, vals: Array, bs: int, scale: float) -
     if err:
         return err
     s = np.float32(scale)
-    for j in range(idx.shape[0]):
+    k = idx.shape[0]
+    for j in range(k):
+        if j + _PREFETCH < k:
+            _prefetch(dense, idx[j + _PREFETCH] * bs)
         o = idx[j] * bs
+        if bs == 16 and o + 16 <= n:
+            for e in range(16):
+                dense[o + e] = dense[o + e] + s * vals[j * 16 + e]
+            continue
         for e in range(min(bs, n - o)):
             dense[o + e] = dense[o + e] + s * vals[j * bs + e]
     return 0
+
+
+@_jit
+def _sgd_elem(p: Array, pos: int, g: np.float32, neg_lr: np.float32, wd32: np.float32) -> None:
+    x = p[pos]
+    p[pos] = x + neg_lr * (g + wd32 * x)
 
 
 @_jit
@@ -262,14 +317,47 @@ def _sgd(p: Array, idx: Array, vals: Array, bs: int, lr: float, wd: float) -> An
         return err
     neg_lr = np.float32(-lr)
     wd32 = np.float32(wd)
-    for j in range(idx.shape[0]):
+    k = idx.shape[0]
+    for j in range(k):
+        if j + _PREFETCH < k:
+            _prefetch(p, idx[j + _PREFETCH] * bs)
         o = idx[j] * bs
-        for e in range(min(bs, n - o)):
-            g = vals[j * bs + e]
-            if wd != 0.0:
-                g = g + wd32 * p[o + e]
-            p[o + e] = p[o + e] + neg_lr * g
+        if wd == 0.0:  # p + (-lr) * g, exactly as the reference (no "+ 0 * p")
+            if bs == 16 and o + 16 <= n:
+                for e in range(16):
+                    p[o + e] = p[o + e] + neg_lr * vals[j * 16 + e]
+                continue
+            for e in range(min(bs, n - o)):
+                p[o + e] = p[o + e] + neg_lr * vals[j * bs + e]
+        elif bs == 16 and o + 16 <= n:
+            for e in range(16):
+                _sgd_elem(p, o + e, vals[j * 16 + e], neg_lr, wd32)
+        else:
+            for e in range(min(bs, n - o)):
+                _sgd_elem(p, o + e, vals[j * bs + e], neg_lr, wd32)
     return 0
+
+
+@_jit
+def _momentum_elem(
+    p: Array,
+    buf: Array,
+    pos: int,
+    g: np.float32,
+    first: bool,
+    neg_lr: np.float32,
+    mu32: np.float32,
+    damp32: np.float32,
+    nesterov: bool,
+    wd: float,
+    wd32: np.float32,
+) -> None:
+    if wd != 0.0:
+        g = g + wd32 * p[pos]
+    mb = g if first else mu32 * buf[pos] + damp32 * g
+    buf[pos] = mb
+    d = g + mu32 * mb if nesterov else mb
+    p[pos] = p[pos] + neg_lr * d
 
 
 @_jit
@@ -294,20 +382,61 @@ def _momentum(
     mu32 = np.float32(mu)
     damp32 = np.float32(1.0 - dampening)
     wd32 = np.float32(wd)
-    for j in range(idx.shape[0]):
+    k = idx.shape[0]
+    for j in range(k):
+        if j + _PREFETCH < k:
+            q = idx[j + _PREFETCH]
+            _prefetch(p, q * bs)
+            _prefetch(buf, q * bs)
+            _prefetch(steps, q)
         b = idx[j]
         first = steps[b] == 0
         steps[b] += 1
         o = b * bs
-        for e in range(min(bs, n - o)):
-            g = vals[j * bs + e]
-            if wd != 0.0:
-                g = g + wd32 * p[o + e]
-            mb = g if first else mu32 * buf[o + e] + damp32 * g
-            buf[o + e] = mb
-            d = g + mu32 * mb if nesterov else mb
-            p[o + e] = p[o + e] + neg_lr * d
+        if bs == 16 and o + 16 <= n:
+            for e in range(16):
+                _momentum_elem(
+                    p, buf, o + e, vals[j * 16 + e], first, neg_lr, mu32, damp32, nesterov, wd, wd32
+                )
+        else:
+            for e in range(min(bs, n - o)):
+                _momentum_elem(
+                    p, buf, o + e, vals[j * bs + e], first, neg_lr, mu32, damp32, nesterov, wd, wd32
+                )
     return 0
+
+
+@_jit
+def _adam_elem(
+    p: Array,
+    m: Array,
+    v: Array,
+    pos: int,
+    g: np.float32,
+    step_size: np.float32,
+    bc2_sqrt: np.float32,
+    w1: np.float32,
+    b2: np.float32,
+    omb2: np.float32,
+    eps32: np.float32,
+    wd: float,
+    wd32: np.float32,
+    decoupled: bool,
+    decay: np.float32,
+) -> None:
+    x = p[pos]
+    if wd != 0.0:
+        if decoupled:
+            x = x * decay
+        else:
+            g = g + wd32 * x
+    mm = m[pos]
+    mm = mm + w1 * (g - mm)
+    vv = v[pos] * b2
+    vv = vv + (omb2 * g) * g
+    m[pos] = mm
+    v[pos] = vv
+    p[pos] = x - step_size * (mm / (np.sqrt(vv) / bc2_sqrt + eps32))
 
 
 @_jit
@@ -320,6 +449,8 @@ def _adam(
     vals: Array,
     bs: int,
     lr: float,
+    bc1: Array,
+    bc2_sqrt: Array,
     beta1: float,
     beta2: float,
     eps: float,
@@ -336,34 +467,42 @@ def _adam(
     wd32 = np.float32(wd)
     eps32 = np.float32(eps)
     decay = np.float32(1.0 - lr * wd)
-    for j in range(idx.shape[0]):
+    k = idx.shape[0]
+    for j in range(k):
+        if j + _PREFETCH < k:
+            q = idx[j + _PREFETCH]
+            _prefetch(p, q * bs)
+            _prefetch(m, q * bs)
+            _prefetch(v, q * bs)
+            _prefetch(steps, q)
         b = idx[j]
         t = steps[b] + 1
+        if t >= bc1.shape[0]:  # the caller's bound on step counts was wrong: refuse, do not read past
+            return 3
         steps[b] = t
-        step_size = np.float32(lr / (1.0 - beta1 ** float(t)))
-        bc2_sqrt = np.float32(np.sqrt(1.0 - beta2 ** float(t)))
+        ss = np.float32(lr / bc1[t])
+        bc = np.float32(bc2_sqrt[t])
         o = b * bs
-        for e in range(min(bs, n - o)):
-            g = vals[j * bs + e]
-            x = p[o + e]
-            if wd != 0.0:
-                if decoupled:
-                    x = x * decay
-                else:
-                    g = g + wd32 * x
-            mm = m[o + e]
-            mm = mm + w1 * (g - mm)
-            vv = v[o + e] * b2
-            vv = vv + (omb2 * g) * g
-            m[o + e] = mm
-            v[o + e] = vv
-            p[o + e] = x - step_size * (mm / (np.sqrt(vv) / bc2_sqrt + eps32))
+        if bs == 16 and o + 16 <= n:
+            for e in range(16):
+                _adam_elem(
+                    p, m, v, o + e, vals[j * 16 + e], ss, bc, w1, b2, omb2, eps32, wd, wd32, decoupled, decay
+                )
+        else:
+            for e in range(min(bs, n - o)):
+                _adam_elem(
+                    p, m, v, o + e, vals[j * bs + e], ss, bc, w1, b2, omb2, eps32, wd, wd32, decoupled, decay
+                )
     return 0
 
 
 # ---------------------------------------------------------------------------------------- the path object
 
-_ERRORS = {1: "update block index out of range", 2: "update block indices are not strictly increasing"}
+_ERRORS = {
+    1: "update block index out of range",
+    2: "update block indices are not strictly increasing",
+    3: "a block's step count exceeds the bias-correction table (corrupt optimizer state?)",
+}
 
 
 def _raise_on(err: int, nb: int) -> None:
@@ -465,12 +604,13 @@ class FusedKernels(ReferenceKernels):
         vals: Array,
         bs: int,
         lr: float,
-        beta1: float,
-        beta2: float,
+        bias: BiasTables,
+        t_max: int,
         eps: float,
         wd: float,
         decoupled: bool,
     ) -> None:
+        bc1, bc2_sqrt = bias.upto(t_max)
         err = _adam(
             p,
             m,
@@ -480,8 +620,10 @@ class FusedKernels(ReferenceKernels):
             _f32(vals),
             bs,
             float(lr),
-            float(beta1),
-            float(beta2),
+            bc1,
+            bc2_sqrt,
+            float(bias.beta1),
+            float(bias.beta2),
             float(eps),
             float(wd),
             bool(decoupled),

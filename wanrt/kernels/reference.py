@@ -26,12 +26,13 @@ from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
+import numpy.typing as npt
 
 from wanrt.errors import KernelError
 from wanrt.kernels.arrays import Array
 from wanrt.payload import n_blocks
 
-__all__ = ["ReferenceKernels", "next_pow2", "numpy_reference"]
+__all__ = ["BiasTables", "ReferenceKernels", "next_pow2", "numpy_reference"]
 
 
 def next_pow2(n: int) -> int:
@@ -222,23 +223,31 @@ class ReferenceKernels:
         vals: Array,
         bs: int,
         lr: float,
-        beta1: float,
-        beta2: float,
+        bias: BiasTables,
+        t_max: int,
         eps: float,
         wd: float,
         decoupled: bool,
     ) -> None:
-        """torch.optim.Adam / AdamW on the touched blocks, bias-corrected by each block's own step count."""
+        """torch.optim.Adam / AdamW on the touched blocks, bias-corrected by each block's own step count.
+
+        ``t_max`` bounds every step count after this update (the optimizer tracks it, so no O(n) scan).
+        """
         xp = self.xp
         self.check_indices(idx, n_blocks(int(p.shape[0]), bs))
         f32 = xp.float32
-        w1, b2, one_m_b2, wd32, eps32 = f32(1.0 - beta1), f32(beta2), f32(1.0 - beta2), f32(wd), f32(eps)
-        decay = f32(1.0 - lr * wd)
+        beta2 = bias.beta2
+        w1, b2, one_m_b2 = f32(1.0 - bias.beta1), f32(beta2), f32(1.0 - beta2)
+        wd32, eps32, decay = f32(wd), f32(eps), f32(1.0 - lr * wd)
+        bc1_h, bc2_h = bias.upto(t_max)
+        bc1, bc2 = xp.asarray(bc1_h), xp.asarray(bc2_h)
 
         def fn(rows: list[Array], g: Array, b: Array) -> None:
             prm, mm, vv = rows
-            t = (steps[b] + 1).astype(xp.float64)
-            steps[b] += 1
+            t = steps[b] + 1
+            if int(t.max()) >= int(bc1.shape[0]):
+                raise KernelError("a block's step count exceeds the bias-correction table")
+            steps[b] = t
             if wd and decoupled:
                 prm *= decay
             elif wd:
@@ -246,11 +255,34 @@ class ReferenceKernels:
             mm += w1 * (g - mm)
             vv *= b2
             vv += (one_m_b2 * g) * g  # torch addcmul order
-            step_size = (lr / (1.0 - beta1**t)).astype(xp.float32)[:, None]
-            bc2_sqrt = xp.sqrt(1.0 - beta2**t).astype(xp.float32)[:, None]
+            step_size = (lr / bc1[t]).astype(xp.float32)[:, None]
+            bc2_sqrt = bc2[t].astype(xp.float32)[:, None]
             prm -= step_size * (mm / (xp.sqrt(vv) / bc2_sqrt + eps32))
 
         self._apply(int(p.shape[0]), bs, idx, vals, [p, m, v], fn)
+
+
+class BiasTables:
+    """``1 - beta1**t`` and ``sqrt(1 - beta2**t)`` for t = 0, 1, ... (fp64), grown by doubling.
+
+    Adam's bias corrections depend only on a block's step count; a table lookup replaces two ``pow`` per
+    block in the hot loop, and every path reads the same table, so they agree bit for bit.
+    """
+
+    def __init__(self, beta1: float, beta2: float) -> None:
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self._bc1 = np.zeros(0)
+        self._bc2_sqrt = np.zeros(0)
+
+    def upto(self, t_max: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Tables covering every t <= t_max."""
+        if t_max >= self._bc1.shape[0]:
+            size = max(64, 2 * self._bc1.shape[0], t_max + 1)
+            t = np.arange(size, dtype=np.float64)
+            self._bc1 = 1.0 - np.power(self.beta1, t)
+            self._bc2_sqrt = np.sqrt(1.0 - np.power(self.beta2, t))
+        return self._bc1, self._bc2_sqrt
 
 
 def numpy_reference() -> ReferenceKernels:

@@ -35,10 +35,10 @@ import numpy as np
 
 from wanrt.config import check
 from wanrt.errors import ConfigError, KernelError
-from wanrt.kernels.arrays import Array, as_vector, bump_torch_version, is_cupy_array
+from wanrt.kernels.arrays import Array, aligned_zeros, as_vector, bump_torch_version, is_cupy_array
 from wanrt.kernels.backend import get_kernels
 from wanrt.kernels.config import AdamConfig, MomentumConfig, SGDConfig
-from wanrt.kernels.reference import ReferenceKernels
+from wanrt.kernels.reference import BiasTables, ReferenceKernels
 from wanrt.payload import SparsePayload, n_blocks
 
 __all__ = [
@@ -62,6 +62,8 @@ class _ParamState:
     block_size: int
     dense_len: int
     arrays: dict[str, Array] = field(default_factory=dict)
+    #: upper bound of the per-block step counters (-1: unknown, e.g. just loaded)
+    t_max: int = -1
 
 
 class SparseOptimizer(ABC):
@@ -110,12 +112,12 @@ class SparseOptimizer(ABC):
     def _state_for(self, key: int, n: int, bs: int, k: ReferenceKernels) -> _ParamState:
         st = self._state.get(key)
         if st is None:
-            st = _ParamState(bs, n)
+            st = _ParamState(bs, n, t_max=0)
             for name, kind in self._layout.items():
                 if kind == "dense":
-                    st.arrays[name] = k.xp.zeros(n, dtype=k.xp.float32)
+                    st.arrays[name] = aligned_zeros(k.xp, n, np.float32)
                 else:
-                    st.arrays[name] = k.xp.zeros(n_blocks(n, bs), dtype=k.xp.int32)
+                    st.arrays[name] = aligned_zeros(k.xp, n_blocks(n, bs), np.int32)
             self._state[key] = st
             return st
         if st.block_size != bs or st.dense_len != n:
@@ -172,7 +174,8 @@ class SparseOptimizer(ABC):
                         f"state {name!r} of key {key} must be {want[1].__name__}[{want[0]}]",
                         value=(a.shape, str(a.dtype)),
                     )
-                st.arrays[name] = a.copy()
+                st.arrays[name] = aligned_zeros(np, a.shape[0], a.dtype)
+                st.arrays[name][:] = a
             restored[int(key)] = st
         self._state = restored
 
@@ -244,12 +247,16 @@ class SparseAdam(SparseOptimizer):
         super().__init__(config.lr)
         self.config = config
         self.kind = "adamw" if config.decoupled else "adam"
+        self._bias = BiasTables(*config.betas)
 
     def _apply(
         self, k: ReferenceKernels, p: Array, st: _ParamState, idx: Array, vals: Array, bs: int
     ) -> None:
         c = self.config
         a = st.arrays
+        if st.t_max < 0:  # state loaded from a checkpoint: one O(n_blocks) scan, then tracked
+            st.t_max = int(a["steps"].max(initial=0)) if a["steps"].shape[0] else 0
+        st.t_max += 1  # a block's count grows by at most one per step
         k.adam(
             p,
             a["exp_avg"],
@@ -259,8 +266,8 @@ class SparseAdam(SparseOptimizer):
             vals,
             bs,
             self._lr,
-            c.betas[0],
-            c.betas[1],
+            self._bias,
+            st.t_max,
             c.eps,
             c.weight_decay,
             c.decoupled,
