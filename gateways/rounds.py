@@ -301,8 +301,15 @@ class RoundEngine:
             )
 
     def _validate(self, peer: str, m: RoundMsg) -> None:
-        if m.kind not in MSG_KINDS:
-            raise RemoteProtocolError("unknown round message kind", peer=peer, value=m.kind)
+        if type(m) is not RoundMsg or m.kind not in MSG_KINDS:
+            raise RemoteProtocolError("not a round message", peer=peer, value=getattr(m, "kind", None))
+        for name in ("iteration", "layer", "plan_id", "step", "segment"):
+            if type(getattr(m, name)) is not int:
+                raise RemoteProtocolError(f"{name} must be an integer", peer=peer, value=getattr(m, name))
+        if m.payload is not None and not isinstance(m.payload, SparsePayload):
+            raise RemoteProtocolError("payload must be a SparsePayload", peer=peer)
+        if type(m.sites) is not tuple:
+            raise RemoteProtocolError("sites must be a tuple", peer=peer)
         if not 0 <= m.layer < MAX_LAYERS:
             raise LimitExceeded(
                 "layer id out of range", name="MAX_LAYERS", limit=MAX_LAYERS, value=m.layer, peer=peer
@@ -321,9 +328,19 @@ class RoundEngine:
                 "too many contribution ids", name="sites", limit=self._max_ids, value=len(m.sites), peer=peer
             )
         sites, top = self._site_set, m.iteration
-        for s, it in m.sites:
-            if s not in sites or type(it) is not int or not 0 <= it <= top:
-                raise RemoteProtocolError("invalid contribution id", peer=peer, value=(s, it))
+        prev: ContribId | None = None
+        for cid in m.sites:  # (site, iteration) pairs, strictly increasing: a canonical, duplicate-free set
+            if type(cid) is not tuple or len(cid) != 2:
+                raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
+            s, it = cid
+            if (
+                s not in sites
+                or type(it) is not int
+                or not 0 <= it <= top
+                or (prev is not None and cid <= prev)
+            ):
+                raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
+            prev = cid
         if m.payload is not None:
             if m.payload.layer != m.layer:
                 raise MalformedPayload("payload layer disagrees with the message", peer=peer, value=m.layer)

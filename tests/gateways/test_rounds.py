@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateways.aggregate import aggregate_cap, per_site_cap
 from gateways.round_config import RoundConfig
@@ -375,3 +379,68 @@ def test_messages_for_an_unknown_plan_wait_until_it_is_adopted() -> None:
     (up,) = [x for x in out if isinstance(x, Send)]
     assert up.peer == "a" and up.sites == (("b", 0), ("d", 0))
     assert b.stats.buffer_dropped == 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# fuzz: whatever a peer sends, the engine answers with actions or a RemoteProtocolError, never a crash
+# --------------------------------------------------------------------------------------------------------
+_PEERS = ["a", "b", "c", "d", "zz"]
+_KINDS = ["partial", "extra", "segment", "segment_final", "final", "outcome", "bogus"]
+_FIELDS = st.tuples(
+    st.integers(0, len(_PEERS) - 1),  # sender
+    st.integers(0, len(_KINDS) - 1),  # kind
+    st.integers(-2, 8),  # iteration
+    st.integers(-1, 3),  # layer
+    st.integers(0, 3),  # plan id: the current one, after a loss, 0, garbage
+    st.integers(0, 2),  # payload: none, right shape, wrong shape
+    st.integers(0, 2**16),  # block choice
+    st.lists(st.tuples(st.integers(0, len(_PEERS) - 1), st.integers(-1, 6)), max_size=5),
+    st.booleans(),  # sort the ids (valid form) or not
+    st.integers(-1, 4),  # step
+    st.integers(-1, 4),  # segment
+)
+
+
+def _fuzzed(fields: tuple[Any, ...], plan_ids: list[int]) -> tuple[str, RoundMsg]:
+    peer, kind, it, layer, pid, pay, blocks, ids, canon, step, seg = fields
+    dense_len, bs = layer_shape(max(layer, 0))
+    payload = None
+    if pay:
+        dense_len += 5 if pay == 2 else 0
+        nb = -(-dense_len // bs)
+        idx = np.array([b for b in range(min(nb, 16)) if blocks >> b & 1], np.int64)
+        payload = SparsePayload(max(layer, 0), dense_len, bs, idx, np.ones(len(idx) * bs, np.float32))
+    sites = tuple((_PEERS[p], i) for p, i in ids)
+    if canon:
+        sites = tuple(sorted(set(sites)))
+    plan_id = [*plan_ids, 0, 12345][pid]
+    return _PEERS[peer], RoundMsg(_KINDS[kind], it, layer, plan_id, payload, sites, step, seg)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["star", "ring", "parent_child"])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzzed_peer_messages_never_crash_the_engine(kind: str, data: st.DataObject) -> None:
+    spec = PlanSpec.make(kind, stragglers=["d"] if kind == "parent_child" else ())  # type: ignore[arg-type]
+    e = RoundEngine("b", SITES, spec, RoundConfig(max_lag=4, window=3, retain_finals=3))
+    plan_ids = [e.plan_for(0).plan_id, build_plan(spec, "abc").plan_id]
+    now = 0.0
+    for it in range(3):
+        e.local_push(it, 0, make_payload("b", it, 0), now)
+        for _ in range(data.draw(st.integers(1, 6))):
+            peer, msg = _fuzzed(data.draw(_FIELDS), plan_ids)
+            now += 0.01
+            try:
+                actions = e.peer_message(peer, msg, now)
+            except RemoteProtocolError:
+                continue
+            except LocalProtocolError:
+                assert peer == "b"
+                continue
+            for a in actions:
+                assert isinstance(a, (Send, Deliver, RoundClosed, PeerSuspect))
+        if data.draw(st.booleans()):
+            e.tick(now + 5.0)
+        if data.draw(st.booleans()):
+            e.peer_lost(data.draw(st.sampled_from(["a", "c", "d"])), now)
+    assert len(e.open_rounds()) <= (e.config.max_lag + e.config.window + 1) * 4  # layers 0..3
