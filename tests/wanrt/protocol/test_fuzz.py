@@ -4,15 +4,20 @@ ConnectionClosed, ProtocolError or AuthError may come out; no hang; nothing allo
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import random
 import tracemalloc
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wanrt.protocol.fuzz import FUZZ_CONFIG, Input, mutate, record_session, run_input
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +82,14 @@ def test_nothing_is_allocated_beyond_the_limits(sessions: list) -> None:
             assert peak < bound + 2 * len(case.data), (case.mutator, peak)
     finally:
         tracemalloc.stop()
+
+
+def test_fuzz_tool_counts_outcomes_and_writes_json(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("fuzz_protocol", ROOT / "tools" / "fuzz_protocol.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = tmp_path / "fuzz.json"
+    assert tool.main(["--n", "150", "--seed", "3", "--sessions", "4", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["n"] == 150 and sum(report["by_outcome"].values()) == 150 and report["failures"] == []
