@@ -110,13 +110,16 @@ class DemoConfig:
 
 #: the default comparison: about 2–3 minutes on a 2-core machine (docs/demo.md has the measurement)
 DEFAULT: Final = DemoConfig()
-#: for CI: two one-rank sites and a small model, both runs reach a looser target quickly
+#: for CI: two one-rank sites, a small model, a looser target; the larger batch keeps 2 ranks' SGD steady,
+#: and density 0.05 lets the small layers (2560 elements) send more than a couple of blocks
 QUICK: Final = DemoConfig(
     sites=2,
     ranks=1,
     model_hidden=256,
+    batch=64,
+    density=0.05,
     target_loss=0.3,
-    max_iters=150,
+    max_iters=200,
     eval_every=5,
     stall_timeout_s=60.0,
 )

@@ -1,0 +1,65 @@
+"""Flags → DemoConfig: presets, units, and errors that name the flag the user typed."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from wanrt.cli import main
+from wanrt.demo.cli import add_arguments
+from wanrt.demo.config import DEFAULT, QUICK, DemoConfig, config_from_args
+from wanrt.errors import ConfigError
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_no_flags_is_the_default_and_quick_is_the_preset() -> None:
+    assert config_from_args(parse()) == DEFAULT
+    assert config_from_args(parse("--quick")) == QUICK
+    assert QUICK.sites * QUICK.ranks < DEFAULT.sites * DEFAULT.ranks
+
+
+def test_units_and_overrides_apply_on_top_of_the_preset() -> None:
+    cfg = config_from_args(parse("--quick", "--bandwidth", "1.5Gbit", "--rtt", "80ms", "--sites", "3"))
+    assert cfg.bandwidth_bps == pytest.approx(1.5e9)
+    assert cfg.rtt_s == pytest.approx(0.08)
+    assert cfg.sites == 3
+    assert cfg.model_hidden == QUICK.model_hidden  # untouched flags keep the preset's value
+    assert config_from_args(parse("--no-fluctuating")).fluctuating is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--bandwidth", "fast"], "--bandwidth"),
+        (["--bandwidth", "100Q"], "--bandwidth"),
+        (["--bandwidth", "inf"], "--bandwidth"),
+        (["--rtt", "soon"], "--rtt"),
+        (["--sites", "1"], "--sites"),
+        (["--density", "1.0"], "--density"),
+        (["--max-iters", "0"], "--max-iters"),
+        (["--model-hidden", "0"], "--model-hidden"),
+    ],
+)
+def test_bad_flags_raise_config_errors_naming_the_flag(argv: list[str], flag: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_args(parse(*argv))
+    assert info.value.fields["key"] == flag
+    assert flag in str(info.value)
+
+
+def test_the_cli_reports_a_bad_bandwidth_before_starting_anything(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--bandwidth", "lots"]) == 1
+    err = capsys.readouterr().err
+    assert "--bandwidth" in err and "'lots'" in err
+
+
+def test_sites_times_ranks_is_bounded() -> None:
+    with pytest.raises(ConfigError) as info:
+        DemoConfig(sites=8, ranks=8)
+    assert info.value.fields["key"] == "ranks"
