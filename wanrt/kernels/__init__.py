@@ -33,6 +33,7 @@ from wanrt.kernels.sparse_optim import (
     SparseSGD,
     make_sparse_optimizer,
 )
+from wanrt.kernels.warmup import warmup
 
 __all__ = [
     "COMPRESSOR_KINDS",
@@ -59,4 +60,5 @@ __all__ = [
     "kernels_by_name",
     "make_compressor",
     "make_sparse_optimizer",
+    "warmup",
 ]

@@ -1,0 +1,124 @@
+"""Building blocks of the fused CPU path: the numba decorator and three LLVM intrinsics.
+
+numba turns off LLVM's SLP vectoriser (it miscompiled, numba#8705), so the natural way to write a 16-float
+block sum — sixteen scalar ``abs`` and a tree of adds — stays scalar, and numba has no prefetch. Rather than
+a C extension (a build step and a compiler on every target), three tiny intrinsics emit the exact LLVM
+vector IR we want; everything else stays plain numba:
+
+* :func:`block_sum16` — one 64-byte block: load ``<16 x float>``, ``fabs``, then the *halving tree*
+  ``a[j] + a[j+8]``, ``+ a[j+4]``, ``+ a[j+2]``, ``+ a[j+1]``. Same order as the NumPy reference
+  (:mod:`wanrt.kernels.reference`), no fast-math, so the sums are bit-identical.
+* :func:`hits16` — bitmask of the 16 lanes with ``not (|x| < v)`` (NaN counts as a hit, so it is seen).
+* :func:`prefetch` — ``llvm.prefetch`` for writing: sparse updates are chains of independent random
+  accesses, and prefetching a dozen blocks ahead keeps enough of them in flight.
+
+:func:`jit` is ``numba.njit(nogil=True, cache=True)``; when no cache location is writable (this directory,
+``NUMBA_CACHE_DIR``, the user cache) it compiles without caching instead of failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numba
+from llvmlite import ir  # type: ignore[import-untyped]  # ships without type information
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["block_sum16", "caching", "hits16", "jit", "prefetch"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_caching = [True]
+
+
+def caching() -> bool:
+    """Whether compiled kernels are cached on disk (False when no writable cache location exists)."""
+    return _caching[0]
+
+
+def jit(fn: F) -> F:
+    """``numba.njit`` with on-disk caching when a cache location is writable, without it otherwise."""
+    opts: dict[str, Any] = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
+    try:
+        return numba.njit(cache=_caching[0], **opts)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        _caching[0] = False
+        return numba.njit(cache=False, **opts)(fn)
+
+
+_I32 = ir.IntType(32)
+_V16 = ir.VectorType(ir.FloatType(), 16)
+
+
+def _element_ptr(context: Any, builder: Any, aryty: Any, ary: Any, index: Any) -> Any:
+    data = context.make_array(aryty)(context, builder, ary).data
+    return builder.gep(data, [index])
+
+
+def _load16(context: Any, builder: Any, aryty: Any, ary: Any, index: Any) -> Any:
+    ptr = _element_ptr(context, builder, aryty, ary, index)
+    vec = builder.load(builder.bitcast(ptr, _V16.as_pointer()), align=4)
+    fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V16, [_V16]), "llvm.fabs.v16f32")
+    return builder.call(fabs, [vec])
+
+
+def _half_sum(builder: Any, vec: Any, width: int) -> Any:
+    mask = ir.VectorType(_I32, width)
+    lo = builder.shuffle_vector(vec, vec, ir.Constant(mask, [_I32(i) for i in range(width)]))
+    hi = builder.shuffle_vector(vec, vec, ir.Constant(mask, [_I32(i + width) for i in range(width)]))
+    return builder.fadd(lo, hi)
+
+
+def _block_sum16(typingctx: Any, arr: Any, index: Any) -> Any:
+    """fp32 sum of |arr[index : index+16]| by the halving tree (the caller guarantees the bounds)."""
+    sig = types.float32(arr, index)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        a = _load16(context, builder, signature.args[0], args[0], args[1])
+        s2 = _half_sum(builder, _half_sum(builder, _half_sum(builder, a, 8), 4), 2)
+        return builder.fadd(builder.extract_element(s2, _I32(0)), builder.extract_element(s2, _I32(1)))
+
+    return sig, codegen
+
+
+def _hits16(typingctx: Any, arr: Any, index: Any, v: Any) -> Any:
+    """Bit j set iff ``not (|arr[index + j]| < v)`` for j < 16 (unordered compare: NaN sets its bit)."""
+    sig = types.int64(arr, index, v)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        a = _load16(context, builder, signature.args[0], args[0], args[1])
+        splat = builder.insert_element(ir.Constant(_V16, ir.Undefined), args[2], _I32(0))
+        splat = builder.shuffle_vector(splat, splat, ir.Constant(ir.VectorType(_I32, 16), [_I32(0)] * 16))
+        bits = builder.bitcast(builder.fcmp_unordered(">=", a, splat), ir.IntType(16))
+        return builder.zext(bits, ir.IntType(64))
+
+    return sig, codegen
+
+
+def _prefetch(typingctx: Any, arr: Any, i: Any) -> Any:
+    """``llvm.prefetch`` of ``&arr[i]`` for writing, into all cache levels; never faults.
+
+    A sparse update is a chain of independent random accesses (parameter, moments, step counter of each
+    block); the out-of-order window alone keeps only a couple of them in flight, so the kernels prefetch
+    the lines of the block ``PREFETCH`` positions ahead: measured 2x (Adam) to 4x (SGD) on 15625 random
+    blocks of a 25M-element tensor.
+    """
+    sig = types.void(arr, i)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        ptr = _element_ptr(context, builder, signature.args[0], args[0], args[1])
+        fnty = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, _I32, _I32, _I32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # rw=1 (we are about to write the line), locality=3 (keep in all levels), cache type 1 (data)
+        builder.call(fn, [builder.bitcast(ptr, cgutils.voidptr_t), _I32(1), _I32(3), _I32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+block_sum16: Any = intrinsic(_block_sum16)
+hits16: Any = intrinsic(_hits16)
+prefetch: Any = intrinsic(_prefetch)
