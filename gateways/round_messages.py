@@ -52,9 +52,9 @@ class RoundMsg:
     * ``final`` — the round's result (downward to children; also the answer to anyone re-running a round
       that is already finished here). ``step`` is the sender's fold hint: the lowest iteration of this layer
       it has not gathered yet, where a child's ``extra`` will still count.
-    * ``outcome`` — to a rejoining site: ``sites`` lists its contributions counted in layer ``layer`` at
-      iterations ``step <= i < iteration`` (``iteration`` is the join iteration, ``step`` the oldest one
-      remembered); ``payload`` is ``None`` and ``plan_id`` 0.
+    * ``outcome`` — to a rejoining site: ``sites`` lists its contributions (pushed before ``iteration``, the
+      join iteration) counted in results of layer ``layer`` for rounds ``step`` and later (``step`` is the
+      oldest round the sender remembers); ``payload`` is ``None`` and ``plan_id`` 0.
 
     ``plan_id`` is the :attr:`~gateways.topology.Plan.plan_id` the message was produced under. ``payload`` is
     ``None`` only when nothing at all is known about the layer's shape (an empty contribution).

@@ -126,7 +126,8 @@ class RoundEngine:
         self._heap: list[tuple[float, int, Key]] = []
         self._seq = 0
         self._buffer: dict[str, deque[RoundMsg]] = {}
-        self._history: dict[int, list[tuple[str, int]]] = {}  # contribution iteration -> (site, layer)
+        # round iteration -> (layer, ids of its result): what rejoining peers are told was counted
+        self._history: dict[int, list[tuple[int, tuple[ContribId, ...]]]] = {}
         self._history_since = start_iteration
         self._floor = start_iteration - self.config.max_lag  # iterations below are settled here
 
@@ -348,7 +349,7 @@ class RoundEngine:
         if m.kind == "outcome":
             if m.payload is not None or not 0 <= m.step <= m.iteration:
                 raise RemoteProtocolError("malformed outcome", peer=peer, value=m.step)
-            if any(s != self.site or not m.step <= it < m.iteration for s, it in m.sites):
+            if any(s != self.site or it >= m.iteration for s, it in m.sites):
                 raise RemoteProtocolError("outcome lists foreign or out-of-range ids", peer=peer)
 
     # ------------------------------------------------------------------------------------------------
@@ -544,8 +545,7 @@ class RoundEngine:
             self._final_own[key] = counted
         if r.local is not None:
             self._carry_add(r.layer, r.local, ((self.site, r.iteration),))
-        for s, it in final.sites:
-            self._history.setdefault(it, []).append((s, r.layer))
+        self._history.setdefault(r.iteration, []).append((r.layer, final.sites))
         plan = r.plan
         if source is None:
             targets: Sequence[str] = plan.children_of(self.site)
@@ -632,7 +632,7 @@ class RoundEngine:
                 self.stats.abandoned += 1
                 self._carry_add(r.layer, r.own, r.own_ids)
             elif not all(it in counted for it in its):
-                if min(its) < since:
+                if r.iteration < since:  # older than the peer's memory: maybe counted after all
                     self.stats.unresolved += 1
                 self._carry_add(r.layer, r.own, r.own_ids)
         if r.local is not None:
@@ -896,10 +896,11 @@ class RoundEngine:
     def _send_outcomes(self, peer: str, join_at: int, out: list[Action]) -> None:
         since = min(self._history_since, join_at)
         counted: dict[int, list[ContribId]] = {}
-        for it in range(since, join_at):
-            for s, layer in self._history.get(it, ()):
-                if s == peer:
-                    counted.setdefault(layer, []).append((peer, it))
+        for entries in self._history.values():  # every round result from ``since`` on (ids may be older)
+            for layer, ids in entries:
+                for s, it in ids:
+                    if s == peer and it < join_at:
+                        counted.setdefault(layer, []).append((peer, it))
         for layer in sorted(set(self._shapes) | set(counted)):
             ids = tuple(sorted(set(counted.get(layer, ()))))
             self._send(out, peer, RoundMsg("outcome", join_at, layer, 0, None, ids, since))
@@ -921,7 +922,7 @@ class RoundEngine:
         for key in [k for k in self._final_own if k[1] == layer and k[0] < join_at]:
             for p, ids in self._final_own.pop(key):
                 its = [it for _, it in ids]
-                if min(its) >= since and not all(it in counted for it in its):
+                if key[0] >= since and not all(it in counted for it in its):
                     self.stats.diverged += 1
                     self._carry_add(layer, p, ids)
         self._done_below[layer] = max(self._done_below.get(layer, -1), join_at)
