@@ -50,12 +50,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
 
 
-def _describe(cfg: DemoConfig, parameters: int) -> str:
+def _describe(cfg: DemoConfig, parameters: int, sep: str = "; ") -> str:
     trace = f", site {chr(ord('a') + cfg.sites - 1)} on a fluctuating trace" if cfg.fluctuating else ""
     return (
         f"{cfg.sites} sites × {cfg.ranks} ranks, {cfg.bandwidth_bps / 1e6:g} Mbit/s links, "
-        f"{cfg.rtt_s * 1e3:g} ms RTT{trace}, {cfg.topology} topology; MLP {parameters / 1e6:.2f} M params; "
-        f"wanrt density {cfg.density:g}, staleness {cfg.staleness}; target loss {cfg.target_loss:g}"
+        f"{cfg.rtt_s * 1e3:g} ms RTT{trace}, {cfg.topology} topology{sep}"
+        f"MLP {parameters / 1e6:.2f} M params, wanrt density {cfg.density:g}, "
+        f"staleness {cfg.staleness}, target loss {cfg.target_loss:g}"
     )
 
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     c = compare(dense, wanrt)
     print()
     print(format_table(c))
-    png = plot_loss_vs_time(c, out / "loss_vs_time.png", title=_describe(cfg, parameters))
+    png = plot_loss_vs_time(c, out / "loss_vs_time.png", title=_describe(cfg, parameters, "\n"))
     print(f"\nplot: {png}")
     data = c.to_json(
         {"config": dataclasses.asdict(cfg), "parameters": parameters, "plot": str(png), "out_dir": str(out)}

@@ -41,6 +41,8 @@ class RunResult:
     final_loss: float
     final_accuracy: float
     curve: tuple[CurvePoint, ...]
+    #: (iteration, seconds since the start) at the end of every step of the first site's leader
+    step_times: tuple[tuple[int, float], ...]
     wan_bytes_sent: int
     wan_bytes_received: int
     bytes_sent_per_site: Mapping[str, int]
@@ -51,6 +53,15 @@ class RunResult:
     @property
     def iters_per_s(self) -> float:
         return self.iterations / self.train_s if self.train_s > 0 else 0.0
+
+    def steady_iteration_s(self, warmup: int) -> float:
+        """Mean seconds per iteration after the first ``warmup`` iterations (connection set-up, first
+        compressions, the pipeline filling up), from the first site leader's step times."""
+        steps = [(i, t) for i, t in self.step_times if i >= warmup]
+        if len(steps) < 2:
+            raise ValueError(f"need at least 2 steps after {warmup} warm-up iterations, got {len(steps)}")
+        (i0, t0), (i1, t1) = steps[0], steps[-1]
+        return (t1 - t0) / (i1 - i0)
 
     @property
     def reached(self) -> bool:
@@ -63,6 +74,7 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["curve"] = [dataclasses.asdict(p) for p in self.curve]
+        out["step_times"] = [list(s) for s in self.step_times]
         out["bytes_sent_per_site"] = dict(self.bytes_sent_per_site)
         out["rounds_completed"] = dict(self.rounds_completed)
         out["iters_per_s"] = self.iters_per_s

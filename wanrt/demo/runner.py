@@ -61,6 +61,17 @@ MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt")
 GATEWAY_READY_TIMEOUT_S: Final = 60.0
 #: spawning S × R trainers that each import torch and join their gloo group
 BOOT_TIMEOUT_S: Final = 180.0
+#: DemoConfig fields the trainer processes are started with (a run's ``links`` may change the others)
+TRAINER_FIELDS: Final = (
+    "sites",
+    "ranks",
+    "model_hidden",
+    "optimizer",
+    "lr",
+    "batch",
+    "eval_every",
+    "seed",
+)
 #: the parent wakes at least this often to check the stall deadline
 WAKE_S: Final = 1.0
 
@@ -71,10 +82,13 @@ class _RunState:
 
     mode: Mode
     slot: int
+    cfg: DemoConfig
     t_go: float = 0.0
     ready: set[tuple[int, int]] = field(default_factory=set)
     site_iteration: dict[int, int] = field(default_factory=dict)
     curve: list[CurvePoint] = field(default_factory=list)
+    #: (iteration, seconds since Go) at the end of each step of the first site's leader
+    steps: list[tuple[int, float]] = field(default_factory=list)
     tta_s: float | None = None
     iters_to_target: int | None = None
     stop_at: int | None = None
@@ -108,7 +122,6 @@ class Demo:
         self._gateways: list[GatewayProcess] = []
         self._sock_dir: Path | None = None
         self._secret: Path | None = None
-        self._trace: Path | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -127,9 +140,6 @@ class Demo:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._sock_dir = Path(tempfile.mkdtemp(prefix="wanrt-demo-", dir="/tmp"))
         self._secret = write_secret(self.out_dir / "job.secret")
-        if self.cfg.fluctuating:
-            self._trace = self.out_dir / "fluctuating-site.csv"
-            fluctuating_trace(self.cfg).save(self._trace)
         specs = trainer_specs(
             self.cfg, out_dir=self.out_dir, store_dir=self._sock_dir, secret_file=self._secret
         )
@@ -159,30 +169,46 @@ class Demo:
 
     # -- one mode ------------------------------------------------------------------------------------
 
-    def client_config(self, mode: Mode) -> ClientConfig:
+    @staticmethod
+    def client_config(mode: Mode, cfg: DemoConfig) -> ClientConfig:
+        """The only difference between the two runs: the trainers' client configuration."""
         if mode == "dense":
             return ClientConfig.dense_baseline()
-        return ClientConfig(density=self.cfg.density, staleness=self.cfg.staleness)
+        return ClientConfig(density=cfg.density, staleness=cfg.staleness)
 
-    def run(self, mode: Mode) -> RunResult:
-        """Train once in ``mode`` against freshly started gateways (identical links for both modes)."""
+    def run(self, mode: Mode, *, label: str | None = None, links: DemoConfig | None = None) -> RunResult:
+        """Train once in ``mode`` against freshly started gateways (identical links for both modes).
+
+        ``links`` may change what the gateways and the stop rule see (bandwidth, RTT, trace, target,
+        iteration cap) for this run; what the trainers were started with (model, data, sites, ranks,
+        optimizer) must stay the same. ``label`` names the run's directory (default: the mode).
+        """
         assert self._sock_dir is not None and self._secret is not None
-        cfg = self.cfg
+        cfg = self.cfg if links is None else links
+        changed = [f for f in TRAINER_FIELDS if getattr(cfg, f) != getattr(self.cfg, f)]
+        if changed:
+            raise ValueError(f"links= may not change the trainers' settings: {', '.join(changed)}")
+        label = label or mode
         slot = MODES.index(mode)
         job = f"wanrt-demo-{mode}"
+        trace: Path | None = None
+        if cfg.fluctuating:
+            trace = self.out_dir / label / "fluctuating-site.csv"
+            trace.parent.mkdir(parents=True, exist_ok=True)
+            fluctuating_trace(cfg).save(trace)
         files = write_run_files(
             cfg,
             job=job,
-            run_dir=self.out_dir / mode,
-            sock_dir=self._sock_dir / mode,
+            run_dir=self.out_dir / label,
+            sock_dir=self._sock_dir / label,
             secret_file=self._secret,
-            trace_file=self._trace,
+            trace_file=trace,
         )
         self._gateways = start_gateways(files, command=self.gateway_command)
         wait_ready(self._gateways, timeout_s=GATEWAY_READY_TIMEOUT_S)
         self._stops.arm(slot, cfg.max_iters)
-        state = _RunState(mode, slot)
-        client = self.client_config(mode)
+        state = _RunState(mode, slot, cfg)
+        client = self.client_config(mode, cfg)
         for t in self._trainers:
             url = files[t.spec.site_index].trainer_url
             t.conn.send(RunOrder(mode, slot, url, job, client))
@@ -192,7 +218,7 @@ class Demo:
             cfg.stall_timeout_s,
             f"{mode}: connecting to the gateways",
         )
-        with self._bar(mode) as bar:
+        with self._bar(mode, cfg.max_iters) as bar:
             state.t_go = time.monotonic()
             for t in self._trainers:
                 t.conn.send(Go())
@@ -211,13 +237,13 @@ class Demo:
         return self._result(state, stats)
 
     @contextlib.contextmanager
-    def _bar(self, mode: Mode) -> Iterator[Any]:
+    def _bar(self, mode: Mode, max_iters: int) -> Iterator[Any]:
         if not self.progress:
             yield None
             return
         from tqdm import tqdm
 
-        bar = tqdm(total=self.cfg.max_iters, desc=f"{mode:>5}", unit="it", dynamic_ncols=True, leave=True)
+        bar = tqdm(total=max_iters, desc=f"{mode:>5}", unit="it", dynamic_ncols=True, leave=True)
         try:
             yield bar
         finally:
@@ -228,12 +254,14 @@ class Demo:
             s.ready.add((msg.site_index, msg.rank))
         elif isinstance(msg, Progress) and msg.run == s.mode:
             s.site_iteration[msg.site_index] = msg.iteration
+            if msg.site_index == 0:
+                s.steps.append((msg.iteration, msg.t - s.t_go))
             if bar is not None and len(s.site_iteration) == self.cfg.sites:
                 done = min(s.site_iteration.values())
                 bar.update(done - bar.n)
         elif isinstance(msg, Evaluated) and msg.run == s.mode:
             s.curve.append(CurvePoint(msg.t - s.t_go, msg.iteration, msg.train_loss, msg.test_accuracy))
-            if s.tta_s is None and msg.train_loss <= self.cfg.target_loss:
+            if s.tta_s is None and msg.train_loss <= s.cfg.target_loss:
                 s.tta_s = msg.t - s.t_go
                 s.iters_to_target = msg.iteration
                 s.stop_at = self._stops.stop_soon(s.slot)
@@ -261,13 +289,14 @@ class Demo:
         return RunResult(
             mode=s.mode,
             iterations=iterations,
-            target_loss=self.cfg.target_loss,
+            target_loss=s.cfg.target_loss,
             tta_s=s.tta_s,
             iters_to_target=s.iters_to_target,
             train_s=max(f.t_last_step for f in fin) - s.t_go,
             final_loss=evaluator.final_loss,
             final_accuracy=evaluator.final_accuracy,
             curve=tuple(s.curve),
+            step_times=tuple(s.steps),
             wan_bytes_sent=sum(sent.values()),
             wan_bytes_received=received,
             bytes_sent_per_site=sent,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -21,6 +22,7 @@ def result(mode: str, *, tta: float | None, its: int, train_s: float, sent: int,
         final_loss=loss,
         final_accuracy=0.95,
         curve=(CurvePoint(0.0, 0, 2.3, 0.1), CurvePoint(train_s, its, loss, 0.95)),
+        step_times=tuple((i, train_s * i / its) for i in range(1, its + 1)),
         wan_bytes_sent=sent,
         wan_bytes_received=sent,
         bytes_sent_per_site={"a": sent},
@@ -55,3 +57,11 @@ def test_a_run_that_missed_the_target_has_no_tta_ratio_and_says_so(tmp_path: Pat
     for key in ("tta_speedup", "iter_speedup", "final_loss_ratio", "bytes_ratio", "dense", "wanrt", "config"):
         assert key in data
     assert data["dense"]["reached_target"] is False and data["wanrt"]["curve"][1]["iteration"] == 100
+
+
+def test_steady_iteration_time_skips_the_warm_up() -> None:
+    r = result("dense", tta=None, its=10, train_s=10.0, sent=1, loss=1.0)
+    r = dataclasses.replace(r, step_times=((1, 5.0), (2, 6.0), (3, 6.5), (4, 7.0), (5, 7.5)))
+    assert r.steady_iteration_s(warmup=2) == pytest.approx(0.5)  # (7.5 - 6.0) / 3, not 7.5 / 5
+    with pytest.raises(ValueError, match="warm-up"):
+        r.steady_iteration_s(warmup=5)

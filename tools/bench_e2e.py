@@ -1,0 +1,212 @@
+"""End-to-end benchmark: wanrt against the dense baseline (what DDP would send) over shaped WAN links.
+
+Everything real: gateway daemons (``wanrt gateway``), gloo trainer processes, the client API, unix-socket
+links shaped to 1 Gbit/s, 500 Mbit/s and 100 Mbit/s with a 40 ms RTT. Two measurements, because a model
+large enough that communication dominates the dense run (≥ 10 M parameters) cannot be trained to a target
+on a 2-core CPU within minutes:
+
+1. **Iterations to target** (convergence, independent of the link speed): the demo's model and data
+   (``wanrt demo`` defaults: MLP 0.3 M parameters, digits, 3 sites × 2 ranks), trained to the target loss
+   with the dense baseline and with wanrt at 1 Gbit/s. ``iters_to_target_ratio`` = wanrt / dense.
+2. **Steady-state iteration time** at each bandwidth: an MLP of 10.5 M parameters (hidden 3200; 42 MB of
+   fp32 gradient per iteration), 3 sites × 1 rank (more ranks per site would only add CPU contention on 2
+   cores; the WAN exchange is the same), ``--warmup`` iterations skipped, then ``--measure`` iterations
+   timed at the first site's leader. No evaluation runs during these.
+
+Time to target is then *estimated* per mode and bandwidth as iters_to_target × steady iteration time, and
+``tta_speedup_<bw>`` = dense estimate / wanrt estimate. The estimate assumes the big model needs as many
+iterations as the small one, in the same ratio; it is printed with the inputs it was computed from.
+
+``--quick`` (CI, < 60 s): 2 sites × 1 rank, a 1.2 M-parameter model (hidden 1024) for the timing, the
+``--quick`` demo model for the iterations, fewer timed iterations. Its speedups are smaller than the full
+run's because a smaller model makes the dense exchange cheaper. Output: a table on stdout, ``--json PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wanrt.demo.config import DEFAULT, QUICK, DemoConfig
+from wanrt.demo.results import RunResult
+from wanrt.demo.runner import MODES, Demo, Mode
+
+BANDWIDTHS: tuple[tuple[str, float], ...] = (("1gbit", 1e9), ("500mbit", 500e6), ("100mbit", 100e6))
+#: the iterations-to-target runs use the fastest of the links: the count barely depends on it, time does
+CONVERGENCE_BANDWIDTH = 1e9
+
+
+@dataclass(frozen=True)
+class Plan:
+    convergence: DemoConfig
+    timing: DemoConfig
+    warmup: int
+    measure: int
+
+
+def make_plan(quick: bool, warmup: int | None, measure: int | None) -> Plan:
+    if quick:
+        convergence = dataclasses.replace(QUICK, bandwidth_bps=CONVERGENCE_BANDWIDTH, fluctuating=False)
+        timing_base = dataclasses.replace(QUICK, model_hidden=1024)
+        w, m = warmup if warmup is not None else 1, measure if measure is not None else 3
+    else:
+        convergence = dataclasses.replace(DEFAULT, bandwidth_bps=CONVERGENCE_BANDWIDTH, fluctuating=False)
+        timing_base = dataclasses.replace(DEFAULT, ranks=1, model_hidden=3200)
+        w, m = warmup if warmup is not None else 2, measure if measure is not None else 4
+    timing = dataclasses.replace(
+        timing_base, fluctuating=False, eval_every=0, max_iters=w + m + 1, target_loss=1e-6
+    )
+    return Plan(convergence, timing, w, m)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def measure_convergence(plan: Plan, out: Path) -> tuple[dict[Mode, RunResult], int]:
+    """Each mode trained to the target on the demo model; and that model's size."""
+    with Demo(plan.convergence, out / "convergence", progress=False, on_line=_say) as demo:
+        results: dict[Mode, RunResult] = {}
+        for mode in MODES:
+            _say(f"convergence: {mode} to loss {plan.convergence.target_loss:g} ...")
+            results[mode] = demo.run(mode)
+        return results, demo.parameters
+
+
+def measure_timing(plan: Plan, out: Path) -> tuple[dict[str, dict[Mode, float]], int]:
+    """Seconds per iteration at steady state, per bandwidth label and mode; and the model's size."""
+    times: dict[str, dict[Mode, float]] = {}
+    with Demo(plan.timing, out / "timing", progress=False, on_line=_say) as demo:
+        params = demo.parameters
+        for label, bps in BANDWIDTHS:
+            links = dataclasses.replace(plan.timing, bandwidth_bps=bps)
+            times[label] = {}
+            for mode in MODES:
+                _say(f"timing: {mode} at {label} ({plan.warmup} + {plan.measure} iterations) ...")
+                r = demo.run(mode, label=f"{label}-{mode}", links=links)
+                times[label][mode] = r.steady_iteration_s(warmup=plan.warmup)
+    return times, params
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def report(
+    plan: Plan,
+    conv: dict[Mode, RunResult],
+    times: dict[str, dict[Mode, float]],
+    conv_params: int,
+    timing_params: int,
+    elapsed: float,
+) -> dict[str, Any]:
+    its: dict[Mode, int | None] = {m: conv[m].iters_to_target for m in MODES}
+    if its["dense"] is None or its["wanrt"] is None:
+        missing = [m for m in MODES if its[m] is None]
+        _say(f"warning: {', '.join(missing)} did not reach the target; using its iteration cap instead")
+    n: dict[Mode, int] = {m: its[m] or conv[m].iterations for m in MODES}
+    out: dict[str, Any] = {
+        "method": (
+            "tta estimated as iters_to_target (small model, measured) x steady iteration time (large model, "
+            "measured at each bandwidth)"
+        ),
+        "iters_to_target_dense": n["dense"],
+        "iters_to_target_wanrt": n["wanrt"],
+        "iters_to_target_ratio": _ratio(n["wanrt"], n["dense"]),
+        "convergence": {
+            "parameters": conv_params,
+            "target_loss": plan.convergence.target_loss,
+            "bandwidth_bps": plan.convergence.bandwidth_bps,
+            "sites": plan.convergence.sites,
+            "ranks": plan.convergence.ranks,
+            "measured_tta_s": {m: conv[m].tta_s for m in MODES},
+            "final_loss": {m: conv[m].final_loss for m in MODES},
+            "final_accuracy": {m: conv[m].final_accuracy for m in MODES},
+        },
+        "timing": {
+            "parameters": timing_params,
+            "sites": plan.timing.sites,
+            "ranks": plan.timing.ranks,
+            "rtt_s": plan.timing.rtt_s,
+            "density": plan.timing.density,
+            "warmup": plan.warmup,
+            "measured_iterations": plan.measure,
+        },
+        "elapsed_s": elapsed,
+    }
+    rows = []
+    for label, bps in BANDWIDTHS:
+        d, w = times[label]["dense"], times[label]["wanrt"]
+        tta_d, tta_w = n["dense"] * d, n["wanrt"] * w
+        out[f"iter_s_dense_{label}"] = d
+        out[f"iter_s_wanrt_{label}"] = w
+        out[f"iter_speedup_{label}"] = _ratio(d, w)
+        out[f"tta_est_s_dense_{label}"] = tta_d
+        out[f"tta_est_s_wanrt_{label}"] = tta_w
+        out[f"tta_speedup_{label}"] = _ratio(tta_d, tta_w)
+        rows.append(
+            (
+                f"{bps / 1e6:g} Mbit/s",
+                f"{d:.3f}",
+                f"{w:.3f}",
+                f"{d / w:.2f}×",
+                f"{tta_d:.0f}",
+                f"{tta_w:.0f}",
+                f"{tta_d / tta_w:.2f}×",
+            )
+        )
+    print(_table(rows))
+    c, t = plan.convergence, plan.timing
+    print(
+        f"\niterations to target loss {c.target_loss:g} ({conv_params / 1e6:.2f} M-parameter demo model, "
+        f"{c.sites}×{c.ranks} ranks, measured): dense {n['dense']}, wanrt {n['wanrt']}, "
+        f"ratio {n['wanrt'] / n['dense']:.2f} (wanrt / dense)"
+    )
+    print(
+        f"iteration times: {timing_params / 1e6:.1f} M-parameter MLP, {t.sites}×{t.ranks} ranks, "
+        f"{t.rtt_s * 1e3:g} ms RTT, wanrt density {t.density:g}, mean of {plan.measure} iterations "
+        f"after {plan.warmup} warm-up"
+    )
+    print("TTA estimate = iterations to target × steady iteration time (see the module docstring)")
+    return out
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    head = ("link", "dense s/it", "wanrt s/it", "iter speedup", "dense TTA s", "wanrt TTA s", "TTA speedup")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(widths[i]) for i, c in enumerate(head))]
+    lines.append("  ".join("-" * wd for wd in widths))
+    lines += ["  ".join(c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="CI size: under a minute")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--out", help="directory for logs and configs (default: a new temp dir)")
+    ap.add_argument("--warmup", type=int, help="iterations skipped before timing")
+    ap.add_argument("--measure", type=int, help="iterations timed per bandwidth and mode")
+    args = ap.parse_args(argv)
+    plan = make_plan(args.quick, args.warmup, args.measure)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-bench-e2e-"))
+    _say(f"bench_e2e: logs in {out}")
+    t0 = time.monotonic()
+    conv, conv_params = measure_convergence(plan, out)
+    times, timing_params = measure_timing(plan, out)
+    data = report(plan, conv, times, conv_params, timing_params, time.monotonic() - t0)
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
