@@ -94,7 +94,7 @@ def test_shape_mismatch_names_the_peer() -> None:
     b = SparsePayload(3, 100, 4, np.array([0], np.int64), np.ones(4, np.float32))
     with pytest.raises(MalformedPayload) as err:
         aggregate([a, b], peers=["site-a", "site-b"])
-    assert err.value.peer == "site-b"
+    assert err.value.fields["peer"] == "site-b"
     with pytest.raises(MalformedPayload):
         aggregate([a, SparsePayload.empty(4, 100, 16)])
 

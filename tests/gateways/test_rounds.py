@@ -98,6 +98,24 @@ def test_late_child_is_skipped_and_folded_into_the_next_round() -> None:
     assert net.engines["d"].stats.carried > 0 and net.engines["a"].stats.late_inputs > 0
 
 
+def test_a_dropped_partial_is_recovered_by_x_order() -> None:
+    net = Net(SITES, PlanSpec.make("tree"), RoundConfig(round_deadline_s=0.2))
+    lost = []
+
+    def drop(src: str, dst: str, m: RoundMsg, now: float) -> bool:
+        if src == "d" and m.kind == "partial" and (m.iteration, m.layer) == (7, 1):
+            lost.append(m)
+            return True
+        return False
+
+    net.drop = drop
+    _run(net, 20, 2)
+    assert lost and not net.errors
+    finals = assert_accounted(net)
+    assert ("d", 7) not in finals[(7, 1)].sites
+    assert any(s == "d" and it == 7 and layer == 1 for (_, layer), d in finals.items() for s, it in d.sites)
+
+
 def test_straggler_under_parent_child_does_not_slow_the_ring() -> None:
     compute = {"a": 0.05, "b": 0.05, "c": 0.05, "d": 0.4}
     cfg = RoundConfig(round_deadline_s=1.0, t_w_s=0.02)
@@ -121,10 +139,14 @@ def test_straggler_under_parent_child_does_not_slow_the_ring() -> None:
 # --------------------------------------------------------------------------------------------------------
 # failures: a site goes silent and comes back; the root is lost; the plan changes mid-run
 # --------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind,silent", [("star", "c"), ("star", "a"), ("tree", "b"), ("ring", "c")])
+@pytest.mark.parametrize(
+    "kind,silent", [("star", "c"), ("star", "a"), ("tree", "b"), ("ring", "c"), ("parent_child", "d")]
+)
 def test_silent_site_comes_back_and_everything_is_accounted(kind: str, silent: str) -> None:
     cfg = RoundConfig(round_deadline_s=0.3, suspect_after_s=0.5)
-    net = Net(SITES, PlanSpec.make(kind, costs={"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4}), cfg)  # type: ignore[arg-type]
+    costs = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4}
+    spec = PlanSpec.make(kind, costs=costs, stragglers=["d"] if kind == "parent_child" else ())  # type: ignore[arg-type]
+    net = Net(SITES, spec, cfg)
     tr = Trainers(net, iterations=60, layers=3, compute=0.05)
     tr.start()
     others = [s for s in SITES if s != silent]
@@ -200,6 +222,16 @@ def test_switch_for_rounds_in_flight_restarts_them() -> None:
     assert not net.errors
     assert_accounted(net)
     assert sum(e.stats.restarts for e in net.engines.values()) > 0
+
+
+def test_join_without_an_iteration_takes_the_next_one() -> None:
+    e = _engine("a")
+    e.local_push(4, 0, make_payload("a", 4, 0), now=0.0)
+    e.peer_lost("d", now=0.0)
+    out = e.peer_joined("d", now=0.1)
+    assert e.plan_for(4).members == ("a", "b", "c") and e.plan_for(5).members == tuple(SITES)
+    outcome = [a for a in out if isinstance(a, Send)]
+    assert [(a.peer, a.kind, a.iteration) for a in outcome] == [("d", "outcome", 5)]
 
 
 def test_cut_off_site_does_not_train_alone() -> None:
@@ -299,10 +331,10 @@ def test_bad_peer_input_is_rejected_with_typed_errors() -> None:
     ok = make_payload("b", 0, 0)
     with pytest.raises(LimitExceeded) as far:
         e.peer_message("b", RoundMsg("partial", 100, 0, pid, ok, (("b", 100),)), now=0.0)
-    assert far.value.peer == "b" and far.value.name == "window"
+    assert far.value.fields["peer"] == "b" and far.value.fields["name"] == "window"
     with pytest.raises(RemoteProtocolError) as unknown:
         e.peer_message("zz", _partial(e, "b"), now=0.0)
-    assert unknown.value.peer == "zz"
+    assert unknown.value.fields["peer"] == "zz"
     with pytest.raises(LimitExceeded):
         e.peer_message("b", RoundMsg("partial", 0, 1 << 20, pid, None, ()), now=0.0)
     with pytest.raises(RemoteProtocolError):  # an id from the future
@@ -313,7 +345,7 @@ def test_bad_peer_input_is_rejected_with_typed_errors() -> None:
     e.local_push(0, 0, ok, now=0.0)
     with pytest.raises(MalformedPayload) as shape:
         e.peer_message("c", RoundMsg("partial", 0, 0, pid, wrong_shape, (("c", 0),)), now=0.0)
-    assert shape.value.peer == "c"
+    assert shape.value.fields["peer"] == "c"
     e.peer_message("b", _partial(e, "b"), now=0.0)
     with pytest.raises(RemoteProtocolError):  # duplicate
         e.peer_message("b", _partial(e, "b"), now=0.0)
@@ -359,7 +391,7 @@ def test_local_misuse_and_config_validation() -> None:
         RoundEngine("zz", SITES)
     with pytest.raises(ConfigError) as bad:
         RoundConfig(window=0)
-    assert bad.value.key == "window"
+    assert bad.value.fields["key"] == "window"
     with pytest.raises(ConfigError):
         RoundConfig(forward_policy="drop")  # type: ignore[arg-type]
     plan = build_plan(PlanSpec.make("ring"), "abc")
@@ -414,7 +446,7 @@ def _fuzzed(fields: tuple[Any, ...], plan_ids: list[int]) -> tuple[str, RoundMsg
     if canon:
         sites = tuple(sorted(set(sites)))
     plan_id = [*plan_ids, 0, 12345][pid]
-    return _PEERS[peer], RoundMsg(_KINDS[kind], it, layer, plan_id, payload, sites, step, seg)  # type: ignore[arg-type]
+    return _PEERS[peer], RoundMsg(_KINDS[kind], it, layer, plan_id, payload, sites, step, seg)
 
 
 @pytest.mark.parametrize("kind", ["star", "ring", "parent_child"])

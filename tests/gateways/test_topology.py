@@ -95,7 +95,7 @@ def test_replan_after_loss_and_rejoin() -> None:
 def test_invalid_specs_and_plans() -> None:
     with pytest.raises(ConfigError) as err:
         PlanSpec.make("tree", arity=0)
-    assert err.value.key == "arity"
+    assert err.value.fields["key"] == "arity"
     with pytest.raises(ConfigError):
         PlanSpec.make("mesh")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
