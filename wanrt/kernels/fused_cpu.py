@@ -12,7 +12,7 @@ Why numba, and why fused (measured on this 2-core Xeon, 25M fp32 = 100 MB, see d
   read-only; with no writable location at all caching is simply turned off). ``nogil=True`` lets a trainer
   compress one layer while another thread does something else.
 * The kernels live in :mod:`~wanrt.kernels.fused_select` (block sums, threshold select, gather) and
-  :mod:`~wanrt.kernels.fused_optim` (scatter-add, SGD, momentum, Adam); the three LLVM intrinsics they
+  :mod:`~wanrt.kernels.fused_optim` (scatter-add, SGD, momentum, Adam); the four LLVM intrinsics they
   need (a vector block sum, a 16-lane threshold mask, prefetch) are in
   :mod:`~wanrt.kernels.fused_intrinsics`, because numba keeps LLVM's SLP vectoriser off.
 

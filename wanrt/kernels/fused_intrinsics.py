@@ -1,14 +1,15 @@
-"""Building blocks of the fused CPU path: the numba decorator and three LLVM intrinsics.
+"""Building blocks of the fused CPU path: the numba decorator and four LLVM intrinsics.
 
 numba turns off LLVM's SLP vectoriser (it miscompiled, numba#8705), so the natural way to write a 16-float
 block sum — sixteen scalar ``abs`` and a tree of adds — stays scalar, and numba has no prefetch. Rather than
-a C extension (a build step and a compiler on every target), three tiny intrinsics emit the exact LLVM
+a C extension (a build step and a compiler on every target), four tiny intrinsics emit the exact LLVM
 vector IR we want; everything else stays plain numba:
 
 * :func:`block_sum16` — one 64-byte block: load ``<16 x float>``, ``fabs``, then the *halving tree*
   ``a[j] + a[j+8]``, ``+ a[j+4]``, ``+ a[j+2]``, ``+ a[j+1]``. Same order as the NumPy reference
   (:mod:`wanrt.kernels.reference`), no fast-math, so the sums are bit-identical.
-* :func:`hits16` — bitmask of the 16 lanes with ``not (|x| < v)`` (NaN counts as a hit, so it is seen).
+* :func:`hits16` — bitmask of the 16 lanes with ``not (|x| < v)`` (NaN counts as a hit, so it is seen),
+  walked with :func:`lowest_bit` (``llvm.cttz``).
 * :func:`prefetch` — ``llvm.prefetch`` for writing: sparse updates are chains of independent random
   accesses, and prefetching a dozen blocks ahead keeps enough of them in flight.
 
@@ -119,6 +120,21 @@ def _prefetch(typingctx: Any, arr: Any, i: Any) -> Any:
     return sig, codegen
 
 
+def _lowest_bit(typingctx: Any, mask: Any) -> Any:
+    """Index of the lowest set bit of a nonzero int64 (``llvm.cttz``), to walk a hit mask in O(hits)."""
+    sig = types.int64(mask)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]), "llvm.cttz.i64"
+        )
+        return builder.call(fn, [args[0], ir.IntType(1)(1)])
+
+    return sig, codegen
+
+
 block_sum16: Any = intrinsic(_block_sum16)
+lowest_bit: Any = intrinsic(_lowest_bit)
 hits16: Any = intrinsic(_hits16)
 prefetch: Any = intrinsic(_prefetch)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from wanrt.kernels.arrays import Array
-from wanrt.kernels.fused_intrinsics import block_sum16, hits16, jit, prefetch
+from wanrt.kernels.fused_intrinsics import block_sum16, hits16, jit, lowest_bit, prefetch
 
 __all__ = [
     "PREFETCH",
@@ -139,17 +139,16 @@ def select1(x: Array, add: Array, use_add: bool, v: np.float32, idx_buf: Array, 
             _add_range(x, add, o0, hi)
         for o in range(o0, hi, 16):
             mask = hits16(x, o, v)
-            if mask == 0:
-                continue
-            for j in range(16):
-                if (mask >> j) & 1:
-                    s = abs(x[o + j])
-                    if s != s or s > _FLT_MAX:
-                        bad = True
-                    if c < cap:
-                        idx_buf[c] = o + j
-                        sum_buf[c] = s
-                    c += 1
+            while mask != 0:
+                j = lowest_bit(mask)
+                mask &= mask - 1
+                s = abs(x[o + j])
+                if s != s or s > _FLT_MAX:
+                    bad = True
+                if c < cap:
+                    idx_buf[c] = o + j
+                    sum_buf[c] = s
+                c += 1
     for i in range(full, n):
         if use_add:
             x[i] = x[i] + add[i]
