@@ -13,7 +13,7 @@ Why numba, and why fused (measured on this 2-core Xeon, 25M fp32 = 100 MB, see d
   compress one layer while another thread does something else.
 * The kernels live in :mod:`~wanrt.kernels.fused_select` (block sums, threshold select, gather) and
   :mod:`~wanrt.kernels.fused_optim` (scatter-add, SGD, momentum, Adam); the four LLVM intrinsics they
-  need (a vector block sum, a 16-lane threshold mask, prefetch) are in
+  need (a vector block sum, a 16-lane threshold mask, count-trailing-zeros, prefetch) are in
   :mod:`~wanrt.kernels.fused_intrinsics`, because numba keeps LLVM's SLP vectoriser off.
 
 The block sums use the same halving-tree order as the reference (:mod:`wanrt.kernels.reference`), without
