@@ -21,10 +21,19 @@ How a round runs at one gateway (a "node"):
 Why nothing is lost. A node's own contribution (its push plus what it carries) is named by contribution ids
 ``(site, iteration)`` and kept until the final result arrives. If the result does not list those ids — the
 node's partial was late somewhere — the node folds its contribution into its next round of the same layer,
-whose result then says so (``("c", 6)`` inside iteration 7). Partials of others are never the node's
-responsibility, so they can be discarded whenever a round is re-run under a new plan (a site was lost,
-rejoined, or the scheduler re-attached a straggler): their originators resend. A result that exists always
-wins over a re-run: whoever has it answers re-run messages with it.
+whose result then says so (``("c", 6)`` inside iteration 7). If no open round will take it along soon —
+a persistent straggler's every push arrives after its round finished — the carry is sent ahead as an
+``extra`` into the round the parent gathers next (the parent advertises it in its results). Partials of
+others are never a node's responsibility, so they can be discarded whenever a round is re-run under a new
+plan (a site was lost, rejoined, or the scheduler re-attached a straggler): their originators resend. A
+result that exists always wins over a re-run: whoever has it answers re-run messages with it.
+
+Why a quorum. A root proceeds without late children only once a majority of the job's sites contributed
+(x-order with x = quorum), and a plan with fewer members than that finishes nothing: a site cut off from
+the others holds its contributions instead of training alone. When it rejoins, the others tell it
+(``outcome``) which of its contributions they counted; the rest is carried into its first rounds back,
+including what it counted in a result it finished just before the cut that never reached the others (its
+trainers diverged there and need fresh parameters — the daemon's job).
 
 Limits (bad peer input never crashes or allocates without bound): iterations more than ``window`` ahead of
 the newest seen are rejected (:class:`~wanrt.errors.LimitExceeded`), more than ``max_lag`` behind are a
