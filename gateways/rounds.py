@@ -49,18 +49,10 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from gateways.aggregate import (
-    aggregate,
-    aggregate_cap,
-    concat_segments,
-    per_site_cap,
-    segment_bounds,
-    split_segments,
-    top_blocks,
-)
+from gateways.aggregate import aggregate, aggregate_cap, per_site_cap, top_blocks
+from gateways.round_checks import check_message, check_ring_message
 from gateways.round_config import MAX_LAYERS, RoundConfig
 from gateways.round_messages import (
-    MSG_KINDS,
     Action,
     ContribId,
     Deliver,
@@ -69,12 +61,13 @@ from gateways.round_messages import (
     RoundMsg,
     Send,
 )
+from gateways.round_ring import ring_result, ring_start, ring_steps, take_segment_result, take_segment_step
 from gateways.round_state import Carry, EngineStats, OpenRound, merge_ids
 from gateways.round_timeline import PlanTimeline
 from gateways.topology import Plan, PlanSpec
 from wanrt.config import check
-from wanrt.errors import LimitExceeded, LocalProtocolError, MalformedPayload, RemoteProtocolError
-from wanrt.payload import SparsePayload, n_blocks
+from wanrt.errors import LocalProtocolError, MalformedPayload, RemoteProtocolError
+from wanrt.payload import SparsePayload
 
 __all__ = ["TRAINER", "RoundEngine"]
 
@@ -311,55 +304,17 @@ class RoundEngine:
             )
 
     def _validate(self, peer: str, m: RoundMsg) -> None:
-        if type(m) is not RoundMsg or m.kind not in MSG_KINDS:
-            raise RemoteProtocolError("not a round message", peer=peer, value=getattr(m, "kind", None))
-        for name in ("iteration", "layer", "plan_id", "step", "segment"):
-            if type(getattr(m, name)) is not int:
-                raise RemoteProtocolError(f"{name} must be an integer", peer=peer, value=getattr(m, name))
-        if m.payload is not None and not isinstance(m.payload, SparsePayload):
-            raise RemoteProtocolError("payload must be a SparsePayload", peer=peer)
-        if type(m.sites) is not tuple:
-            raise RemoteProtocolError("sites must be a tuple", peer=peer)
-        if not 0 <= m.layer < MAX_LAYERS:
-            raise LimitExceeded(
-                "layer id out of range", name="MAX_LAYERS", limit=MAX_LAYERS, value=m.layer, peer=peer
-            )
-        upper = max(self._frontier, self._join_hint) + self.config.window
-        if m.iteration > upper:
-            raise LimitExceeded(
-                "iteration too far ahead", name="window", limit=upper, value=m.iteration, peer=peer
-            )
-        if m.iteration < 0 or m.iteration < self._frontier - self.config.max_lag:
-            raise RemoteProtocolError(
-                "iteration settled long ago", peer=peer, value=m.iteration, limit=self._frontier
-            )
-        if len(m.sites) > self._max_ids:
-            raise LimitExceeded(
-                "too many contribution ids", name="sites", limit=self._max_ids, value=len(m.sites), peer=peer
-            )
-        sites, top = self._site_set, m.iteration
-        prev: ContribId | None = None
-        for cid in m.sites:  # (site, iteration) pairs, strictly increasing: a canonical, duplicate-free set
-            if type(cid) is not tuple or len(cid) != 2:
-                raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
-            s, it = cid
-            if (
-                s not in sites
-                or type(it) is not int
-                or not 0 <= it <= top
-                or (prev is not None and cid <= prev)
-            ):
-                raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
-            prev = cid
+        check_message(
+            peer,
+            m,
+            site=self.site,
+            sites=self._site_set,
+            lowest=self._frontier - self.config.max_lag,
+            highest=max(self._frontier, self._join_hint) + self.config.window,
+            max_ids=self._max_ids,
+        )
         if m.payload is not None:
-            if m.payload.layer != m.layer:
-                raise MalformedPayload("payload layer disagrees with the message", peer=peer, value=m.layer)
             self._check_shape(m.layer, m.payload, peer)
-        if m.kind == "outcome":
-            if m.payload is not None or not 0 <= m.step <= m.iteration:
-                raise RemoteProtocolError("malformed outcome", peer=peer, value=m.step)
-            if any(s != self.site or it >= m.iteration for s, it in m.sites):
-                raise RemoteProtocolError("outcome lists foreign or out-of-range ids", peer=peer)
 
     # ------------------------------------------------------------------------------------------------
     # round lifecycle
@@ -743,48 +698,18 @@ class RoundEngine:
                 merge_ids(have[1], m.sites),
             )
 
-    def _ring_check(self, peer: str, r: OpenRound, m: RoundMsg) -> tuple[int, int]:
-        plan = r.plan
-        n = len(plan.core)
-        if n < 2 or not plan.in_core(self.site) or plan.ring_prev(self.site) != peer:
-            raise RemoteProtocolError("ring message from a site that is not our ring predecessor", peer=peer)
-        if not 0 <= m.segment < n:
-            raise RemoteProtocolError("ring segment out of range", peer=peer, value=m.segment)
-        shape = self._shapes.get(m.layer)
-        if m.payload is not None and m.payload.indices.shape[0] and shape is not None:
-            bounds = segment_bounds(n_blocks(*shape), n)
-            idx = m.payload.indices
-            if idx[0] < bounds[m.segment] or idx[-1] >= bounds[m.segment + 1]:
-                raise MalformedPayload(
-                    "ring segment holds blocks outside its range", peer=peer, value=m.segment
-                )
-        return n, plan.ring_position(self.site)
-
     def _on_segment(self, peer: str, r: OpenRound, m: RoundMsg, now: float, out: list[Action]) -> None:
-        n, p = self._ring_check(peer, r, m)
-        if not 0 <= m.step <= n - 2 or m.segment != (p - 1 - m.step) % n:
-            raise RemoteProtocolError("ring step and segment disagree", peer=peer, value=(m.step, m.segment))
-        if m.step in r.ring_recv or m.step < r.ring_step:
-            raise RemoteProtocolError("duplicate ring step", peer=peer, value=m.step)
-        r.ring_recv[m.step] = m
+        n, p = check_ring_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
+        take_segment_step(peer, r, m, n, p)
         self._advance(r, now, out)
 
     def _on_segment_final(self, peer: str, r: OpenRound, m: RoundMsg, now: float, out: list[Action]) -> None:
-        n, _ = self._ring_check(peer, r, m)
-        if m.segment in r.seg_finals:
-            raise RemoteProtocolError("duplicate segment result", peer=peer, value=m.segment)
-        r.seg_finals[m.segment] = m
-        nxt = r.plan.ring_next(self.site)
-        if r.plan.core[(m.segment - 1) % n] != nxt:  # the owner of a segment is the member before it
-            self._send(out, nxt, m)
+        n, _ = check_ring_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
+        for to, fwd in take_segment_result(peer, r, m, self.site, n):
+            self._send(out, to, fwd)
         r.wait_since = now
-        self._ring_assemble(r, now, out)
-        if (r.iteration, r.layer) in self._rounds:
-            self._advance(r, now, out)
+        self._advance(r, now, out)
 
-    # ------------------------------------------------------------------------------------------------
-    # ring: sparse reduce-scatter + all-gather over contiguous block-index segments
-    # ------------------------------------------------------------------------------------------------
     def _ring_start(
         self,
         r: OpenRound,
@@ -793,73 +718,19 @@ class RoundEngine:
         now: float,
         out: list[Action],
     ) -> None:
-        plan = r.plan
-        n, p = len(plan.core), plan.ring_position(self.site)
-        shape = self._shapes.get(r.layer)
-        if contrib is None and shape is not None:
-            contrib = SparsePayload.empty(r.layer, *shape)
-        if contrib is None:
-            r.ring_slices = [None] * n
-        else:
-            bounds = segment_bounds(n_blocks(contrib.dense_len, contrib.block_size), n)
-            r.ring_slices = list(split_segments(contrib, bounds))
-        r.ring_ids = ids
-        self._send(
-            out,
-            plan.ring_next(self.site),
-            RoundMsg("segment", r.iteration, r.layer, plan.plan_id, r.ring_slices[p], ids, 0, p),
-        )
-        r.wait_peer, r.wait_since, r.wait_reason = plan.ring_prev(self.site), now, "ring"
+        to, msg = ring_start(r, self.site, contrib, ids, self._shapes.get(r.layer))
+        self._send(out, to, msg)
+        r.wait_peer, r.wait_since, r.wait_reason = r.plan.ring_prev(self.site), now, "ring"
 
     def _ring_progress(self, r: OpenRound, now: float, out: list[Action]) -> None:
-        plan = r.plan
-        n = len(plan.core)
-        slices = r.ring_slices
-        assert slices is not None
-        nxt = plan.ring_next(self.site)
-        prev = plan.ring_prev(self.site)
-        while r.ring_step <= n - 2 and r.ring_step in r.ring_recv:
-            s = r.ring_step
-            m = r.ring_recv.pop(s)
-            g = m.segment
-            acc = aggregate([m.payload, slices[g]], peers=[prev, None])
-            ids = merge_ids(m.sites, r.ring_ids)
-            if s < n - 2:
-                self._send(
-                    out, nxt, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, acc, ids, s + 1, g)
-                )
-            else:  # this member owns segment g: finish it and start its all-gather
-                scope = None
-                shape = self._shapes.get(r.layer)
-                if shape is not None:
-                    b = segment_bounds(n_blocks(*shape), n)
-                    scope = int(b[g + 1] - b[g])
-                kept, rest = self._bound(acc, scope)
-                if rest is not None:
-                    r.residuals[plan.plan_id] = rest
-                fin = RoundMsg("segment_final", r.iteration, r.layer, plan.plan_id, kept, ids, 0, g)
-                r.seg_finals[g] = fin
-                self._send(out, nxt, fin)
-            r.ring_step += 1
+        sends = ring_steps(r, self.site, self._shapes.get(r.layer), self._bound)
+        for to, msg in sends:
+            self._send(out, to, msg)
+        if sends:
             r.wait_since = now
-        self._ring_assemble(r, now, out)
-
-    def _ring_assemble(self, r: OpenRound, now: float, out: list[Action]) -> None:
-        n = len(r.plan.core)
-        if len(r.seg_finals) < n:
-            return
-        parts = [r.seg_finals[g].payload for g in range(n)]
-        ids = merge_ids(*(r.seg_finals[g].sites for g in range(n)))
-        known = next((q for q in parts if q is not None), None)
-        payload = None
-        if known is not None:
-            payload = concat_segments(
-                [
-                    q if q is not None else SparsePayload.empty(r.layer, known.dense_len, known.block_size)
-                    for q in parts
-                ]
-            )
-        self._close(r, RoundMsg("final", r.iteration, r.layer, r.plan.plan_id, payload, ids), None, now, out)
+        final = ring_result(r)
+        if final is not None:
+            self._close(r, final, None, now, out)
 
     # ------------------------------------------------------------------------------------------------
     # plan changes, rejoin outcomes, pruning
