@@ -1,8 +1,8 @@
-"""Building blocks of the fused CPU path: the numba decorator and four LLVM intrinsics.
+"""Building blocks of the fused CPU path: the numba decorator and five LLVM intrinsics.
 
 numba turns off LLVM's SLP vectoriser (it miscompiled, numba#8705), so the natural way to write a 16-float
 block sum — sixteen scalar ``abs`` and a tree of adds — stays scalar, and numba has no prefetch. Rather than
-a C extension (a build step and a compiler on every target), four tiny intrinsics emit the exact LLVM
+a C extension (a build step and a compiler on every target), five tiny intrinsics emit the exact LLVM
 vector IR we want; everything else stays plain numba:
 
 * :func:`block_sum16` — one 64-byte block: load ``<16 x float>``, ``fabs``, then the *halving tree*
@@ -10,6 +10,7 @@ vector IR we want; everything else stays plain numba:
   (:mod:`wanrt.kernels.reference`), no fast-math, so the sums are bit-identical.
 * :func:`hits16` — bitmask of the 16 lanes with ``not (|x| < v)`` (NaN counts as a hit, so it is seen),
   walked with :func:`lowest_bit` (``llvm.cttz``).
+* :func:`adam16` — one Adam step on a 16-float block (vector ``sqrt``/``div``, same fp32 order).
 * :func:`prefetch` — ``llvm.prefetch`` for writing: sparse updates are chains of independent random
   accesses, and prefetching a dozen blocks ahead keeps enough of them in flight.
 
@@ -134,6 +135,61 @@ def _lowest_bit(typingctx: Any, mask: Any) -> Any:
     return sig, codegen
 
 
+def _adam16(
+    typingctx: Any,
+    p: Any,
+    m: Any,
+    v: Any,
+    g: Any,
+    o: Any,
+    go: Any,
+    step_size: Any,
+    bc2_sqrt: Any,
+    w1: Any,
+    b2: Any,
+    omb2: Any,
+    eps: Any,
+) -> Any:
+    """Adam on 16 lanes: ``p, m, v [o:o+16]`` updated from ``g[go:go+16]``, in the scalar code's fp32 order.
+
+    ``m += w1*(g-m)``; ``v = v*b2 + (omb2*g)*g``; ``p -= step_size * (m / (sqrt(v)/bc2_sqrt + eps))``.
+    IEEE vector ops round exactly like their scalar forms, so this equals the reference bit for bit; LLVM's
+    loop vectoriser does not reliably vectorise a 16-trip loop (it unrolls it first, and numba keeps the
+    SLP vectoriser off), so the 16 ``sqrt``/``div`` would otherwise run one at a time.
+    """
+    sig = types.void(p, m, v, g, o, go, step_size, bc2_sqrt, w1, b2, omb2, eps)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        tys = signature.args
+        ptrs = [
+            builder.bitcast(
+                _element_ptr(context, builder, tys[i], args[i], args[4 if i < 3 else 5]), _V16.as_pointer()
+            )
+            for i in range(4)
+        ]
+        x, mv, vv, gv = (builder.load(ptr, align=4) for ptr in ptrs)
+
+        def splat(value: Any) -> Any:
+            one = builder.insert_element(ir.Constant(_V16, ir.Undefined), value, _I32(0))
+            return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(_I32, 16), [_I32(0)] * 16))
+
+        ss, bc, w1v, b2v, omb2v, epsv = (splat(a) for a in args[6:])
+        m1 = builder.fadd(mv, builder.fmul(w1v, builder.fsub(gv, mv)))
+        v1 = builder.fadd(builder.fmul(vv, b2v), builder.fmul(builder.fmul(omb2v, gv), gv))
+        sqrt = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_V16, [_V16]), "llvm.sqrt.v16f32"
+        )
+        den = builder.fadd(builder.fdiv(builder.call(sqrt, [v1]), bc), epsv)
+        x1 = builder.fsub(x, builder.fmul(ss, builder.fdiv(m1, den)))
+        builder.store(m1, ptrs[1], align=4)
+        builder.store(v1, ptrs[2], align=4)
+        builder.store(x1, ptrs[0], align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+adam16: Any = intrinsic(_adam16)
 block_sum16: Any = intrinsic(_block_sum16)
 lowest_bit: Any = intrinsic(_lowest_bit)
 hits16: Any = intrinsic(_hits16)
