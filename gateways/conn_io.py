@@ -29,17 +29,22 @@ async def next_event(
     *,
     idle: float | None = None,
     count: Callable[[int], None] | None = None,
+    before_read: Callable[[], None] | None = None,
 ) -> Message | ConnectionClosed:
     """The next message (or the end of the stream) from the peer.
 
     ``idle`` bounds how long the peer may stay silent (heartbeats keep a live peer talking); silence beyond
     it raises :class:`~wanrt.errors.WanrtTimeout` with phase ``"heartbeat"``. ``count`` is told the size of
-    every read (byte counters). Protocol violations raise from ``conn`` (the connection is then in ERROR).
+    every read (byte counters); ``before_read`` is called whenever everything received has been handed
+    out and the peer must be waited for (cumulative acknowledgements). Protocol violations raise from
+    ``conn`` (the connection is then in ERROR).
     """
     while True:
         event = conn.next_event()
         if event is not NEED_DATA:
             return event
+        if before_read is not None:
+            before_read()
         if idle is None:
             data = await transport.recv(RECV_BYTES)
         else:

@@ -53,7 +53,7 @@ from gateways.trainer_ledger import TrainerLedger
 from gateways.trainer_side import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
 from wanrt.config import check
-from wanrt.errors import ConfigError, ProtocolError, RemoteProtocolError
+from wanrt.errors import ConfigError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from wanrt.protocol import Ack, Aggregate, ConfigUpdate, Connection, Hello, Push, Role
 
 __all__ = ["TRAINER_CONFIG_KEYS", "GatewayDaemon"]
@@ -173,6 +173,10 @@ class GatewayDaemon:
 
     async def wait_stop_requested(self) -> None:
         await self._stop_requested.wait()
+
+    async def wait_joined(self) -> None:
+        """Until this gateway has joined the job (its round engine exists)."""
+        await self._joined.wait()
 
     async def run(self, *, on_ready: Callable[[], None] | None = None) -> dict[str, Any]:
         """Start, call ``on_ready`` (listeners are up), serve until :meth:`request_stop`, stop in phases;
@@ -387,6 +391,14 @@ class GatewayDaemon:
         )
         self._apply(self.engine.peer_lost(peer, self._now()))
 
+    def set_plan(self, spec: PlanSpec, effective_iteration: int | None = None) -> None:
+        """Adopt a topology from ``effective_iteration`` on (every unfinished round if None), e.g. a
+        straggler re-attached under parent-child. The scheduler will call this; every gateway must be told
+        the same spec and iteration."""
+        if self.engine is None:
+            raise LocalProtocolError("set_plan before this gateway joined the job")
+        self._apply(self.engine.set_plan(spec, self._now(), effective_iteration))
+
     def _observe_link_times(self) -> None:
         engine = self.engine
         if engine is None or engine.frontier == self._observed_frontier:
@@ -518,11 +530,8 @@ class GatewayDaemon:
             self._send_push_acks(ledger.on_outcome(msg.layer, msg.step, msg.iteration, msg.sites))
         self._apply(engine.peer_message(link.peer, msg, self._now()))
 
-    def on_ack(self, link: PeerLink, ack: Ack) -> None:
-        if not self.link_times.acked(link.peer, ack.round, self._now()):
-            raise RemoteProtocolError(
-                "Ack for a message never sent on this link", peer=link.peer, value=ack.round
-            )
+    def on_ack(self, link: PeerLink, ack: Ack, seq: int) -> None:
+        self.link_times.acked_through(link.peer, seq, self._now())
 
     def on_job_model(self, link: PeerLink, info: dict[str, Any]) -> None:
         sig = ModelSignature.from_info(info, site=None, peer=link.peer)

@@ -3,7 +3,7 @@
 A round ends when its slowest link finishes, so the allocator wants, for each finished iteration, how long
 each link took to carry that iteration's messages. Measured at the sender without any clock agreement:
 from the moment the first message of iteration i left for peer p (its first chunk was written) to the
-moment p acknowledged the last one (``Ack(round=seq)``, sent once p's gateway has taken the message). It
+moment p acknowledged the last one (cumulative ``Ack`` s, sent once p's gateway has taken the messages). It
 includes queueing behind other traffic, transmission at the paced rate and the round trip, which is what a
 straggling link makes long.
 
@@ -46,16 +46,19 @@ class LinkTimes:
         else:
             span.outstanding += 1
 
-    def acked(self, peer: str, seq: int, now: float) -> bool:
-        """``peer`` acknowledged ``seq``; False if no such message is outstanding (the peer's fault)."""
-        iteration = self._seqs.get(peer, {}).pop(seq, None)
-        if iteration is None:
-            return False
-        span = self._spans.get(iteration, {}).get(peer)
-        if span is not None:
-            span.outstanding -= 1
-            span.end = max(span.end, now)
-        return True
+    def acked_through(self, peer: str, seq: int, now: float) -> int:
+        """``peer`` took every message up to ``seq`` (a cumulative ack); returns how many were outstanding."""
+        seqs = self._seqs.get(peer)
+        if not seqs:
+            return 0
+        done = [s for s in seqs if s <= seq]  # sending order is EDF order, not sequence order
+        for s in done:
+            iteration = seqs.pop(s)
+            span = self._spans.get(iteration, {}).get(peer)
+            if span is not None:
+                span.outstanding -= 1
+                span.end = max(span.end, now)
+        return len(done)
 
     def drop_peer(self, peer: str) -> None:
         """The link to ``peer`` is gone: its unfinished measurements mean nothing."""

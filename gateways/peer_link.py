@@ -6,7 +6,8 @@ frames). This file only moves bytes:
 
 * **Writer** (one task, the only one that writes): control frames first (acks, heartbeats, model
   announcements, Bye — all tiny), then the EDF queue's next chunk for this peer, framed as a protocol
-  ``Chunk`` and paced by a token bucket at the link's target rate. ``transport.send`` returns when the
+  ``Chunk`` (a message that fits one chunk goes as its own frame, without the envelope) and paced by a
+  token bucket at the link's target rate. ``transport.send`` returns when the
   bytes are accepted into a bounded buffer, so a slow WAN link backs up into the EDF queue, where urgent
   layers overtake.
 * **Reader** (the task that runs :meth:`PeerLink.run`): frames → the Connection (which reassembles chunks
@@ -32,7 +33,7 @@ from typing import Any, Final, Protocol
 from gateways.conn_io import abort_and_close, next_event
 from gateways.edf import SendQueue
 from gateways.link_times import LinkTimes
-from gateways.peer_wire import JobModel, RoundInbox, RoundTag, encode_round
+from gateways.peer_wire import SEQ_MODULUS, AckWindow, JobModel, RoundInbox, RoundTag, encode_round
 from gateways.round_messages import RoundMsg
 from transports import BandwidthTrace, ShapedTransport, Timeouts, TokenBucket, Transport, drive_trace
 from transports.link import DEFAULT_BURST_FLOOR
@@ -64,7 +65,9 @@ class LinkOwner(Protocol):
 
     def on_round_message(self, link: PeerLink, tag: RoundTag, msg: RoundMsg) -> None: ...
 
-    def on_ack(self, link: PeerLink, ack: Ack) -> None: ...
+    def on_ack(self, link: PeerLink, ack: Ack, seq: int) -> None:
+        """``ack`` acknowledges every message up to our sequence number ``seq``."""
+        ...
 
     def on_job_model(self, link: PeerLink, info: dict[str, Any]) -> None: ...
 
@@ -136,6 +139,7 @@ class PeerLink:
         self._trace_start = trace_start
         self._on_progress = on_progress
         self._inbox = RoundInbox(peer, conn.job)
+        self._acks = AckWindow(peer)
         self._control: deque[list[memoryview]] = deque()
         self._tag_items: dict[int, tuple[int, int]] = {}  # EDF item id of a tag -> (seq, iteration)
         self._seq = 0
@@ -159,7 +163,7 @@ class PeerLink:
         priority = (msg.iteration, msg.layer)
         tag_item = next(self._item_ids)
         self._queue.push(tag_item, self.peer, priority, self.conn.send_parts(tag))
-        self._tag_items[tag_item] = (tag.seq, msg.iteration)
+        self._tag_items[tag_item] = (self._seq - 1, msg.iteration)
         if payload is not None:
             self._queue.push(next(self._item_ids), self.peer, priority, self.conn.send_parts(payload))
         self._wake.set()
@@ -233,7 +237,7 @@ class PeerLink:
             counters.bytes_received += n
 
         while True:
-            event = await next_event(self.conn, self.transport, idle=idle, count=count)
+            event = await next_event(self.conn, self.transport, idle=idle, count=count, before_read=self._ack)
             counters.messages_received += 1
             if isinstance(event, Heartbeat):
                 continue
@@ -245,7 +249,8 @@ class PeerLink:
                 tag, msg = self._inbox.on_payload(event)
                 self._deliver(tag, msg)
             elif isinstance(event, Ack):
-                self._owner.on_ack(self, event)
+                last = self._seq - 1  # the ack names a message we sent: the newest one congruent to it
+                self._owner.on_ack(self, event, last - (last - event.round) % SEQ_MODULUS)
             elif isinstance(event, JobModel):
                 self._owner.on_job_model(self, event.info)
             elif isinstance(event, Bye):
@@ -262,7 +267,13 @@ class PeerLink:
 
     def _deliver(self, tag: RoundTag, msg: RoundMsg) -> None:
         self._owner.on_round_message(self, tag, msg)
-        self.send_control(Ack(tag.iteration, tag.layer, tag.seq))
+        self._acks.taken(tag)
+
+    def _ack(self) -> None:
+        """Before waiting for more bytes: one cumulative Ack for everything taken since the last one."""
+        due = self._acks.due()
+        if due is not None and not self._bye_sent:
+            self.send_control(Ack(*due))
 
     async def _write(self) -> str:
         loop = asyncio.get_running_loop()
@@ -286,7 +297,10 @@ class PeerLink:
                     meta = self._tag_items.pop(chunk.item_id, None)
                     if meta is not None:
                         self._link_times.sent(self.peer, meta[0], meta[1], now)
-                frame = self.conn.send_parts(Chunk(chunk.item_id, chunk.offset, chunk.total, chunk.data))
+                if chunk.offset == 0 and chunk.last:
+                    frame = [chunk.data]  # the whole frame fits one chunk: no Chunk envelope needed
+                else:
+                    frame = self.conn.send_parts(Chunk(chunk.item_id, chunk.offset, chunk.total, chunk.data))
                 n = sum(len(p) for p in frame)
                 wait = self.pacer.delay(n, now)
                 if wait > 0:

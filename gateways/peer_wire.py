@@ -15,8 +15,11 @@ say. So each RoundMsg becomes:
   (only residual mass) travels as a Push, since an Aggregate must name at least one site.
 
 The receiver (:class:`RoundInbox`) holds a tag until its payload frame arrives (bounded), checks that the
-two agree, and hands the engine one RoundMsg; it then acknowledges it with ``Ack(iteration, layer,
-round=seq)``, which the sender uses to measure per-iteration link times for rate reallocation.
+two agree, and hands the engine one RoundMsg. Acknowledgements are cumulative (:class:`AckWindow`): after
+each batch of frames read from the link, one ``Ack(iteration, layer, round=s)`` says "every message up to
+sequence number s has been taken" (``iteration``/``layer`` name message s, for logs); the sender uses the
+acks to measure per-iteration link times for rate reallocation. One ack per batch instead of one per
+message keeps a busy link's acknowledgement traffic to a trickle.
 
 :class:`JobModel` (0x81) tells a peer the job's model signature learned after the link came up (otherwise it
 travels in the handshake ``info``). Both types are registered in :data:`GATEWAY_REGISTRY`, used on
@@ -39,9 +42,11 @@ from wanrt.protocol.registry import CORE_REGISTRY
 __all__ = [
     "FINAL_KINDS",
     "GATEWAY_REGISTRY",
+    "MAX_ACK_GAP",
     "MAX_PENDING_TAGS",
     "MAX_ROUND_IDS",
     "SEQ_MODULUS",
+    "AckWindow",
     "JobModel",
     "RoundInbox",
     "RoundTag",
@@ -58,6 +63,11 @@ SEQ_MODULUS: Final = MAX_LAYER_ID + 1
 #: Contribution ids in one tag. The engine bounds them by sites x (max_lag + 1); 16384 covers 256 sites at
 #: the default max_lag of 64 and keeps a lying peer from making us build a huge tuple.
 MAX_ROUND_IDS: Final = 16384
+
+#: Messages a receiver may hold above its contiguous prefix of sequence numbers. The EDF queue sends urgent
+#: messages past queued ones, so gaps are normal, but they are bounded by what the sender has queued; a
+#: peer opening more is lying about its sequence numbers.
+MAX_ACK_GAP: Final = 1 << 16
 
 #: Tags received whose payload frame has not arrived yet. A sender queues a tag right before its payload,
 #: so only tags of payloads interleaved in the send queue are pending at once: a few per chunk slot.
@@ -256,3 +266,45 @@ class RoundInbox:
             tag.step,
             tag.segment,
         )
+
+
+def unwrap(seq_mod: int, base: int) -> int:
+    """The full sequence number ``>= base`` that is congruent to ``seq_mod`` modulo :data:`SEQ_MODULUS`."""
+    return base + (seq_mod - base) % SEQ_MODULUS
+
+
+class AckWindow:
+    """Receiver side of cumulative acknowledgements on one link (sequence numbers start at 0)."""
+
+    def __init__(self, peer: str, *, max_gap: int = MAX_ACK_GAP) -> None:
+        self.peer = peer
+        self.max_gap = max_gap
+        self._next = 0  # every full sequence number below has been taken
+        self._above: set[int] = set()
+        self._acked = -1
+        self._last: tuple[int, int] = (0, 0)
+
+    def taken(self, tag: RoundTag) -> None:
+        """The message of ``tag`` was handed to the round engine."""
+        full = unwrap(tag.seq, self._next)
+        if full - self._next >= self.max_gap or full in self._above:
+            raise LimitExceeded(
+                "round message sequence number out of the window (reused or far ahead)",
+                name="MAX_ACK_GAP",
+                limit=self.max_gap,
+                value=full - self._next,
+                peer=self.peer,
+            )
+        self._above.add(full)
+        while self._next in self._above:
+            self._above.discard(self._next)
+            self._next += 1
+        if full == self._next - 1:
+            self._last = (tag.iteration, tag.layer)
+
+    def due(self) -> tuple[int, int, int] | None:
+        """(iteration, layer, round) of the Ack to send now, or None if nothing new is acknowledged."""
+        if self._next - 1 <= self._acked:
+            return None
+        self._acked = self._next - 1
+        return (*self._last, self._acked % SEQ_MODULUS)
