@@ -26,7 +26,6 @@ from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
-import numpy.typing as npt
 
 from wanrt.errors import KernelError
 from wanrt.kernels.arrays import Array
@@ -239,8 +238,7 @@ class ReferenceKernels:
         beta2 = bias.beta2
         w1, b2, one_m_b2 = f32(1.0 - bias.beta1), f32(beta2), f32(1.0 - beta2)
         wd32, eps32, decay = f32(wd), f32(eps), f32(1.0 - lr * wd)
-        bc1_h, bc2_h = bias.upto(t_max)
-        bc1, bc2 = xp.asarray(bc1_h), xp.asarray(bc2_h)
+        bc1, bc2 = bias.upto(t_max, xp)
 
         def fn(rows: list[Array], g: Array, b: Array) -> None:
             prm, mm, vv = rows
@@ -274,15 +272,21 @@ class BiasTables:
         self.beta2 = beta2
         self._bc1 = np.zeros(0)
         self._bc2_sqrt = np.zeros(0)
+        self._device: tuple[Array, Array] | None = None  # CuPy copies of the current tables
 
-    def upto(self, t_max: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """Tables covering every t <= t_max."""
+    def upto(self, t_max: int, xp: ModuleType = np) -> tuple[Array, Array]:
+        """Tables covering every t <= t_max, as arrays of ``xp`` (device copies are made once per growth)."""
         if t_max >= self._bc1.shape[0]:
             size = max(64, 2 * self._bc1.shape[0], t_max + 1)
             t = np.arange(size, dtype=np.float64)
             self._bc1 = 1.0 - np.power(self.beta1, t)
             self._bc2_sqrt = np.sqrt(1.0 - np.power(self.beta2, t))
-        return self._bc1, self._bc2_sqrt
+            self._device = None
+        if xp is np:
+            return self._bc1, self._bc2_sqrt
+        if self._device is None:
+            self._device = (xp.asarray(self._bc1), xp.asarray(self._bc2_sqrt))
+        return self._device
 
 
 def numpy_reference() -> ReferenceKernels:

@@ -219,3 +219,26 @@ def test_bad_hyperparameters_are_config_errors(kind: str, hyper: dict[str, Any],
 
 def test_adamw_defaults_to_torch_weight_decay() -> None:
     assert make_sparse_optimizer("adamw").hyper()["weight_decay"] == 0.01
+
+
+def test_bias_tables_grow_and_match_the_closed_form() -> None:
+    from wanrt.kernels.reference import BiasTables
+
+    tables = BiasTables(0.9, 0.999)
+    bc1, bc2 = tables.upto(10)
+    assert bc1.shape[0] > 10
+    bc1, bc2 = tables.upto(1000)
+    assert bc1.shape[0] > 1000
+    for t in (1, 2, 10, 1000):
+        assert bc1[t] == pytest.approx(1 - 0.9**t, rel=1e-14)
+        assert bc2[t] == pytest.approx((1 - 0.999**t) ** 0.5, rel=1e-14)
+
+
+def test_state_is_cache_line_aligned() -> None:
+    """A 16-float block of state must be one 64-byte line, not two (NumPy's large arrays start at +16)."""
+    opt = make_sparse_optimizer("adam")
+    p = np.zeros(1000, np.float32)
+    opt.step(0, p, SparsePayload(0, 1000, 16, np.array([0], np.int64), np.ones(16, np.float32)))
+    st = opt._state[0]  # noqa: SLF001 - checking the allocation itself
+    for name in ("exp_avg", "exp_avg_sq"):
+        assert st.arrays[name].ctypes.data % 64 == 0
