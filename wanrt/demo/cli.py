@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from gateways.topology import TOPOLOGY_KINDS
-from wanrt.demo.config import OPTIMIZERS, DemoConfig, config_from_args
+from wanrt.demo.config import DEFAULT, OPTIMIZERS, DemoConfig, config_from_args
 from wanrt.demo.plot import plot_loss_vs_time
 from wanrt.demo.results import compare, format_table, write_json
 from wanrt.demo.runner import Demo
@@ -24,27 +24,64 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="small fast configuration (CI): 2 sites × 1 rank")
-    p.add_argument("--sites", type=int, help="number of sites (default 3)")
-    p.add_argument("--ranks", type=int, help="trainer processes per site (default 2)")
-    p.add_argument("--bandwidth", help="rate of every WAN link, e.g. 100M, 1.5Gbit (default 100M)")
-    p.add_argument("--rtt", help="round-trip time between sites, e.g. 40ms (default 40ms)")
+    p.add_argument("--sites", type=int, help=f"number of sites (default {DEFAULT.sites})")
+    p.add_argument("--ranks", type=int, help=f"trainer processes per site (default {DEFAULT.ranks})")
+    p.add_argument(
+        "--bandwidth",
+        help=f"rate of every WAN link, e.g. 100M, 1.5Gbit (default {DEFAULT.bandwidth_bps / 1e6:g}M)",
+    )
+    p.add_argument(
+        "--rtt", help=f"round-trip time between sites, e.g. 40ms (default {DEFAULT.rtt_s * 1e3:g}ms)"
+    )
     p.add_argument(
         "--fluctuating",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="put the last site on a fluctuating bandwidth trace (default on)",
     )
-    p.add_argument("--model-hidden", dest="model_hidden", type=int, help="MLP hidden width (default 512)")
-    p.add_argument("--topology", choices=TOPOLOGY_KINDS, help="WAN round topology (default tree)")
-    p.add_argument("--density", type=float, help="wanrt's fraction of gradient elements sent (default 0.01)")
-    p.add_argument("--staleness", type=int, help="wanrt's partial-staleness bound (default 1)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, help="sparse optimizer of both runs (default sgd)")
-    p.add_argument("--lr", type=float, help="learning rate (default 0.3)")
-    p.add_argument("--batch", type=int, help="samples per rank and iteration (default 32)")
-    p.add_argument("--target-loss", dest="target_loss", type=float, help="stop at this training loss")
-    p.add_argument("--max-iters", dest="max_iters", type=int, help="stop after this many iterations anyway")
-    p.add_argument("--eval-every", dest="eval_every", type=int, help="evaluate the loss every N iterations")
-    p.add_argument("--seed", type=int, help="data split, initial model, batches and trace (default 0)")
+    p.add_argument(
+        "--model-hidden",
+        dest="model_hidden",
+        type=int,
+        help=f"MLP hidden width (default {DEFAULT.model_hidden})",
+    )
+    p.add_argument(
+        "--topology", choices=TOPOLOGY_KINDS, help=f"WAN round topology (default {DEFAULT.topology})"
+    )
+    p.add_argument(
+        "--density",
+        type=float,
+        help=f"wanrt's fraction of gradient elements sent (default {DEFAULT.density:g})",
+    )
+    p.add_argument(
+        "--staleness", type=int, help=f"wanrt's partial-staleness bound (default {DEFAULT.staleness})"
+    )
+    p.add_argument(
+        "--optimizer", choices=OPTIMIZERS, help=f"sparse optimizer of both runs (default {DEFAULT.optimizer})"
+    )
+    p.add_argument("--lr", type=float, help=f"learning rate (default {DEFAULT.lr:g})")
+    p.add_argument("--batch", type=int, help=f"samples per rank and iteration (default {DEFAULT.batch})")
+    p.add_argument(
+        "--target-loss",
+        dest="target_loss",
+        type=float,
+        help=f"stop at this training loss (default {DEFAULT.target_loss:g})",
+    )
+    p.add_argument(
+        "--max-iters",
+        dest="max_iters",
+        type=int,
+        help=f"stop after this many iterations anyway (default {DEFAULT.max_iters})",
+    )
+    p.add_argument(
+        "--eval-every",
+        dest="eval_every",
+        type=int,
+        help=f"evaluate the loss every N iterations (default {DEFAULT.eval_every})",
+    )
+    p.add_argument(
+        "--seed", type=int, help=f"data split, initial model, batches and trace (default {DEFAULT.seed})"
+    )
     p.add_argument("--out", help="directory for logs, configs, plot and results (default: a new temp dir)")
     p.add_argument("--json", help="also write the results JSON here")
     p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")

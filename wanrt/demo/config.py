@@ -50,7 +50,7 @@ class DemoConfig:
     model_hidden: int = 512
     topology: TopologyKind = "tree"
     #: wanrt's fraction of gradient elements sent per layer (the dense baseline sends 1.0)
-    density: float = 0.01
+    density: float = 0.02
     #: wanrt's partial-staleness bound (the dense baseline uses 0, like DDP)
     staleness: int = 1
     #: SGD with error feedback loses almost nothing to compression (see docs/demo.md for Adam)

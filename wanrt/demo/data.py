@@ -1,22 +1,26 @@
 """The demo's data: scikit-learn's handwritten digits, shipped inside the installed package (no download).
 
 1797 8×8 images, 10 classes. A stratified 80/20 split (fixed by the seed) gives the training split every
-rank samples from and a held-out split for accuracy. The training split is dealt round-robin into one
-shard per rank of the whole job (sites × ranks), so each trainer sees its own data, like data-parallel
-training over a sharded dataset; minibatches are drawn from the shard with a per-rank generator, so the
-dense and the wanrt run see exactly the same batches in the same order.
+rank samples from and a held-out split for accuracy. The parent loads it once (:func:`load_split`, the only
+place that imports scikit-learn, which costs seconds) and ships the arrays to the trainers. The training
+split is dealt round-robin into one shard per rank of the whole job (sites × ranks), so each trainer sees
+its own data, like data-parallel training over a sharded dataset; minibatches are drawn from the shard with
+a per-rank generator, so the dense and the wanrt run see exactly the same batches in the same order.
+torch is imported on use only: the trainer processes import this module before they pin their threads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
-__all__ = ["CLASSES", "FEATURES", "Digits", "Sampler", "load"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["CLASSES", "FEATURES", "DigitsSplit", "Sampler", "load_split"]
 
 FEATURES: Final = 64
 CLASSES: Final = 10
@@ -25,15 +29,28 @@ TEST_FRACTION: Final = 0.2
 
 
 @dataclass(frozen=True)
-class Digits:
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
+class DigitsSplit:
+    """Features scaled to [0, 1] (float32), labels int64; plain arrays, cheap to pickle to a trainer."""
+
+    x_train: npt.NDArray[np.float32]
+    y_train: npt.NDArray[np.int64]
+    x_test: npt.NDArray[np.float32]
+    y_test: npt.NDArray[np.int64]
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(x_train, y_train, x_test, y_test) as tensors sharing the arrays' memory."""
+        import torch
+
+        return (
+            torch.from_numpy(self.x_train),
+            torch.from_numpy(self.y_train),
+            torch.from_numpy(self.x_test),
+            torch.from_numpy(self.y_test),
+        )
 
 
-def load(seed: int) -> Digits:
-    """The split, features scaled to [0, 1] (pixel values are 0..16)."""
+def load_split(seed: int) -> DigitsSplit:
+    """The stratified split; pixel values 0..16 scaled to [0, 1]."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -41,26 +58,29 @@ def load(seed: int) -> Digits:
     x = (np.asarray(x, dtype=np.float32) / np.float32(16.0)).astype(np.float32)
     y = np.asarray(y, dtype=np.int64)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=TEST_FRACTION, random_state=seed, stratify=y)
-    return Digits(torch.from_numpy(xtr), torch.from_numpy(ytr), torch.from_numpy(xte), torch.from_numpy(yte))
+    return DigitsSplit(xtr, ytr, xte, yte)
 
 
 class Sampler:
     """Minibatches from one rank's shard: the ``index``-th of ``world`` round-robin training slices."""
 
-    def __init__(self, data: Digits, *, index: int, world: int, batch: int, seed: int) -> None:
+    def __init__(self, data: DigitsSplit, *, index: int, world: int, batch: int, seed: int) -> None:
+        import torch
+
         if not 0 <= index < world:
             raise ValueError(f"shard index {index} outside 0..{world - 1}")
-        self._idx: npt.NDArray[np.int64] = np.arange(index, len(data.y_train), world, dtype=np.int64)
-        self._x = data.x_train
-        self._y = data.y_train
+        rows = np.arange(index, len(data.y_train), world, dtype=np.int64)
+        self._x = torch.from_numpy(data.x_train[rows])
+        self._y = torch.from_numpy(data.y_train[rows])
         self._batch = batch
         self._gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
 
     @property
     def shard_size(self) -> int:
-        return len(self._idx)
+        return len(self._y)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        pick = torch.randint(len(self._idx), (self._batch,), generator=self._gen)
-        rows = torch.from_numpy(self._idx)[pick]
-        return self._x[rows], self._y[rows]
+        import torch
+
+        pick = torch.randint(len(self._y), (self._batch,), generator=self._gen)
+        return self._x[pick], self._y[pick]

@@ -3,7 +3,7 @@
 It first points its stdout/stderr (the file descriptors, so native crashes and faulthandler dumps land there
 too) at its own log file and pins the thread pools to one thread (S × R trainers share the machine's cores;
 more threads only add contention), and only then imports torch. It joins its site's gloo process group
-(file:// rendezvous in the run's temp dir, loopback only), loads the data once, and then serves the
+(file:// rendezvous in the run's temp dir, loopback only), receives the dataset, and then serves the
 parent's orders: one :class:`~wanrt.demo.messages.RunOrder` per run, the same process for the dense and
 the wanrt run, so each run's clock starts with warm, connected trainers. Any error is written to the log
 with its traceback and sent to the parent as :class:`~wanrt.demo.messages.Failed`, and the process exits 1.
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from wanrt.demo.data import DigitsSplit
 from wanrt.demo.messages import Exit, Failed, RunOrder
 from wanrt.demo.stop_control import StopControl
 
@@ -86,7 +87,10 @@ def trainer_main(spec: TrainerSpec, conn: Connection, stops: StopControl) -> Non
     try:
         from wanrt.demo.training import Trainer
 
-        trainer = Trainer(spec, conn, stops)
+        data = conn.recv()  # the parent loads the dataset once (scikit-learn is slow to import) and ships it
+        if not isinstance(data, DigitsSplit):
+            raise TypeError(f"expected the dataset first, got {type(data).__name__}")
+        trainer = Trainer(spec, conn, stops, data)
         while True:
             order = conn.recv()
             if isinstance(order, Exit):

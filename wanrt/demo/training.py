@@ -61,7 +61,9 @@ def warm_up(optimizer: str, lr: float) -> None:
 class Trainer:
     """Joins the site's process group and loads the data once; :meth:`run` trains one run."""
 
-    def __init__(self, spec: TrainerSpec, conn: Connection, stops: StopControl) -> None:
+    def __init__(
+        self, spec: TrainerSpec, conn: Connection, stops: StopControl, data: demo_data.DigitsSplit
+    ) -> None:
         from datetime import timedelta
 
         torch.set_num_threads(1)
@@ -75,7 +77,8 @@ class Trainer:
             world_size=spec.ranks,
             timeout=timedelta(seconds=GROUP_TIMEOUT_S),
         )
-        self.data = demo_data.load(spec.seed)
+        self.data = data
+        self.x_train, self.y_train, self.x_test, self.y_test = data.tensors()
         params = n_parameters(build_mlp(spec.hidden, spec.seed))
         warm_up(spec.optimizer, spec.lr)
         conn.send(Booted(spec.site_index, spec.rank, params))
@@ -95,7 +98,7 @@ class Trainer:
             self.data, index=spec.global_rank, world=spec.world, batch=spec.batch, seed=spec.seed
         )
         evaluating = spec.evaluator and spec.eval_every > 0
-        initial = evaluate(model, self.data.x_train, self.data.y_train) if evaluating else None
+        initial = evaluate(model, self.x_train, self.y_train) if evaluating else None
         self.conn.send(Ready(order.run, spec.site_index, spec.rank))
         go = self.conn.recv()
         if not isinstance(go, Go):
@@ -103,7 +106,7 @@ class Trainer:
         iteration = 0
         t_last = time.monotonic()
         if initial is not None:
-            _, test_acc = evaluate(model, self.data.x_test, self.data.y_test)
+            _, test_acc = evaluate(model, self.x_test, self.y_test)
             self.conn.send(Evaluated(order.run, 0, initial[0], test_acc, t_last))
         while self.stops.may_start(order.slot, iteration):
             x, y = sampler.next()
@@ -120,8 +123,8 @@ class Trainer:
         ctx.close()  # applies every update still outstanding: all ranks of all sites end in the same place
         final_loss, final_acc = math.nan, math.nan
         if spec.eval_every > 0:
-            final_loss, _ = evaluate(model, self.data.x_train, self.data.y_train)
-            _, final_acc = evaluate(model, self.data.x_test, self.data.y_test)
+            final_loss, _ = evaluate(model, self.x_train, self.y_train)
+            _, final_acc = evaluate(model, self.x_test, self.y_test)
         self.conn.send(
             Finished(
                 order.run,
@@ -136,8 +139,8 @@ class Trainer:
         )
 
     def _evaluate(self, run: str, model: torch.nn.Module, iteration: int, t: float) -> None:
-        train_loss, _ = evaluate(model, self.data.x_train, self.data.y_train)
-        _, test_acc = evaluate(model, self.data.x_test, self.data.y_test)
+        train_loss, _ = evaluate(model, self.x_train, self.y_train)
+        _, test_acc = evaluate(model, self.x_test, self.y_test)
         self.conn.send(Evaluated(run, iteration, train_loss, test_acc, t))
 
     def shutdown(self) -> None:

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from wanrt.demo.data import CLASSES, FEATURES, Sampler, load
+from wanrt.demo.data import CLASSES, FEATURES, Sampler, load_split
 from wanrt.demo.model import build_mlp, evaluate, n_parameters, parameter_digest
 
 
 def test_split_is_stratified_held_out_and_scaled() -> None:
-    d = load(seed=0)
+    d = load_split(seed=0)
     assert d.x_train.shape[1] == FEATURES and len(d.x_train) + len(d.x_test) == 1797
+    assert d.x_train.dtype == np.float32 and d.y_train.dtype == np.int64
     assert float(d.x_train.min()) >= 0.0 and float(d.x_train.max()) <= 1.0
     assert set(d.y_test.tolist()) == set(range(CLASSES))
     train_rows = {tuple(r) for r in d.x_train.tolist()}
     assert sum(tuple(r) in train_rows for r in d.x_test.tolist()) < 20  # (a few digits are exact duplicates)
-    assert torch.equal(load(seed=0).y_test, d.y_test)
+    assert np.array_equal(load_split(seed=0).y_test, d.y_test)
 
 
 def test_shards_partition_the_training_split_and_batches_are_reproducible() -> None:
-    d = load(seed=0)
+    d = load_split(seed=0)
     world = 6
     samplers = [Sampler(d, index=i, world=world, batch=8, seed=1) for i in range(world)]
     assert sum(s.shard_size for s in samplers) == len(d.y_train)
@@ -39,6 +41,6 @@ def test_same_seed_same_model_and_the_size_formula() -> None:
     assert parameter_digest(a) != parameter_digest(build_mlp(512, seed=1))
     h = 512
     assert n_parameters(a) == 64 * h + h + h * h + h + h * 10 + 10
-    d = load(seed=0)
-    loss, acc = evaluate(a, d.x_test, d.y_test)
+    _, _, x_test, y_test = load_split(seed=0).tensors()
+    loss, acc = evaluate(a, x_test, y_test)
     assert loss == pytest.approx(2.3, abs=0.2) and acc < 0.3  # untrained: about chance
