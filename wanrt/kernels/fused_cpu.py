@@ -3,17 +3,18 @@
 Why numba, and why fused (measured on this 2-core Xeon, 25M fp32 = 100 MB, see docs/kernels.md):
 
 * NumPy needs several passes and temporaries for a block threshold (``abs`` -> 100 MB temporary, a 16-wide
-  reduction with per-row overhead, a compare, ``nonzero``): ~100 ms, ~1 GB/s, while one read pass over
-  memory costs ~11 ms. The fused kernel reads each block once, computes its sum, compares and appends the
-  passing ones, all while the 64-byte line is in L1: ~15-20 ms, within 1.5x of ``np.copyto``.
+  reduction with per-row overhead, a compare, ``nonzero``): ~200 ms, while one read pass over memory costs
+  ~12 ms. The fused kernel reads each block once, computes its sum, compares and appends the passing ones
+  while the 64-byte line is in L1: 16-22 ms, 0.8-1.6x the time of ``np.copyto`` of the same buffer.
 * numba over a C extension: no build step, no compiler on the target, and the kernels stay next to their
-  Python reference. Compilation happens on first use (about 1-2 s per kernel) and is cached on disk
+  Python reference. Compilation happens on first use (10-20 s for all of them) and is cached on disk
   (``cache=True``: next to this file, or under ``NUMBA_CACHE_DIR`` / the user cache when this directory is
-  read-only; with no writable location at all caching is simply turned off). ``nogil=True`` lets a trainer
+  read-only; with no writable location the kernel is compiled uncached). ``nogil=True`` lets a trainer
   compress one layer while another thread does something else.
 * The kernels live in :mod:`~wanrt.kernels.fused_select` (block sums, threshold select, gather) and
-  :mod:`~wanrt.kernels.fused_optim` (scatter-add, SGD, momentum, Adam); the four LLVM intrinsics they
-  need (a vector block sum, a 16-lane threshold mask, count-trailing-zeros, prefetch) are in
+  :mod:`~wanrt.kernels.fused_optim` (scatter-add, SGD, momentum, Adam); the five LLVM intrinsics they
+  need (a vector block sum, a 16-lane threshold mask, count-trailing-zeros, a 16-lane Adam step,
+  prefetch) are in
   :mod:`~wanrt.kernels.fused_intrinsics`, because numba keeps LLVM's SLP vectoriser off.
 
 The block sums use the same halving-tree order as the reference (:mod:`wanrt.kernels.reference`), without

@@ -33,21 +33,21 @@ __all__ = ["block_sum16", "caching", "hits16", "jit", "prefetch"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_caching = [True]
+_uncached: list[str] = []
 
 
 def caching() -> bool:
-    """Whether compiled kernels are cached on disk (False when no writable cache location exists)."""
-    return _caching[0]
+    """Whether every compiled kernel is cached on disk (False if some had no writable cache location)."""
+    return not _uncached
 
 
 def jit(fn: F) -> F:
     """``numba.njit`` with on-disk caching when a cache location is writable, without it otherwise."""
     opts: dict[str, Any] = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
     try:
-        return numba.njit(cache=_caching[0], **opts)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        _caching[0] = False
+        return numba.njit(cache=True, **opts)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
+        _uncached.append(getattr(fn, "__qualname__", repr(fn)))
         return numba.njit(cache=False, **opts)(fn)
 
 

@@ -68,3 +68,18 @@ def test_import_has_no_side_effects() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+@pytest.mark.skipif("fused" not in CPU_PATHS, reason="numba missing")
+def test_jit_falls_back_to_no_cache_when_no_location_is_writable() -> None:
+    from wanrt.kernels import fused_intrinsics
+
+    namespace: dict[str, object] = {}
+    exec("def twice(x):\n    return 2 * x\n", namespace)  # no source file: numba has nowhere to cache it
+    before = list(fused_intrinsics._uncached)
+    try:
+        fn = fused_intrinsics.jit(namespace["twice"])  # type: ignore[arg-type]
+        assert fn(21) == 42
+        assert not fused_intrinsics.caching()
+    finally:
+        fused_intrinsics._uncached[:] = before
