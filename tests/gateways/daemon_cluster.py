@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 from gateways.config import GatewayConfig
 from gateways.daemon import GatewayDaemon
 from gateways.round_config import RoundConfig
-from gateways.round_messages import Action, ContribId, Deliver
+from gateways.round_messages import Action, ContribId, Deliver, Send
 from tests.gateways.daemon_trainer import FakeTrainer
 from tests.gateways.harness import layer_shape
 from transports import Timeouts
@@ -81,9 +81,25 @@ class Cluster:
         self.actions: dict[str, list[Action]] = {s: [] for s in configs}
         self.stats: dict[str, dict[str, Any]] = {}
         self.generation: dict[str, int] = dict.fromkeys(configs, 0)
+        self._changed = asyncio.Event()
+
+    def _record(self, site: str) -> Callable[[Action], None]:
+        actions = self.actions[site]
+
+        def record(action: Action) -> None:
+            actions.append(action)
+            self._changed.set()
+
+        return record
+
+    async def wait_action(self, site: str, pred: Callable[[list[Action]], bool]) -> None:
+        """Until ``pred(actions of site)`` holds (re-checked after every recorded action)."""
+        while not pred(self.actions[site]):
+            self._changed.clear()
+            await self._changed.wait()
 
     async def start(self, site: str) -> GatewayDaemon:
-        d = GatewayDaemon(self.configs[site], on_action=self.actions[site].append)
+        d = GatewayDaemon(self.configs[site], on_action=self._record(site))
         self.daemons[site] = d
         self.generation[site] += 1
         started = asyncio.Event()
@@ -158,3 +174,8 @@ def dense_sum(payloads: Iterable[SparsePayload], layer: int) -> np.ndarray:
 
 def ids_of(d: Deliver) -> tuple[ContribId, ...]:
     return d.sites
+
+
+def sent(actions: list[Action], iteration: int) -> set[int]:
+    """Layers of ``iteration`` for which a round message was sent."""
+    return {a.msg.layer for a in actions if isinstance(a, Send) and a.msg.iteration == iteration}

@@ -80,7 +80,7 @@ class FakeTrainer:
 
     # -- connection ------------------------------------------------------------------------------------
 
-    async def connect(self) -> Welcome:
+    async def connect(self, *, resend: bool = False) -> Welcome:
         transport = await connect(self.url)
         conn = Connection("trainer", self.site, self.job, self.secret, side="client", peer=self.url)
         await transport.send([conn.hello(self.info)])
@@ -94,15 +94,15 @@ class FakeTrainer:
         if isinstance(join_at, int) and join_at > 0:
             self.skip_below = max(self.skip_below, join_at)
         self._reader = asyncio.get_running_loop().create_task(self._read(conn, transport))
+        if resend:  # before the training loop may push anything newer
+            for key in sorted(self.unacked):
+                await self._send(Push(self.job, key[0], key[1], 0, self.site, self.unacked[key]))
         self._connected.set()
         return event
 
     async def reconnect(self) -> Welcome:
         """After the gateway came back: connect, send every unacknowledged push again, carry on."""
-        welcome = await self.connect()
-        for key in sorted(self.unacked):
-            await self._send(Push(self.job, key[0], key[1], 0, self.site, self.unacked[key]))
-        return welcome
+        return await self.connect(resend=True)
 
     async def close(self) -> None:
         if self._transport is None:
