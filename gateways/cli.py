@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="write JSON {pid, site, listen, trainer_listen, metrics_url} here once listening",
     )
-    parser.add_argument("--stats-file", metavar="PATH", help="write the final counters here (JSON) at shutdown")
+    parser.add_argument(
+        "--stats-file", metavar="PATH", help="write the final counters here (JSON) at shutdown"
+    )
     parser.add_argument(
         "--log-level",
         default="INFO",

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import logging
 import os
@@ -43,7 +42,7 @@ from gateways.http_api import MetricsServer
 from gateways.job_model import JobModelState, ModelSignature
 from gateways.link_times import LinkTimes
 from gateways.peer_link import Pacer, PeerLink
-from gateways.peer_membership import LinkInfo, initial_live, join_iteration, lost_on_suspect
+from gateways.peer_membership import LinkInfo, initial_live, join_iteration, lost_on_suspect, rounds_digest
 from gateways.peer_wire import JobModel, RoundTag
 from gateways.rates import RateAllocator
 from gateways.round_messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
@@ -81,7 +80,7 @@ class GatewayDaemon:
         self._traces = {
             p: BandwidthTrace.load(s.trace) for p, s in cfg.shaping.items() if s.trace is not None
         }
-        self._rounds_digest = hashlib.blake2b(repr(cfg.rounds).encode(), digest_size=8).digest()
+        self._rounds_digest = rounds_digest(cfg.rounds)
         self.engine: RoundEngine | None = None
         self.ledger: TrainerLedger | None = None
         self.join_at: int | None = None
@@ -173,6 +172,12 @@ class GatewayDaemon:
 
     async def wait_stop_requested(self) -> None:
         await self._stop_requested.wait()
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Until ``predicate()`` holds, re-checked whenever this gateway's state changed (tests, tools)."""
+        while not predicate():
+            self._progress.clear()
+            await self._progress.wait()
 
     async def wait_joined(self) -> None:
         """Until this gateway has joined the job (its round engine exists)."""
@@ -480,6 +485,7 @@ class GatewayDaemon:
         self._links[peer] = link
         self._contacted.add(peer)
         self.stats.peer_state(peer, "up", now)
+        self._progressed()
         log.info("link to gateway %s up (%s)", peer, transport.peer)
         if sig is not None:
             self._offer_model(sig, theirs.get("model_established") is True, source=link)
@@ -509,6 +515,7 @@ class GatewayDaemon:
             del self._links[peer]
         self.queue.cancel_peer(peer)  # the round engine re-plans what was queued (it keeps its own data)
         self.link_times.drop_peer(peer)
+        self._progressed()
         if self.state in ("stopping", "stopped"):
             self.stats.peer_state(peer, "down", self._now(), reason)
             log.info("link to %s closed: %s", peer, reason)

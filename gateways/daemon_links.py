@@ -92,12 +92,20 @@ class PeerLinks:
             self._listener.close()
 
     async def aclose(self) -> None:
-        """Cancel the dial loops and whatever still serves a link; close the listener."""
+        """Cancel the dial loops; give links (closed or aborted by now) the close grace to end on their own,
+        then cancel what is left; close the listener."""
         self.stop_accepting()
-        tasks = [*self._dialers.values(), *self._serving]
-        for task in tasks:
+        for task in self._dialers.values():
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._dialers.values(), return_exceptions=True)
+        serving = list(self._serving)
+        if serving:
+            # a served link ends by itself once its transport is closed; cancelling the task of an accepted
+            # connection instead makes asyncio's stream server log a spurious error (Python 3.11)
+            _, late = await asyncio.wait(serving, timeout=self.cfg.timeouts.close)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         if self._listener is not None:
             await self._listener.wait_closed()
 

@@ -20,14 +20,16 @@ which its peer computes identically. Sans-IO.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gateways.round_config import RoundConfig
 from wanrt.errors import RemoteProtocolError
 from wanrt.protocol.limits import MAX_COUNTER, MAX_STR_CHARS
 
-__all__ = ["LinkInfo", "initial_live", "join_iteration", "lost_on_suspect"]
+__all__ = ["LinkInfo", "initial_live", "join_iteration", "lost_on_suspect", "rounds_digest"]
 
 _FRONTIER: Final = "frontier"
 _FRESH: Final = "fresh"
@@ -101,3 +103,8 @@ def lost_on_suspect(link_up: bool) -> bool:
     it lost would re-plan every round in flight. A peer without a link cannot answer at all.
     """
     return not link_up
+
+
+def rounds_digest(rounds: RoundConfig) -> bytes:
+    """8 bytes naming the round settings: gateways whose plans would differ refuse each other's links."""
+    return hashlib.blake2b(repr(rounds).encode(), digest_size=8).digest()

@@ -200,17 +200,12 @@ async def _handshake(owner: TrainerOwner, conn: Connection, transport: Transport
     if not isinstance(event, Hello):
         raise TransportError("trainer left before its Hello", peer=transport.peer)
     if event.role is not Role.TRAINER or event.site != owner.site:
-        await transport.send(
-            [
-                conn.reject(
-                    ErrorCode.AUTH,
-                    f"this is the gateway of site {owner.site!r}; only its trainer may connect",
-                )
-            ]
+        why = (
+            f"{event.role} of site {event.site!r} refused: "
+            f"only the trainer of site {owner.site!r} may connect here"
         )
-        raise AuthError(
-            "a trainer of another site, or not a trainer, connected", peer=transport.peer, value=event.site
-        )
+        await transport.send([conn.reject(ErrorCode.AUTH, why)])
+        raise AuthError(why, peer=transport.peer)
     await transport.send([conn.accept(owner.trainer_welcome_info())])
     event = await next_event(conn, transport)
     if not isinstance(event, Auth):

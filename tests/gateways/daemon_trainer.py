@@ -193,10 +193,9 @@ class FakeTrainer:
                 p = self.payload(self.site, n, layer)
                 self.pushed[(n, layer)] = p
                 self.unacked[(n, layer)] = p
-                try:
+                # kept as unacknowledged if this fails: sent again after reconnecting
+                with contextlib.suppress(PeerLost, OSError, ConnectionError):
                     await self._send(Push(self.job, n, layer, 0, self.site, p))
-                except (PeerLost, OSError, ConnectionError):
-                    pass  # kept as unacknowledged: sent again after reconnecting
             self.next_it = n + 1
 
     async def wait_all(self, until: int) -> None:
