@@ -9,8 +9,9 @@ On one 25M-element fp32 gradient at 1 % density (StellaTrain §3.1–3.2, §5.3)
 * AIMD tracking on a gradient stream whose scale drifts 10x over 50 steps;
 * numba first-call compile time (cold cache) and cached load time, in fresh processes.
 
-Times are the best of ``--reps`` wall-clock runs (other work on the machine only ever adds time). Prints a
-table and the ratio keys with their targets; ``--json PATH`` writes everything. ``--quick`` stays under a
+Times are the best of ``--reps`` wall-clock runs (other work on the machine only ever adds time); the
+pairs a key divides are timed round-robin so that load spikes hit both alike. Prints a table and the
+ratio keys with their targets; ``--json PATH`` writes everything. ``--quick`` stays under a
 minute on a 2-core machine.
 
     python tools/bench_kernels.py --quick --json bench-kernels.json
@@ -57,6 +58,20 @@ def timeit(fn: Callable[[], object], reps: int) -> dict[str, float]:
     return {"best_ms": min(times), "median_ms": statistics.median(times)}
 
 
+def timeit_interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, dict[str, float]]:
+    """Like :func:`timeit` for several functions, run round-robin so that load spikes from other
+    processes hit all of them alike (their ratios are what the keys report)."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: {"best_ms": min(t), "median_ms": statistics.median(t)} for name, t in times.items()}
+
+
 def aligned_param(n: int) -> torch.Tensor:
     """A parameter as a trainer has it: a torch tensor (64-byte aligned storage)."""
     return torch.zeros(n, dtype=torch.float32)
@@ -65,16 +80,20 @@ def aligned_param(n: int) -> torch.Tensor:
 def bench_compression(g: np.ndarray, density: float, reps: int) -> dict[str, dict[str, float]]:
     n = g.shape[0]
     k = round(density * n)
-    out: dict[str, dict[str, float]] = {}
     dst = np.empty_like(g)
-    out["memcpy (np.copyto)"] = timeit(lambda: np.copyto(dst, g), reps)
     ca = make_compressor("threshold_v_block", density=density)
     va = make_compressor("threshold_v", density=density)
     for _ in range(3):  # let v settle: the steady state is what a training run sees
         ca.compress(0, g)
         va.compress(0, g)
-    out["threshold-v cache-aware (fused)"] = timeit(lambda: ca.compress(0, g), reps)
-    out["threshold-v element-wise (fused)"] = timeit(lambda: va.compress(0, g), reps)
+    out = timeit_interleaved(
+        {
+            "memcpy (np.copyto)": lambda: np.copyto(dst, g),
+            "threshold-v cache-aware (fused)": lambda: ca.compress(0, g),
+            "threshold-v element-wise (fused)": lambda: va.compress(0, g),
+        },
+        reps,
+    )
     assert isinstance(ca, ThresholdV) and isinstance(va, ThresholdV)
     if ca.exact_steps(0) or va.exact_steps(0):
         print(f"note: exact fallback passes during timing: {ca.exact_steps(0)}, {va.exact_steps(0)}")
@@ -116,12 +135,14 @@ def bench_updates(g: np.ndarray, density: float, reps: int) -> dict[str, dict[st
     block = make_compressor("threshold_v_block", density=density).compress(0, g)
     elem = make_compressor("threshold_v", density=density).compress(0, g)
     for kind in ("adam", "sgd"):
+        steps: dict[str, Callable[[], object]] = {}
         for name, payload in (("cache-aware blocks", block), ("element-wise", elem)):
             p = aligned_param(n)
             opt = make_sparse_optimizer(kind, lr=1e-3)
-            out[f"sparse {kind} ({name}, {payload.nnz} values)"] = timeit(
-                lambda opt=opt, p=p, payload=payload: opt.step(0, p, payload), reps
+            steps[f"sparse {kind} ({name}, {payload.nnz} values)"] = lambda opt=opt, p=p, payload=payload: (
+                opt.step(0, p, payload)
             )
+        out.update(timeit_interleaved(steps, reps))
     dense_reps = max(2, reps // 2)
     for label, make in (
         ("dense torch.optim.Adam (default)", lambda ps: torch.optim.Adam(ps, lr=1e-3)),
