@@ -30,7 +30,9 @@ JOB = "testjob"
 SECRET = "s3cret-s3cret-s3cret"
 
 #: fast failure detection and reconnects for tests; generous deadlines so a loaded machine never skips
-TEST_TIMEOUTS = Timeouts(connect=5.0, handshake=5.0, send=30.0, close=2.0, heartbeat_interval=0.5, heartbeat_misses=6)
+TEST_TIMEOUTS = Timeouts(
+    connect=5.0, handshake=5.0, send=30.0, close=2.0, heartbeat_interval=0.5, heartbeat_misses=6
+)
 
 
 @contextlib.contextmanager
@@ -154,9 +156,7 @@ async def running(configs: dict[str, GatewayConfig]) -> AsyncIterator[Cluster]:
         await cluster.aclose()
 
 
-def trainers_for(
-    cluster: Cluster, *, layers: int, iterations: int, **kw: Any
-) -> dict[str, FakeTrainer]:
+def trainers_for(cluster: Cluster, *, layers: int, iterations: int, **kw: Any) -> dict[str, FakeTrainer]:
     return {
         s: FakeTrainer(
             cfg.trainer_listen, s, JOB, SECRET.encode(), layers=layers, iterations=iterations, **kw

@@ -70,4 +70,3 @@ async def test_four_gateways_sum_exactly_in_every_topology(kind: str) -> None:
             assert st["rounds_completed"] == ITERATIONS * LAYERS
             assert st["late_contributions"] == 0 and st["peers_lost"] == 0
             assert st["engine"].get("carried", 0) == 0
-
