@@ -135,25 +135,44 @@ def _wait_exit(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
     return None
 
 
-def stop_gateways(gateways: Sequence[GatewayProcess], *, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, int]:
-    """SIGTERM every running gateway, wait for all (they shut down in parallel), SIGKILL stragglers.
+def _terminate(g: GatewayProcess) -> None:
+    if g.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            g.proc.send_signal(signal.SIGTERM)
 
-    Returns each site's exit code (``-9`` for a killed one). Always reaps every process.
+
+def _reap(g: GatewayProcess, deadline: float) -> int:
+    code = _wait_exit(g.proc, deadline)
+    if code is None:
+        with contextlib.suppress(ProcessLookupError):
+            g.proc.kill()
+        code = g.proc.wait()
+    g.close_fd()
+    return code
+
+
+def stop_gateways(
+    gateways: Sequence[GatewayProcess], *, one_by_one: bool = False, timeout_s: float = STOP_TIMEOUT_S
+) -> dict[str, int]:
+    """SIGTERM the running gateways, wait for them, SIGKILL stragglers; always reaps every process.
+
+    At the end of a run they leave ``one_by_one``, as sites leave a real job: each says goodbye to peers
+    that are still up, and each later one finds its links to the departed already ended. (Signalled at
+    the same instant, two gateways can meet each other's goodbye mid-shutdown; the daemon must survive
+    that too, but the demo's numbers should not depend on it.) On failure or Ctrl-C all are signalled at
+    once: speed matters more than a tidy goodbye. Returns each site's exit code (``-9`` if killed).
     """
-    for g in gateways:
-        if g.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                g.proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     codes: dict[str, int] = {}
+    if one_by_one:
+        for g in gateways:
+            _terminate(g)
+            codes[g.files.site] = _reap(g, deadline)
+        return codes
     for g in gateways:
-        code = _wait_exit(g.proc, deadline)
-        if code is None:
-            with contextlib.suppress(ProcessLookupError):
-                g.proc.kill()
-            code = g.proc.wait()
-        codes[g.files.site] = code
-        g.close_fd()
+        _terminate(g)
+    for g in gateways:
+        codes[g.files.site] = _reap(g, deadline)
     return codes
 
 

@@ -34,6 +34,8 @@ class RunOrder:
     gateway_url: str
     job: str
     client: ClientConfig
+    #: the evaluating rank computes the training-split loss every this many iterations; 0 = never
+    eval_every: int
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,6 @@ TRAINER_FIELDS: Final = (
     "optimizer",
     "lr",
     "batch",
-    "eval_every",
     "seed",
 )
 #: the parent wakes at least this often to check the stall deadline
@@ -222,7 +221,7 @@ class Demo:
         client = self.client_config(mode, cfg)
         for t in self._trainers:
             url = files[t.spec.site_index].trainer_url
-            t.conn.send(RunOrder(mode, slot, url, job, client))
+            t.conn.send(RunOrder(mode, slot, url, job, client, cfg.eval_every))
         self._pump(
             lambda m: self._on_message(state, m, None),
             lambda: len(state.ready) == len(self._trainers),
@@ -242,7 +241,7 @@ class Demo:
         self.say(
             f"{label}: {max(f.iterations for f in state.finished.values())} iterations; stopping gateways"
         )
-        codes = stop_gateways(self._gateways)
+        codes = stop_gateways(self._gateways, one_by_one=True)
         gateways, self._gateways = self._gateways, []
         for g in gateways:
             if codes[g.files.site] != 0:

@@ -53,8 +53,7 @@ class TrainerSpec:
     batch: int
     lr: float
     optimizer: str
-    eval_every: int
-    #: this rank computes the training-split loss every ``eval_every`` iterations
+    #: this rank computes the training-split loss (every ``RunOrder.eval_every`` iterations)
     evaluator: bool
 
     @property

@@ -67,7 +67,6 @@ def trainer_specs(cfg: DemoConfig, *, out_dir: Path, store_dir: Path, secret_fil
                     batch=cfg.batch,
                     lr=cfg.lr,
                     optimizer=cfg.optimizer,
-                    eval_every=cfg.eval_every,
                     evaluator=(si == 0 and rank == cfg.ranks - 1),
                 )
             )

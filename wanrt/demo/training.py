@@ -97,7 +97,7 @@ class Trainer:
         sampler = demo_data.Sampler(
             self.data, index=spec.global_rank, world=spec.world, batch=spec.batch, seed=spec.seed
         )
-        evaluating = spec.evaluator and spec.eval_every > 0
+        evaluating = spec.evaluator and order.eval_every > 0
         initial = evaluate(model, self.x_train, self.y_train) if evaluating else None
         self.conn.send(Ready(order.run, spec.site_index, spec.rank))
         go = self.conn.recv()
@@ -118,11 +118,11 @@ class Trainer:
             t_last = time.monotonic()
             if spec.rank == 0:
                 self.conn.send(Progress(order.run, spec.site_index, 0, iteration, float(loss), t_last))
-            if evaluating and iteration % spec.eval_every == 0:
+            if evaluating and iteration % order.eval_every == 0:
                 self._evaluate(order.run, model, iteration, t_last)
         ctx.close()  # applies every update still outstanding: all ranks of all sites end in the same place
         final_loss, final_acc = math.nan, math.nan
-        if spec.eval_every > 0:
+        if order.eval_every > 0:
             final_loss, _ = evaluate(model, self.x_train, self.y_train)
             _, final_acc = evaluate(model, self.x_test, self.y_test)
         self.conn.send(
