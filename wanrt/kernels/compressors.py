@@ -229,12 +229,15 @@ class ThresholdV(Compressor):
         ids = sel.idx_buf[:count]
         sums = sel.sum_buf[:count]
         ratio = self.config.probe_ratio
-        aim_v = _kth_largest(k, sums, t.aim) if count >= t.aim else None
+        # one partition serves both the controller (aim-th largest) and the trim (cap-th largest)
+        ranks = [r for r in (t.aim, t.cap) if r <= count]
+        part = xp.partition(sums, [count - r for r in ranks]) if ranks else sums
+        aim_v = float(part[count - t.aim]) if count >= t.aim else None
         probe = int((sums >= xp.float32((st.v if aim_v is None else aim_v) * ratio)).sum())
         aimd.update(st, count, aim_v, probe, t, self.config)
         if count <= t.cap:
             return ids.copy()
-        cut = xp.float32(_kth_largest(k, sums, t.cap))
+        cut = xp.float32(part[count - t.cap])
         keep = sums > cut
         ties = xp.nonzero(sums == cut)[0]
         keep[ties[: t.cap - int(keep.sum())]] = True
