@@ -547,6 +547,7 @@ class GatewayDaemon:
         self._offer_model(sig, info.get("model_established") is True, source=link)
 
     def _offer_model(self, sig: ModelSignature, established: bool, *, source: PeerLink | None) -> None:
+        self._progressed()
         before = self.model.current
         outcome = self.model.offer(sig, established=established)
         cur = self.model.current
@@ -612,6 +613,7 @@ class GatewayDaemon:
             log.warning("a new trainer connection replaces the one from %s", old.peer)
             old.refuse("replaced by a new connection of this site's trainer")
         self._trainer = session
+        self._progressed()
         self.stats.trainer_connections += 1
         log.info("trainer connected (%s)", session.peer)
         if self.ledger is not None:
@@ -623,6 +625,7 @@ class GatewayDaemon:
     def trainer_disconnected(self, session: TrainerSession, reason: str) -> None:
         if self._trainer is session:
             self._trainer = None
+        self._progressed()
         log.info("trainer %s disconnected: %s", session.peer, reason)
 
     async def trainer_push(self, session: TrainerSession, push: Push) -> None:
