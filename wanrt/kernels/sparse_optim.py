@@ -156,9 +156,12 @@ class SparseOptimizer(ABC):
         """Restore :meth:`state_dict` output; shapes and dtypes are checked, the kind must match."""
         if state.get("kind") != self.kind:
             raise KernelError(f"state is for a {state.get('kind')!r} optimizer, this is {self.kind!r}")
-        self.lr = float(state["lr"])
+        lr, params = state.get("lr"), state.get("params")
+        if not isinstance(lr, (int, float)) or not isinstance(params, dict):
+            raise KernelError("optimizer state needs a numeric 'lr' and a 'params' table")
+        self.lr = float(lr)
         restored: dict[int, _ParamState] = {}
-        for key, d in dict(state.get("params", {})).items():
+        for key, d in params.items():
             try:
                 bs, n = int(d["block_size"]), int(d["dense_len"])
             except (KeyError, TypeError, ValueError):

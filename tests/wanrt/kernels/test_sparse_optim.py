@@ -242,3 +242,12 @@ def test_state_is_cache_line_aligned() -> None:
     st = opt._state[0]  # the allocation itself is what is checked
     for name in ("exp_avg", "exp_avg_sq"):
         assert st.arrays[name].ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize(
+    "state",
+    [{"kind": "adam"}, {"kind": "adam", "lr": "x", "params": {}}, {"kind": "adam", "lr": 0.1, "params": []}],
+)
+def test_malformed_state_is_a_kernel_error(state: dict[str, Any]) -> None:
+    with pytest.raises(KernelError):
+        make_sparse_optimizer("adam").load_state_dict(state)
