@@ -20,6 +20,7 @@ minute on a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -139,8 +140,8 @@ def bench_updates(g: np.ndarray, density: float, reps: int) -> dict[str, dict[st
         for name, payload in (("cache-aware blocks", block), ("element-wise", elem)):
             p = aligned_param(n)
             opt = make_sparse_optimizer(kind, lr=1e-3)
-            steps[f"sparse {kind} ({name}, {payload.nnz} values)"] = lambda opt=opt, p=p, payload=payload: (
-                opt.step(0, p, payload)
+            steps[f"sparse {kind} ({name}, {payload.nnz} values)"] = functools.partial(
+                opt.step, 0, p, payload
             )
         out.update(timeit_interleaved(steps, reps))
     dense_reps = max(2, reps // 2)
