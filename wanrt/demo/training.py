@@ -117,7 +117,7 @@ class Trainer:
             iteration += 1
             t_last = time.monotonic()
             if spec.rank == 0:
-                self.conn.send(Progress(order.run, spec.site_index, 0, iteration, float(loss), t_last))
+                self.conn.send(Progress(order.run, spec.site_index, 0, iteration, loss.item(), t_last))
             if evaluating and iteration % order.eval_every == 0:
                 self._evaluate(order.run, model, iteration, t_last)
         ctx.close()  # applies every update still outstanding: all ranks of all sites end in the same place
