@@ -72,12 +72,19 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(daemon: GatewayDaemon, ready_file: str | None, stats_file: str | None) -> int:
     loop = asyncio.get_running_loop()
+
+    def stop(sig: signal.Signals) -> None:
+        log.info("%s received: stop requested", sig.name)
+        daemon.request_stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, daemon.request_stop)
+        loop.add_signal_handler(sig, stop, sig)
 
     def ready() -> None:
+        info = daemon.ready_info()
         if ready_file:
-            write_json_atomically(Path(ready_file), daemon.ready_info())
+            write_json_atomically(Path(ready_file), info)
+        log.info("ready: %s", json.dumps(info))
 
     try:
         stats = await daemon.run(on_ready=ready)

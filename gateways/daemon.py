@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from typing import Any, Final
 
+from gateways.codec_warmup import warm_up_codec
 from gateways.config import GatewayConfig
 from gateways.daemon_links import PeerLinks
 from gateways.edf import make_send_queue
@@ -53,6 +54,7 @@ from gateways.trainer_side import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
 from wanrt.config import check
 from wanrt.errors import ConfigError, LocalProtocolError, ProtocolError, RemoteProtocolError
+from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Aggregate, ConfigUpdate, Connection, Hello, Push, Role
 
 __all__ = ["TRAINER_CONFIG_KEYS", "GatewayDaemon"]
@@ -126,6 +128,7 @@ class GatewayDaemon:
     async def start(self) -> None:
         """Bring every listener up (then :meth:`ready_info` is valid) and start dialing peers."""
         self._t0 = self._now()
+        await asyncio.to_thread(warm_up_codec)  # never inside the first round (see gateways.codec_warmup)
         try:
             trainer_url = parse_url(self.cfg.trainer_listen).url
             self._trainer_listener = await listen(
@@ -310,6 +313,8 @@ class GatewayDaemon:
                     self._deliver(action)
                 elif isinstance(action, RoundClosed):
                     self.stats.round_closed(action)
+                    if not action.delivered:
+                        self._answer_empty(action.iteration, action.layer)
                 elif isinstance(action, PeerSuspect):
                     self._suspect(action)
         finally:
@@ -359,14 +364,29 @@ class GatewayDaemon:
         if d.payload is None:
             log.debug("round %s of layer %d has no payload at all; nothing to deliver", d.iteration, d.layer)
             return
+        self.ledger.answer(d.iteration, d.layer)
         sites = tuple(sorted({s for s, _ in d.sites})) or (self.site,)
-        msg = Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites)
-        self.ledger.retain(msg)
+        self._to_trainer(Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites))
         self.stats.aggregates_delivered += 1
+        self._send_push_acks(acks)
+
+    def _answer_empty(self, iteration: int, layer: int) -> None:
+        """Round (iteration, layer) ended here without a result: cut off from the others and settled when
+        they came back, abandoned, or a push too late for its round. This site's contribution was carried
+        into a later round, whose result will count it. The trainer gets an empty aggregate (attributed to
+        this site), so that it never waits for a result that will not come."""
+        assert self.ledger is not None
+        shape = self.ledger.shape(layer)
+        if shape is None or not self.ledger.answer(iteration, layer):
+            return  # the trainer never pushed this layer, or already has its answer
+        empty = SparsePayload.empty(layer, *shape)
+        self._to_trainer(Aggregate(self.job, iteration, layer, 0, self.site, empty, (self.site,)))
+
+    def _to_trainer(self, msg: Aggregate) -> None:
+        assert self.ledger is not None
+        self.ledger.retain(msg)
         if self._trainer is not None:
             self._trainer.send(msg)
-            for it, layer in acks:
-                self._trainer.send(Ack(it, layer, 0))
 
     def _suspect(self, s: PeerSuspect) -> None:
         self.stats.suspects += 1
@@ -639,6 +659,8 @@ class GatewayDaemon:
         if verdict.push is not None:
             it, layer, payload = verdict.push
             self._apply(engine.local_push(it, layer, payload, self._now()))
+            if (it, layer) not in engine.open_rounds():
+                self._answer_empty(it, layer)  # carried: its round is over here (no-op if answered)
             if not self.model.established and self.model.current is not None:
                 self.model.establish()
 

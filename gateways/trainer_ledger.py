@@ -14,7 +14,9 @@ trainer that loses its gateway keeps the push and sends it again after reconnect
   contribution that missed its round), and both are acknowledged when that one is counted.
 
 Aggregates. Each delivered result is kept until the trainer acknowledges it (the client does), and sent
-again to a trainer that reconnects, bounded by :data:`MAX_RETAINED_AGGREGATES`.
+again to a trainer that reconnects, bounded by :data:`MAX_RETAINED_AGGREGATES`. Every (iteration, layer)
+the trainer pushed gets exactly one answer (:meth:`TrainerLedger.answer`): the aggregate, or an empty one
+when the round ended here without a result, so a trainer never waits for a result that will not come.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class _Layer:
     outcome: tuple[int, int] | None = None  # (since, join_at) covered by the outcomes so far
     outcome_counted: set[int] = field(default_factory=set)
     folded: set[int] = field(default_factory=set)
+    shape: tuple[int, int] | None = None  # (dense_len, block_size) of the trainer's pushes
+    answered: set[int] = field(default_factory=set)  # iterations the trainer got a result for
 
 
 class TrainerLedger:
@@ -97,6 +101,7 @@ class TrainerLedger:
 
     def on_push(self, iteration: int, layer: int, payload: SparsePayload) -> PushVerdict:
         st = self._layer(layer)
+        st.shape = (payload.dense_len, payload.block_size)
         if iteration in st.counted:
             self.stats.reacked += 1
             return PushVerdict(acks=((iteration, layer),))
@@ -182,6 +187,11 @@ class TrainerLedger:
             floor = max(st.counted) - _COUNTED_HISTORY
             st.counted = {i for i in st.counted if i >= floor}
 
+    def shape(self, layer: int) -> tuple[int, int] | None:
+        """(dense_len, block_size) of the layer as the trainer pushes it, if it did."""
+        st = self._layers.get(layer)
+        return None if st is None else st.shape
+
     def held(self, layer: int) -> list[tuple[int, SparsePayload]]:
         """Resent pushes not yet in the round engine (awaiting an outcome or a later push to fold into)."""
         st = self._layers.get(layer)
@@ -190,6 +200,17 @@ class TrainerLedger:
         return sorted([*st.old.items(), *st.carry], key=lambda x: x[0])
 
     # -- aggregates -----------------------------------------------------------------------------------
+
+    def answer(self, iteration: int, layer: int) -> bool:
+        """Record that the trainer gets a result for (iteration, layer); False if it already got one."""
+        st = self._layer(layer)
+        if iteration in st.answered:
+            return False
+        st.answered.add(iteration)
+        if len(st.answered) > 2 * _COUNTED_HISTORY:
+            floor = max(st.answered) - _COUNTED_HISTORY
+            st.answered = {i for i in st.answered if i >= floor}
+        return True
 
     def retain(self, msg: Aggregate) -> None:
         key = (msg.iteration, msg.layer)

@@ -105,3 +105,53 @@ async def test_killed_gateway_rejoins_and_every_push_is_counted_once() -> None:
         ledger = cluster.daemons["d"].status()["trainer"]["ledger"]
         assert ledger["recovered_folded"] >= LAYERS and ledger["conflicts"] == 0
         assert ledger["recovered_counted"] + ledger["recovered_folded"] == unacked_before
+
+
+@pytest.mark.timeout(120)
+async def test_link_failure_between_two_gateways_loses_nothing() -> None:
+    """The only link of a two-site job breaks mid-run: each side is cut off from the majority, holds its
+    rounds, and settles them when the link is back (the contributions go into later rounds); the trainers
+    get empty results for the settled rounds instead of waiting forever, and every push is counted once."""
+    rounds = RoundConfig(topology="star", round_deadline_s=5.0, suspect_after_s=5.0)
+    with short_dir() as tmp:
+        async with running(site_configs(tmp, "ab", rounds=rounds)) as cluster:
+            trainers = trainers_for(cluster, layers=LAYERS, iterations=30)
+            for t in trainers.values():
+                await t.connect()
+            runs = [asyncio.create_task(t.run()) for t in trainers.values()]
+            a = cluster.daemons["a"]
+            async with asyncio.timeout(100):
+                await trainers["a"].wait(lambda: (10, 0) in trainers["a"].aggregates)
+                link = a._links["b"]
+                abort = getattr(link.transport, "abort", None)
+                assert abort is not None
+                abort()  # the network drops the connection (a reset, no Bye)
+                await a.wait_for(lambda: a.status()["peers"]["b"]["connects"] == 2)
+                await asyncio.gather(*runs)
+                for t in trainers.values():
+                    await t.wait_all(30)
+            for t in trainers.values():
+                await t.close()
+            await cluster.stop_all()
+
+        finals = cluster.delivered("a")
+        assert finals.keys() == cluster.delivered("b").keys()
+        settled = trainers["a"].aggregates.keys() - finals.keys()
+        assert settled, "some rounds were settled without a result"
+        for key in settled:  # answered with an empty aggregate, so the trainer did not wait for it
+            agg = trainers["a"].aggregates[key]
+            assert agg.payload.nnz_blocks == 0 and agg.sites == ("a",)
+        pushed = [(t.pushed, s) for s, t in trainers.items()]
+        for layer in range(LAYERS):
+            got = np.zeros(layer_shape(layer)[0], np.float32)
+            seen: Counter[ContribId] = Counter()
+            for (_, lay), d in finals.items():
+                if lay == layer:
+                    assert d.payload is not None
+                    d.payload.add_into(got)
+                    seen.update(d.sites)
+            assert all(n == 1 for n in seen.values())
+            expect = dense_sum((p for tp, _ in pushed for (_, lay), p in tp.items() if lay == layer), layer)
+            np.testing.assert_array_equal(got, expect)
+        assert any(it < i for (i, _), d in finals.items() for _, it in d.sites)  # carried into later rounds
+        assert cluster.stats["a"]["late_contributions"] > 0
