@@ -280,7 +280,7 @@ class AckWindow:
         self.peer = peer
         self.max_gap = max_gap
         self._next = 0  # every full sequence number below has been taken
-        self._above: set[int] = set()
+        self._above: dict[int, tuple[int, int]] = {}  # taken beyond the prefix -> (iteration, layer)
         self._acked = -1
         self._last: tuple[int, int] = (0, 0)
 
@@ -295,12 +295,10 @@ class AckWindow:
                 value=full - self._next,
                 peer=self.peer,
             )
-        self._above.add(full)
+        self._above[full] = (tag.iteration, tag.layer)
         while self._next in self._above:
-            self._above.discard(self._next)
+            self._last = self._above.pop(self._next)
             self._next += 1
-        if full == self._next - 1:
-            self._last = (tag.iteration, tag.layer)
 
     def due(self) -> tuple[int, int, int] | None:
         """(iteration, layer, round) of the Ack to send now, or None if nothing new is acknowledged."""

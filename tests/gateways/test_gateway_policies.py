@@ -1,0 +1,182 @@
+"""The daemon's small sans-IO helpers: join iterations, model adoption, the trainer ledger, link times, and
+the /metrics rendering."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gateways.gateway_stats import GatewayStats, render_prometheus
+from gateways.job_model import JobModelState, ModelSignature
+from gateways.link_times import LinkTimes
+from gateways.peer_membership import LinkInfo, initial_live, join_iteration, lost_on_suspect
+from gateways.round_messages import RoundClosed
+from gateways.trainer_ledger import TrainerLedger
+from tests.gateways.harness import make_payload
+from wanrt.errors import RemoteProtocolError
+from wanrt.protocol import Aggregate
+
+# -- membership -------------------------------------------------------------------------------------------
+
+
+def test_both_ends_compute_the_same_join_iteration() -> None:
+    starting = LinkInfo(-1, True)
+    assert join_iteration(starting, starting, margin=3) == 0  # the job starts: everyone from 0
+    running, fresh = LinkInfo(41, False), LinkInfo(-1, True)
+    # the fresh gateway starts its engine at what its peer uses for it
+    assert join_iteration(fresh, running, margin=3) == join_iteration(running, fresh, margin=3) == 45
+    # after its first link, a rejoining gateway announces where it joined: everyone else uses that
+    rejoined = LinkInfo(46, False, join_at=45)
+    assert join_iteration(LinkInfo(60, False), rejoined, margin=3) == 45
+    # two running gateways whose link broke: symmetric
+    x, y = LinkInfo(70, False), LinkInfo(72, False)
+    assert join_iteration(x, y, margin=3) == join_iteration(y, x, margin=3) == 76
+
+
+def test_link_info_round_trip_and_bad_values() -> None:
+    info = LinkInfo(5, False, 3, ("b", "a")).to_info()
+    assert LinkInfo.parse(info, peer="x") == LinkInfo(5, False, 3, ("a", "b"))
+    assert initial_live("c", "a", LinkInfo.parse(info, peer="a"), "abcd") == {"a", "b", "c"}
+    assert initial_live("c", "a", LinkInfo(5, False), "abcd") == set("abcd")
+    for bad in (
+        {"frontier": "5", "fresh": False},
+        {"frontier": 5},
+        {"frontier": 5, "fresh": False, "join_at": -1},
+    ):
+        with pytest.raises(RemoteProtocolError):
+            LinkInfo.parse(bad, peer="x")
+    assert lost_on_suspect(link_up=False) and not lost_on_suspect(link_up=True)
+
+
+# -- model signature --------------------------------------------------------------------------------------
+
+
+def _sig(model: bytes, site: str) -> ModelSignature:
+    return ModelSignature(model, 2, 1, b"12345678" * 2, site)
+
+
+def test_gateways_converge_on_one_model_and_a_running_job_keeps_its_own() -> None:
+    a, b = JobModelState(), JobModelState()
+    a.offer(_sig(b"A", "a"), established=False)
+    b.offer(_sig(b"B", "b"), established=False)
+    # they exchange: both end with the smaller site's model, whatever the order
+    assert b.offer(_sig(b"A", "a"), established=False) == "replaced"
+    assert a.offer(_sig(b"B", "b"), established=False) == "kept"
+    assert a.current == b.current == _sig(b"A", "a")
+    # an established model (rounds ran with it) is never replaced by a newcomer, even a smaller name
+    a.establish()
+    assert a.offer(_sig(b"Z", "0"), established=False) == "kept"
+    assert a.conflicts[-1] == ("a", "0")
+    fresh = JobModelState()
+    fresh.offer(_sig(b"Z", "0"), established=False)
+    assert fresh.offer(_sig(b"A", "a"), established=True) == "replaced"
+    info = a.info()
+    assert ModelSignature.from_info(info, site=None, peer="a") == a.current
+    with pytest.raises(RemoteProtocolError):
+        ModelSignature.from_info({"model": b"x"}, site=None, peer="a")
+    assert ModelSignature.from_info({}, site="a", peer="a") is None
+
+
+# -- trainer ledger ---------------------------------------------------------------------------------------
+
+
+def test_pushes_are_acknowledged_once_counted_and_resends_are_recognised() -> None:
+    led = TrainerLedger("a", join_at=0)
+    p = make_payload("a", 0, 1)
+    v = led.on_push(0, 1, p)
+    assert v.push == (0, 1, p) and not v.acks
+    assert led.on_push(0, 1, p).push is None  # resent while pending: already in the engine
+    assert led.on_deliver(1, (("a", 0), ("b", 0))) == ((0, 1),)
+    assert led.on_push(0, 1, p).acks == ((0, 1),)  # resent after its ack was lost: acknowledged again
+    led.on_push(3, 1, make_payload("a", 3, 1))
+    with pytest.raises(RemoteProtocolError):
+        led.on_push(2, 1, make_payload("a", 2, 1))  # older than the newest push, never seen
+
+
+def test_after_a_restart_resent_pushes_are_settled_by_outcomes() -> None:
+    led = TrainerLedger("d", join_at=20)
+    old = {it: make_payload("d", it, 0) for it in (16, 17, 18)}
+    for it, p in old.items():
+        assert led.on_push(it, 0, p) == led.on_push(it, 0, p).__class__()  # waits for an outcome
+    assert [it for it, _ in led.held(0)] == [16, 17, 18]
+    # a peer reports 16 and 17 counted (they were, before the crash); 18 was not
+    acks = led.on_outcome(0, 10, 20, (("d", 16), ("d", 17)))
+    assert acks == ((16, 0), (17, 0))
+    assert [it for it, _ in led.held(0)] == [18]
+    new = make_payload("d", 20, 0)
+    v = led.on_push(20, 0, new)
+    assert v.push is not None and v.push[0] == 20
+    dense = v.push[2].to_dense()
+    np.testing.assert_array_equal(dense, new.to_dense() + old[18].to_dense())  # folded, nothing lost
+    assert not led.held(0)
+    assert led.on_push(18, 0, old[18]).push is None  # resent again: already folded
+    assert led.on_deliver(0, (("d", 20),)) == ((20, 0), (18, 0))
+    assert led.stats.recovered_counted == 2 and led.stats.recovered_folded == 1
+
+
+def test_each_push_gets_one_answer_and_unacked_aggregates_are_kept() -> None:
+    led = TrainerLedger("a", join_at=0)
+    assert led.answer(3, 1) and not led.answer(3, 1)
+    agg = Aggregate("j", 3, 1, 0, "a", make_payload("a", 3, 1), ("a",))
+    led.retain(agg)
+    assert led.unacked_aggregates() == [agg]
+    assert led.aggregate_acked(3, 1) and not led.unacked_aggregates()
+    assert led.shape(1) is None
+    led.on_push(0, 1, make_payload("a", 0, 1))
+    assert led.shape(1) == (make_payload("a", 0, 1).dense_len, make_payload("a", 0, 1).block_size)
+
+
+# -- link times -------------------------------------------------------------------------------------------
+
+
+def test_link_times_per_iteration_with_cumulative_acks() -> None:
+    lt = LinkTimes(settle=2)
+    lt.sent("b", 0, 5, now=1.0)
+    lt.sent("c", 0, 5, now=1.0)
+    lt.sent("b", 2, 5, now=1.5)  # EDF: seq 2 went before seq 1
+    lt.sent("b", 1, 6, now=1.6)
+    assert lt.acked_through("b", 0, now=1.2) == 1
+    assert lt.acked_through("b", 2, now=2.0) == 2
+    assert lt.ready(frontier=6, now=3.0) == []  # not settled yet
+    ready = lt.ready(frontier=7, now=3.0)
+    assert ready == [(5, {"b": pytest.approx(1.0), "c": pytest.approx(2.0)})]  # c never acked: elapsed
+    lt.drop_peer("b")
+    assert lt.ready(frontier=8, now=4.0) == []  # b's iteration 6 measurement went with its link
+    lt.sent("c", 9, 4, now=5.0)  # late message of a reported iteration: not measured
+    assert lt.ready(frontier=20, now=6.0) == []
+
+
+# -- metrics ----------------------------------------------------------------------------------------------
+
+
+def test_prometheus_rendering() -> None:
+    st = GatewayStats("a", ["b"])
+    st.round_closed(RoundClosed(4, 0, (("a", 3), ("a", 4), ("b", 4)), (), ("b",), 0.1))
+    st.peers["b"].counters.bytes_sent = 123
+    status = {
+        "site": "a",
+        "counters": st.counters(),
+        "peers": {
+            "b": {
+                "state": "up",
+                "live": True,
+                "rate_bps": 1e6,
+                "base_rate_bps": 1e6,
+                "straggler": False,
+                "queue_items": 2,
+                "queue_bytes": 300,
+            }
+        },
+        "frontier": 4,
+        "open_rounds": 1,
+        "rates": {"stragglers": [], "reallocations": 0},
+        "trainer": {"connected": True},
+    }
+    text = render_prometheus(status)
+    assert 'wanrt_gateway_bytes_sent_total{site="a",peer="b"} 123' in text
+    assert 'wanrt_gateway_late_contributions_total{site="a"} 1' in text
+    assert 'wanrt_gateway_late_children_total{site="a"} 1' in text
+    assert "# TYPE wanrt_gateway_peer_up gauge" in text
+    assert not math.isnan(float(text.splitlines()[2].split()[-1]))
