@@ -91,7 +91,9 @@ async def test_metrics_status_config_and_a_reconnecting_trainer() -> None:
             assert float(lines['wanrt_gateway_bytes_sent_total{site="a",peer="b"}']) > 0
             assert float(lines['wanrt_gateway_bytes_received_total{site="a",peer="b"}']) > 0
             assert lines['wanrt_gateway_peer_up{site="a",peer="b"}'] == "1"
-            assert float(lines['wanrt_gateway_link_rate_bps{site="a",peer="b"}']) == configs["a"].link_rate_bps
+            assert (
+                float(lines['wanrt_gateway_link_rate_bps{site="a",peer="b"}']) == configs["a"].link_rate_bps
+            )
             assert 'wanrt_gateway_queue_bytes{site="a",peer="b"}' in lines
             assert 'wanrt_gateway_stragglers{site="a"}' in lines
             assert lines['wanrt_gateway_late_contributions_total{site="a"}'] == "0"
