@@ -195,13 +195,15 @@ class PeerLink:
     async def run(self) -> str:
         """Serve the link until it ends; returns why (also kept in :attr:`reason`). Closes the transport."""
         loop = asyncio.get_running_loop()
-        tasks: set[asyncio.Task[Any]] = {
+        tasks: set[asyncio.Task[str]] = {  # the link ends when any of these does
             loop.create_task(self._read(), name=f"read {self.peer}"),
             loop.create_task(self._write(), name=f"write {self.peer}"),
             loop.create_task(self._heartbeat(), name=f"heartbeat {self.peer}"),
         }
+        # the trace driver is not one of them: a finished trace leaves the link at its last rate
+        aux: list[asyncio.Task[None]] = []
         if self._trace is not None and isinstance(self.transport, ShapedTransport):
-            tasks.add(
+            aux.append(
                 loop.create_task(
                     drive_trace(self.transport, self._trace, clock=loop.time, start=self._trace_start),
                     name=f"trace {self.peer}",
@@ -217,9 +219,9 @@ class PeerLink:
             else:
                 self.reason = _describe(error)
         finally:
-            for task in tasks:
+            for task in (*tasks, *aux):
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *aux, return_exceptions=True)
             self._ended.set()
             await abort_and_close(
                 self.conn,
