@@ -59,7 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--optimizer", choices=OPTIMIZERS, help=f"sparse optimizer of both runs (default {DEFAULT.optimizer})"
     )
-    p.add_argument("--lr", type=float, help=f"learning rate (default {DEFAULT.lr:g})")
+    p.add_argument(
+        "--lr",
+        type=float,
+        help=f"learning rate (default {DEFAULT.lr:g}; with --optimizer, that optimizer's usual value)",
+    )
     p.add_argument("--batch", type=int, help=f"samples per rank and iteration (default {DEFAULT.batch})")
     p.add_argument(
         "--target-loss",

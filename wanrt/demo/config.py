@@ -24,6 +24,9 @@ __all__ = ["DEFAULT", "FLAG_OF", "QUICK", "DemoConfig", "OptimizerKind", "config
 OptimizerKind = Literal["sgd", "momentum", "adam", "adamw"]
 OPTIMIZERS: Final = ("sgd", "momentum", "adam", "adamw")
 
+#: a learning rate that works for each optimizer on this model (``--optimizer`` without ``--lr`` uses it);
+#: Adam's steps are lr-sized per element whatever the gradient, so it wants a far smaller one than SGD
+DEFAULT_LR: Final = {"sgd": 0.3, "momentum": 0.05, "adam": 1e-3, "adamw": 1e-3}
 #: every process of the demo shares two cores; beyond this the run measures the scheduler, not the WAN
 MAX_PROCESSES: Final = 32
 MAX_SITES: Final = 8
@@ -178,6 +181,8 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         value = getattr(args, name, None)
         if value is not None:
             changes[name] = value
+    if "optimizer" in changes and "lr" not in changes:
+        changes["lr"] = DEFAULT_LR.get(str(changes["optimizer"]), base.lr)
     try:
         return dataclasses.replace(base, **changes)
     except ConfigError as exc:

@@ -31,6 +31,8 @@ def test_units_and_overrides_apply_on_top_of_the_preset() -> None:
     assert cfg.sites == 3
     assert cfg.model_hidden == QUICK.model_hidden  # untouched flags keep the preset's value
     assert config_from_args(parse("--no-fluctuating")).fluctuating is False
+    assert config_from_args(parse("--optimizer", "adam")).lr == 1e-3  # not SGD's 0.3
+    assert config_from_args(parse("--optimizer", "adam", "--lr", "0.01")).lr == 0.01
 
 
 @pytest.mark.parametrize(
