@@ -102,6 +102,7 @@ class GatewayDaemon:
         self._config_update: ConfigUpdate | None = None
         self._http: MetricsServer | None = None
         self._timer_task: asyncio.Task[None] | None = None
+        self._timer_due: float | None = None  # the engine deadline the timer task sleeps until
         self._gate = asyncio.Lock()
         self._joined = asyncio.Event()
         self._timer_wake = asyncio.Event()
@@ -319,7 +320,10 @@ class GatewayDaemon:
                     self._suspect(action)
         finally:
             self._applying = False
-        self._timer_wake.set()
+        if self.engine is not None:
+            due = self.engine.next_deadline()
+            if due is not None and (self._timer_due is None or due < self._timer_due):
+                self._timer_wake.set()  # an earlier deadline than the timer sleeps until
         self._progressed()
         self._observe_link_times()
 
@@ -328,7 +332,7 @@ class GatewayDaemon:
         loop = asyncio.get_running_loop()
         while True:
             self._timer_wake.clear()
-            due = None if self.engine is None else self.engine.next_deadline()
+            due = self._timer_due = None if self.engine is None else self.engine.next_deadline()
             if due is None:
                 await self._timer_wake.wait()
                 continue
@@ -339,6 +343,7 @@ class GatewayDaemon:
                         await self._timer_wake.wait()
                 continue
             assert self.engine is not None
+            self._timer_due = None
             self._apply(self.engine.tick(loop.time()))
 
     def _send_round(self, peer: str, msg: RoundMsg) -> None:

@@ -14,7 +14,7 @@ frames). This file only moves bytes:
   and enforces every limit) → :class:`~gateways.peer_wire.RoundInbox` → the owner (the daemon) →
   ``Ack``. Any protocol violation ends only this link, with a log line saying why.
 * **Heartbeat**: a ``Heartbeat`` every ``heartbeat_interval``; a peer silent for ``heartbeat_interval ×
-  heartbeat_misses`` is declared lost.
+  heartbeat_misses`` (checked at each beat, so within one more interval) is declared lost.
 
 Emulated WAN shaping (tests and demos) wraps the transport in a :class:`~transports.ShapedTransport` before
 it gets here; a bandwidth trace then drives the shaper's rate while the pacer keeps the allocator's rate.
@@ -147,6 +147,7 @@ class PeerLink:
         self._bye_sent = False
         self._closing = False
         self._ended = asyncio.Event()
+        self._last_rx = 0.0
         self.reason = ""
         self.retired = False  # the daemon already accounted for this link's end (replaced, shut down)
 
@@ -161,11 +162,19 @@ class PeerLink:
         tag, payload = encode_round(msg, seq=self._seq, job=self.conn.job, site=self.conn.site)
         self._seq += 1
         priority = (msg.iteration, msg.layer)
+        tag_parts = self.conn.send_parts(tag)
         tag_item = next(self._item_ids)
-        self._queue.push(tag_item, self.peer, priority, self.conn.send_parts(tag))
         self._tag_items[tag_item] = (self._seq - 1, msg.iteration)
-        if payload is not None:
-            self._queue.push(next(self._item_ids), self.peer, priority, self.conn.send_parts(payload))
+        if payload is None:
+            self._queue.push(tag_item, self.peer, priority, tag_parts)
+        else:
+            parts = self.conn.send_parts(payload)
+            if sum(len(p) for p in (*tag_parts, *parts)) <= self._queue.chunk_bytes:
+                # both frames fit one chunk: one queue item, written as the two frames back to back
+                self._queue.push(tag_item, self.peer, priority, [*tag_parts, *parts])
+            else:
+                self._queue.push(tag_item, self.peer, priority, tag_parts)
+                self._queue.push(next(self._item_ids), self.peer, priority, parts)
         self._wake.set()
 
     def send_control(self, msg: Message) -> None:
@@ -232,14 +241,15 @@ class PeerLink:
         return self.reason
 
     async def _read(self) -> str:
-        idle = self._timeouts.heartbeat_interval * self._timeouts.heartbeat_misses
         counters = self.counters
+        loop = asyncio.get_running_loop()
 
         def count(n: int) -> None:
             counters.bytes_received += n
+            self._last_rx = loop.time()
 
         while True:
-            event = await next_event(self.conn, self.transport, idle=idle, count=count, before_read=self._ack)
+            event = await next_event(self.conn, self.transport, count=count, before_read=self._ack)
             counters.messages_received += 1
             if isinstance(event, Heartbeat):
                 continue
@@ -300,7 +310,7 @@ class PeerLink:
                     if meta is not None:
                         self._link_times.sent(self.peer, meta[0], meta[1], now)
                 if chunk.offset == 0 and chunk.last:
-                    frame = [chunk.data]  # the whole frame fits one chunk: no Chunk envelope needed
+                    frame = [chunk.data]  # whole frames fit one chunk: no Chunk envelope needed
                 else:
                     frame = self.conn.send_parts(Chunk(chunk.item_id, chunk.offset, chunk.total, chunk.data))
                 n = sum(len(p) for p in frame)
@@ -325,10 +335,23 @@ class PeerLink:
         self.counters.messages_sent += 1
 
     async def _heartbeat(self) -> str:
+        """Send a Heartbeat every interval; end the link when the peer has been silent for ``misses``
+        intervals (any bytes count: a busy link needs no heartbeats to look alive)."""
         loop = asyncio.get_running_loop()
+        t = self._timeouts
+        lost_after = t.heartbeat_interval * t.heartbeat_misses
+        self._last_rx = loop.time()
         seq = 0
         while True:
-            await asyncio.sleep(self._timeouts.heartbeat_interval)  # the heartbeat period itself
+            await asyncio.sleep(t.heartbeat_interval)  # the heartbeat period itself
+            silent = loop.time() - self._last_rx
+            if silent > lost_after:
+                raise WanrtTimeout(
+                    f"no heartbeat from {self.transport.peer} for {silent:.1f} s",
+                    phase="heartbeat",
+                    seconds=lost_after,
+                    peer=self.peer,
+                )
             seq += 1
             self.send_control(Heartbeat(seq, loop.time()))
 

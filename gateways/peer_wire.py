@@ -85,7 +85,10 @@ def _check_ids(value: Any) -> tuple[ContribId, ...]:
         if not isinstance(its, (list, tuple)):
             raise LocalProtocolError("ids iterations must be a list", value=type(its).__name__)
         check_count(len(out) + len(its), "contribution ids", "MAX_ROUND_IDS", MAX_ROUND_IDS)
-        out.extend((site, check_uint(it, "ids iteration", MAX_COUNTER)) for it in its)
+        for it in its:  # inline check_uint: this runs for every round message
+            if type(it) is not int or not 0 <= it <= MAX_COUNTER:
+                raise LocalProtocolError("ids iteration must be an integer in [0, MAX_COUNTER]", value=it)
+            out.append((site, it))
     out.sort()
     return tuple(out)
 
