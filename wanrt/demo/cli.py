@@ -106,11 +106,15 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"wanrt demo: output in {out}", flush=True)
-    with Demo(cfg, out, progress=not args.no_progress) as demo:
-        print(_describe(cfg, demo.parameters), flush=True)
-        dense = demo.run("dense")
-        wanrt = demo.run("wanrt")
-        parameters = demo.parameters
+    try:
+        with Demo(cfg, out, progress=not args.no_progress) as demo:
+            print(_describe(cfg, demo.parameters), flush=True)
+            dense = demo.run("dense")
+            wanrt = demo.run("wanrt")
+            parameters = demo.parameters
+    except KeyboardInterrupt:
+        print(f"\nwanrt demo: interrupted; every child process was stopped (logs in {out})", file=sys.stderr)
+        return 130
     c = compare(dense, wanrt)
     print()
     print(format_table(c))

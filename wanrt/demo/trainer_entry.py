@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import signal
 import sys
 import traceback
 from dataclasses import dataclass
@@ -81,6 +82,9 @@ def _redirect_output(log: Path) -> None:
 
 def trainer_main(spec: TrainerSpec, conn: Connection, stops: StopControl) -> None:
     """Process entry point (see the module docstring)."""
+    # Ctrl-C in a terminal reaches the whole process group; the parent answers it by stopping every child
+    # in order, so a trainer does not die mid-collective with a traceback of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _redirect_output(spec.log)
     os.environ.update(TRAINER_ENV)
     try:
