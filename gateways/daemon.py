@@ -196,10 +196,10 @@ class GatewayDaemon:
             if on_ready is not None:
                 on_ready()
             await self._stop_requested.wait()
+            return await self.stop()
         except asyncio.CancelledError:
             await self.abort()
             raise
-        return await self.stop()
 
     async def stop(self) -> dict[str, Any]:
         """Phased shutdown (module docstring); returns the stats-file contents."""

@@ -232,12 +232,16 @@ class PeerLink:
                 task.cancel()
             await asyncio.gather(*tasks, *aux, return_exceptions=True)
             self._ended.set()
-            await abort_and_close(
-                self.conn,
-                self.transport,
-                error if isinstance(error, (ProtocolError, AuthError)) else None,
-                grace=self._timeouts.close,
-            )
+            if error is None and self._bye_sent:
+                with contextlib.suppress(TransportError, OSError):
+                    await self.transport.close()  # a clean end: both said (or we said) Bye
+            else:  # tell the peer why, if the protocol still lets us
+                await abort_and_close(
+                    self.conn,
+                    self.transport,
+                    error if isinstance(error, (ProtocolError, AuthError)) else None,
+                    grace=self._timeouts.close,
+                )
         return self.reason
 
     async def _read(self) -> str:

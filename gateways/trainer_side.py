@@ -15,6 +15,7 @@ gets every result it has not acknowledged yet and the last configuration update.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from typing import Any, Protocol
@@ -99,6 +100,10 @@ class TrainerSession:
         self._bye_sent = isinstance(msg, Bye)
         self._drained.clear()
         self._wake.set()
+
+    @property
+    def bye_sent(self) -> bool:
+        return self._bye_sent
 
     def send_bye(self, reason: str) -> None:
         self.send(Bye(reason[:200]))
@@ -186,12 +191,16 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
             task.cancel()
         await asyncio.gather(reader, writer, return_exceptions=True)
         owner.trainer_disconnected(session, reason)
-        await abort_and_close(
-            conn,
-            transport,
-            error if isinstance(error, (ProtocolError, AuthError)) else None,
-            grace=timeouts.close,
-        )
+        if error is None and session.bye_sent:
+            with contextlib.suppress(TransportError, OSError):
+                await transport.close()  # a clean end: Bye said
+        else:
+            await abort_and_close(
+                conn,
+                transport,
+                error if isinstance(error, (ProtocolError, AuthError)) else None,
+                grace=timeouts.close,
+            )
 
 
 async def _handshake(owner: TrainerOwner, conn: Connection, transport: Transport) -> str | None:
