@@ -37,7 +37,14 @@ from gateways.peer_wire import SEQ_MODULUS, AckWindow, JobModel, RoundInbox, Rou
 from gateways.round_messages import RoundMsg
 from transports import BandwidthTrace, ShapedTransport, Timeouts, TokenBucket, Transport, drive_trace
 from transports.link import DEFAULT_BURST_FLOOR
-from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, TransportError, WanrtTimeout
+from wanrt.errors import (
+    AuthError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    TransportError,
+    WanrtTimeout,
+)
 from wanrt.protocol import (
     Ack,
     Aggregate,
@@ -142,6 +149,7 @@ class PeerLink:
         self._acks = AckWindow(peer)
         self._control: deque[list[memoryview]] = deque()
         self._tag_items: dict[int, tuple[int, int]] = {}  # EDF item id of a tag -> (seq, iteration)
+        self._merged: set[int] = set()  # items holding a tag and its payload frame (always one chunk)
         self._seq = 0
         self._wake = asyncio.Event()
         self._bye_sent = False
@@ -169,9 +177,12 @@ class PeerLink:
             self._queue.push(tag_item, self.peer, priority, tag_parts)
         else:
             parts = self.conn.send_parts(payload)
-            if sum(len(p) for p in (*tag_parts, *parts)) <= self._queue.chunk_bytes:
-                # both frames fit one chunk: one queue item, written as the two frames back to back
+            if sum(len(p) for p in (*tag_parts, *parts)) < self._queue.coalesce_bytes:
+                # small enough that the queue sends the item as one chunk (every part is below the
+                # coalescing size): one queue item, written as the two frames back to back. Never for
+                # larger ones: a chunked item must be exactly one frame for the receiver to reassemble.
                 self._queue.push(tag_item, self.peer, priority, [*tag_parts, *parts])
+                self._merged.add(tag_item)
             else:
                 self._queue.push(tag_item, self.peer, priority, tag_parts)
                 self._queue.push(next(self._item_ids), self.peer, priority, parts)
@@ -315,7 +326,10 @@ class PeerLink:
                         self._link_times.sent(self.peer, meta[0], meta[1], now)
                 if chunk.offset == 0 and chunk.last:
                     frame = [chunk.data]  # whole frames fit one chunk: no Chunk envelope needed
+                    self._merged.discard(chunk.item_id)
                 else:
+                    if chunk.item_id in self._merged:
+                        raise LocalProtocolError("a two-frame queue item was cut into chunks")
                     frame = self.conn.send_parts(Chunk(chunk.item_id, chunk.offset, chunk.total, chunk.data))
                 n = sum(len(p) for p in frame)
                 wait = self.pacer.delay(n, now)
