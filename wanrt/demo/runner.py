@@ -51,7 +51,13 @@ from wanrt.demo.messages import (
 from wanrt.demo.results import CurvePoint, RunResult
 from wanrt.demo.site_files import fluctuating_trace, write_run_files, write_secret
 from wanrt.demo.stop_control import StopControl
-from wanrt.demo.trainer_procs import TrainerProcess, start_trainers, stop_trainers, trainer_specs
+from wanrt.demo.trainer_procs import (
+    EXIT_TIMEOUT_S,
+    TrainerProcess,
+    start_trainers,
+    stop_trainers,
+    trainer_specs,
+)
 
 __all__ = ["MODES", "Demo", "Mode"]
 
@@ -134,12 +140,12 @@ class Demo:
         try:
             self._start()
         except BaseException:
-            self._cleanup()
+            self._cleanup(graceful=False)
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._cleanup()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._cleanup(graceful=exc_type is None)
 
     def _start(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -163,9 +169,11 @@ class Demo:
         self._pump(on_boot, lambda: len(booted) == len(self._trainers), BOOT_TIMEOUT_S, "starting up")
         self.say("trainers up: torch imported, gloo groups joined, kernels warm")
 
-    def _cleanup(self) -> None:
+    def _cleanup(self, *, graceful: bool) -> None:
+        """Stop every child. After a failure, trainers may be blocked in a collective and never read an
+        Exit order, so they are terminated without waiting."""
         try:
-            stop_trainers(self._trainers)
+            stop_trainers(self._trainers, timeout_s=EXIT_TIMEOUT_S if graceful else 0.0)
         finally:
             self._trainers = []
             try:
