@@ -92,17 +92,17 @@ class PeerLinks:
             self._listener.close()
 
     async def aclose(self) -> None:
-        """Cancel the dial loops; give links (closed or aborted by now) the close grace to end on their own,
-        then cancel what is left; close the listener."""
+        """End the dial loops and the links they serve: give them the close grace to end on their own (the
+        links were closed or aborted by now, and a dial loop stops once shutdown is flagged), then cancel
+        what is left; close the listener.
+
+        Not cancelling at once matters twice: a link that is still flushing its Bye through an emulated
+        link would lose it, and cancelling the task of an accepted connection makes asyncio's stream
+        server log a spurious error (Python 3.11)."""
         self.stop_accepting()
-        for task in self._dialers.values():
-            task.cancel()
-        await asyncio.gather(*self._dialers.values(), return_exceptions=True)
-        serving = list(self._serving)
-        if serving:
-            # a served link ends by itself once its transport is closed; cancelling the task of an accepted
-            # connection instead makes asyncio's stream server log a spurious error (Python 3.11)
-            _, late = await asyncio.wait(serving, timeout=self.cfg.timeouts.close)
+        tasks = [*self._dialers.values(), *self._serving]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.cfg.timeouts.close)
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)

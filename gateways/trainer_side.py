@@ -179,7 +179,7 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
     reader = asyncio.get_running_loop().create_task(_read(owner, session), name=f"trainer {transport.peer}")
     try:
         done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-        task = next(iter(done))
+        task = reader if reader in done else writer  # the reader says why the trainer left
         error = task.exception()
         reason = task.result() if error is None else str(error)
         if isinstance(error, WanrtError):
