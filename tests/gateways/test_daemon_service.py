@@ -4,11 +4,13 @@ reconnects, and the job's model signature handed to every trainer (the real clie
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 
 import aiohttp
 import pytest
 
+from gateways.config import PeerShape
 from gateways.round_config import RoundConfig
 from tests.gateways.daemon_cluster import JOB, SECRET, running, short_dir, site_configs, trainers_for
 from tests.gateways.daemon_trainer import signature_info
@@ -134,4 +136,25 @@ async def test_every_trainer_gets_the_jobs_model_and_the_real_client_refuses_ano
             await rogue.wait(lambda: bool(rogue.errors))
             assert "differs from the job's model" in rogue.errors[0]
             await a.close()
+            await cluster.stop_all()
+
+
+@pytest.mark.timeout(60)
+async def test_a_stopping_gateway_says_goodbye_through_an_emulated_link() -> None:
+    """Phase 3 of a shutdown: the Bye travels the emulated WAN link (20 ms) before the socket closes, so the
+    peer knows the gateway left on purpose."""
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=ROUNDS)
+        for s, cfg in configs.items():
+            configs[s] = dataclasses.replace(
+                cfg, shaping={p: PeerShape(100e6, delay_s=0.02) for p in cfg.peers}
+            )
+        async with running(configs) as cluster:
+            a, b = cluster.daemons["a"], cluster.daemons["b"]
+            await b.wait_for(lambda: b.status()["peers"]["a"]["state"] == "up")
+            a.request_stop()
+            stats = await cluster.tasks.pop("a")
+            await b.wait_for(lambda: b.status()["peers"]["a"]["state"] != "up")
+            assert b.status()["peers"]["a"]["reason"] == "peer closed the link: gateway shutting down"
+            assert stats["per_peer"]["b"]["state"] == "down"
             await cluster.stop_all()
