@@ -15,8 +15,13 @@ goes down is left out. Sans-IO: times are passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["LinkTimes"]
+__all__ = ["MAX_OUTSTANDING", "LinkTimes"]
+
+#: Messages per peer awaiting acknowledgement before the oldest are forgotten (their measurement lost): a
+#: peer that never acknowledges must not make the sender's bookkeeping grow without bound.
+MAX_OUTSTANDING: Final = 1 << 16
 
 
 @dataclass(slots=True)
@@ -37,7 +42,10 @@ class LinkTimes:
 
     def sent(self, peer: str, seq: int, iteration: int, now: float) -> None:
         """Message ``seq`` of ``iteration`` started leaving for ``peer``."""
-        self._seqs.setdefault(peer, {})[seq] = iteration
+        seqs = self._seqs.setdefault(peer, {})
+        if len(seqs) >= MAX_OUTSTANDING:
+            del seqs[next(iter(seqs))]
+        seqs[seq] = iteration
         if iteration <= self._reported:
             return  # a late reply for a reported iteration (e.g. a final re-sent to a rejoining peer)
         span = self._spans.setdefault(iteration, {}).get(peer)

@@ -29,11 +29,11 @@ from typing import Final
 
 from gateways.aggregate import aggregate
 from gateways.round_messages import ContribId
-from wanrt.errors import RemoteProtocolError
+from wanrt.errors import LimitExceeded, RemoteProtocolError
 from wanrt.payload import SparsePayload
 from wanrt.protocol.messages import Aggregate
 
-__all__ = ["MAX_RETAINED_AGGREGATES", "LedgerStats", "PushVerdict", "TrainerLedger"]
+__all__ = ["MAX_RESENT_PER_LAYER", "MAX_RETAINED_AGGREGATES", "LedgerStats", "PushVerdict", "TrainerLedger"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,10 @@ MAX_RETAINED_AGGREGATES: Final = 8192
 
 #: Counted iterations remembered per layer to re-acknowledge a resent push, beyond the newest push.
 _COUNTED_HISTORY: Final = 4096
+
+#: Resent pushes from before a restart held per layer until an outcome settles them. A trainer resends what
+#: it pushed but never saw acknowledged: a few iterations (its staleness bound), never thousands.
+MAX_RESENT_PER_LAYER: Final = 256
 
 Key = tuple[int, int]  # (iteration, layer)
 
@@ -109,6 +113,14 @@ class TrainerLedger:
             self.stats.resent_ignored += 1
             return PushVerdict()
         if iteration < self.join_at:
+            if len(st.old) + len(st.carry) >= MAX_RESENT_PER_LAYER:
+                raise LimitExceeded(
+                    "too many resent pushes from before the gateway's restart",
+                    name="MAX_RESENT_PER_LAYER",
+                    limit=MAX_RESENT_PER_LAYER,
+                    value=len(st.old) + len(st.carry) + 1,
+                    peer="trainer",
+                )
             st.old[iteration] = payload
             return PushVerdict(acks=self._resolve(layer, st))
         if iteration <= st.last_pushed:

@@ -180,3 +180,20 @@ def test_prometheus_rendering() -> None:
     assert 'wanrt_gateway_late_children_total{site="a"} 1' in text
     assert "# TYPE wanrt_gateway_peer_up gauge" in text
     assert not math.isnan(float(text.splitlines()[2].split()[-1]))
+
+
+def test_bookkeeping_stays_bounded_against_a_misbehaving_trainer_or_peer() -> None:
+    from gateways.link_times import MAX_OUTSTANDING
+    from gateways.trainer_ledger import MAX_RESENT_PER_LAYER
+    from wanrt.errors import LimitExceeded
+
+    led = TrainerLedger("d", join_at=10_000)
+    p = make_payload("d", 0, 0)
+    for it in range(MAX_RESENT_PER_LAYER):
+        led.on_push(it, 0, p)
+    with pytest.raises(LimitExceeded):
+        led.on_push(MAX_RESENT_PER_LAYER, 0, p)
+    lt = LinkTimes(settle=1)
+    for seq in range(MAX_OUTSTANDING + 10):  # a peer that never acknowledges
+        lt.sent("b", seq, 1, now=0.0)
+    assert lt.acked_through("b", MAX_OUTSTANDING + 10, now=1.0) == MAX_OUTSTANDING
