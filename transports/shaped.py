@@ -114,6 +114,9 @@ class ShapedTransport:
         try:
             if writer is not None and not writer.done():
                 await asyncio.wait({writer}, timeout=self._timeouts.close)
+        except asyncio.CancelledError:
+            self.abort()  # cancelled while flushing: the inner transport must not be left open
+            raise
         finally:
             if writer is not None and not writer.done():
                 writer.cancel()
