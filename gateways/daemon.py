@@ -296,6 +296,12 @@ class GatewayDaemon:
         self._joined.set()
         self._timer_wake.set()
         log.info("joined job %s at iteration %d with members %s", self.job, start, ", ".join(sorted(live)))
+        # a member that never links is as silent as one whose heartbeats stopped: every gateway gives it
+        # the same time, so they all count it out (and in again when it comes) alike
+        t = self.cfg.timeouts
+        loop = asyncio.get_running_loop()
+        for peer in sorted(live - {self.site} - set(self._links)):
+            loop.call_later(t.heartbeat_interval * t.heartbeat_misses, self._no_link_yet, peer)
 
     def _apply(self, actions: list[Action]) -> None:
         """Carry out engine actions in order (iteratively: handling one may produce more)."""
@@ -406,6 +412,13 @@ class GatewayDaemon:
                 s.layer,
                 s.waited,
                 s.reason,
+            )
+
+    def _no_link_yet(self, peer: str) -> None:
+        if peer not in self._links and self.state == "running":
+            t = self.cfg.timeouts
+            self._declare_lost(
+                peer, f"no link within {t.heartbeat_interval * t.heartbeat_misses:g} s of joining"
             )
 
     def _declare_lost(self, peer: str, reason: str) -> None:

@@ -160,3 +160,25 @@ async def test_trainer_of_another_site_is_refused(caplog: pytest.LogCaptureFixtu
             await _short_job(cluster, "ab", iterations=3, layers=2)
             await cluster.stop_all()
     assert "trainer of site 'b' refused: only the trainer of site 'a' may connect here" in caplog.text
+
+
+@pytest.mark.timeout(60)
+async def test_a_site_that_never_comes_is_declared_lost_when_a_round_needs_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ring a → b → c → a with c never started: a waits for its ring predecessor c, and the round engine
+    reports it silent; c has no link, so a declares it lost. b does not wait for c, but gives it the same
+    time to link as a heartbeat: both count c out and the ring closes without it."""
+    rounds = RoundConfig(topology="ring", round_deadline_s=0.3, suspect_after_s=0.3)
+    fast = Timeouts(connect=5.0, handshake=5.0, close=1.0, heartbeat_interval=0.2, heartbeat_misses=3)
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "abc", rounds=rounds, timeouts=fast)
+        del configs["c"]
+        async with running(configs) as cluster:
+            await _short_job(cluster, "ab", iterations=4, layers=2)
+            for s in "ab":
+                st = cluster.daemons[s].status()
+                assert st["live"] == ["a", "b"] and st["peers"]["c"]["state"] == "lost"
+                assert st["counters"]["suspects"] >= 1
+            await cluster.stop_all()
+    assert "peer c lost: silent for" in caplog.text or "peer c lost: no link within 0.6 s" in caplog.text
