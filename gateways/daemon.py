@@ -38,7 +38,7 @@ from gateways.codec_warmup import warm_up_codec
 from gateways.config import GatewayConfig
 from gateways.daemon_links import PeerLinks
 from gateways.edf import make_send_queue
-from gateways.gateway_stats import GatewayStats, render_prometheus
+from gateways.gateway_stats import GatewayStats, peer_view, render_prometheus
 from gateways.http_api import MetricsServer
 from gateways.job_model import JobModelState, ModelSignature
 from gateways.link_times import LinkTimes
@@ -49,20 +49,17 @@ from gateways.rates import RateAllocator
 from gateways.round_messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds import RoundEngine
 from gateways.topology import PlanSpec, build_plan
+from gateways.trainer_config import trainer_config_update
 from gateways.trainer_ledger import TrainerLedger
 from gateways.trainer_side import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
-from wanrt.config import check
-from wanrt.errors import ConfigError, LocalProtocolError, ProtocolError, RemoteProtocolError
+from wanrt.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Aggregate, ConfigUpdate, Connection, Hello, Push, Role
 
-__all__ = ["TRAINER_CONFIG_KEYS", "GatewayDaemon"]
+__all__ = ["GatewayDaemon"]
 
 log = logging.getLogger(__name__)
-
-#: ConfigUpdate keys a trainer acts on, with their checks (``POST /config``).
-TRAINER_CONFIG_KEYS: Final = ("density", "staleness", "batch_size")
 
 #: Round messages kept for a live peer whose link is not up yet (start-up, reconnect in progress). A peer
 #: that stays away this long is declared lost and the round engine re-plans without it.
@@ -700,30 +697,12 @@ class GatewayDaemon:
     # ------------------------------------------------------------------------------------------------
 
     def apply_config(self, values: dict[str, Any], effective_iteration: int | None) -> dict[str, Any]:
-        """Forward a trainer configuration update (``POST /config``); returns what was applied."""
-        for key, value in values.items():
-            check(
-                key in TRAINER_CONFIG_KEYS,
-                key,
-                value,
-                f"trainer settings are {', '.join(TRAINER_CONFIG_KEYS)}",
-            )
-            if key == "density":
-                check(
-                    isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1,
-                    key,
-                    value,
-                    "a number in (0, 1]",
-                )
-            else:
-                low = 0 if key == "staleness" else 1
-                check(type(value) is int and value >= low, key, value, f"an integer >= {low}")
-        if not values:
-            raise ConfigError("no settings given", key="values")
+        """Forward a trainer configuration update (``POST /config``); returns what was applied. Without an
+        iteration it takes effect ahead of every site's frontier."""
         if effective_iteration is None:
             frontier = -1 if self.engine is None else self.engine.frontier
             effective_iteration = frontier + self.cfg.rounds.window + 1
-        msg = ConfigUpdate(dict(values), effective_iteration)
+        msg = trainer_config_update(values, effective_iteration)
         self._config_update = msg
         if self._trainer is not None:
             self._trainer.send(msg)
@@ -738,27 +717,11 @@ class GatewayDaemon:
         snap = self.allocator.snapshot()
         queue = self.queue.stats()
         live = set() if engine is None else set(engine.live)
-        peers: dict[str, Any] = {}
-        for p, st in self.stats.peers.items():
-            q = queue.peers.get(p)
-            link = snap.links[p]
-            peers[p] = {
-                "state": st.state,
-                "since_s": round(st.since - self._t0, 3) if st.since else None,
-                "reason": st.reason,
-                "live": p in live,
-                "rate_bps": link.rate_bps,
-                "base_rate_bps": link.base_bps,
-                "straggler": link.straggler,
-                "streak": link.streak,
-                "last_link_time_s": link.last_time_s,
-                "queue_items": 0 if q is None else q.queued_items,
-                "queue_bytes": 0 if q is None else q.queued_bytes,
-                "connects": st.connects,
-                "losses": st.losses,
-                "bytes_sent": st.counters.bytes_sent,
-                "bytes_received": st.counters.bytes_received,
-            }
+        queues = queue.peers
+        peers = {
+            p: peer_view(st, snap.links[p], queues.get(p), live=p in live, t0=self._t0)
+            for p, st in self.stats.peers.items()
+        }
         return {
             "site": self.site,
             "job": self.job,

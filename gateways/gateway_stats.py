@@ -15,10 +15,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from gateways.edf import PeerQueueStats
 from gateways.peer_link import LinkCounters
+from gateways.rates import LinkState
 from gateways.round_messages import RoundClosed
 
-__all__ = ["GatewayStats", "PeerStatus", "render_prometheus"]
+__all__ = ["GatewayStats", "PeerStatus", "peer_view", "render_prometheus"]
 
 #: Rounds listed in /status under ``recent_rounds``.
 RECENT_ROUNDS: Final = 32
@@ -109,6 +111,29 @@ class GatewayStats:
             "aggregates_delivered": self.aggregates_delivered,
             "rejected_connections": self.rejected_connections,
         }
+
+
+def peer_view(
+    st: PeerStatus, link: LinkState, queue: PeerQueueStats | None, *, live: bool, t0: float
+) -> dict[str, Any]:
+    """One peer in /status: link state, the allocator's view of the link, its send queue, counters."""
+    return {
+        "state": st.state,
+        "since_s": round(st.since - t0, 3) if st.since else None,
+        "reason": st.reason,
+        "live": live,
+        "rate_bps": link.rate_bps,
+        "base_rate_bps": link.base_bps,
+        "straggler": link.straggler,
+        "streak": link.streak,
+        "last_link_time_s": link.last_time_s,
+        "queue_items": 0 if queue is None else queue.queued_items,
+        "queue_bytes": 0 if queue is None else queue.queued_bytes,
+        "connects": st.connects,
+        "losses": st.losses,
+        "bytes_sent": st.counters.bytes_sent,
+        "bytes_received": st.counters.bytes_received,
+    }
 
 
 # -------------------------------------------------------------------------------------------------------

@@ -197,3 +197,22 @@ def test_bookkeeping_stays_bounded_against_a_misbehaving_trainer_or_peer() -> No
     for seq in range(MAX_OUTSTANDING + 10):  # a peer that never acknowledges
         lt.sent("b", seq, 1, now=0.0)
     assert lt.acked_through("b", MAX_OUTSTANDING + 10, now=1.0) == MAX_OUTSTANDING
+
+
+def test_trainer_config_updates_name_the_bad_key() -> None:
+    from gateways.trainer_config import trainer_config_update
+    from wanrt.errors import ConfigError
+
+    msg = trainer_config_update({"density": 0.05, "staleness": 0, "batch_size": 64}, 12)
+    assert msg.values == {"density": 0.05, "staleness": 0, "batch_size": 64} and msg.effective_iteration == 12
+    for values, key in (
+        ({"lr": 0.1}, "lr"),
+        ({"density": 0}, "density"),
+        ({"density": True}, "density"),
+        ({"staleness": 1.5}, "staleness"),
+        ({"batch_size": 0}, "batch_size"),
+        ({}, "values"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            trainer_config_update(values, 1)
+        assert err.value.fields["key"] == key
