@@ -215,8 +215,9 @@ class PeerLink:
     async def run(self) -> str:
         """Serve the link until it ends; returns why (also kept in :attr:`reason`). Closes the transport."""
         loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(), name=f"read {self.peer}")
         tasks: set[asyncio.Task[str]] = {  # the link ends when any of these does
-            loop.create_task(self._read(), name=f"read {self.peer}"),
+            reader,
             loop.create_task(self._write(), name=f"write {self.peer}"),
             loop.create_task(self._heartbeat(), name=f"heartbeat {self.peer}"),
         }
@@ -232,7 +233,7 @@ class PeerLink:
         error: BaseException | None = None
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            finished = next(iter(done))
+            finished = reader if reader in done else next(iter(done))  # the reader knows the peer's reason
             error = finished.exception()
             if error is None:
                 self.reason = finished.result() or self.reason or "link ended"
