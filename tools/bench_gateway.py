@@ -10,10 +10,12 @@ links: :class:`transports.ShapedTransport`, a token bucket per direction) except
     ``ShapedTransport`` with the same ``LinkShape`` over the same kind of socket. ``goodput_ratio_vs_raw``.
 (b) **EDF vs FIFO**: ResNet-50's 25.6 M parameters grouped into 10 layers (forward order: conv1 9.5 K,
     layer1 216 K, layer2 1.2 M, layer3 1.5 M / 2.2 M / 3.4 M, layer4 6.0 M / 4.5 M / 4.5 M, fc 2.0 M), COO
-    at 1 % density (StellaTrain's 99 % compression; a 5 % row beside it), pushed by both sites' trainers at
-    once in backward order (fc first, conv1 last). Time from the pushes to the arrival of layer 0's
-    aggregate at the non-root site, daemons configured ``[gateway.edf] policy = "fifo"`` vs ``"edf"``, on a
-    100 Mbit/s, 20 ms one-way link. ``edf_first_layer_speedup`` = FIFO time / EDF time.
+    at 5 % density (5.75 MB per direction: 0.46 s of link time, a link-bound iteration, the case EDF is
+    for), pushed by both sites' trainers at once in backward order (fc first, conv1 last). Time from the
+    pushes to the arrival of layer 0's aggregate at the non-root site, daemons configured
+    ``[gateway.edf] policy = "fifo"`` vs ``"edf"``, on a 100 Mbit/s, 20 ms one-way link.
+    ``edf_first_layer_speedup`` = FIFO time / EDF time. A 1 % row (StellaTrain's 99 % compression: 1.15 MB,
+    92 ms of link time, comparable to the round trip and the trainer's local push) is shown beside it.
 (c) **Straggling link** (seed 002): 4 sites in a star, one root link persistently 3× slower;
     iteration time with rate reallocation over without, and the overhead under the bursty profile
     (tools/bench_gateway_straggler.py explains the emulation). Beside it the fluid model of gateways.fluid.
@@ -88,15 +90,15 @@ class Setup:
 
 def setups() -> dict[str, Setup]:
     return {
-        "full": Setup("full", 50_000_000, 3, 5, (0.01, 0.05), StragglerSetup(), TreeSetup()),
+        "full": Setup("full", 50_000_000, 3, 7, (0.05, 0.01), StragglerSetup(), TreeSetup()),
         "quick": Setup(
             "quick",
             10_000_000,
             2,
             3,
-            (0.01,),
+            (0.05,),
             StragglerSetup(iterations=16, warmup=4, layer_len=125_000),
-            TreeSetup(gateways=16, seconds=4.0),
+            TreeSetup(gateways=8, seconds=2.0, kernels=("default",)),
         ),
         "smoke": Setup(
             "smoke",

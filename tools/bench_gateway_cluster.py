@@ -285,8 +285,15 @@ class Cluster:
         for s in sorted(self.configs, reverse=True):  # listeners first, so dialers find them at once
             d = BenchDaemon(self.configs[s])
             ready = asyncio.Event()
-            self._tasks.append(loop.create_task(d.run(on_ready=ready.set), name=f"gateway {s}"))
-            await ready.wait()
+            task = loop.create_task(d.run(on_ready=ready.set), name=f"gateway {s}")
+            self._tasks.append(task)
+            waiter = loop.create_task(ready.wait())
+            await asyncio.wait([waiter, task], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+            if not ready.is_set():
+                waiter.cancel()
+                if task.done():
+                    task.result()  # raises what start() raised
+                raise RuntimeError(f"gateway {s} not listening after 60 s")
             self.daemons[s] = d
         async with asyncio.timeout(30):
             for d in self.daemons.values():

@@ -197,8 +197,9 @@ async def run_profile(profile: str, setup: StragglerSetup, ours_cfg: RateConfig)
                         calib.append(comm)
             comm_s = statistics.median(calib)
             compute_s = comm_s * (1 - setup.comm_fraction) / setup.comm_fraction
-            for start in range(0, setup.iterations, setup.block):
-                for arm in arms:
+            for turn, start in enumerate(range(0, setup.iterations, setup.block)):
+                # ABBA order: whichever arm goes second gets the tail of the other's work (acks, wake-ups)
+                for arm in arms if turn % 2 == 0 else arms[::-1]:
                     for j in range(start, min(start + setup.block, setup.iterations)):
                         await arm.iteration(draws[j], compute_s)
             base, ours = arms[0].summary(), arms[1].summary()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import statistics
@@ -36,11 +37,12 @@ REPO = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class TreeSetup:
     gateways: int = 32
-    seconds: float = 10.0  # measurement window
+    seconds: float = 6.0  # measurement window
     warmup: int = 5  # iterations every site must have completed before the window opens
     staleness: int = 1
     arity: int = 2
     start_timeout_s: float = 300.0
+    stop_timeout_s: float = 60.0  # SIGTERM -> exit, for all gateways together (then SIGKILL, reported)
     #: kernel paths to run the whole measurement with: "default" is what an operator gets (the codec's
     #: numba kernels, compiled or loaded at start-up), "numpy" sets WANRT_KERNELS=numpy (no numba/LLVM)
     kernels: tuple[str, ...] = ("default", "numpy")
@@ -76,6 +78,16 @@ heartbeat_interval = 5.0
 heartbeat_misses = 6
 close = 2.0
 """
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far, from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def _status_kb(pid: int, key: str) -> int | None:
@@ -177,8 +189,10 @@ async def run_variant(setup: TreeSetup, kernels: str) -> dict[str, Any]:
                 while min(_completed(t) for t in trainers) < setup.warmup:
                     await asyncio.sleep(0.01)
             c0, t0 = min(_completed(t) for t in trainers), now()
+            cpu0 = [_cpu_s(p.pid) for p in procs], time.process_time()
             await asyncio.sleep(setup.seconds)
             c1, t1 = min(_completed(t) for t in trainers), now()
+            cpu1 = [_cpu_s(p.pid) for p in procs], time.process_time()
             hwm = [_status_kb(p.pid, "VmHWM") for p in procs]
             rss = [_status_kb(p.pid, "VmRSS") for p in procs]
             errors = [e for t in trainers for e in t.errors]
@@ -194,12 +208,18 @@ async def run_variant(setup: TreeSetup, kernels: str) -> dict[str, Any]:
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)
             exit_codes = []
-            for p in procs:
+            killed = []
+            deadline = time.monotonic() + setup.stop_timeout_s  # one deadline for all: they stop in parallel
+            for name, p in zip(names, procs, strict=True):
                 try:
-                    exit_codes.append(p.wait(timeout=20))
+                    exit_codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
                 except subprocess.TimeoutExpired:
                     p.kill()
                     exit_codes.append(p.wait())
+                    killed.append(name)
+        killed_logs = {
+            name: (d / f"{name}.log").read_text(errors="replace").splitlines()[-5:] for name in killed
+        }
         logs_tail = [
             line
             for s in names
@@ -219,10 +239,16 @@ async def run_variant(setup: TreeSetup, kernels: str) -> dict[str, Any]:
         "window_s": t1 - t0,
         "rounds": c1 - c0,
         "rounds_per_s": (c1 - c0) / (t1 - t0),
+        # where the time goes during the window: CPU cores busy in the gateways, and in this process
+        # (the 32 trainers and the event loop that runs them)
+        "gateways_cpu_cores": sum(b - a for a, b in zip(cpu0[0], cpu1[0], strict=True)) / (t1 - t0),
+        "trainers_cpu_cores": (cpu1[1] - cpu0[1]) / (t1 - t0),
         "peak_rss_mb_max": max(peaks),
         "peak_rss_mb_mean": statistics.fmean(peaks),
         "rss_mb_mean_end": statistics.fmean(currents),
         "exit_codes": sorted(set(exit_codes)),
+        "killed_after_stop_timeout": killed,
+        "killed_logs": killed_logs,
         "trainer_errors": errors[:5],
         "gateway_errors": logs_tail,
     }
@@ -236,14 +262,20 @@ def print_tree(tree: dict[str, Any]) -> None:
     )
     print(
         f"  {'kernels':8} {'start s':>8} {'1st round s':>11} {'rounds':>7} {'rounds/s':>9} "
-        f"{'peak RSS max MB':>15} {'mean MB':>8} {'exit':>5}"
+        f"{'peak RSS max MB':>15} {'mean MB':>8} {'exit':>5} {'CPU cores gw/trainers':>22}"
     )
     for t in tree["variants"].values():
         print(
             f"  {t['kernels']:8} {t['start_to_ready_s']:8.1f} {t['ready_to_first_round_s']:11.1f} "
             f"{t['rounds']:7d} {t['rounds_per_s']:9.1f} {t['peak_rss_mb_max']:15.1f} "
-            f"{t['peak_rss_mb_mean']:8.1f} {','.join(map(str, t['exit_codes'])):>5}"
+            f"{t['peak_rss_mb_mean']:8.1f} {','.join(map(str, t['exit_codes'])):>5} "
+            f"{t['gateways_cpu_cores']:15.2f} / {t['trainers_cpu_cores']:4.2f}"
         )
         if t["trainer_errors"] or t["gateway_errors"]:
             print(f"  errors ({t['kernels']}): {t['trainer_errors']} {t['gateway_errors']}")
+        if t["killed_after_stop_timeout"]:
+            print(
+                f"  not stopped {t['kernels']}: {t['killed_after_stop_timeout']} "
+                "(SIGKILL after the stop timeout)"
+            )
     print("  (start: launch of all processes -> every ready file; RSS = VmHWM of each gateway process)")
