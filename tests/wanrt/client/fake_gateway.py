@@ -54,6 +54,19 @@ class FakeGateway:
         self._pending: dict[tuple[int, int], dict[str, SparsePayload]] = {}
         self._listener: Listener | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._joined: asyncio.Condition | None = None
+
+    def _condition(self) -> asyncio.Condition:
+        if self._joined is None:
+            self._joined = asyncio.Condition()
+        return self._joined
+
+    async def wait_for_sites(self, *sites: str) -> None:
+        """Return once every named site has finished its handshake here (the client's side of the handshake
+        ends when it *sends* Auth, before this gateway has read it)."""
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: all(s in self._conns for s in sites))
 
     async def start(self) -> None:
         self._listener = await listen(self.url, self._handle)
@@ -99,6 +112,8 @@ class FakeGateway:
                 return
             site = hello.site
             self._conns[site] = (conn, transport)
+            async with self._condition():
+                self._condition().notify_all()
             while True:
                 msg = await self._next(conn, transport)
                 if isinstance(msg, Push):

@@ -68,6 +68,7 @@ def test_two_sites_get_the_exact_sum_and_close_cleanly(
 def test_config_update_reaches_the_trainer(gateway: tuple[FakeGateway, asyncio.AbstractEventLoop]) -> None:
     gw, loop = gateway
     a = open_gateway_link(spec(gw.url, "a"))
+    asyncio.run_coroutine_threadsafe(gw.wait_for_sites("a"), loop).result(5)
     asyncio.run_coroutine_threadsafe(
         gw.announce({"density": 0.05, "batch_size": 48, "other": "x"}, 7), loop
     ).result(5)
