@@ -18,10 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import shutil
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from gateways.peer_wire import RoundTag
 from gateways.round_config import RoundConfig
 from gateways.round_messages import Action, RoundMsg, Send
 from transports import ShapedTransport, Timeouts, Transport, connect
+from transports.urls import short_socket_dir
 from wanrt.errors import PeerLost
 from wanrt.payload import SparsePayload, n_blocks
 from wanrt.protocol import (
@@ -226,14 +225,9 @@ async def _next(conn: Connection, transport: Transport) -> Any:
 # -- clusters ---------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def short_dir() -> Iterator[Path]:
-    """A short temporary directory: unix socket paths must stay below 108 bytes."""
-    path = tempfile.mkdtemp(prefix="wgb", dir="/tmp")
-    try:
-        yield Path(path)
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def short_dir() -> contextlib.AbstractContextManager[Path]:
+    """A short temporary directory for the daemons' unix sockets (see transports.urls.short_socket_dir)."""
+    return short_socket_dir("wgb")
 
 
 def star_configs(

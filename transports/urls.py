@@ -11,16 +11,32 @@ malformed is a :class:`~wanrt.errors.ConfigError` naming the URL part.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from transports.link import LinkShape
 from wanrt.errors import ConfigError
 
-__all__ = ["Endpoint", "parse_bytes", "parse_duration", "parse_rate", "parse_url"]
+__all__ = [
+    "MAX_UNIX_PATH_BYTES",
+    "Endpoint",
+    "parse_bytes",
+    "parse_duration",
+    "parse_rate",
+    "parse_url",
+    "short_socket_dir",
+]
+
+#: Linux caps sockaddr_un.sun_path at 108 bytes including the terminating NUL.
+MAX_UNIX_PATH_BYTES = 107
 
 Scheme = Literal["tcp", "unix", "mem"]
 
@@ -134,9 +150,10 @@ def parse_url(url: str) -> Endpoint:
         path = parts.netloc + parts.path
         if not path:
             raise ConfigError(f"{url!r}: missing socket path", key="path", value=url)
-        # Linux caps sun_path at 108 bytes including the terminating NUL.
-        if len(path.encode()) > 107:
-            raise ConfigError(f"{url!r}: socket path longer than 107 bytes", key="path", value=url)
+        if len(path.encode()) > MAX_UNIX_PATH_BYTES:
+            raise ConfigError(
+                f"{url!r}: socket path longer than {MAX_UNIX_PATH_BYTES} bytes", key="path", value=url
+            )
         return Endpoint("unix", f"unix://{path}", path=path, shape=shape)
     if scheme == "mem":
         name = parts.netloc + parts.path
@@ -144,3 +161,14 @@ def parse_url(url: str) -> Endpoint:
             raise ConfigError(f"{url!r}: missing name", key="name", value=url)
         return Endpoint("mem", f"mem://{name}", path=name, shape=shape)
     raise ConfigError(f"unknown transport scheme {scheme!r} in {url!r}", key="scheme", value=url)
+
+
+@contextlib.contextmanager
+def short_socket_dir(prefix: str = "wanrt") -> Iterator[Path]:
+    """A fresh directory directly under /tmp, removed afterwards, for unix sockets: a pytest or user temp
+    dir can be deep enough that ``dir/name.sock`` exceeds :data:`MAX_UNIX_PATH_BYTES`."""
+    path = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    try:
+        yield Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from gateways.round_messages import Action, ContribId, Deliver, Send
 from tests.gateways.daemon_trainer import FakeTrainer
 from tests.gateways.harness import layer_shape
 from transports import Timeouts
+from transports.urls import short_socket_dir
 from wanrt.payload import SparsePayload
 
 JOB = "testjob"
@@ -35,14 +34,9 @@ TEST_TIMEOUTS = Timeouts(
 )
 
 
-@contextlib.contextmanager
-def short_dir() -> Any:
-    """A short temporary directory: unix socket paths must stay below 108 bytes."""
-    path = tempfile.mkdtemp(prefix="wg", dir="/tmp")
-    try:
-        yield Path(path)
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def short_dir() -> contextlib.AbstractContextManager[Path]:
+    """A short temporary directory for the daemons' unix sockets (see transports.urls.short_socket_dir)."""
+    return short_socket_dir("wg")
 
 
 def site_configs(
