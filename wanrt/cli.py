@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from wanrt.errors import WanrtError
 
@@ -29,24 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
-                p.set_defaults(_run=_not_built(name))
-                continue
-            raise
+        mod = importlib.import_module(module)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
-
-
-def _not_built(name: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        print(f"wanrt {name}: not built yet in this version", file=sys.stderr)
-        return 2
-
-    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
