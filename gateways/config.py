@@ -9,10 +9,10 @@ File layout::
 
     [gateway]               GatewayConfig (site, job, secret, listen urls, liveness and shutdown timeouts)
     [gateway.peers]         site name -> url of that site's gateway
-    [gateway.rounds]        RoundConfig (gateways.round_config): topology, deadlines, t_w, forwarding
+    [gateway.rounds]        RoundConfig (gateways.rounds.config): topology, deadlines, t_w, forwarding
     [gateway.peer_rates_bps] optional per-peer base rate, overriding link_rate_bps
-    [gateway.edf]           EdfConfig: send-queue policy and chunking       (gateways.policy_config)
-    [gateway.rates]         RateConfig: straggler-link rate reallocation (gateways.policy_config)
+    [gateway.edf]           EdfConfig: send-queue policy and chunking       (gateways.sending.config)
+    [gateway.rates]         RateConfig: straggler-link rate reallocation (gateways.sending.config)
     [gateway.shaping.NAME]  LinkShape: emulated WAN link towards peer NAME (tests and demos only)
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from gateways.policy_config import MAX_CHUNK_BYTES, EdfConfig, RateConfig
-from gateways.round_config import RoundConfig
+from gateways.rounds.config import RoundConfig
+from gateways.sending.config import MAX_CHUNK_BYTES, EdfConfig, RateConfig
 from transports.link import LinkShape
 from transports.timeouts import Timeouts
 from transports.tls import TLSConfig
@@ -88,7 +88,7 @@ class GatewayConfig:
     into bug reports) or inline ``secret``; exactly one must be set. ``secret`` is excluded from ``repr``.
 
     Round timing (deadline, t_w, open-iteration window), topology and forwarding policy live in
-    ``[gateway.rounds]``, the round engine's own :class:`~gateways.round_config.RoundConfig`, so there is
+    ``[gateway.rounds]``, the round engine's own :class:`~gateways.rounds.config.RoundConfig`, so there is
     one key for each of them; ``root`` is here because only the site list can validate it.
     """
 

@@ -1,6 +1,7 @@
 """Benchmark the gateway daemon against the obvious alternatives, side by side in one run.
 
-Every row runs the real ``gateways.daemon.GatewayDaemon`` (in-process, on unix sockets, with emulated WAN
+Every row runs the real ``gateways.service.daemon.GatewayDaemon`` (in-process, on unix sockets, with
+emulated WAN
 links: :class:`transports.ShapedTransport`, a token bucket per direction) except where said otherwise:
 
 (a) **Goodput** of one large COO payload (50 MB of indices + values; 10 MB with ``--quick``) from gateway b
@@ -18,7 +19,8 @@ links: :class:`transports.ShapedTransport`, a token bucket per direction) except
     92 ms of link time, comparable to the round trip and the trainer's local push) is shown beside it.
 (c) **Straggling link** (seed 002): 4 sites in a star, one root link persistently 3× slower;
     iteration time with rate reallocation over without, and the overhead under the bursty profile
-    (tools/bench_gateway_straggler.py explains the emulation). Beside it the fluid model of gateways.fluid.
+    (tools/bench_gateway_straggler.py explains the emulation). Beside it the fluid model of
+    sims.models.fluid_round.
 (d) **32 gateways in a tree**: real ``wanrt gateway`` subprocesses; rounds/s and peak RSS per process
     (tools/bench_gateway_tree.py).
 

@@ -3,7 +3,8 @@
 Why in-process: the benchmark must time events *inside* the gateways (when the round engine decided to send
 a message, when the peer's gateway had decoded it) and must reach each link's emulated WAN shaper to apply
 link slowdowns and the rate allocator's decisions. :class:`BenchDaemon` is the real
-:class:`~gateways.daemon.GatewayDaemon`, subclassed only to *observe*: it records the shaped transport each
+:class:`~gateways.service.daemon.GatewayDaemon`, subclassed only to *observe*: it records the shaped
+transport each
 link was built on (``link_up``, the daemon's own link-manager callback) and the arrival time of every round
 message (``on_round_message``), then defers to the daemon unchanged. Everything else — handshakes, round
 engine, EDF queue, pacer, rate allocator, protocol framing — is the daemon's own code.
@@ -27,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from gateways.config import EdfConfig, GatewayConfig, PeerShape, RateConfig
-from gateways.daemon import GatewayDaemon
-from gateways.peer_link import PeerLink
-from gateways.peer_wire import RoundTag
-from gateways.round_config import RoundConfig
-from gateways.round_messages import Action, RoundMsg, Send
+from gateways.rounds.config import RoundConfig
+from gateways.rounds.messages import Action, RoundMsg, Send
+from gateways.service.daemon import GatewayDaemon
+from gateways.service.peer_link import PeerLink
+from gateways.wire.round_frames import RoundTag
 from transports import ShapedTransport, Timeouts, Transport, connect
 from transports.urls import short_socket_dir
 from wanrt.errors import PeerLost

@@ -2,11 +2,14 @@
 
 The emulation, and what "3× slower" and "boost" mean in it
 -----------------------------------------------------------
-Four sites ``a b c d`` run real :class:`~gateways.daemon.GatewayDaemon` s in a **star rooted at a**: each
+Four sites ``a b c d`` run real :class:`~gateways.service.daemon.GatewayDaemon` s in a **star rooted at
+a**: each
 child sends its contribution up, the root sends the aggregate down. The root is the one gateway with several
 links that carry data (a child has only its link to the root), so it is where a straggling link can be
-detected and helped; its :class:`~gateways.rates.RateAllocator` sees the three root links' times, measured by
-the daemon itself (:mod:`gateways.link_times`: first byte of an iteration's messages out → the peer's ack).
+detected and helped; its :class:`~gateways.sending.rate_allocator.RateAllocator` sees the three root links'
+times, measured by
+the daemon itself (:mod:`gateways.sending.link_times`: first byte of an iteration's messages out → the
+peer's ack).
 
 Each root link ``a↔x`` is emulated by two :class:`~transports.ShapedTransport` s (one per direction, the
 daemons' own ``[gateway.shaping]``). Seed 002's network model is ``delay_i = d_base / r_i``: the rate
@@ -36,8 +39,9 @@ compute time is set from the measured uniform communication time so that communi
 uniform iteration (the seed's workload). Both arms (rates enabled / disabled) run at the same time as two
 clusters and take turns in blocks of iterations, so background load on the machine hits both alike.
 
-Differences from the fluid model (:mod:`gateways.fluid`), reported beside it: the daemon observes an
-iteration's link times only ``rounds.window + 1`` iterations later (:class:`~gateways.link_times.LinkTimes`
+Differences from the fluid model (:mod:`sims.models.fluid_round`), reported beside it: the daemon observes an
+iteration's link times only ``rounds.window + 1`` iterations later
+(:class:`~gateways.sending.link_times.LinkTimes`
 waits until the iteration's messages are all out), and the measured times include protocol, aggregation
 and event-loop overheads that do not scale with the link rate.
 """
@@ -63,8 +67,8 @@ from bench_gateway_cluster import (
 )
 
 from gateways.config import PeerShape, RateConfig
-from gateways.fluid import compare
-from gateways.round_config import RoundConfig
+from gateways.rounds.config import RoundConfig
+from sims.models.fluid_round import compare
 from wanrt.payload import SparsePayload
 
 SITES = "abcd"
@@ -225,16 +229,18 @@ async def run_profile(profile: str, setup: StragglerSetup, ours_cfg: RateConfig)
 def fluid_lagged(
     profile: str, *, lag: int, n_links: int, iterations: int, seeds: tuple[int, ...], cfg: RateConfig
 ) -> float:
-    """:func:`gateways.fluid.simulate`'s model, but the allocator sees iteration i only at iteration i + lag.
+    """:func:`sims.models.fluid_round.simulate`'s model, but the allocator sees iteration i only at
+    iteration i + lag.
 
     The daemon reports an iteration's link times ``rounds.window + 1`` iterations late
-    (:class:`~gateways.link_times.LinkTimes` ``settle``); this isolates what that delay alone costs the
+    (:class:`~gateways.sending.link_times.LinkTimes` ``settle``); this isolates what that delay alone costs
+    the
     policy. Same draws for both arms (the slowdowns do not depend on the rates). Returns ours/base - 1.
     """
     from collections import deque
 
-    from gateways.fluid import PROFILES
-    from gateways.rates import RateAllocator
+    from gateways.sending.rate_allocator import RateAllocator
+    from sims.models.fluid_round import PROFILES
 
     def run(seed: int, alloc: RateAllocator | None) -> float:
         rng = np.random.default_rng(seed)
@@ -340,7 +346,8 @@ def print_straggler(s: dict[str, Any]) -> None:
         )
     print(
         "  (emulated: real daemons, link capacity = base x allocator share / slowdown, applied to both\n"
-        "   directions each iteration; model: gateways.fluid, same allocator on virtual time, no overheads;\n"
+        "   directions each iteration; model: sims.models.fluid_round, same allocator on virtual time,\n"
+        "   no overheads;\n"
         "   lagged: the model with the daemon's observation delay of rounds.window + 1 iterations, run as\n"
         "   many iterations as the emulation, start-up transient included)"
     )

@@ -2,12 +2,13 @@
 
 Two measurements, each compared side by side in the same run:
 
-1. **Round engine alone** — N sans-IO :class:`~gateways.rounds.RoundEngine` s (default 32) joined by a
+1. **Round engine alone** — N sans-IO :class:`~gateways.rounds.engine.RoundEngine` s (default 32) joined by a
    zero-latency in-memory queue, small payloads, so the cost is the engine's bookkeeping rather than the
    WAN or NumPy. Reports rounds/s for the whole system on one core and for the busiest engine (each gateway
    runs on its own machine, so the busiest one bounds the rate), for tree, star and ring plans.
 2. **Aggregation** — summing 4 COO payloads of a 25M-element layer at 1 % density, block 16 (StellaTrain's
-   cache-aware blocks), with :func:`gateways.aggregate.aggregate`, against a dense ``np.add`` of the same 4
+   cache-aware blocks), with :func:`gateways.rounds.aggregate.aggregate`, against a dense ``np.add`` of the
+   same 4
    layers (what a dense all-reduce has to do) and against a naive ``np.unique`` + ``np.add.at`` union.
 
 Usage: ``python tools/bench_rounds.py [--quick] [--json out.json] [--sites 32]``. Timings on a shared machine
@@ -27,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from gateways.aggregate import aggregate, top_blocks
-from gateways.round_config import RoundConfig
-from gateways.round_messages import Deliver, Send
-from gateways.rounds import RoundEngine
-from gateways.topology import PlanSpec
+from gateways.rounds.aggregate import aggregate, top_blocks
+from gateways.rounds.config import RoundConfig
+from gateways.rounds.engine import RoundEngine
+from gateways.rounds.messages import Deliver, Send
+from gateways.rounds.topology import PlanSpec
 from wanrt.payload import SparsePayload, n_blocks
 
 

@@ -16,7 +16,7 @@ from wanrt.errors import WanrtError
 # name -> (module that defines add_arguments(parser) and run(args) -> int, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("wanrt.demo.cli", "train a real model across emulated WAN sites, dense baseline beside it"),
-    "gateway": ("gateways.cli", "run the per-site gateway daemon (wanrt gateway --config site.toml)"),
+    "gateway": ("gateways.service.cli", "run the per-site gateway daemon (wanrt gateway --config site.toml)"),
 }
 
 

@@ -1,4 +1,4 @@
-"""A deterministic in-memory WAN of :class:`~gateways.rounds.RoundEngine` s on virtual time.
+"""A deterministic in-memory WAN of :class:`~gateways.rounds.engine.RoundEngine` s on virtual time.
 
 Why a harness and not asyncio: the engine is sans-IO, so the whole multi-gateway protocol can run as a
 discrete-event simulation — an event heap, per-link latency and bandwidth (FIFO like a TCP stream), and
@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from gateways.round_config import RoundConfig
-from gateways.round_messages import Action, ContribId, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
-from gateways.rounds import RoundEngine
-from gateways.topology import PlanSpec
+from gateways.rounds.config import RoundConfig
+from gateways.rounds.engine import RoundEngine
+from gateways.rounds.messages import Action, ContribId, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
+from gateways.rounds.topology import PlanSpec
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
 

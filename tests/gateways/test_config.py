@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gateways.config import EdfConfig, GatewayConfig, PeerShape, RateConfig, load_gateway_config
-from gateways.edf import EdfQueue, make_send_queue
-from gateways.rates import RateAllocator
+from gateways.sending.edf_queue import EdfQueue, make_send_queue
+from gateways.sending.rate_allocator import RateAllocator
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError
 

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from gateways.gateway_stats import GatewayStats, render_prometheus
-from gateways.job_model import JobModelState, ModelSignature
-from gateways.link_times import LinkTimes
-from gateways.peer_membership import LinkInfo, initial_live, join_iteration, lost_on_suspect
-from gateways.round_messages import RoundClosed
-from gateways.trainer_ledger import TrainerLedger
+from gateways.membership.job_model import JobModelState, ModelSignature
+from gateways.membership.joining import LinkInfo, initial_live, join_iteration, lost_on_suspect
+from gateways.membership.trainer_ledger import TrainerLedger
+from gateways.rounds.messages import RoundClosed
+from gateways.sending.link_times import LinkTimes
+from gateways.stats import GatewayStats, render_prometheus
 from tests.gateways.harness import make_payload
 from wanrt.errors import RemoteProtocolError
 from wanrt.protocol import Aggregate
@@ -183,8 +183,8 @@ def test_prometheus_rendering() -> None:
 
 
 def test_bookkeeping_stays_bounded_against_a_misbehaving_trainer_or_peer() -> None:
-    from gateways.link_times import MAX_OUTSTANDING
-    from gateways.trainer_ledger import MAX_RESENT_PER_LAYER
+    from gateways.membership.trainer_ledger import MAX_RESENT_PER_LAYER
+    from gateways.sending.link_times import MAX_OUTSTANDING
     from wanrt.errors import LimitExceeded
 
     led = TrainerLedger("d", join_at=10_000)
@@ -200,7 +200,7 @@ def test_bookkeeping_stays_bounded_against_a_misbehaving_trainer_or_peer() -> No
 
 
 def test_trainer_config_updates_name_the_bad_key() -> None:
-    from gateways.trainer_config import trainer_config_update
+    from gateways.wire.config_update import trainer_config_update
     from wanrt.errors import ConfigError
 
     msg = trainer_config_update({"density": 0.05, "staleness": 0, "batch_size": 64}, 12)

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gateways.topology import TOPOLOGY_KINDS
+from gateways.rounds.topology import TOPOLOGY_KINDS
 from wanrt.demo.config import DEFAULT, OPTIMIZERS, DemoConfig, config_from_args
 from wanrt.demo.plot import plot_loss_vs_time
 from wanrt.demo.results import compare, format_table, write_json

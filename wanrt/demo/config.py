@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gateways.topology import TOPOLOGY_KINDS, TopologyKind
+from gateways.rounds.topology import TOPOLOGY_KINDS, TopologyKind
 from transports.urls import parse_duration, parse_rate
 from wanrt.config import check
 from wanrt.errors import ConfigError

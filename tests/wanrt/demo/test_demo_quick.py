@@ -20,7 +20,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not (REPO / "gateways" / "cli.py").exists(),
-        reason="the gateway daemon (gateways/cli.py) is not built",
+        reason="the gateway daemon (gateways/service/cli.py) is not built",
     ),
 ]
 

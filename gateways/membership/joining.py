@@ -1,0 +1,110 @@
+"""Who takes part in the job from which iteration, decided from what two gateways tell each other.
+
+The round engine computes every round's plan from (topology, live members), so gateways that disagree on
+the members of an iteration disagree on the plan and wait for each other in vain. Membership changes are
+therefore tied to iterations that both ends of a link compute from the same inputs: the handshake ``info``
+maps (bound into the HMAC transcript, so neither can be altered in flight), here :class:`LinkInfo`:
+
+* ``frontier`` — the newest iteration the sender has seen (-1: no round yet);
+* ``fresh`` — the sender has no round engine yet (just started; it joins the job on its first link);
+* ``join_at`` — on the *first* link a gateway opens to a peer after it joined, the iteration it joined at,
+  so every peer that had lost it counts it in from the same iteration;
+* ``live`` — the sender's live members, so a fresh gateway does not wait for sites the others lost.
+
+Rules (:func:`join_iteration`): a gateway that considers the other end lost calls
+``RoundEngine.peer_joined(peer, J)`` with J = the peer's announced ``join_at`` if any, else
+``max(frontiers) + 1 + margin`` (``margin`` = the engine's window, so J is ahead of every site's frontier),
+or 0 when neither has seen a round (the job is starting). A fresh gateway starts its engine at that same J,
+which its peer computes identically. Sans-IO.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gateways.rounds.config import RoundConfig
+from wanrt.errors import RemoteProtocolError
+from wanrt.protocol.limits import MAX_COUNTER, MAX_STR_CHARS
+
+__all__ = ["LinkInfo", "initial_live", "join_iteration", "lost_on_suspect", "rounds_digest"]
+
+_FRONTIER: Final = "frontier"
+_FRESH: Final = "fresh"
+_JOIN_AT: Final = "join_at"
+_LIVE: Final = "live"
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    """A gateway's membership entries in its handshake ``info`` (see the module docstring)."""
+
+    frontier: int
+    fresh: bool
+    join_at: int | None = None
+    live: tuple[str, ...] | None = None
+
+    def to_info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {_FRONTIER: self.frontier, _FRESH: self.fresh}
+        if self.join_at is not None:
+            out[_JOIN_AT] = self.join_at
+        if self.live is not None:
+            text = ",".join(sorted(self.live))
+            if len(text) <= MAX_STR_CHARS:  # a huge job leaves it out: the fresh side then assumes everyone
+                out[_LIVE] = text
+        return out
+
+    @classmethod
+    def parse(cls, info: Mapping[str, Any], *, peer: str) -> LinkInfo:
+        """Read the entries a peer gateway sent; a missing or mistyped one is the peer's fault."""
+        frontier, fresh = info.get(_FRONTIER), info.get(_FRESH)
+        if type(frontier) is not int or not -1 <= frontier <= MAX_COUNTER:
+            raise RemoteProtocolError("gateway handshake lacks a valid frontier", peer=peer, value=frontier)
+        if type(fresh) is not bool:
+            raise RemoteProtocolError("gateway handshake lacks the fresh flag", peer=peer)
+        join_at = info.get(_JOIN_AT)
+        if join_at is not None and (type(join_at) is not int or not 0 <= join_at <= MAX_COUNTER):
+            raise RemoteProtocolError("invalid join_at in the gateway handshake", peer=peer, value=join_at)
+        live_text = info.get(_LIVE)
+        live: tuple[str, ...] | None = None
+        if live_text is not None:
+            if not isinstance(live_text, str):
+                raise RemoteProtocolError("invalid live list in the gateway handshake", peer=peer)
+            live = tuple(s for s in live_text.split(",") if s)
+        return cls(frontier, fresh, join_at, live)
+
+
+def join_iteration(ours: LinkInfo, theirs: LinkInfo, *, margin: int) -> int:
+    """The iteration from which the *other* end (``theirs``) takes part, as both ends compute it.
+
+    Symmetric in the frontiers, so a fresh gateway's engine start (computed with ``ours`` = its own info)
+    equals the J its peer uses for it.
+    """
+    if theirs.join_at is not None:
+        return theirs.join_at
+    top = max(ours.frontier, theirs.frontier)
+    return 0 if top < 0 else top + 1 + margin
+
+
+def initial_live(ours: str, peer: str, theirs: LinkInfo, sites: Iterable[str]) -> set[str]:
+    """The members a fresh gateway starts with: the peer's live view (plus both ends), else everyone."""
+    everyone = set(sites)
+    if theirs.live is None:
+        return everyone
+    return (set(theirs.live) & everyone) | {ours, peer}
+
+
+def lost_on_suspect(link_up: bool) -> bool:
+    """Whether a peer the round engine suspects (silent where it cannot be skipped) is declared lost.
+
+    Liveness belongs to heartbeats: a peer whose link is up and answering is slow, not lost, and declaring
+    it lost would re-plan every round in flight. A peer without a link cannot answer at all.
+    """
+    return not link_up
+
+
+def rounds_digest(rounds: RoundConfig) -> bytes:
+    """8 bytes naming the round settings: gateways whose plans would differ refuse each other's links."""
+    return hashlib.blake2b(repr(rounds).encode(), digest_size=8).digest()

@@ -1,0 +1,247 @@
+"""What this gateway owes its site's trainer, so that nothing pushed or aggregated is lost across reconnects
+and gateway restarts (sans-IO).
+
+Pushes. The gateway acknowledges a trainer ``Push(iteration, layer)`` with ``Ack(iteration, layer, 0)`` once
+the contribution ``(site, iteration)`` is *counted*: listed in a final result delivered here. Until then a
+trainer that loses its gateway keeps the push and sends it again after reconnecting. A resent push is:
+
+* already in the round engine (the trainer reconnected to a running gateway): ignored, its ack follows;
+* already counted: acknowledged again (the first ack was lost with the connection);
+* older than the iteration this gateway joined the job at (the gateway was restarted and lost what it held):
+  resolved with the ``outcome`` messages the other gateways send a rejoining site (which of its
+  contributions their results counted). Counted → acknowledged; not counted → folded into the trainer's
+  next push of the same layer, whose contribution then stands for both (the round engine's own rule for a
+  contribution that missed its round), and both are acknowledged when that one is counted.
+
+Aggregates. Each delivered result is kept until the trainer acknowledges it (the client does), and sent
+again to a trainer that reconnects, bounded by :data:`MAX_RETAINED_AGGREGATES`. Every (iteration, layer)
+the trainer pushed gets exactly one answer (:meth:`TrainerLedger.answer`): the aggregate, or an empty one
+when the round ended here without a result, so a trainer never waits for a result that will not come.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from gateways.rounds.aggregate import aggregate
+from gateways.rounds.messages import ContribId
+from wanrt.errors import LimitExceeded, RemoteProtocolError
+from wanrt.payload import SparsePayload
+from wanrt.protocol.messages import Aggregate
+
+__all__ = ["MAX_RESENT_PER_LAYER", "MAX_RETAINED_AGGREGATES", "LedgerStats", "PushVerdict", "TrainerLedger"]
+
+log = logging.getLogger(__name__)
+
+#: Results kept for a trainer that has not acknowledged them. A trainer acknowledges each one as it reads
+#: it, so only a disconnected trainer makes this grow: a few hundred iterations of a large model.
+MAX_RETAINED_AGGREGATES: Final = 8192
+
+#: Counted iterations remembered per layer to re-acknowledge a resent push, beyond the newest push.
+_COUNTED_HISTORY: Final = 4096
+
+#: Resent pushes from before a restart held per layer until an outcome settles them. A trainer resends what
+#: it pushed but never saw acknowledged: a few iterations (its staleness bound), never thousands.
+MAX_RESENT_PER_LAYER: Final = 256
+
+Key = tuple[int, int]  # (iteration, layer)
+
+
+@dataclass(frozen=True, slots=True)
+class PushVerdict:
+    """What to do with one trainer push: acknowledge ``acks`` now, hand ``push`` (iteration, layer,
+    payload) to the round engine if set."""
+
+    acks: tuple[Key, ...] = ()
+    push: tuple[int, int, SparsePayload] | None = None
+
+
+@dataclass(slots=True)
+class LedgerStats:
+    resent_ignored: int = 0
+    reacked: int = 0
+    recovered_counted: int = 0  # resent after a restart, already counted by the others
+    recovered_folded: int = 0  # resent after a restart, not counted: folded into a later push
+    unresolved: int = 0  # older than every outcome's history: folded, possibly counted twice
+    conflicts: int = 0  # an outcome said "counted" after the push had been folded
+    aggregates_evicted: int = 0
+
+
+@dataclass(slots=True)
+class _Layer:
+    last_pushed: int = -1
+    pending: dict[int, tuple[int, ...]] = field(default_factory=dict)  # engine iteration -> also covers
+    counted: set[int] = field(default_factory=set)
+    old: dict[int, SparsePayload] = field(default_factory=dict)  # resent, awaiting an outcome
+    carry: list[tuple[int, SparsePayload]] = field(default_factory=list)  # resolved, not counted
+    outcome: tuple[int, int] | None = None  # (since, join_at) covered by the outcomes so far
+    outcome_counted: set[int] = field(default_factory=set)
+    folded: set[int] = field(default_factory=set)
+    shape: tuple[int, int] | None = None  # (dense_len, block_size) of the trainer's pushes
+    answered: set[int] = field(default_factory=set)  # iterations the trainer got a result for
+
+
+class TrainerLedger:
+    """Bookkeeping of one site's trainer link; ``join_at`` is where this gateway's round engine starts."""
+
+    def __init__(self, site: str, join_at: int) -> None:
+        self.site = site
+        self.join_at = join_at
+        self.stats = LedgerStats()
+        self._layers: dict[int, _Layer] = {}
+        self._aggregates: OrderedDict[Key, Aggregate] = OrderedDict()
+
+    def _layer(self, layer: int) -> _Layer:
+        st = self._layers.get(layer)
+        if st is None:
+            st = self._layers[layer] = _Layer()
+        return st
+
+    # -- pushes ---------------------------------------------------------------------------------------
+
+    def on_push(self, iteration: int, layer: int, payload: SparsePayload) -> PushVerdict:
+        st = self._layer(layer)
+        st.shape = (payload.dense_len, payload.block_size)
+        if iteration in st.counted:
+            self.stats.reacked += 1
+            return PushVerdict(acks=((iteration, layer),))
+        if iteration in st.pending or iteration in st.old or iteration in st.folded:
+            self.stats.resent_ignored += 1
+            return PushVerdict()
+        if iteration < self.join_at:
+            if len(st.old) + len(st.carry) >= MAX_RESENT_PER_LAYER:
+                raise LimitExceeded(
+                    "too many resent pushes from before the gateway's restart",
+                    name="MAX_RESENT_PER_LAYER",
+                    limit=MAX_RESENT_PER_LAYER,
+                    value=len(st.old) + len(st.carry) + 1,
+                    peer="trainer",
+                )
+            st.old[iteration] = payload
+            return PushVerdict(acks=self._resolve(layer, st))
+        if iteration <= st.last_pushed:
+            raise RemoteProtocolError(
+                "pushes of a layer must come in increasing iterations", peer="trainer", value=iteration
+            )
+        covers = tuple(it for it, _ in st.carry)
+        if st.carry:
+            payload = _fold(payload, [p for _, p in st.carry])
+            st.folded.update(covers)
+            st.carry.clear()
+        st.last_pushed = iteration
+        st.pending[iteration] = covers
+        return PushVerdict(push=(iteration, layer, payload))
+
+    def on_outcome(self, layer: int, since: int, join_at: int, ids: Sequence[ContribId]) -> tuple[Key, ...]:
+        """A peer's ``outcome`` for ``layer``: our contributions its results counted in [since, join_at)."""
+        st = self._layer(layer)
+        counted = {it for s, it in ids if s == self.site}
+        late = counted & st.folded
+        if late:
+            self.stats.conflicts += len(late)
+            log.warning(
+                "layer %d: iterations %s were folded into later pushes before a peer reported them counted",
+                layer,
+                sorted(late),
+            )
+        st.outcome_counted |= counted
+        lo, hi = (
+            (since, join_at)
+            if st.outcome is None
+            else (min(since, st.outcome[0]), max(join_at, st.outcome[1]))
+        )
+        st.outcome = (lo, hi)
+        return self._resolve(layer, st)
+
+    def _resolve(self, layer: int, st: _Layer) -> tuple[Key, ...]:
+        if st.outcome is None:
+            return ()
+        since, _ = st.outcome
+        acks: list[Key] = []
+        for it in sorted(st.old):
+            payload = st.old.pop(it)
+            if it in st.outcome_counted:
+                self.stats.recovered_counted += 1
+                self._count(st, it)
+                acks.append((it, layer))
+            else:
+                if it < since:
+                    self.stats.unresolved += 1
+                self.stats.recovered_folded += 1
+                st.carry.append((it, payload))
+        return tuple(acks)
+
+    def on_deliver(self, layer: int, ids: Sequence[ContribId]) -> tuple[Key, ...]:
+        """A final result of ``layer`` with contribution ``ids`` was delivered: the pushes to acknowledge."""
+        st = self._layers.get(layer)
+        if st is None:
+            return ()
+        acks: list[Key] = []
+        for s, it in ids:
+            if s != self.site:
+                continue
+            covers = st.pending.pop(it, None)
+            if covers is None:
+                continue
+            for old in (it, *covers):
+                st.folded.discard(old)
+                self._count(st, old)
+                acks.append((old, layer))
+        return tuple(acks)
+
+    def _count(self, st: _Layer, iteration: int) -> None:
+        st.counted.add(iteration)
+        if len(st.counted) > 2 * _COUNTED_HISTORY:
+            floor = max(st.counted) - _COUNTED_HISTORY
+            st.counted = {i for i in st.counted if i >= floor}
+
+    def shape(self, layer: int) -> tuple[int, int] | None:
+        """(dense_len, block_size) of the layer as the trainer pushes it, if it did."""
+        st = self._layers.get(layer)
+        return None if st is None else st.shape
+
+    def held(self, layer: int) -> list[tuple[int, SparsePayload]]:
+        """Resent pushes not yet in the round engine (awaiting an outcome or a later push to fold into)."""
+        st = self._layers.get(layer)
+        if st is None:
+            return []
+        return sorted([*st.old.items(), *st.carry], key=lambda x: x[0])
+
+    # -- aggregates -----------------------------------------------------------------------------------
+
+    def answer(self, iteration: int, layer: int) -> bool:
+        """Record that the trainer gets a result for (iteration, layer); False if it already got one."""
+        st = self._layer(layer)
+        if iteration in st.answered:
+            return False
+        st.answered.add(iteration)
+        if len(st.answered) > 2 * _COUNTED_HISTORY:
+            floor = max(st.answered) - _COUNTED_HISTORY
+            st.answered = {i for i in st.answered if i >= floor}
+        return True
+
+    def retain(self, msg: Aggregate) -> None:
+        key = (msg.iteration, msg.layer)
+        self._aggregates[key] = msg
+        self._aggregates.move_to_end(key)
+        while len(self._aggregates) > MAX_RETAINED_AGGREGATES:
+            old, _ = self._aggregates.popitem(last=False)
+            self.stats.aggregates_evicted += 1
+            log.warning("trainer has not acknowledged the aggregate of %s; no longer kept for it", old)
+
+    def aggregate_acked(self, iteration: int, layer: int) -> bool:
+        return self._aggregates.pop((iteration, layer), None) is not None
+
+    def unacked_aggregates(self) -> list[Aggregate]:
+        """Results to send again to a trainer that (re)connects, oldest first."""
+        return list(self._aggregates.values())
+
+
+def _fold(payload: SparsePayload, extra: list[SparsePayload]) -> SparsePayload:
+    out = aggregate([payload, *extra])
+    assert out is not None  # aggregate of at least one payload
+    return out

@@ -1,0 +1,88 @@
+"""Checks on what a peer gateway sends the round engine, done before anything is stored or allocated.
+
+Kept apart from the engine so the rules a peer must follow read in one place. Everything here raises a
+:class:`~wanrt.errors.RemoteProtocolError` subclass naming the peer: the daemon closes that peer's connection
+and keeps serving the others; nothing a peer sends can crash the engine or make it keep unbounded state.
+"""
+
+from __future__ import annotations
+
+from gateways.rounds.aggregate import segment_bounds
+from gateways.rounds.config import MAX_LAYERS
+from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
+from gateways.rounds.topology import Plan
+from wanrt.errors import LimitExceeded, MalformedPayload, RemoteProtocolError
+from wanrt.payload import SparsePayload, n_blocks
+
+__all__ = ["check_message", "check_ring_message"]
+
+
+def check_message(
+    peer: str,
+    m: RoundMsg,
+    *,
+    site: str,
+    sites: frozenset[str],
+    lowest: int,
+    highest: int,
+    max_ids: int,
+) -> None:
+    """Field types, the iteration window ``[lowest, highest]``, the layer bound, and the contribution ids
+    (known sites, not from the future, strictly increasing so a set is canonical and duplicate-free)."""
+    if type(m) is not RoundMsg or m.kind not in MSG_KINDS:
+        raise RemoteProtocolError("not a round message", peer=peer, value=getattr(m, "kind", None))
+    for name in ("iteration", "layer", "plan_id", "step", "segment"):
+        if type(getattr(m, name)) is not int:
+            raise RemoteProtocolError(f"{name} must be an integer", peer=peer, value=getattr(m, name))
+    if m.payload is not None and not isinstance(m.payload, SparsePayload):
+        raise RemoteProtocolError("payload must be a SparsePayload", peer=peer)
+    if type(m.sites) is not tuple:
+        raise RemoteProtocolError("sites must be a tuple", peer=peer)
+    if not 0 <= m.layer < MAX_LAYERS:
+        raise LimitExceeded(
+            "layer id out of range", name="MAX_LAYERS", limit=MAX_LAYERS, value=m.layer, peer=peer
+        )
+    if m.iteration > highest:
+        raise LimitExceeded(
+            "iteration too far ahead", name="window", limit=highest, value=m.iteration, peer=peer
+        )
+    if m.iteration < max(0, lowest):
+        raise RemoteProtocolError("iteration settled long ago", peer=peer, value=m.iteration, limit=lowest)
+    if len(m.sites) > max_ids:
+        raise LimitExceeded(
+            "too many contribution ids", name="sites", limit=max_ids, value=len(m.sites), peer=peer
+        )
+    top = m.iteration
+    prev: ContribId | None = None
+    for cid in m.sites:
+        if type(cid) is not tuple or len(cid) != 2:
+            raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
+        s, it = cid
+        if s not in sites or type(it) is not int or not 0 <= it <= top or (prev is not None and cid <= prev):
+            raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
+        prev = cid
+    if m.payload is not None and m.payload.layer != m.layer:
+        raise MalformedPayload("payload layer disagrees with the message", peer=peer, value=m.layer)
+    if m.kind == "outcome":
+        if m.payload is not None or not 0 <= m.step <= m.iteration:
+            raise RemoteProtocolError("malformed outcome", peer=peer, value=m.step)
+        if any(s != site or it >= m.iteration for s, it in m.sites):
+            raise RemoteProtocolError("outcome lists foreign or out-of-range ids", peer=peer)
+
+
+def check_ring_message(
+    peer: str, plan: Plan, site: str, m: RoundMsg, shape: tuple[int, int] | None
+) -> tuple[int, int]:
+    """A ring message must come from our ring predecessor and hold only blocks of its segment; returns
+    (ring size, our position)."""
+    n = len(plan.core)
+    if n < 2 or not plan.in_core(site) or plan.ring_prev(site) != peer:
+        raise RemoteProtocolError("ring message from a site that is not our ring predecessor", peer=peer)
+    if not 0 <= m.segment < n:
+        raise RemoteProtocolError("ring segment out of range", peer=peer, value=m.segment)
+    if m.payload is not None and m.payload.indices.shape[0] and shape is not None:
+        bounds = segment_bounds(n_blocks(*shape), n)
+        idx = m.payload.indices
+        if idx[0] < bounds[m.segment] or idx[-1] >= bounds[m.segment + 1]:
+            raise MalformedPayload("ring segment holds blocks outside its range", peer=peer, value=m.segment)
+    return n, plan.ring_position(site)

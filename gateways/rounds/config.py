@@ -1,0 +1,93 @@
+"""Timeouts, windows and forwarding policy of the gateway's round engine (:mod:`gateways.rounds.engine`).
+
+A frozen dataclass with defaults, validated on construction, so the gateway's TOML section
+(``[gateway.rounds]``) can be mapped onto it with :func:`wanrt.config.from_mapping` and a bad value is
+reported with the key that holds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias
+
+from gateways.rounds.topology import TOPOLOGY_KINDS, PlanSpec, TopologyKind
+from wanrt.config import check
+
+__all__ = ["MAX_LAYERS", "ForwardPolicy", "RoundConfig"]
+
+ForwardPolicy: TypeAlias = Literal["exact", "per_site", "cap"]
+
+#: Round state is kept per (iteration, layer); the layer id is a peer-supplied number, so it is bounded to
+#: keep the engine's memory bounded (ViT-L has ~300 parameter tensors, LLMs a few thousand).
+MAX_LAYERS: Final = 1 << 16
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """Settings of one gateway's round engine.
+
+    * ``round_deadline_s`` — how long a parent waits (from opening the round) for its own trainers and
+      for each child subtree per level of that subtree's height, then proceeds without it (STAR §IV-B
+      x-order).
+    * ``t_w_s`` — how long a parent waits after its own trainers' push for a straggler attached to it
+      (STAR §IV-B parent–child); usually much shorter than the round deadline.
+    * ``suspect_after_s`` — how long to wait on a peer that cannot be skipped (ring neighbour, parent's
+      final result) before emitting ``PeerSuspect`` so the daemon can decide to declare it lost.
+    * ``window`` — how many iterations beyond the newest one seen a peer may be; partial staleness is at
+      most 1 (StellaTrain §3.3), so ``staleness + 2`` suffices; beyond is a protocol error.
+    * ``max_lag`` — how many iterations behind a peer message may still be (late contributions on slow
+      links are legal and ignored; older is a protocol error). Also the age at which unresolved rounds are
+      abandoned, which bounds memory.
+    * ``retain_finals`` — iterations for which final results are kept to answer peers that re-run a round
+      after a plan change (a finished round's result always wins over a re-run).
+    * ``outcome_history`` — iterations for which the contribution ids included in finals are remembered
+      per peer, so a site that rejoins after a partition learns which of its contributions were counted.
+    * ``forward_policy`` / ``forward_density`` — bounded forwarding (see :mod:`gateways.rounds.aggregate`):
+      ``exact`` forwards unions unchanged, ``per_site`` trims each site's own contribution to
+      ``ceil(density·n_blocks/N)`` blocks (StellaTrain §6), ``cap`` re-sparsifies every final to
+      ``ceil(density·n_blocks)`` blocks; what is not forwarded stays in a per-layer residual.
+    * ``quorum`` — minimum members of a plan for rounds to complete (0 = a majority of the job's sites), so
+      a site cut off from the others does not train alone and diverge.
+    * ``max_buffered`` — per peer, messages kept while this gateway has not yet adopted the plan they were
+      sent under (dropping one is safe: its originators keep their contributions).
+    * ``topology`` / ``tree_arity`` — the default :class:`~gateways.rounds.topology.PlanSpec` (see
+    :meth:`spec`).
+    """
+
+    round_deadline_s: float = 1.0
+    t_w_s: float = 0.1
+    suspect_after_s: float = 5.0
+    window: int = 3
+    max_lag: int = 64
+    retain_finals: int = 8
+    outcome_history: int = 64
+    forward_policy: ForwardPolicy = "exact"
+    forward_density: float = 0.01
+    quorum: int = 0
+    max_buffered: int = 1024
+    topology: TopologyKind = "tree"
+    tree_arity: int = 2
+
+    def __post_init__(self) -> None:
+        check(0 < self.round_deadline_s <= 3600, "round_deadline_s", self.round_deadline_s, "0 < s <= 3600")
+        check(0 <= self.t_w_s <= 3600, "t_w_s", self.t_w_s, "0 <= s <= 3600")
+        check(0 < self.suspect_after_s <= 86400, "suspect_after_s", self.suspect_after_s, "0 < s <= 86400")
+        check(1 <= self.window <= 64, "window", self.window, "1..64 iterations")
+        check(self.window <= self.max_lag <= 1 << 20, "max_lag", self.max_lag, f"{self.window}..2**20")
+        check(self.window <= self.retain_finals <= self.max_lag, "retain_finals", self.retain_finals, "")
+        check(0 <= self.outcome_history <= 1 << 20, "outcome_history", self.outcome_history, "0..2**20")
+        check(
+            self.forward_policy in ("exact", "per_site", "cap"),
+            "forward_policy",
+            self.forward_policy,
+            "exact, per_site or cap",
+        )
+        check(0 < self.forward_density <= 1, "forward_density", self.forward_density, "0 < d <= 1")
+        check(0 <= self.quorum <= 1 << 16, "quorum", self.quorum, "0 (majority) or a site count")
+        check(1 <= self.max_buffered <= 1 << 20, "max_buffered", self.max_buffered, "1..2**20")
+        check(self.topology in TOPOLOGY_KINDS, "topology", self.topology, f"one of {TOPOLOGY_KINDS}")
+        check(1 <= self.tree_arity <= 1024, "tree_arity", self.tree_arity, "1..1024")
+
+    def spec(self) -> PlanSpec:
+        """The plan inputs this config asks for, before any cost estimate or straggler is known."""
+        return PlanSpec(self.topology, self.tree_arity)

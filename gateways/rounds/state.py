@@ -1,0 +1,126 @@
+"""Mutable bookkeeping of the round engine: one open round, the per-layer carry, and counters.
+
+Kept apart from :mod:`gateways.rounds.engine` so the engine file reads as the protocol (who sends what
+when) and
+this one as the data it keeps. The invariant everything here serves: every push from the local trainers
+is, at any moment, in exactly one place — an open round (``local`` or ``own``), the layer's carry, or a
+final result — so nothing is lost when rounds are skipped, re-run or settled after a partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateways.rounds.aggregate import aggregate
+from gateways.rounds.messages import ContribId, RoundMsg
+from gateways.rounds.topology import Plan
+from wanrt.payload import SparsePayload
+
+__all__ = ["Carry", "EngineStats", "OpenRound", "merge_ids"]
+
+
+def merge_ids(*groups: tuple[ContribId, ...]) -> tuple[ContribId, ...]:
+    """Sorted union of contribution ids (a canonical form, so equal sets compare equal as tuples)."""
+    if len(groups) == 1:
+        return groups[0]
+    out: set[ContribId] = set()
+    for g in groups:
+        out.update(g)
+    return tuple(sorted(out))
+
+
+@dataclass(slots=True)
+class Carry:
+    """What this site still owes a layer: contributions that missed their round (with their ids) plus the
+    gateway residual of bounded forwarding (mass without ids, already counted by id elsewhere)."""
+
+    payload: SparsePayload | None = None
+    ids: tuple[ContribId, ...] = ()
+
+    def add(self, payload: SparsePayload | None, ids: tuple[ContribId, ...] = ()) -> None:
+        if payload is not None:
+            self.payload = payload if self.payload is None else aggregate([self.payload, payload])
+        if ids:
+            self.ids = merge_ids(self.ids, ids)
+
+    @property
+    def empty(self) -> bool:
+        return not self.ids and (self.payload is None or self.payload.nnz_blocks == 0)
+
+
+@dataclass(slots=True, eq=False)
+class OpenRound:
+    """State of (iteration, layer) at this gateway until its final result is known here.
+
+    ``local`` is the trainers' push for this iteration not yet folded into ``own``; ``own``/``own_ids`` is
+    this site's contribution once taken (local + carry), retained until the final says whether it counted,
+    so a re-run after a plan change can resend it and a miss can be carried to the next round.
+    """
+
+    iteration: int
+    layer: int
+    plan: Plan
+    opened_at: float
+    first_opened: float
+    age_base: int
+    local: SparsePayload | None = None
+    local_at: float | None = None
+    own: SparsePayload | None = None
+    own_ids: tuple[ContribId, ...] = ()
+    taken: bool = False
+    gathered: bool = False
+    inputs: dict[str, RoundMsg] = field(default_factory=dict)
+    extras_in: dict[str, tuple[SparsePayload | None, tuple[ContribId, ...]]] = field(default_factory=dict)
+    extras_out: list[tuple[SparsePayload | None, tuple[ContribId, ...]]] = field(default_factory=list)
+    late: set[str] = field(default_factory=set)
+    ring_slices: list[SparsePayload | None] | None = None
+    ring_ids: tuple[ContribId, ...] = ()
+    ring_recv: dict[int, RoundMsg] = field(default_factory=dict)
+    ring_step: int = 0
+    seg_finals: dict[int, RoundMsg] = field(default_factory=dict)
+    residuals: dict[int, SparsePayload] = field(default_factory=dict)
+    wait_peer: str | None = None
+    wait_since: float = 0.0
+    wait_reason: str = ""
+    suspected: bool = False
+    timer: float | None = None
+
+    def restart(self, plan: Plan, now: float) -> list[tuple[SparsePayload | None, tuple[ContribId, ...]]]:
+        """Forget everything received under the old plan (its senders keep their own contributions).
+
+        Returns the extras this site had sent under the old plan: they must be sent again."""
+        self.plan = plan
+        self.opened_at = now
+        self.gathered = False
+        self.inputs.clear()
+        self.extras_in.clear()
+        resend, self.extras_out = self.extras_out, []
+        self.ring_slices = None
+        self.ring_ids = ()
+        self.ring_recv.clear()
+        self.ring_step = 0
+        self.seg_finals.clear()
+        self.wait_peer = None
+        self.suspected = False
+        return resend
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters for telemetry and tests; each names an event that is legal but worth watching."""
+
+    rounds_closed: int = 0
+    late_inputs: int = 0  # a child's partial arrived after its parent had moved on (x-order)
+    carried: int = 0  # own contributions folded into a later round
+    extras: int = 0  # ... of which sent ahead to the parent on their own
+    restarts: int = 0  # open rounds re-run under a new plan
+    final_replies: int = 0  # finished results sent to peers re-running a round
+    stale_ignored: int = 0  # messages for rounds already settled here
+    buffered: int = 0  # messages held for a plan not adopted yet
+    buffer_dropped: int = 0  # ... dropped because the per-peer buffer was full or the message went stale
+    conflicts: int = 0  # two different finals for one round (only after a finalizer failed mid-broadcast)
+    settled: int = 0  # rounds settled from a peer's outcome after a partition
+    diverged: int = 0  # own contributions of a round finished here but re-run by the others without them
+    unresolved: int = 0  # ... whose outcome was older than the peer's history: carried, maybe twice
+    abandoned: int = 0  # rounds unresolved after max_lag iterations: carried, maybe twice
+    suspects: int = 0

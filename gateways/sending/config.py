@@ -1,0 +1,83 @@
+"""Settings of the gateway's sans-IO send-side policies: the EDF send queue and the rate allocator.
+
+Kept apart from :mod:`gateways.config` (which also pulls in the transports' configs, and with them
+asyncio) so that :mod:`gateways.sending.edf_queue`, :mod:`gateways.sending.rate_allocator` and the
+simulator import no I/O machinery.
+:mod:`gateways.config` re-exports both classes; they load from ``[gateway.edf]`` and ``[gateway.rates]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from wanrt.config import check
+from wanrt.protocol.limits import MIN_CHUNK_BYTES
+
+__all__ = ["MAX_CHUNK_BYTES", "EdfConfig", "RateConfig"]
+
+#: A chunk is the unit of non-preemption on a link: at 100 Mbit/s a 16 MiB chunk already blocks an urgent
+#: layer for 1.3 s, so larger chunks defeat EDF; it also stays far below any sane frame-size limit.
+MAX_CHUNK_BYTES: Final = 16 << 20
+
+
+@dataclass(frozen=True)
+class EdfConfig:
+    """The per-link send queue (:mod:`gateways.sending.edf_queue`).
+
+    ``edf`` sends the most urgent (iteration, layer) first, StellaTrain §3.3; ``fifo`` is the first-come
+    baseline kept for the EDF-vs-FIFO comparison. Chunks bound how long an urgent layer waits behind a
+    large one already on the wire. Pieces shorter than ``coalesce_bytes`` (message headers, tiny layers) are
+    copied together into one chunk rather than each paying a frame.
+    """
+
+    policy: Literal["edf", "fifo"] = "edf"
+    chunk_bytes: int = 256 << 10
+    coalesce_bytes: int = 4 << 10
+
+    def __post_init__(self) -> None:
+        check(
+            MIN_CHUNK_BYTES <= self.chunk_bytes <= MAX_CHUNK_BYTES,
+            "chunk_bytes",
+            self.chunk_bytes,
+            f"must be in {MIN_CHUNK_BYTES}..{MAX_CHUNK_BYTES}",
+        )
+        check(
+            0 <= self.coalesce_bytes <= self.chunk_bytes,
+            "coalesce_bytes",
+            self.coalesce_bytes,
+            "must be in 0..chunk_bytes",
+        )
+
+
+@dataclass(frozen=True)
+class RateConfig:
+    """Straggler-link rate reallocation (:mod:`gateways.sending.rate_allocator`), seed 002 "Straggler-Aware
+    Scheduler".
+
+    Paper values are the defaults: streak K = 3 iterations slower than 1.2 × the median, boost α = 0.3,
+    donor penalty β = 0.15 shared by the donors, recovery r ← 0.5·r + 0.5·r_base, cooldown 5 iterations.
+    ``max_boost``, ``min_share`` and ``conserve_total`` are ours: the paper compounds boosts without a bound
+    and lets the sum of rates drift above the base sum, which a real uplink cannot honour.
+    """
+
+    enabled: bool = True
+    streak: int = 3
+    slow_factor: float = 1.2
+    alpha: float = 0.3
+    beta: float = 0.15
+    recovery: float = 0.5
+    cooldown: int = 5
+    max_boost: float = 4.0
+    min_share: float = 0.25
+    conserve_total: bool = False
+
+    def __post_init__(self) -> None:
+        check(1 <= self.streak <= 1000, "streak", self.streak, "must be in 1..1000 iterations")
+        check(1.0 < self.slow_factor <= 100.0, "slow_factor", self.slow_factor, "must be in (1, 100]")
+        check(0.0 < self.alpha <= 10.0, "alpha", self.alpha, "must be in (0, 10]")
+        check(0.0 <= self.beta < 1.0, "beta", self.beta, "must be in [0, 1)")
+        check(0.0 < self.recovery <= 1.0, "recovery", self.recovery, "must be in (0, 1]")
+        check(0 <= self.cooldown <= 10_000, "cooldown", self.cooldown, "must be in 0..10000 iterations")
+        check(1.0 <= self.max_boost <= 100.0, "max_boost", self.max_boost, "must be in [1, 100]")
+        check(0.0 < self.min_share <= 1.0, "min_share", self.min_share, "must be in (0, 1]")

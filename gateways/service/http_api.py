@@ -1,0 +1,116 @@
+"""The gateway's local HTTP endpoint (aiohttp on ``metrics_host:metrics_port``, off when the port is 0).
+
+* ``GET /metrics`` — Prometheus text: bytes per peer, queue depth, rounds, late contributions, peer up/down,
+  link rates, stragglers (:func:`gateways.stats.render_prometheus`).
+* ``GET /status`` — JSON: peers with state and rates, queue depth, recent rounds, the frontier iteration.
+* ``POST /config`` — JSON ``{"values": {"density": 0.01, ...}, "effective_iteration": N}`` (N optional):
+  a configuration update forwarded to this site's trainer as a ``ConfigUpdate``, until a scheduler sends
+  them. Answers 400 with the reason for a bad body.
+
+Read-only views and one control call, all served from the daemon's own state; keep it on loopback unless a
+scraper needs it (there is no authentication on this port).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any, Final, Protocol
+
+from aiohttp import web
+
+from wanrt.errors import ConfigError, LocalProtocolError
+
+__all__ = ["HttpOwner", "MetricsServer"]
+
+log = logging.getLogger(__name__)
+
+#: Largest /config body accepted; a configuration update is a handful of keys.
+MAX_CONFIG_BODY: Final = 64 * 1024
+
+
+class HttpOwner(Protocol):
+    def status(self) -> dict[str, Any]: ...
+
+    def metrics_text(self) -> str: ...
+
+    def apply_config(self, values: dict[str, Any], effective_iteration: int | None) -> dict[str, Any]: ...
+
+
+class MetricsServer:
+    """The aiohttp application and its runner; :attr:`url` is the bound address once started."""
+
+    def __init__(self, owner: HttpOwner, host: str, port: int) -> None:
+        self._owner = owner
+        self._host = host
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self.url: str | None = None
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=MAX_CONFIG_BODY)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/status", self._status)
+        app.router.add_post("/config", self._config)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self._host, self._port)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self.url = f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self._owner.metrics_text(), content_type="text/plain", charset="utf-8")
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return web.json_response(self._owner.status(), dumps=_dumps)
+
+    async def _config(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _bad(f"body is not JSON: {exc}")
+        if not isinstance(body, dict) or not isinstance(body.get("values"), dict):
+            return _bad('body must be {"values": {...}, "effective_iteration": N}')
+        extra = sorted(set(body) - {"values", "effective_iteration"})
+        if extra:
+            return _bad(f"unknown field {extra[0]!r}")
+        effective = body.get("effective_iteration")
+        if effective is not None and (type(effective) is not int or effective < 0):
+            return _bad("effective_iteration must be a non-negative integer")
+        try:
+            applied = self._owner.apply_config(body["values"], effective)
+        except (ConfigError, LocalProtocolError) as exc:
+            return _bad(str(exc))
+        log.info("configuration update via HTTP: %s", applied)
+        return web.json_response(applied)
+
+
+def _bad(reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=400)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(_json_safe(obj))
+
+
+def _json_safe(obj: Any) -> Any:
+    """inf/nan (a link time that never finished) are not JSON: they become strings."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj

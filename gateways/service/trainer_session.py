@@ -1,0 +1,249 @@
+"""The site's trainer (its leader rank) as the gateway sees it: one authenticated local connection.
+
+A thin asyncio adapter. The trainer connects to ``trainer_listen`` (role ``trainer``, the job's HMAC
+handshake), pushes ``Push(iteration, layer, round=0, payload)`` per layer and acknowledges every
+``Aggregate``; the gateway acknowledges pushes once they are counted
+(:mod:`gateways.membership.trainer_ledger`) and
+forwards ``ConfigUpdate`` s. What the pushes mean is the daemon's business (:class:`TrainerOwner`).
+
+The gateway's Welcome ``info`` carries the job's model signature when known (keys ``model``, ``n_layers``,
+``group``, ``layers``, ``model_site``; the client refuses to train another model), plus ``join_at`` (the
+iteration from which this gateway runs rounds: a trainer reconnecting to a restarted gateway skips ahead to
+it) and ``frontier``. A trainer that reconnects is served again: a new connection replaces the old one, and
+gets every result it has not acknowledged yet and the last configuration update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import Any, Protocol
+
+from transports import Timeouts, Transport
+from transports.connection_io import abort_and_close, next_event
+from wanrt.errors import (
+    AuthError,
+    ProtocolError,
+    RemoteProtocolError,
+    TransportError,
+    WanrtError,
+    WanrtTimeout,
+)
+from wanrt.protocol import (
+    Ack,
+    Aggregate,
+    Auth,
+    Bye,
+    Connection,
+    ConnectionClosed,
+    Error,
+    ErrorCode,
+    Heartbeat,
+    Hello,
+    Message,
+    Push,
+    Role,
+)
+
+__all__ = ["TrainerOwner", "TrainerSession", "serve_trainer"]
+
+log = logging.getLogger(__name__)
+
+
+class TrainerOwner(Protocol):
+    """The daemon, as the trainer side needs it."""
+
+    site: str
+    job: str
+
+    def trainer_welcome_info(self) -> dict[str, Any]: ...
+
+    def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
+        """Why this trainer's model is not the job's (None: fine; its signature may be adopted)."""
+        ...
+
+    def trainer_connected(self, session: TrainerSession) -> None: ...
+
+    def trainer_disconnected(self, session: TrainerSession, reason: str) -> None: ...
+
+    async def trainer_push(self, session: TrainerSession, push: Push) -> None: ...
+
+    def trainer_ack(self, session: TrainerSession, ack: Ack) -> None: ...
+
+    def secret(self) -> bytes: ...
+
+    @property
+    def timeouts(self) -> Timeouts: ...
+
+
+class TrainerSession:
+    """One trainer connection: an outgoing frame queue drained by a writer task, and the reader."""
+
+    def __init__(self, conn: Connection, transport: Transport, timeouts: Timeouts) -> None:
+        self.conn = conn
+        self.transport = transport
+        self.peer = transport.peer
+        self._timeouts = timeouts
+        self._out: deque[list[memoryview]] = deque()
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._bye_sent = False
+        self._refusal: str | None = None
+
+    def send(self, msg: Message) -> None:
+        """Queue a frame for the trainer (Aggregate, Ack, ConfigUpdate, Bye)."""
+        if self._bye_sent:
+            return
+        self._out.append(self.conn.send_parts(msg))
+        self._bye_sent = isinstance(msg, Bye)
+        self._drained.clear()
+        self._wake.set()
+
+    @property
+    def bye_sent(self) -> bool:
+        return self._bye_sent
+
+    def send_bye(self, reason: str) -> None:
+        self.send(Bye(reason[:200]))
+
+    def refuse(self, reason: str) -> None:
+        """End the session with an Error frame saying ``reason`` (model mismatch, replaced connection)."""
+        if self._refusal is None:
+            self._refusal = reason
+            self._wake.set()
+
+    @property
+    def drained(self) -> bool:
+        return self._drained.is_set()
+
+    async def wait_drained(self) -> None:
+        await self._drained.wait()
+
+    async def writer(self) -> str:
+        while True:
+            self._wake.clear()
+            if self._refusal is not None:
+                await self.transport.send([self.conn.abort(RemoteProtocolError(self._refusal))])
+                self._drained.set()
+                return self._refusal
+            if not self._out:
+                self._drained.set()
+                if self._bye_sent:
+                    return "closed by this gateway"
+                await self._wake.wait()
+                continue
+            parts = [p for frame in self._out for p in frame]
+            self._out.clear()
+            await self.transport.send(parts)
+
+
+async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
+    """Listener handler for ``trainer_listen``: handshake, then serve until the trainer leaves."""
+    conn = Connection(
+        Role.GATEWAY, owner.site, owner.job, owner.secret(), side="server", peer=f"trainer@{transport.peer}"
+    )
+    timeouts = owner.timeouts
+    try:
+        async with asyncio.timeout(timeouts.handshake):
+            problem = await _handshake(owner, conn, transport)
+    except asyncio.CancelledError:
+        await abort_and_close(conn, transport, None, grace=timeouts.close)
+        raise
+    except TimeoutError:
+        log.warning(
+            "trainer %s: handshake not finished within %g s; closed", transport.peer, timeouts.handshake
+        )
+        await abort_and_close(conn, transport, None, grace=timeouts.close)
+        return
+    except (ProtocolError, AuthError) as exc:
+        log.warning("trainer %s rejected: %s", transport.peer, exc)
+        await abort_and_close(conn, transport, exc, grace=timeouts.close)
+        return
+    except (TransportError, WanrtTimeout) as exc:
+        log.info("trainer %s: connection failed during the handshake: %s", transport.peer, exc)
+        await abort_and_close(conn, transport, None, grace=timeouts.close)
+        return
+    if problem is not None:
+        log.error("trainer %s refused: %s", transport.peer, problem)
+        await abort_and_close(
+            conn, transport, RemoteProtocolError(problem, code=int(ErrorCode.PROTOCOL)), grace=timeouts.close
+        )
+        return
+    session = TrainerSession(conn, transport, timeouts)
+    owner.trainer_connected(session)
+    reason = "ended"
+    error: BaseException | None = None
+    writer = asyncio.get_running_loop().create_task(session.writer(), name=f"trainer writer {transport.peer}")
+    reader = asyncio.get_running_loop().create_task(_read(owner, session), name=f"trainer {transport.peer}")
+    try:
+        done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+        task = reader if reader in done else writer  # the reader says why the trainer left
+        error = task.exception()
+        reason = task.result() if error is None else str(error)
+        if isinstance(error, WanrtError):
+            log.warning("trainer %s: connection closed: %s", transport.peer, error)
+        elif error is not None:
+            log.error("trainer %s: internal error, connection closed", transport.peer, exc_info=error)
+    finally:
+        for task in (reader, writer):
+            task.cancel()
+        await asyncio.gather(reader, writer, return_exceptions=True)
+        owner.trainer_disconnected(session, reason)
+        if error is None and session.bye_sent:
+            with contextlib.suppress(TransportError, OSError):
+                await transport.close()  # a clean end: Bye said
+        else:
+            await abort_and_close(
+                conn,
+                transport,
+                error if isinstance(error, (ProtocolError, AuthError)) else None,
+                grace=timeouts.close,
+            )
+
+
+async def _handshake(owner: TrainerOwner, conn: Connection, transport: Transport) -> str | None:
+    """Hello → Welcome (with the job's model) → Auth. Returns a model problem to refuse the trainer for."""
+    event = await next_event(conn, transport)
+    if not isinstance(event, Hello):
+        raise TransportError("trainer left before its Hello", peer=transport.peer)
+    if event.role is not Role.TRAINER or event.site != owner.site:
+        why = (
+            f"{event.role} of site {event.site!r} refused: "
+            f"only the trainer of site {owner.site!r} may connect here"
+        )
+        await transport.send([conn.reject(ErrorCode.AUTH, why)])
+        raise AuthError(why, peer=transport.peer)
+    await transport.send([conn.accept(owner.trainer_welcome_info())])
+    event = await next_event(conn, transport)
+    if not isinstance(event, Auth):
+        raise TransportError("trainer left before authenticating", peer=transport.peer)
+    return owner.trainer_model_problem(dict(conn.peer_info))
+
+
+async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
+    conn, transport = session.conn, session.transport
+    while True:
+        event = await next_event(conn, transport)
+        if isinstance(event, Push) and not isinstance(event, Aggregate):
+            if event.job != owner.job or event.sender != owner.site:
+                raise RemoteProtocolError(
+                    "push names another job or site", peer="trainer", value=(event.job, event.sender)
+                )
+            await owner.trainer_push(session, event)
+        elif isinstance(event, Ack):
+            owner.trainer_ack(session, event)
+        elif isinstance(event, Heartbeat):
+            continue
+        elif isinstance(event, Bye):
+            session.send(Bye("served"))
+            await session.wait_drained()
+            return f"trainer said bye: {event.reason or 'no reason'}"
+        elif isinstance(event, Error):
+            return f"trainer aborted: {event.message}"
+        elif isinstance(event, ConnectionClosed):
+            return f"trainer connection closed ({event.reason})"
+        else:
+            raise RemoteProtocolError(f"a trainer may not send {type(event).__name__}", peer="trainer")

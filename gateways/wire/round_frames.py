@@ -1,0 +1,311 @@
+"""How a round-engine message (:class:`~gateways.rounds.messages.RoundMsg`) travels between two gateways.
+
+The protocol's ``Push`` / ``Aggregate`` carry a layer's payload, but the round engine needs more than they
+hold: the message ``kind`` (partial, extra, segment, segment_final, final, outcome), the ``plan_id`` it was
+produced under, the ``step`` and ``segment`` of a ring, and the *contribution ids* ``(site, iteration)`` —
+an aggregate for iteration 7 may hold ``("c", 6)``, which ``Aggregate.sites`` (distinct site names) cannot
+say. So each RoundMsg becomes:
+
+* a :class:`RoundTag` (extension type 0x80) with everything except the payload, and ``seq``, a per-link
+  sequence number;
+* when the RoundMsg has a payload, right after it on the same link a ``Push`` (partial, extra, segment) or an
+  ``Aggregate`` (final, segment_final; ``sites`` = the distinct site names of the ids) whose ``round`` field
+  equals the tag's ``seq``. ``round`` is otherwise unused between gateways, so it pairs the two frames
+  exactly even if the send queue interleaves other items between them. A final without any contribution id
+  (only residual mass) travels as a Push, since an Aggregate must name at least one site.
+
+The receiver (:class:`RoundInbox`) holds a tag until its payload frame arrives (bounded), checks that the
+two agree, and hands the engine one RoundMsg. Acknowledgements are cumulative (:class:`AckWindow`): after
+each batch of frames read from the link, one ``Ack(iteration, layer, round=s)`` says "every message up to
+sequence number s has been taken" (``iteration``/``layer`` name message s, for logs); the sender uses the
+acks to measure per-iteration link times for rate reallocation. One ack per batch instead of one per
+message keeps a busy link's acknowledgement traffic to a trickle.
+
+:class:`JobModel` (0x81) tells a peer the job's model signature learned after the link came up (otherwise it
+travels in the handshake ``info``). Both types are registered in :data:`GATEWAY_REGISTRY`, used on
+gateway-to-gateway links only. Sans-IO: nothing here touches sockets or clocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final, Self
+
+from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
+from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from wanrt.protocol.checks import check_count, check_name, check_scalar_map, check_uint
+from wanrt.protocol.limits import MAX_COUNTER, MAX_INFO_KEYS, MAX_LAYER_ID, MAX_SITES
+from wanrt.protocol.messages import Aggregate, Message, Push, field_names
+from wanrt.protocol.registry import CORE_REGISTRY
+
+__all__ = [
+    "FINAL_KINDS",
+    "GATEWAY_REGISTRY",
+    "MAX_ACK_GAP",
+    "MAX_PENDING_TAGS",
+    "MAX_ROUND_IDS",
+    "SEQ_MODULUS",
+    "AckWindow",
+    "JobModel",
+    "RoundInbox",
+    "RoundTag",
+    "encode_round",
+]
+
+#: Kinds whose payload is a finished result and travels as an Aggregate.
+FINAL_KINDS: Final = frozenset({"final", "segment_final"})
+
+#: Tags are numbered modulo the range of the protocol's ``round`` field (u32); a link never has anywhere
+#: near 2**32 messages outstanding, so numbers cannot collide.
+SEQ_MODULUS: Final = MAX_LAYER_ID + 1
+
+#: Contribution ids in one tag. The engine bounds them by sites x (max_lag + 1); 16384 covers 256 sites at
+#: the default max_lag of 64 and keeps a lying peer from making us build a huge tuple.
+MAX_ROUND_IDS: Final = 16384
+
+#: Messages a receiver may hold above its contiguous prefix of sequence numbers. The EDF queue sends urgent
+#: messages past queued ones, so gaps are normal, but they are bounded by what the sender has queued; a
+#: peer opening more is lying about its sequence numbers.
+MAX_ACK_GAP: Final = 1 << 16
+
+#: Tags received whose payload frame has not arrived yet. A sender queues a tag right before its payload,
+#: so only tags of payloads interleaved in the send queue are pending at once: a few per chunk slot.
+MAX_PENDING_TAGS: Final = 1024
+
+
+def _check_ids(value: Any) -> tuple[ContribId, ...]:
+    """The wire form ``{site: [iteration, ...]}`` as the engine's sorted tuple of (site, iteration)."""
+    if not isinstance(value, Mapping):
+        raise LocalProtocolError("ids must be a map of site -> iterations", value=type(value).__name__)
+    check_count(len(value), "ids sites", "MAX_SITES", MAX_SITES)
+    out: list[ContribId] = []
+    for site, its in value.items():
+        check_name(site, "ids site")
+        if not isinstance(its, (list, tuple)):
+            raise LocalProtocolError("ids iterations must be a list", value=type(its).__name__)
+        check_count(len(out) + len(its), "contribution ids", "MAX_ROUND_IDS", MAX_ROUND_IDS)
+        for it in its:  # inline check_uint: this runs for every round message
+            if type(it) is not int or not 0 <= it <= MAX_COUNTER:
+                raise LocalProtocolError("ids iteration must be an integer in [0, MAX_COUNTER]", value=it)
+            out.append((site, it))
+    out.sort()
+    return tuple(out)
+
+
+def _ids_map(ids: Sequence[ContribId]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for site, it in ids:
+        grouped.setdefault(site, []).append(it)
+    return grouped
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTag(Message):
+    """Everything of a RoundMsg but its payload; ``payload`` says whether a Push/Aggregate with
+    ``round == seq`` follows. ``segment`` is -1 outside a ring."""
+
+    TYPE: ClassVar[int] = 0x80
+    STREAM: ClassVar[bool] = True
+    seq: int
+    kind: str
+    iteration: int
+    layer: int
+    plan_id: int
+    step: int
+    segment: int
+    ids: tuple[ContribId, ...]
+    payload: bool
+
+    def __post_init__(self) -> None:
+        check_uint(self.seq, "seq", MAX_LAYER_ID)
+        if self.kind not in MSG_KINDS:
+            raise LocalProtocolError("unknown round message kind", value=str(self.kind)[:64])
+        check_uint(self.iteration, "iteration", MAX_COUNTER)
+        check_uint(self.layer, "layer", MAX_LAYER_ID)
+        check_uint(self.plan_id, "plan_id", MAX_COUNTER)
+        check_uint(self.step, "step", MAX_COUNTER)
+        if type(self.segment) is not int or not -1 <= self.segment < MAX_SITES:
+            raise LocalProtocolError("segment must be -1 or a ring position", value=self.segment)
+        if type(self.payload) is not bool:
+            raise LocalProtocolError("payload must be true or false", value=type(self.payload).__name__)
+        if not isinstance(self.ids, tuple):
+            raise LocalProtocolError("ids must be a tuple of (site, iteration)")
+
+    def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
+        header = {name: getattr(self, name) for name in field_names(type(self))}
+        header["ids"] = _ids_map(self.ids)
+        return header, []
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
+        names = field_names(cls)
+        if set(header) != set(names):
+            raise LocalProtocolError("RoundTag header fields wrong", value=sorted(header)[:16])
+        fields = dict(header)
+        fields["ids"] = _check_ids(fields["ids"])
+        return cls(**fields)
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        """Distinct site names of the ids, sorted: what an Aggregate carrying the payload lists."""
+        return tuple(sorted({s for s, _ in self.ids}))
+
+
+@dataclass(frozen=True, slots=True)
+class JobModel(Message):
+    """The job's model signature (keys model, n_layers, group, layers, model_site), learned after the
+    link's handshake; a gateway adopts it by the rule of :mod:`gateways.membership.job_model`."""
+
+    TYPE: ClassVar[int] = 0x81
+    STREAM: ClassVar[bool] = True
+    info: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "info",
+            check_scalar_map(self.info, "info", "MAX_INFO_KEYS", MAX_INFO_KEYS, allow_bytes=True),
+        )
+
+
+#: The protocol spoken between gateways: the core messages plus the two above.
+GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(RoundTag, JobModel)
+
+
+def encode_round(msg: RoundMsg, *, seq: int, job: str, site: str) -> tuple[RoundTag, Push | None]:
+    """The frames that carry ``msg`` (send them in this order on one link)."""
+    has_payload = msg.payload is not None
+    tag = RoundTag(
+        seq % SEQ_MODULUS,
+        msg.kind,
+        msg.iteration,
+        msg.layer,
+        msg.plan_id,
+        msg.step,
+        msg.segment,
+        tuple(msg.sites),
+        has_payload,
+    )
+    if msg.payload is None:
+        return tag, None
+    if msg.kind in FINAL_KINDS and msg.sites:
+        return tag, Aggregate(job, msg.iteration, msg.layer, tag.seq, site, msg.payload, tag.sites)
+    return tag, Push(job, msg.iteration, msg.layer, tag.seq, site, msg.payload)
+
+
+class RoundInbox:
+    """Receiver side of one link: pairs tags with their payload frames into RoundMsgs, bounded.
+
+    Every inconsistency is the peer's fault (:class:`RemoteProtocolError` / :class:`LimitExceeded`): the
+    daemon closes that link and keeps serving the others.
+    """
+
+    def __init__(self, peer: str, job: str, *, max_pending: int = MAX_PENDING_TAGS) -> None:
+        self.peer = peer
+        self.job = job
+        self.max_pending = max_pending
+        self._pending: dict[int, RoundTag] = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def on_tag(self, tag: RoundTag) -> RoundMsg | None:
+        """A tag arrived: the whole RoundMsg if it has no payload, else ``None`` (wait for the payload)."""
+        if not tag.payload:
+            return self._round_msg(tag, None)
+        if tag.seq in self._pending:
+            raise RemoteProtocolError("round tag sequence number reused", peer=self.peer, value=tag.seq)
+        if len(self._pending) >= self.max_pending:
+            raise LimitExceeded(
+                "too many round tags waiting for their payload",
+                name="MAX_PENDING_TAGS",
+                limit=self.max_pending,
+                value=len(self._pending) + 1,
+                peer=self.peer,
+            )
+        self._pending[tag.seq] = tag
+        return None
+
+    def on_payload(self, msg: Push) -> tuple[RoundTag, RoundMsg]:
+        """A Push or Aggregate arrived: its tag and the RoundMsg they make together."""
+        tag = self._pending.pop(msg.round, None)
+        if tag is None:
+            raise RemoteProtocolError(
+                f"{type(msg).__name__} without a preceding round tag", peer=self.peer, value=msg.round
+            )
+        if (msg.iteration, msg.layer) != (tag.iteration, tag.layer):
+            raise RemoteProtocolError(
+                "payload frame disagrees with its round tag",
+                peer=self.peer,
+                value=(msg.iteration, msg.layer),
+                limit=(tag.iteration, tag.layer),
+            )
+        if msg.job != self.job or msg.sender != self.peer:
+            raise RemoteProtocolError(
+                "payload frame names another job or sender", peer=self.peer, value=(msg.job, msg.sender)
+            )
+        want_aggregate = tag.kind in FINAL_KINDS and bool(tag.ids)
+        if isinstance(msg, Aggregate) != want_aggregate:
+            raise RemoteProtocolError(
+                f"a {tag.kind} round message must travel as {'Aggregate' if want_aggregate else 'Push'}",
+                peer=self.peer,
+            )
+        if isinstance(msg, Aggregate) and msg.sites != tag.sites:
+            raise RemoteProtocolError(
+                "Aggregate.sites disagrees with the tag's contribution ids", peer=self.peer, value=msg.sites
+            )
+        return tag, self._round_msg(tag, msg)
+
+    def _round_msg(self, tag: RoundTag, msg: Push | None) -> RoundMsg:
+        return RoundMsg(
+            tag.kind,  # type: ignore[arg-type]  # checked against MSG_KINDS when the tag was built
+            tag.iteration,
+            tag.layer,
+            tag.plan_id,
+            None if msg is None else msg.payload,
+            tag.ids,
+            tag.step,
+            tag.segment,
+        )
+
+
+def unwrap(seq_mod: int, base: int) -> int:
+    """The full sequence number ``>= base`` that is congruent to ``seq_mod`` modulo :data:`SEQ_MODULUS`."""
+    return base + (seq_mod - base) % SEQ_MODULUS
+
+
+class AckWindow:
+    """Receiver side of cumulative acknowledgements on one link (sequence numbers start at 0)."""
+
+    def __init__(self, peer: str, *, max_gap: int = MAX_ACK_GAP) -> None:
+        self.peer = peer
+        self.max_gap = max_gap
+        self._next = 0  # every full sequence number below has been taken
+        self._above: dict[int, tuple[int, int]] = {}  # taken beyond the prefix -> (iteration, layer)
+        self._acked = -1
+        self._last: tuple[int, int] = (0, 0)
+
+    def taken(self, tag: RoundTag) -> None:
+        """The message of ``tag`` was handed to the round engine."""
+        full = unwrap(tag.seq, self._next)
+        if full - self._next >= self.max_gap or full in self._above:
+            raise LimitExceeded(
+                "round message sequence number out of the window (reused or far ahead)",
+                name="MAX_ACK_GAP",
+                limit=self.max_gap,
+                value=full - self._next,
+                peer=self.peer,
+            )
+        self._above[full] = (tag.iteration, tag.layer)
+        while self._next in self._above:
+            self._last = self._above.pop(self._next)
+            self._next += 1
+
+    def due(self) -> tuple[int, int, int] | None:
+        """(iteration, layer, round) of the Ack to send now, or None if nothing new is acknowledged."""
+        if self._next - 1 <= self._acked:
+            return None
+        self._acked = self._next - 1
+        return (*self._last, self._acked % SEQ_MODULUS)

@@ -1,0 +1,187 @@
+"""Round messages over the real protocol: every kind round-trips exactly through RoundTag + Push/Aggregate
+(also chunked, also interleaved), cumulative acks, and every lie of a peer is a typed error."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from gateways.rounds.messages import MSG_KINDS, RoundMsg
+from gateways.wire.round_frames import (
+    GATEWAY_REGISTRY,
+    MAX_ACK_GAP,
+    MAX_ROUND_IDS,
+    SEQ_MODULUS,
+    AckWindow,
+    JobModel,
+    RoundInbox,
+    RoundTag,
+    encode_round,
+    unwrap,
+)
+from tests.gateways.harness import make_payload
+from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from wanrt.protocol import Aggregate, Connection, Push, split_frame
+from wanrt.protocol.events import NEED_DATA
+from wanrt.protocol.messages import decode_message
+
+SECRET = b"wire-test-secret-0123"
+
+
+def _pair() -> tuple[Connection, Connection]:
+    c = Connection("gateway", "a", "j", SECRET, side="client", registry=GATEWAY_REGISTRY)
+    s = Connection("gateway", "b", "j", SECRET, side="server", registry=GATEWAY_REGISTRY)
+    s.receive_data(c.hello({}))
+    s.next_event()
+    c.receive_data(s.accept({}))
+    c.next_event()
+    s.receive_data(c.authenticate())
+    s.next_event()
+    return c, s
+
+
+def _receive(conn: Connection, data: bytes) -> list[object]:
+    conn.receive_data(data)
+    out = []
+    while (ev := conn.next_event()) is not NEED_DATA:
+        out.append(ev)
+    return out
+
+
+def _same(a: RoundMsg, b: RoundMsg) -> bool:
+    if (a.kind, a.iteration, a.layer, a.plan_id, a.sites, a.step, a.segment) != (
+        b.kind,
+        b.iteration,
+        b.layer,
+        b.plan_id,
+        b.sites,
+        b.step,
+        b.segment,
+    ):
+        return False
+    if a.payload is None or b.payload is None:
+        return a.payload is b.payload
+    return a.payload.values_f32().tobytes() == b.payload.values_f32().tobytes() and bool(
+        (a.payload.indices == b.payload.indices).all()
+    )
+
+
+@pytest.mark.parametrize("kind", MSG_KINDS)
+def test_every_kind_round_trips(kind: str) -> None:
+    c, s = _pair()
+    inbox = RoundInbox("a", "j")
+    payload = None if kind == "outcome" else make_payload("a", 7, 3)
+    ids = (("a", 6), ("a", 7), ("c", 7))
+    msg = RoundMsg(kind, 7, 3, 2**62 + 5, payload, ids, 9, 2 if "segment" in kind else -1)  # type: ignore[arg-type]
+    tag, frame = encode_round(msg, seq=SEQ_MODULUS + 4, job="j", site="a")
+    assert tag.seq == 4 and tag.payload == (payload is not None)
+    if payload is None:
+        assert frame is None
+    else:
+        assert isinstance(frame, Aggregate) == (kind in ("final", "segment_final"))
+        assert frame.round == tag.seq
+        if isinstance(frame, Aggregate):
+            assert frame.sites == ("a", "c")
+    (got_tag,) = _receive(s, c.send(tag))
+    assert isinstance(got_tag, RoundTag)
+    out = inbox.on_tag(got_tag)
+    if frame is not None:
+        assert out is None and inbox.pending == 1
+        (got,) = _receive(s, c.send(frame))
+        assert isinstance(got, Push)
+        _, out = inbox.on_payload(got)
+    assert out is not None and _same(out, msg) and inbox.pending == 0
+
+
+def test_tags_pair_with_their_payloads_when_chunks_interleave() -> None:
+    c, s = _pair()
+    inbox = RoundInbox("a", "j")
+    layers = range(40, 44)  # payloads of a few KiB: several 1 KiB chunks each
+    msgs = [
+        RoundMsg("partial", i, layer, 1, make_payload("a", i, layer), (("a", i),))
+        for i, layer in enumerate(layers)
+    ]
+    frames = [encode_round(m, seq=i, job="j", site="a") for i, m in enumerate(msgs)]
+    # all tags first, then the payload frames' chunks interleaved round-robin, the last message first
+    stream = b"".join(c.send(tag) for tag, _ in frames)
+    chunked = [
+        split_frame(c.send_parts(p), item_id=i, chunk_bytes=1024) for i, (_, p) in enumerate(frames) if p
+    ]
+    assert all(len(ch) > 1 for ch in chunked)
+    order = [ch for group in itertools.zip_longest(*reversed(chunked)) for ch in group if ch is not None]
+    stream += b"".join(c.send(ch) for ch in order)
+    got: list[RoundMsg] = []
+    for ev in _receive(s, stream):
+        if isinstance(ev, RoundTag):
+            assert inbox.on_tag(ev) is None
+        else:
+            assert isinstance(ev, Push)
+            got.append(inbox.on_payload(ev)[1])
+    assert sorted(m.iteration for m in got) == [0, 1, 2, 3]
+    for m in got:
+        assert _same(m, msgs[m.iteration])
+
+
+def test_peer_lies_are_typed_errors() -> None:
+    inbox = RoundInbox("a", "j", max_pending=2)
+    p = make_payload("a", 1, 0)
+    with pytest.raises(RemoteProtocolError, match="without a preceding round tag"):
+        inbox.on_payload(Push("j", 1, 0, 9, "a", p))
+    tag = RoundTag(9, "partial", 1, 0, 1, 0, -1, (("a", 1),), True)
+    inbox.on_tag(tag)
+    with pytest.raises(RemoteProtocolError, match="reused"):
+        inbox.on_tag(tag)
+    inbox.on_tag(RoundTag(10, "partial", 1, 0, 1, 0, -1, (("a", 1),), True))
+    with pytest.raises(LimitExceeded):
+        inbox.on_tag(RoundTag(11, "partial", 1, 0, 1, 0, -1, (("a", 1),), True))
+    with pytest.raises(RemoteProtocolError, match="disagrees with its round tag"):
+        inbox.on_payload(Push("j", 2, 0, 9, "a", make_payload("a", 2, 0)))
+    with pytest.raises(RemoteProtocolError, match="another job or sender"):
+        inbox.on_payload(Push("j", 1, 0, 10, "b", p))
+    fin = RoundInbox("a", "j")
+    fin.on_tag(RoundTag(1, "final", 1, 0, 1, 0, -1, (("a", 1), ("b", 1)), True))
+    with pytest.raises(RemoteProtocolError, match="must travel as Aggregate"):
+        fin.on_payload(Push("j", 1, 0, 1, "a", p))
+    fin.on_tag(RoundTag(2, "final", 1, 0, 1, 0, -1, (("a", 1), ("b", 1)), True))
+    with pytest.raises(RemoteProtocolError, match="disagrees with the tag"):
+        fin.on_payload(Aggregate("j", 1, 0, 2, "a", p, ("a",)))
+
+
+def test_tag_validation_on_both_sides() -> None:
+    with pytest.raises(LocalProtocolError):
+        RoundTag(0, "gossip", 1, 0, 1, 0, -1, (), False)
+    with pytest.raises(LocalProtocolError):
+        RoundTag(0, "partial", 1, 0, 1, 0, -2, (), False)
+    with pytest.raises(LocalProtocolError):
+        RoundTag(SEQ_MODULUS, "partial", 1, 0, 1, 0, -1, (), False)
+    with pytest.raises(LocalProtocolError):
+        JobModel({"bad key!": 1})
+    header, _ = RoundTag(0, "partial", 1, 0, 1, 0, -1, (("a", 1),), False).to_wire()
+    assert header["ids"] == {"a": [1]}
+    for key, bad in (("ids", {"!": [1]}), ("ids", {"a": "1"}), ("ids", [["a", 1]]), ("kind", "gossip")):
+        with pytest.raises(RemoteProtocolError):
+            decode_message(RoundTag, {**header, key: bad}, [], peer="a")
+    with pytest.raises(LimitExceeded):
+        decode_message(RoundTag, {**header, "ids": {"a": list(range(MAX_ROUND_IDS + 1))}}, [], peer="a")
+
+
+def test_cumulative_acks_cover_the_contiguous_prefix() -> None:
+    w = AckWindow("a", max_gap=8)
+    tags = [RoundTag(i % SEQ_MODULUS, "partial", i, 0, 1, 0, -1, (), False) for i in range(6)]
+    assert w.due() is None
+    w.taken(tags[1])  # arrived before 0 (EDF sends urgent messages first)
+    assert w.due() is None
+    w.taken(tags[0])
+    assert w.due() == (1, 0, 1)
+    assert w.due() is None
+    w.taken(tags[3])
+    w.taken(tags[2])
+    assert w.due() == (3, 0, 3)
+    with pytest.raises(LimitExceeded):
+        w.taken(tags[3])  # reused: maps far ahead
+    with pytest.raises(LimitExceeded):
+        w.taken(RoundTag(4 + 8, "partial", 0, 0, 1, 0, -1, (), False))
+    assert unwrap(5, SEQ_MODULUS * 3 + 2) == SEQ_MODULUS * 3 + 5
+    assert unwrap(1, SEQ_MODULUS - 1) == SEQ_MODULUS + 1
+    assert MAX_ACK_GAP > 1000
