@@ -18,12 +18,21 @@ from typing import Any, Final
 from gateways.rounds.messages import RoundClosed
 from gateways.sending.edf_queue import PeerQueueStats
 from gateways.sending.rate_allocator import LinkState
-from gateways.service.peer_link import LinkCounters
 
-__all__ = ["GatewayStats", "PeerStatus", "peer_view", "render_prometheus"]
+__all__ = ["GatewayStats", "LinkCounters", "PeerStatus", "peer_view", "render_prometheus"]
 
 #: Rounds listed in /status under ``recent_rounds``.
 RECENT_ROUNDS: Final = 32
+
+
+@dataclass(slots=True)
+class LinkCounters:
+    """Byte and message counters of one peer, kept across its reconnects (for /metrics and stats)."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    messages_sent: int = 0
+    messages_received: int = 0
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ links: :class:`transports.ShapedTransport`, a token bucket per direction) except
 (a) **Goodput** of one large COO payload (50 MB of indices + values; 10 MB with ``--quick``) from gateway b
     to gateway a over a shaped 100 Mbit/s link: the round engine's send decision → frame → EDF queue
     (256 KiB chunks) → pacer → shaper → socket → reassembly → decode, timed from the engine's ``Send`` to
-    the receiving daemon's ``on_round_message``. Baseline: the same number of raw bytes through a
+    the receiving node's ``on_message`` hook. Baseline: the same number of raw bytes through a
     ``ShapedTransport`` with the same ``LinkShape`` over the same kind of socket. ``goodput_ratio_vs_raw``.
 (b) **EDF vs FIFO**: ResNet-50's 25.6 M parameters grouped into 10 layers (forward order: conv1 9.5 K,
     layer1 216 K, layer2 1.2 M, layer3 1.5 M / 2.2 M / 3.4 M, layer4 6.0 M / 4.5 M / 4.5 M, fc 2.0 M), COO

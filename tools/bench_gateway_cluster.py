@@ -6,7 +6,8 @@ link slowdowns and the rate allocator's decisions. :class:`BenchDaemon` is the r
 :class:`~gateways.service.daemon.GatewayDaemon`, subclassed only to *observe*: it records the shaped
 transport each
 link was built on (``link_up``, the daemon's own link-manager callback) and the arrival time of every round
-message (``on_round_message``), then defers to the daemon unchanged. Everything else — handshakes, round
+message (the node's ``on_message`` hook), then defers to the daemon unchanged. Everything else —
+handshakes, round
 engine, EDF queue, pacer, rate allocator, protocol framing — is the daemon's own code.
 
 :class:`BenchTrainer` is a site leader reduced to what a benchmark needs: it speaks the real trainer protocol
@@ -32,7 +33,6 @@ from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import Action, RoundMsg, Send
 from gateways.service.daemon import GatewayDaemon
 from gateways.service.peer_link import PeerLink
-from gateways.wire.round_frames import RoundTag
 from transports import ShapedTransport, Timeouts, Transport, connect
 from transports.urls import short_socket_dir
 from wanrt.errors import PeerLost
@@ -108,7 +108,7 @@ class BenchDaemon(GatewayDaemon):
     def __init__(self, cfg: GatewayConfig) -> None:
         self.observed = Observed()
         self.shapers: dict[str, ShapedTransport] = {}
-        super().__init__(cfg, on_action=self._saw_action)
+        super().__init__(cfg, on_action=self._saw_action, on_message=self._saw_message)
 
     def _saw_action(self, action: Action) -> None:
         if isinstance(action, Send):
@@ -122,10 +122,9 @@ class BenchDaemon(GatewayDaemon):
             self.shapers[peer] = transport
         return link
 
-    def on_round_message(self, link: PeerLink, tag: RoundTag, msg: RoundMsg) -> None:
-        self.observed.arrivals.append((now(), link.peer, msg.kind, msg.iteration, msg.layer))
+    def _saw_message(self, peer: str, msg: RoundMsg) -> None:
+        self.observed.arrivals.append((now(), peer, msg.kind, msg.iteration, msg.layer))
         self.observed.changed.set()
-        super().on_round_message(link, tag, msg)
 
     async def wait_arrival(self, pred: Callable[[list[tuple[float, str, str, int, int]]], bool]) -> None:
         while not pred(self.observed.arrivals):

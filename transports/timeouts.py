@@ -7,7 +7,6 @@ which phase stalled.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -67,6 +66,8 @@ async def deadline(aw: Awaitable[T], seconds: float | None, phase: str, peer: st
     Uses :func:`asyncio.timeout` (no extra task per call, unlike ``wait_for``) and checks ``expired()`` so a
     ``TimeoutError`` raised *inside* ``aw`` is not mistaken for ours. Outside cancellation propagates.
     """
+    import asyncio  # here, not at the top: the sans-IO gateway node imports Timeouts
+
     if seconds is None:
         return await aw
     cm = asyncio.timeout(seconds)

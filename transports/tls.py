@@ -8,11 +8,14 @@ platform's secure defaults (TLS ≥ 1.2, hostname checking on the client).
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from wanrt.config import check
 from wanrt.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["TLSConfig"]
 
@@ -49,6 +52,8 @@ class TLSConfig:
 
     def server_context(self) -> ssl.SSLContext:
         """Context for the accepting side; a missing or unreadable file is a ConfigError naming the key."""
+        import ssl  # on use only: the sans-IO gateway node imports this config
+
         if self.certfile is None:
             raise ConfigError("a TLS server needs certfile", key="certfile")
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -59,6 +64,8 @@ class TLSConfig:
         return ctx
 
     def client_context(self) -> ssl.SSLContext:
+        import ssl  # on use only: the sans-IO gateway node imports this config
+
         ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         if self.cafile is not None:
             self._load_ca(ctx)
@@ -67,6 +74,8 @@ class TLSConfig:
         return ctx
 
     def _load_chain(self, ctx: ssl.SSLContext) -> None:
+        import ssl  # on use only: the sans-IO gateway node imports this config
+
         assert self.certfile is not None
         try:
             ctx.load_cert_chain(self.certfile, self.keyfile)
@@ -76,6 +85,8 @@ class TLSConfig:
             ) from None
 
     def _load_ca(self, ctx: ssl.SSLContext) -> None:
+        import ssl  # on use only: the sans-IO gateway node imports this config
+
         try:
             ctx.load_verify_locations(cafile=self.cafile)
         except (OSError, ssl.SSLError) as exc:

@@ -19,7 +19,6 @@ link *k× slower* gets bandwidth ``base / k``:
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import math
@@ -249,10 +248,15 @@ async def drive_trace(
     trace: BandwidthTrace,
     *,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    sleep: Callable[[float], Awaitable[Any]] | None = None,
     start: float | None = None,
 ) -> None:
-    """Apply ``trace`` to ``target`` until it ends (a looping trace runs until cancelled)."""
+    """Apply ``trace`` to ``target`` until it ends (a looping trace runs until cancelled); ``sleep``
+    defaults to :func:`asyncio.sleep` (imported here: the sans-IO node and simulator load this module)."""
+    if sleep is None:
+        import asyncio
+
+        sleep = asyncio.sleep
     player = TracePlayer(trace, clock() if start is None else start)
     while True:
         rate = player.due(clock())

@@ -2,22 +2,25 @@
 
 A round ends when its slowest link finishes, so the allocator wants, for each finished iteration, how long
 each link took to carry that iteration's messages. Measured at the sender without any clock agreement:
-from the moment the first message of iteration i left for peer p (its first chunk was written) to the
-moment p acknowledged the last one (cumulative ``Ack`` s, sent once p's gateway has taken the messages). It
-includes queueing behind other traffic, transmission at the paced rate and the round trip, which is what a
-straggling link makes long.
+each message's span runs from the moment its first chunk left for peer p to p's acknowledgement
+(cumulative ``Ack`` s, sent once p's gateway has taken the messages), and a link's time in the iteration is
+the *union* of its messages' spans — the time the link had that iteration's bytes in flight. Gaps in which
+nothing was outstanding to p (the node waiting for the round's other inputs before it could send the next
+layer) are not the link's time; counting them (first byte to last ack) dilutes a 3× slower link to ~1.3×.
 
-An iteration is reported once the local frontier is ``settle`` iterations past it (its messages are all
-out by then); a peer still owing acknowledgements counts with the time elapsed so far. A peer whose link
-goes down is left out. Sans-IO: times are passed in.
+An iteration is reported as soon as it can no longer change: no round of it (or older) is open at this
+gateway and every message of it was acknowledged — not a fixed number of iterations later, so the
+allocator reacts to the iteration that just ended. A fallback reports an iteration ``settle`` iterations
+behind the frontier even if a peer still owes acknowledgements (counted with the time elapsed so far). A
+peer whose link goes down is left out. Sans-IO: times are passed in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["MAX_OUTSTANDING", "LinkTimes"]
+__all__ = ["MAX_OUTSTANDING", "LinkTimes", "union_length"]
 
 #: Messages per peer awaiting acknowledgement before the oldest are forgotten (their measurement lost): a
 #: peer that never acknowledges must not make the sender's bookkeeping grow without bound.
@@ -26,9 +29,24 @@ MAX_OUTSTANDING: Final = 1 << 16
 
 @dataclass(slots=True)
 class _Span:
-    start: float
-    end: float
-    outstanding: int
+    outstanding: int = 0
+    intervals: list[tuple[float, float]] = field(default_factory=list)
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping intervals."""
+    total = 0.0
+    cur_start = cur_end = None
+    for start, end in sorted(intervals):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None and cur_start is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        elif end > cur_end:
+            cur_end = end
+    if cur_end is not None and cur_start is not None:
+        total += cur_end - cur_start
+    return total
 
 
 class LinkTimes:
@@ -37,22 +55,33 @@ class LinkTimes:
     def __init__(self, settle: int) -> None:
         self.settle = settle
         self._spans: dict[int, dict[str, _Span]] = {}
-        self._seqs: dict[str, dict[int, int]] = {}
+        self._seqs: dict[str, dict[int, tuple[int, float | None]]] = {}  # seq -> (iteration, start)
         self._reported = -1
 
-    def sent(self, peer: str, seq: int, iteration: int, now: float) -> None:
-        """Message ``seq`` of ``iteration`` started leaving for ``peer``."""
+    def queued(self, peer: str, seq: int, iteration: int) -> None:
+        """Message ``seq`` of ``iteration`` was queued for ``peer`` (it counts until acknowledged)."""
         seqs = self._seqs.setdefault(peer, {})
         if len(seqs) >= MAX_OUTSTANDING:
-            del seqs[next(iter(seqs))]
-        seqs[seq] = iteration
+            old = next(iter(seqs))
+            self._forget(peer, old, seqs.pop(old)[0])
         if iteration <= self._reported:
             return  # a late reply for a reported iteration (e.g. a final re-sent to a rejoining peer)
-        span = self._spans.setdefault(iteration, {}).get(peer)
-        if span is None:
-            self._spans[iteration][peer] = _Span(now, now, 1)
-        else:
-            span.outstanding += 1
+        seqs[seq] = (iteration, None)
+        self._spans.setdefault(iteration, {}).setdefault(peer, _Span()).outstanding += 1
+
+    def _forget(self, peer: str, seq: int, iteration: int) -> None:
+        span = self._spans.get(iteration, {}).get(peer)
+        if span is not None:
+            span.outstanding -= 1
+
+    def started(self, peer: str, seq: int, now: float) -> None:
+        """Message ``seq``'s first chunk left for ``peer``."""
+        seqs = self._seqs.get(peer)
+        if seqs is None or seq not in seqs:
+            return
+        iteration, start = seqs[seq]
+        if start is None:
+            seqs[seq] = (iteration, now)
 
     def acked_through(self, peer: str, seq: int, now: float) -> int:
         """``peer`` took every message up to ``seq`` (a cumulative ack); returns how many were outstanding."""
@@ -61,11 +90,11 @@ class LinkTimes:
             return 0
         done = [s for s in seqs if s <= seq]  # sending order is EDF order, not sequence order
         for s in done:
-            iteration = seqs.pop(s)
+            iteration, start = seqs.pop(s)
             span = self._spans.get(iteration, {}).get(peer)
             if span is not None:
                 span.outstanding -= 1
-                span.end = max(span.end, now)
+                span.intervals.append((now if start is None else start, now))
         return len(done)
 
     def drop_peer(self, peer: str) -> None:
@@ -74,14 +103,29 @@ class LinkTimes:
         for spans in self._spans.values():
             spans.pop(peer, None)
 
-    def ready(self, frontier: int, now: float) -> list[tuple[int, dict[str, float]]]:
-        """Iterations at least ``settle`` behind ``frontier``, oldest first, with each peer's link time."""
+    def ready(self, oldest_open: int | None, frontier: int, now: float) -> list[tuple[int, dict[str, float]]]:
+        """Iterations that can no longer change, oldest first, with each peer's link time.
+
+        ``oldest_open`` is the oldest iteration with a round still open at this gateway (None: none);
+        an iteration at or after it is never reported, unless it is ``settle`` behind ``frontier``.
+        """
         out: list[tuple[int, dict[str, float]]] = []
-        for iteration in sorted(i for i in self._spans if i <= frontier - self.settle):
-            spans = self._spans.pop(iteration)
-            times = {
-                p: (s.end if s.outstanding <= 0 else max(s.end, now)) - s.start for p, s in spans.items()
-            }
+        for iteration in sorted(self._spans):
+            spans = self._spans[iteration]
+            forced = iteration <= frontier - self.settle
+            finished = (oldest_open is None or iteration < oldest_open) and all(
+                s.outstanding <= 0 for s in spans.values()
+            )
+            if not (forced or finished):
+                break  # in order: a later iteration waits for this one
+            del self._spans[iteration]
+            times = {}
+            for p, s in spans.items():
+                intervals = list(s.intervals)
+                if s.outstanding > 0:
+                    starts = [st for (it, st) in self._seqs.get(p, {}).values() if it == iteration]
+                    intervals += [(now if st is None else st, now) for st in starts]
+                times[p] = union_length(intervals)
             self._reported = max(self._reported, iteration)
             if times:
                 out.append((iteration, times))

@@ -85,6 +85,7 @@ class TrainerSession:
         self.conn = conn
         self.transport = transport
         self.peer = transport.peer
+        self.session_id = 0  # given by the daemon when the handshake is done
         self._timeouts = timeouts
         self._out: deque[list[memoryview]] = deque()
         self._wake = asyncio.Event()

@@ -131,23 +131,6 @@ def test_each_push_gets_one_answer_and_unacked_aggregates_are_kept() -> None:
 # -- link times -------------------------------------------------------------------------------------------
 
 
-def test_link_times_per_iteration_with_cumulative_acks() -> None:
-    lt = LinkTimes(settle=2)
-    lt.sent("b", 0, 5, now=1.0)
-    lt.sent("c", 0, 5, now=1.0)
-    lt.sent("b", 2, 5, now=1.5)  # EDF: seq 2 went before seq 1
-    lt.sent("b", 1, 6, now=1.6)
-    assert lt.acked_through("b", 0, now=1.2) == 1
-    assert lt.acked_through("b", 2, now=2.0) == 2
-    assert lt.ready(frontier=6, now=3.0) == []  # not settled yet
-    ready = lt.ready(frontier=7, now=3.0)
-    assert ready == [(5, {"b": pytest.approx(1.0), "c": pytest.approx(2.0)})]  # c never acked: elapsed
-    lt.drop_peer("b")
-    assert lt.ready(frontier=8, now=4.0) == []  # b's iteration 6 measurement went with its link
-    lt.sent("c", 9, 4, now=5.0)  # late message of a reported iteration: not measured
-    assert lt.ready(frontier=20, now=6.0) == []
-
-
 # -- metrics ----------------------------------------------------------------------------------------------
 
 
@@ -195,7 +178,8 @@ def test_bookkeeping_stays_bounded_against_a_misbehaving_trainer_or_peer() -> No
         led.on_push(MAX_RESENT_PER_LAYER, 0, p)
     lt = LinkTimes(settle=1)
     for seq in range(MAX_OUTSTANDING + 10):  # a peer that never acknowledges
-        lt.sent("b", seq, 1, now=0.0)
+        lt.queued("b", seq, 1)
+        lt.started("b", seq, now=0.0)
     assert lt.acked_through("b", MAX_OUTSTANDING + 10, now=1.0) == MAX_OUTSTANDING
 
 

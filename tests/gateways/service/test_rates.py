@@ -39,7 +39,7 @@ async def test_straggling_link_gets_more_rate_and_the_trace_drives_the_emulated_
                 await asyncio.gather(*(t.run() for t in trainers.values()))
                 for t in trainers.values():
                     await t.wait_all(25)
-            link = a._links["d"]
+            link = a.links()["d"]
             assert isinstance(link.transport, ShapedTransport)
             assert link.transport.rate_bps == 50e6  # the trace's second step
             snap = a.allocator.snapshot()
@@ -47,7 +47,9 @@ async def test_straggling_link_gets_more_rate_and_the_trace_drives_the_emulated_
             assert snap.reallocations >= 1
             assert snap.links["d"].rate_bps > base  # the straggling link got more
             assert snap.links["b"].rate_bps < base and snap.links["c"].rate_bps < base  # the donors
-            assert link.pacer.rate_bps == snap.links["d"].rate_bps  # applied to the link's pacer
+            channel = a.node.channel(link.link_id)
+            assert channel is not None
+            assert channel.pacer.rate_bps == snap.links["d"].rate_bps  # applied to the link's pacer
             status = a.status()
             assert status["rates"]["reallocations"] == snap.reallocations
             assert status["peers"]["d"]["rate_bps"] == snap.links["d"].rate_bps

@@ -129,7 +129,7 @@ async def test_link_failure_between_two_gateways_loses_nothing() -> None:
             a = cluster.daemons["a"]
             async with asyncio.timeout(100):
                 await trainers["a"].wait(lambda: (10, 0) in trainers["a"].aggregates)
-                link = a._links["b"]
+                link = a.links()["b"]
                 abort = getattr(link.transport, "abort", None)
                 assert abort is not None
                 abort()  # the network drops the connection (a reset, no Bye)

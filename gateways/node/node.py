@@ -1,0 +1,762 @@
+"""One site's gateway as a sans-IO object: events in, with the time as an argument; actions out.
+
+The h11 ``Connection`` idea at gateway scale. :class:`GatewayNode` composes every decision a gateway makes:
+
+* :class:`~gateways.rounds.engine.RoundEngine` — every WAN round (what to send to whom, when a round is
+  finished, what is carried);
+* :class:`~gateways.sending.edf_queue.SendQueue` and one :class:`~gateways.node.peer_channel.PeerChannel`
+  per link — which bytes leave next (EDF by (iteration, layer)), paced at the rate the
+  :class:`~gateways.sending.rate_allocator.RateAllocator` sets from :mod:`gateways.sending.link_times`;
+* :mod:`gateways.membership.joining` — from which iteration a (re)joining gateway takes part, who is lost
+  (a link down, a member that never links, a peer silent past the heartbeat timeout, a backlog past
+  :data:`MAX_BACKLOG`);
+* :mod:`gateways.membership.job_model` — which model signature is the job's;
+* :mod:`gateways.membership.trainer_ledger` — which trainer pushes are counted, what a reconnecting
+  trainer is owed;
+* configuration updates for the trainers and their effective iteration.
+
+Whoever drives it — :class:`~gateways.service.daemon.GatewayDaemon` over sockets and an event loop, or the
+simulator in :mod:`sims` on virtual time — feeds it received bytes and trainer messages, asks it what to
+write on each link (:meth:`GatewayNode.poll_link`), carries out :meth:`GatewayNode.pop_actions`, and calls
+:meth:`GatewayNode.tick` at :meth:`GatewayNode.next_deadline`. Because both drivers run this same object, a
+simulated gateway makes exactly the decisions a real one makes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, Final
+
+from gateways.config import GatewayConfig
+from gateways.membership.job_model import JobModelState, ModelSignature
+from gateways.membership.joining import LinkInfo, initial_live, join_iteration, lost_on_suspect, rounds_digest
+from gateways.membership.trainer_ledger import TrainerLedger
+from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToTrainer, Wake
+from gateways.node.peer_channel import PeerChannel, SendOut
+from gateways.rounds.engine import RoundEngine
+from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
+from gateways.rounds.topology import PlanSpec, build_plan
+from gateways.sending.edf_queue import make_send_queue
+from gateways.sending.link_times import LinkTimes
+from gateways.sending.pacer import Pacer
+from gateways.sending.rate_allocator import RateAllocator
+from gateways.stats import GatewayStats, peer_view, render_prometheus
+from gateways.wire.config_update import trainer_config_update
+from gateways.wire.round_frames import JobModel, RoundTag
+from wanrt.errors import (
+    AuthError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    WanrtError,
+    WanrtTimeout,
+)
+from wanrt.payload import SparsePayload
+from wanrt.protocol import (
+    Ack,
+    Aggregate,
+    Bye,
+    ConfigUpdate,
+    Connection,
+    ConnectionClosed,
+    Error,
+    Heartbeat,
+    Hello,
+    Message,
+    Push,
+    Role,
+)
+
+__all__ = ["MAX_BACKLOG", "GatewayNode"]
+
+log = logging.getLogger("gateways.node")
+
+#: Round messages kept for a live peer whose link is not up yet (start-up, reconnect in progress). A peer
+#: that stays away this long is declared lost and the round engine re-plans without it.
+MAX_BACKLOG: Final = 4096
+
+
+class GatewayNode:
+    """See the module docstring. ``on_action`` sees every round-engine action and ``on_message`` every
+    round message from a peer (telemetry, tests, benchmarks); neither may call back into the node."""
+
+    def __init__(
+        self,
+        cfg: GatewayConfig,
+        now: float,
+        *,
+        on_action: Callable[[Action], None] | None = None,
+        on_message: Callable[[str, RoundMsg], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.site = cfg.site
+        self.job = cfg.job
+        self.sites = tuple(sorted({cfg.site, *cfg.peers}))
+        self._on_action = on_action
+        self._on_message = on_message
+        self._rounds_digest = rounds_digest(cfg.rounds)
+        self.engine: RoundEngine | None = None
+        self.ledger: TrainerLedger | None = None
+        self.join_at: int | None = None
+        self.model = JobModelState()
+        self.stats = GatewayStats(self.site, list(cfg.peers))
+        self.queue = make_send_queue(cfg.edf)
+        self.allocator = RateAllocator(cfg.peers, cfg.base_rates_bps(), cfg.rates)
+        self.link_times = LinkTimes(settle=cfg.rounds.window + 1)
+        self._channels: dict[int, PeerChannel] = {}
+        self._by_peer: dict[str, PeerChannel] = {}
+        self._link_ids = itertools.count(1)
+        self._backlog: dict[str, list[RoundMsg]] = {}
+        self._contacted: set[str] = set()
+        self._no_link_deadline: dict[str, float] = {}
+        self._item_ids = itertools.count(1)
+        self._trainer: int | None = None  # the current trainer session
+        self._trainer_model: ModelSignature | None = None
+        self._config_update: ConfigUpdate | None = None
+        self._work: deque[Action] = deque()
+        self._applying = False
+        self._out: list[NodeAction] = []
+        self._times_dirty = False
+        self.t0 = now
+        self.state = "created"
+
+    # ------------------------------------------------------------------------------------------------
+    # driving the node
+    # ------------------------------------------------------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """Listeners are up: a gateway without peers runs the job alone from iteration 0."""
+        if not self.cfg.peers:
+            self._create_engine(0, set(self.sites), now)
+        self.state = "joining" if self.engine is None else "running"
+
+    @property
+    def joined(self) -> bool:
+        return self.engine is not None
+
+    def pop_actions(self) -> list[NodeAction]:
+        """What the driver must do now; also a :class:`Wake` for every link with bytes to write."""
+        out = self._out
+        self._out = []
+        for ch in self._channels.values():
+            if not ch.ended and ch.pending():
+                out.append(Wake(ch.link_id))
+        return out
+
+    def next_deadline(self) -> float | None:
+        """The earliest time :meth:`tick` has something to do (rounds, heartbeats, a member not linked)."""
+        due: list[float] = list(self._no_link_deadline.values())
+        if self.engine is not None:
+            d = self.engine.next_deadline()
+            if d is not None:
+                due.append(d)
+        t = self.cfg.timeouts
+        lost_after = t.heartbeat_interval * t.heartbeat_misses
+        for ch in self._channels.values():
+            if not ch.ended:
+                due.append(ch.next_beat)
+                due.append(ch.last_rx + lost_after)
+        return min(due) if due else None
+
+    def tick(self, now: float) -> None:
+        """Time is ``now``: round deadlines, heartbeats, silent peers, members that never linked."""
+        if self.engine is not None:
+            d = self.engine.next_deadline()
+            if d is not None and d <= now:
+                self._apply(self.engine.tick(now), now)
+        t = self.cfg.timeouts
+        lost_after = t.heartbeat_interval * t.heartbeat_misses
+        for ch in list(self._channels.values()):
+            if ch.ended:
+                continue
+            silent = now - ch.last_rx
+            if silent > lost_after:
+                exc = WanrtTimeout(
+                    f"no heartbeat from {ch.peer} for {silent:.1f} s",
+                    phase="heartbeat",
+                    seconds=lost_after,
+                    peer=ch.peer,
+                )
+                self._end_link(ch, f"peer silent: {exc.message}", now, error=exc)
+                continue
+            if now >= ch.next_beat:
+                ch.heartbeat(now)
+                ch.next_beat = now + t.heartbeat_interval
+        for peer, at in list(self._no_link_deadline.items()):
+            if at <= now:
+                del self._no_link_deadline[peer]
+                if peer not in self._by_peer and self.state == "running":
+                    self._declare_lost(peer, f"no link within {lost_after:g} s of joining", now)
+        self._observe_link_times(now)
+
+    # ------------------------------------------------------------------------------------------------
+    # lifecycle
+    # ------------------------------------------------------------------------------------------------
+
+    def begin_stop(self) -> None:
+        self.state = "stopping"
+
+    def idle(self) -> bool:
+        """No round open and nothing queued for peers (the phased shutdown waits for this)."""
+        if self.engine is not None and self.engine.open_rounds():
+            return False
+        return len(self.queue) == 0
+
+    def say_goodbye(self, reason: str) -> None:
+        """Phase 3 of a shutdown: Bye on every link (after what is queued for it) and to the trainer."""
+        for ch in self._channels.values():
+            if not ch.ended:
+                ch.closing = True
+                ch.send_control(Bye(reason[:200]))
+        if self._trainer is not None:
+            self._out.append(ToTrainer(self._trainer, Bye(reason[:200])))
+
+    def stopped(self) -> None:
+        self.state = "stopped"
+
+    # ------------------------------------------------------------------------------------------------
+    # the round engine
+    # ------------------------------------------------------------------------------------------------
+
+    def _create_engine(self, start: int, live: set[str], now: float) -> None:
+        rc = self.cfg.rounds
+        spec = PlanSpec.make(rc.topology, arity=rc.tree_arity, root=self.cfg.root)
+        plan = spec if live >= set(self.sites) else build_plan(spec, live)
+        self.engine = RoundEngine(self.site, self.sites, plan, rc, start_iteration=start)
+        self.ledger = TrainerLedger(self.site, start)
+        self.join_at = start
+        self.state = "running"
+        log.info("joined job %s at iteration %d with members %s", self.job, start, ", ".join(sorted(live)))
+        # a member that never links is as silent as one whose heartbeats stopped: every gateway gives it
+        # the same time, so they all count it out (and in again when it comes) alike
+        t = self.cfg.timeouts
+        for peer in sorted(live - {self.site} - set(self._by_peer)):
+            self._no_link_deadline[peer] = now + t.heartbeat_interval * t.heartbeat_misses
+
+    def _apply(self, actions: list[Action], now: float) -> None:
+        """Carry out engine actions in order (iteratively: handling one may produce more)."""
+        self._work.extend(actions)
+        if self._applying:
+            return
+        self._applying = True
+        try:
+            while self._work:
+                action = self._work.popleft()
+                if self._on_action is not None:
+                    self._on_action(action)
+                if isinstance(action, Send):
+                    self._send_round(action.peer, action.msg, now)
+                elif isinstance(action, Deliver):
+                    self._deliver(action)
+                elif isinstance(action, RoundClosed):
+                    self._times_dirty = True
+                    self.stats.round_closed(action)
+                    if not action.delivered:
+                        self._answer_empty(action.iteration, action.layer)
+                elif isinstance(action, PeerSuspect):
+                    self._suspect(action, now)
+        finally:
+            self._applying = False
+        self._observe_link_times(now)
+
+    def _send_round(self, peer: str, msg: RoundMsg, now: float) -> None:
+        ch = self._by_peer.get(peer)
+        if ch is not None and not ch.ended and not ch.closing:
+            try:
+                ch.send_round(msg)
+            except ProtocolError as exc:
+                log.error("cannot frame a round message for %s: %s; closing that link", peer, exc)
+                self._end_link(ch, f"cannot frame a round message: {exc}", now, abort=True)
+            return
+        assert self.engine is not None
+        if peer not in self.engine.live:
+            return  # lost: the engine re-planned the round without it
+        backlog = self._backlog.setdefault(peer, [])
+        backlog.append(msg)
+        if len(backlog) > MAX_BACKLOG:
+            self._declare_lost(peer, f"no link for {MAX_BACKLOG} queued round messages", now)
+
+    def _deliver(self, d: Deliver) -> None:
+        assert self.ledger is not None
+        acks = self.ledger.on_deliver(d.layer, d.sites)
+        if d.payload is None:
+            log.debug("round %s of layer %d has no payload at all; nothing to deliver", d.iteration, d.layer)
+            return
+        self.ledger.answer(d.iteration, d.layer)
+        sites = tuple(sorted({s for s, _ in d.sites})) or (self.site,)
+        self._to_trainer(Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites))
+        self.stats.aggregates_delivered += 1
+        self._send_push_acks(acks)
+
+    def _answer_empty(self, iteration: int, layer: int) -> None:
+        """Round (iteration, layer) ended here without a result: cut off from the others and settled when
+        they came back, abandoned, or a push too late for its round. This site's contribution was carried
+        into a later round, whose result will count it. The trainer gets an empty aggregate (attributed to
+        this site), so that it never waits for a result that will not come."""
+        assert self.ledger is not None
+        shape = self.ledger.shape(layer)
+        if shape is None or not self.ledger.answer(iteration, layer):
+            return  # the trainer never pushed this layer, or already has its answer
+        empty = SparsePayload.empty(layer, *shape)
+        self._to_trainer(Aggregate(self.job, iteration, layer, 0, self.site, empty, (self.site,)))
+
+    def _to_trainer(self, msg: Aggregate) -> None:
+        assert self.ledger is not None
+        self.ledger.retain(msg)
+        if self._trainer is not None:
+            self._out.append(ToTrainer(self._trainer, msg))
+
+    def _suspect(self, s: PeerSuspect, now: float) -> None:
+        self.stats.suspects += 1
+        ch = self._by_peer.get(s.peer)
+        if lost_on_suspect(ch is not None and not ch.ended):
+            self._declare_lost(s.peer, f"silent for {s.waited:.1f} s and no link ({s.reason})", now)
+        else:
+            log.info(
+                "peer %s slow: round (%d, %d) waited %.1f s for it (%s); its link is up",
+                s.peer,
+                s.iteration,
+                s.layer,
+                s.waited,
+                s.reason,
+            )
+
+    def _declare_lost(self, peer: str, reason: str, now: float) -> None:
+        if self.engine is None or peer not in self.engine.live:
+            return
+        dropped = self._backlog.pop(peer, [])
+        self.stats.peer_state(peer, "lost", now, reason)
+        log.warning(
+            "peer %s lost: %s; the round engine re-plans without it (%d unsent messages re-planned)",
+            peer,
+            reason,
+            len(dropped),
+        )
+        self._apply(self.engine.peer_lost(peer, now), now)
+
+    def set_plan(self, spec: PlanSpec, now: float, effective_iteration: int | None = None) -> None:
+        """Adopt a topology from ``effective_iteration`` on (every unfinished round if None), e.g. a
+        straggler re-attached under parent-child. Every gateway must be told the same spec and iteration."""
+        if self.engine is None:
+            raise LocalProtocolError("set_plan before this gateway joined the job")
+        self._apply(self.engine.set_plan(spec, now, effective_iteration), now)
+
+    def _observe_link_times(self, now: float) -> None:
+        """Hand every iteration that can no longer change to the rate allocator, and its rates to the
+        pacers (seed 002: react to the iteration that just ended, not several later)."""
+        engine = self.engine
+        if engine is None or not self._times_dirty:
+            return
+        self._times_dirty = False
+        open_rounds = engine.open_rounds()
+        oldest_open = min(i for i, _ in open_rounds) if open_rounds else None
+        for iteration, times in self.link_times.ready(oldest_open, engine.frontier, now):
+            rates = self.allocator.observe(iteration, times)
+            for peer, rate in rates.items():
+                ch = self._by_peer.get(peer)
+                if ch is not None:
+                    ch.pacer.set_rate(rate, now)
+
+    # ------------------------------------------------------------------------------------------------
+    # peer links
+    # ------------------------------------------------------------------------------------------------
+
+    def dialer_problem(self, hello: Hello) -> str | None:
+        """Why a connecting gateway is refused (``None``: accept)."""
+        if hello.role is not Role.GATEWAY:
+            return f"this is the gateway listener of site {self.site!r}; role {hello.role} connects elsewhere"
+        if hello.site not in self.cfg.peers:
+            return f"site {hello.site!r} is not a peer of site {self.site!r} in this job"
+        if not hello.site < self.site:
+            return f"site {hello.site!r} must accept the connection: the smaller site name dials"
+        return None
+
+    def link_info(self, peer: str) -> dict[str, Any]:
+        """Our handshake ``info`` for ``peer`` (the join rule uses what was sent: keep it)."""
+        engine = self.engine
+        join_at = self.join_at if engine is not None and peer not in self._contacted else None
+        info = LinkInfo(
+            frontier=-1 if engine is None else engine.frontier,
+            fresh=engine is None,
+            join_at=join_at,
+            live=None if engine is None else tuple(engine.live),
+        ).to_info()
+        info["rounds"] = self._rounds_digest
+        info.update(self.model.info())
+        return info
+
+    def link_up(
+        self, peer: str, conn: Connection, ours: dict[str, Any], theirs: dict[str, Any], now: float
+    ) -> int:
+        """An authenticated link to ``peer``: returns its id. Raises RemoteProtocolError to refuse it."""
+        if theirs.get("rounds") != self._rounds_digest:
+            raise RemoteProtocolError(
+                f"site {peer} runs different [gateway.rounds] settings; every site must use the same",
+                peer=peer,
+            )
+        mine, other = LinkInfo.parse(ours, peer=self.site), LinkInfo.parse(theirs, peer=peer)
+        sig = ModelSignature.from_info(theirs, site=None, peer=peer)
+        old = self._by_peer.get(peer)
+        if old is not None:
+            self._end_link(old, "replaced by a new connection from the same peer", now, abort=True)
+        rate = self.allocator.rates()[peer]
+        ch = PeerChannel(
+            next(self._link_ids),
+            peer,
+            conn,
+            queue=self.queue,
+            item_ids=self._item_ids,
+            pacer=Pacer(rate, now),
+            link_times=self.link_times,
+            counters=self.stats.peers[peer].counters,
+            now=now,
+        )
+        ch.next_beat = now + self.cfg.timeouts.heartbeat_interval
+        self._channels[ch.link_id] = ch
+        self._by_peer[peer] = ch
+        self._contacted.add(peer)
+        self._no_link_deadline.pop(peer, None)
+        self.stats.peer_state(peer, "up", now)
+        log.info("link to gateway %s up", peer)
+        if sig is not None:
+            self._offer_model(sig, theirs.get("model_established") is True, source=ch)
+        elif self.model.current is not None:
+            ch.send_control(JobModel(self.model.info()))
+        margin = self.cfg.rounds.window
+        if self.engine is None:
+            self._create_engine(
+                join_iteration(mine, other, margin=margin),
+                initial_live(self.site, peer, other, self.sites),
+                now,
+            )
+        elif peer not in self.engine.live:
+            at = join_iteration(mine, other, margin=margin)
+            log.info("gateway %s rejoins the job at iteration %d", peer, at)
+            self._apply(self.engine.peer_joined(peer, now, at), now)
+        for msg in self._backlog.pop(peer, []):
+            ch.send_round(msg)
+        self._receive(ch, ch.events(), now)  # bytes that arrived with the handshake
+        return ch.link_id
+
+    def link_data(self, link_id: int, data: bytes, now: float) -> None:
+        """Bytes received on link ``link_id``."""
+        ch = self._channels.get(link_id)
+        if ch is None or ch.ended:
+            return
+        try:
+            self._receive(ch, ch.receive(data, now), now)
+        except (ProtocolError, AuthError) as exc:
+            self._end_link(ch, f"protocol violation by the peer: {exc}", now, error=exc)
+
+    def _receive(self, ch: PeerChannel, events: Any, now: float) -> None:
+        try:
+            for event in events:
+                if not self._on_peer_event(ch, event, now):
+                    return
+        except (ProtocolError, AuthError) as exc:
+            self._end_link(ch, f"protocol violation by the peer: {exc}", now, error=exc)
+            return
+        ch.flush_ack()
+
+    def _on_peer_event(self, ch: PeerChannel, event: Message | ConnectionClosed, now: float) -> bool:
+        """Handle one message from a peer; False once the link ended."""
+        if isinstance(event, Heartbeat):
+            return True
+        if isinstance(event, RoundTag):
+            msg = ch.on_tag(event)
+            if msg is not None:
+                self._on_round_message(ch, event, msg, now)
+        elif isinstance(event, (Push, Aggregate)):  # Aggregate is a Push subclass; listed for clarity
+            tag, msg = ch.on_payload(event)
+            self._on_round_message(ch, tag, msg, now)
+        elif isinstance(event, Ack):
+            if self.link_times.acked_through(ch.peer, ch.acked_seq(event), now):
+                self._times_dirty = True
+                self._observe_link_times(now)
+        elif isinstance(event, JobModel):
+            sig = ModelSignature.from_info(event.info, site=None, peer=ch.peer)
+            if sig is None:
+                raise RemoteProtocolError("JobModel without a signature", peer=ch.peer)
+            self._offer_model(sig, event.info.get("model_established") is True, source=ch)
+        elif isinstance(event, Bye):
+            ch.send_control(Bye("bye"))
+            self._end_link(ch, f"peer closed the link: {event.reason or 'no reason given'}", now)
+            return False
+        elif isinstance(event, Error):
+            self._end_link(ch, f"peer aborted the link: {event.message}", now)
+            return False
+        elif isinstance(event, ConnectionClosed):
+            self._end_link(ch, f"connection closed ({event.reason})", now)
+            return False
+        else:
+            raise RemoteProtocolError(f"{type(event).__name__} is not used between gateways", peer=ch.peer)
+        return not ch.ended
+
+    def _on_round_message(self, ch: PeerChannel, tag: RoundTag, msg: RoundMsg, now: float) -> None:
+        engine, ledger = self.engine, self.ledger
+        assert engine is not None and ledger is not None  # a link is up only once the engine exists
+        if self._on_message is not None:
+            self._on_message(ch.peer, msg)
+        if msg.kind == "outcome":
+            self._send_push_acks(ledger.on_outcome(msg.layer, msg.step, msg.iteration, msg.sites))
+        self._apply(engine.peer_message(ch.peer, msg, now), now)
+        ch.taken(tag)
+
+    def link_closed(self, link_id: int, reason: str, now: float) -> None:
+        """The driver saw link ``link_id`` end (the peer went away, the transport failed)."""
+        ch = self._channels.get(link_id)
+        if ch is not None:
+            self._end_link(ch, reason, now, notify=False)
+        self._channels.pop(link_id, None)
+
+    def poll_link(self, link_id: int, now: float) -> SendOut:
+        """What link ``link_id``'s writer does next (see :class:`~gateways.node.peer_channel.SendOut`)."""
+        ch = self._channels.get(link_id)
+        if ch is None:
+            return SendOut(done=True)
+        out = ch.poll(now)
+        if out.done or (ch.ended and not out.parts):
+            out.done = True
+        return out
+
+    def channel(self, link_id: int) -> PeerChannel | None:
+        return self._channels.get(link_id)
+
+    def link_id_of(self, peer: str) -> int | None:
+        ch = self._by_peer.get(peer)
+        return None if ch is None or ch.ended else ch.link_id
+
+    def rejected(self, who: str, why: str) -> None:
+        self.stats.rejected_connections += 1
+        log.warning("connection from %s rejected: %s", who, why)
+
+    def _end_link(
+        self,
+        ch: PeerChannel,
+        reason: str,
+        now: float,
+        *,
+        error: WanrtError | None = None,
+        abort: bool = False,
+        notify: bool = True,
+    ) -> None:
+        """Link ``ch`` is over: tell the driver how to close it, and re-plan without it if it counted."""
+        if ch.ended:
+            return
+        ch.ended = True
+        if notify:
+            self._out.append(CloseLink(ch.link_id, reason, error=error, abort=abort))
+        peer = ch.peer
+        if self._by_peer.get(peer) is ch:
+            del self._by_peer[peer]
+        else:
+            return  # an older link replaced by a newer one: nothing else to account for
+        self.queue.cancel_peer(peer)  # the round engine re-plans what was queued (it keeps its own data)
+        self.link_times.drop_peer(peer)
+        if self.state in ("stopping", "stopped"):
+            self.stats.peer_state(peer, "down", now, reason)
+            log.info("link to %s closed: %s", peer, reason)
+            return
+        if self.engine is not None and peer in self.engine.live:
+            self._declare_lost(peer, reason, now)
+        else:
+            self.stats.peer_state(peer, "down", now, reason)
+            log.warning("link to %s down: %s", peer, reason)
+
+    def forget_link(self, link_id: int) -> None:
+        """The driver closed link ``link_id``'s transport: drop its channel."""
+        ch = self._channels.pop(link_id, None)
+        if ch is not None:
+            ch.ended = True
+
+    def _offer_model(self, sig: ModelSignature, established: bool, *, source: PeerChannel | None) -> None:
+        before = self.model.current
+        outcome = self.model.offer(sig, established=established)
+        cur = self.model.current
+        assert cur is not None
+        if outcome == "kept" and source is not None:
+            log.error(
+                "site %s trains a different model than the job's (presented by site %s)", sig.site, cur.site
+            )
+            source.send_control(JobModel(self.model.info()))
+        if outcome in ("adopted", "replaced") or (before is not None and before.site != cur.site):
+            if outcome == "replaced":
+                log.error(
+                    "the job's model is site %s's; site %s's model differs", cur.site, before and before.site
+                )
+            for ch in self._by_peer.values():
+                if ch is not source:
+                    ch.send_control(JobModel(self.model.info()))
+        if (
+            self._trainer is not None
+            and self._trainer_model is not None
+            and not cur.same_model(self._trainer_model)
+        ):
+            log.error("this site's trainer runs a different model than the job's; closing its connection")
+            self._out.append(
+                RefuseTrainer(
+                    self._trainer,
+                    f"this site's model differs from the job's model (as trained by site {cur.site})",
+                )
+            )
+
+    # ------------------------------------------------------------------------------------------------
+    # the trainer
+    # ------------------------------------------------------------------------------------------------
+
+    def trainer_welcome_info(self) -> dict[str, Any]:
+        info = self.model.info()
+        info["frontier"] = -1 if self.engine is None else self.engine.frontier
+        info["join_at"] = -1 if self.join_at is None else self.join_at
+        return info
+
+    def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
+        """Why this trainer's model is not the job's (None: fine; its signature may be adopted)."""
+        try:
+            sig = ModelSignature.from_info(info, site=self.site, peer="trainer")
+        except RemoteProtocolError as exc:
+            return exc.message
+        if sig is None:
+            return None
+        before = self.model.current
+        outcome = self.model.offer(sig, established=False)
+        if outcome == "kept":
+            cur = self.model.current
+            assert cur is not None
+            return f"this site's model differs from the job's model (as trained by site {cur.site})"
+        if outcome != "same" or before is None:
+            for ch in self._by_peer.values():
+                ch.send_control(JobModel(self.model.info()))
+        self._trainer_model = sig
+        return None
+
+    def trainer_connected(self, session: int) -> None:
+        """Trainer session ``session`` passed its handshake; it replaces any earlier one."""
+        old = self._trainer
+        if old is not None:
+            log.warning("a new trainer connection replaces an earlier one")
+            self._out.append(RefuseTrainer(old, "replaced by a new connection of this site's trainer"))
+        self._trainer = session
+        self.stats.trainer_connections += 1
+        if self.ledger is not None:
+            for msg in self.ledger.unacked_aggregates():
+                self._out.append(ToTrainer(session, msg))
+        if self._config_update is not None:
+            self._out.append(ToTrainer(session, self._config_update))
+
+    def trainer_disconnected(self, session: int, reason: str) -> None:
+        if self._trainer == session:
+            self._trainer = None
+        log.info("trainer disconnected: %s", reason)
+
+    def trainer_push(self, session: int, push: Push, now: float) -> None:
+        """A push from the trainer. Rounds start once this gateway has joined the job: the driver holds
+        pushes until :attr:`joined` (flow control, so the trainer's connection backs up meanwhile)."""
+        engine, ledger = self.engine, self.ledger
+        if engine is None or ledger is None:
+            raise LocalProtocolError("trainer push handed to the node before it joined the job")
+        if push.job != self.job or push.sender != self.site:
+            raise RemoteProtocolError(
+                "push names another job or site", peer="trainer", value=(push.job, push.sender)
+            )
+        self.stats.trainer_pushes += 1
+        verdict = ledger.on_push(push.iteration, push.layer, push.payload)
+        if verdict.acks:
+            self._send_push_acks(verdict.acks, session)
+        if verdict.push is not None:
+            it, layer, payload = verdict.push
+            self._apply(engine.local_push(it, layer, payload, now), now)
+            if (it, layer) not in engine.open_rounds():
+                self._answer_empty(it, layer)  # carried: its round is over here (no-op if answered)
+            if not self.model.established and self.model.current is not None:
+                self.model.establish()
+
+    def trainer_ack(self, ack: Ack) -> None:
+        if self.ledger is not None:
+            self.ledger.aggregate_acked(ack.iteration, ack.layer)
+
+    def _send_push_acks(self, acks: tuple[tuple[int, int], ...], session: int | None = None) -> None:
+        target = self._trainer if session is None else session
+        if target is None:
+            return
+        for it, layer in acks:
+            self._out.append(ToTrainer(target, Ack(it, layer, 0)))
+
+    # ------------------------------------------------------------------------------------------------
+    # views and control
+    # ------------------------------------------------------------------------------------------------
+
+    def apply_config(
+        self, values: dict[str, Any], effective_iteration: int | None, now: float
+    ) -> dict[str, Any]:
+        """Forward a trainer configuration update; returns what was applied. Without an iteration it takes
+        effect ahead of every site's frontier."""
+        if effective_iteration is None:
+            frontier = -1 if self.engine is None else self.engine.frontier
+            effective_iteration = frontier + self.cfg.rounds.window + 1
+        msg = trainer_config_update(values, effective_iteration)
+        self._config_update = msg
+        if self._trainer is not None:
+            self._out.append(ToTrainer(self._trainer, msg))
+        return {
+            "values": msg.values,
+            "effective_iteration": msg.effective_iteration,
+            "forwarded": self._trainer is not None,
+        }
+
+    def status(self) -> dict[str, Any]:
+        engine = self.engine
+        snap = self.allocator.snapshot()
+        queue = self.queue.stats()
+        live = set() if engine is None else set(engine.live)
+        queues = queue.peers
+        peers = {
+            p: peer_view(st, snap.links[p], queues.get(p), live=p in live, t0=self.t0)
+            for p, st in self.stats.peers.items()
+        }
+        return {
+            "site": self.site,
+            "job": self.job,
+            "state": self.state,
+            "frontier": -1 if engine is None else engine.frontier,
+            "join_at": self.join_at,
+            "open_rounds": 0 if engine is None else len(engine.open_rounds()),
+            "live": sorted(live),
+            "peers": peers,
+            "queue": {"items": queue.queued_items, "bytes": queue.queued_bytes},
+            "rates": {
+                "iteration": snap.iteration,
+                "median_s": snap.median_s,
+                "last_action": snap.last_action,
+                "reallocations": snap.reallocations,
+                "stragglers": snap.stragglers,
+            },
+            "recent_rounds": list(self.stats.recent),
+            "engine": {} if engine is None else asdict(engine.stats),
+            "trainer": {
+                "connected": self._trainer is not None,
+                "ledger": {} if self.ledger is None else asdict(self.ledger.stats),
+                "retained_aggregates": 0 if self.ledger is None else len(self.ledger.unacked_aggregates()),
+            },
+            "model": {
+                "site": None if self.model.current is None else self.model.current.site,
+                "established": self.model.established,
+                "conflicts": [list(c) for c in self.model.conflicts[-8:]],
+            },
+            "counters": self.stats.counters(),
+        }
+
+    def metrics_text(self) -> str:
+        return render_prometheus(self.status())
+
+    def stats_file(self) -> dict[str, Any]:
+        """What ``--stats-file`` holds (keys read by ``wanrt demo``; see gateways.stats)."""
+        out = self.stats.counters()
+        out["frontier"] = -1 if self.engine is None else self.engine.frontier
+        out["rate_reallocations"] = self.allocator.reallocations
+        out["engine"] = {} if self.engine is None else asdict(self.engine.stats)
+        return out

@@ -1,0 +1,217 @@
+"""One authenticated link to a peer gateway, as the node sees it: framing, acks, pacing and liveness.
+
+Everything a link decides lives here, without I/O: which frames go out next and when (control frames
+first, then the EDF queue's chunks paced by the link's :class:`~gateways.sending.pacer.Pacer`), what the
+received bytes mean (the protocol :class:`~wanrt.protocol.Connection` reassembles and checks frames,
+:class:`~gateways.wire.round_frames.RoundInbox` turns them into round messages), the cumulative ``Ack``
+owed to the peer, and whether the peer has gone silent. Whoever moves the bytes — the daemon's reader and
+writer tasks, or the simulator's link model — feeds :meth:`PeerChannel.receive` and drains
+:meth:`PeerChannel.poll`; the node decides what received messages mean.
+
+Why a message's tag and small payload share one queue item: both fit one coalesced chunk and go out back
+to back, so a small round costs one chunk, not two. A larger payload is its own item, cut into chunks the
+peer reassembles; a chunked item must be exactly one frame, so a tag is never merged with one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+from gateways.rounds.messages import RoundMsg
+from gateways.sending.edf_queue import SendQueue
+from gateways.sending.link_times import LinkTimes
+from gateways.sending.pacer import Pacer
+from gateways.stats import LinkCounters
+from gateways.wire.round_frames import AckWindow, RoundInbox, RoundTag, encode_round
+from wanrt.errors import LocalProtocolError
+from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message
+
+__all__ = ["WRITE_BATCH_BYTES", "PeerChannel", "SendOut"]
+
+#: Bytes handed out in one :meth:`PeerChannel.poll` when the pacer lets them go together: fewer syscalls
+#: for many small frames, still far below the transports' write buffer.
+WRITE_BATCH_BYTES: Final = 256 * 1024
+
+
+@dataclass(slots=True)
+class SendOut:
+    """What the link's writer does next: write ``parts`` now; then, if nothing was given, wait until
+    ``wait_until`` (pacing) or until woken; ``done`` once our Bye is out and nothing else is owed."""
+
+    parts: list[memoryview] = field(default_factory=list)
+    wait_until: float | None = None
+    done: bool = False
+
+
+class PeerChannel:
+    """See the module docstring. ``link_id`` tells this link apart from an earlier one to the same peer."""
+
+    def __init__(
+        self,
+        link_id: int,
+        peer: str,
+        conn: Connection,
+        *,
+        queue: SendQueue,
+        item_ids: Iterator[int],
+        pacer: Pacer,
+        link_times: LinkTimes,
+        counters: LinkCounters,
+        now: float,
+    ) -> None:
+        self.link_id = link_id
+        self.peer = peer
+        self.conn = conn
+        self.pacer = pacer
+        self.counters = counters
+        self._queue = queue
+        self._item_ids = item_ids
+        self._link_times = link_times
+        self._inbox = RoundInbox(peer, conn.job)
+        self._acks = AckWindow(peer)
+        self._control: deque[list[memoryview]] = deque()
+        self._tag_items: dict[int, int] = {}  # EDF item id of a tag -> its sequence number
+        self._merged: set[int] = set()  # items holding a tag and its payload frame (always one chunk)
+        self._seq = 0
+        self._held: tuple[list[memoryview], float] | None = None  # a paced frame and when it may leave
+        self.bye_sent = False
+        self.closing = False  # the node asked this link to end (Bye queued or abort requested)
+        self.ended = False
+        self.last_rx = now
+        self.next_beat = now
+        self.beats = 0
+
+    # -- out ----------------------------------------------------------------------------------------
+
+    def send_round(self, msg: RoundMsg) -> None:
+        """Frame one round message and queue it by (iteration, layer) for EDF."""
+        tag, payload = encode_round(msg, seq=self._seq, job=self.conn.job, site=self.conn.site)
+        seq = self._seq
+        self._seq += 1
+        priority = (msg.iteration, msg.layer)
+        tag_parts = self.conn.send_parts(tag)
+        tag_item = next(self._item_ids)
+        self._tag_items[tag_item] = seq
+        self._link_times.queued(self.peer, seq, msg.iteration)
+        if payload is None:
+            self._queue.push(tag_item, self.peer, priority, tag_parts)
+            return
+        parts = self.conn.send_parts(payload)
+        if sum(len(p) for p in (*tag_parts, *parts)) < self._queue.coalesce_bytes:
+            self._queue.push(tag_item, self.peer, priority, [*tag_parts, *parts])
+            self._merged.add(tag_item)
+        else:
+            self._queue.push(tag_item, self.peer, priority, tag_parts)
+            self._queue.push(next(self._item_ids), self.peer, priority, parts)
+
+    def send_control(self, msg: Message) -> None:
+        """Queue a small control frame (sent before any queued data); nothing after our Bye."""
+        if self.bye_sent:
+            return
+        self._control.append(self.conn.send_parts(msg))
+        if isinstance(msg, Bye):
+            self.bye_sent = True
+
+    def heartbeat(self, now: float) -> None:
+        self.beats += 1
+        self.send_control(Heartbeat(self.beats, now))
+
+    def pending(self) -> bool:
+        return bool(self._control) or self._held is not None or self._queue.pending(self.peer)
+
+    def poll(self, now: float) -> SendOut:
+        """The next bytes to write (control frames first, then paced EDF chunks), or when to ask again."""
+        out = SendOut()
+        if self._control:
+            out.parts = [p for frame in self._control for p in frame]
+            self._control.clear()
+            self._count_out(out.parts)
+            return out
+        if self.bye_sent:
+            out.done = True
+            return out
+        size = 0
+        while size < WRITE_BATCH_BYTES:
+            if self._held is not None:
+                frame, ready_at = self._held
+                if ready_at > now:
+                    out.wait_until = ready_at
+                    break
+                self._held = None
+            else:
+                nxt = self._next_frame(now)
+                if nxt is None:
+                    break
+                frame = nxt
+                wait = self.pacer.delay(sum(len(p) for p in frame), now)  # reserves the bytes
+                if wait > 0:
+                    self._held = (frame, now + wait)  # the pacer's slot for it: first out next time
+                    continue
+            out.parts.extend(frame)
+            size += sum(len(p) for p in frame)
+        self._count_out(out.parts)
+        return out
+
+    def _next_frame(self, now: float) -> list[memoryview] | None:
+        chunk = self._queue.next_chunk(self.peer)
+        if chunk is None:
+            return None
+        if chunk.offset == 0:
+            seq = self._tag_items.pop(chunk.item_id, None)
+            if seq is not None:
+                self._link_times.started(self.peer, seq, now)
+        if chunk.offset == 0 and chunk.last:
+            self._merged.discard(chunk.item_id)
+            return [chunk.data]  # whole frames fit one chunk: no Chunk envelope needed
+        if chunk.item_id in self._merged:
+            raise LocalProtocolError("a two-frame queue item was cut into chunks")
+        return self.conn.send_parts(Chunk(chunk.item_id, chunk.offset, chunk.total, chunk.data))
+
+    def _count_out(self, parts: list[memoryview]) -> None:
+        if parts:
+            self.counters.bytes_sent += sum(len(p) for p in parts)
+            self.counters.messages_sent += 1
+
+    # -- in -----------------------------------------------------------------------------------------
+
+    def receive(self, data: bytes, now: float) -> Iterator[Message | ConnectionClosed]:
+        """Feed bytes; yields each complete message (protocol violations raise from the Connection)."""
+        self.counters.bytes_received += len(data)
+        self.last_rx = now
+        self.conn.receive_data(data)
+        return self.events()
+
+    def events(self) -> Iterator[Message | ConnectionClosed]:
+        """Every message already buffered in the connection (also the bytes read with the handshake)."""
+        while True:
+            event = self.conn.next_event()
+            if event is NEED_DATA:
+                return
+            self.counters.messages_received += 1
+            assert isinstance(event, (Message, ConnectionClosed))
+            yield event
+
+    def on_tag(self, tag: RoundTag) -> RoundMsg | None:
+        return self._inbox.on_tag(tag)
+
+    def on_payload(self, msg: object) -> tuple[RoundTag, RoundMsg]:
+        return self._inbox.on_payload(msg)  # type: ignore[arg-type]
+
+    def taken(self, tag: RoundTag) -> None:
+        self._acks.taken(tag)
+
+    def acked_seq(self, ack: Ack) -> int:
+        """Our sequence number an ack names: the newest message we sent that is congruent to it."""
+        from gateways.wire.round_frames import SEQ_MODULUS
+
+        last = self._seq - 1
+        return last - (last - ack.round) % SEQ_MODULUS
+
+    def flush_ack(self) -> None:
+        """Everything received so far was handed out: one cumulative Ack for what was taken since the last."""
+        due = self._acks.due()
+        if due is not None and not self.bye_sent:
+            self.send_control(Ack(*due))

@@ -1,0 +1,69 @@
+"""Per-iteration link times (seed 002's T_flow_i) as the node measures them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateways.sending.link_times import LinkTimes, union_length
+
+
+def _send(lt: LinkTimes, peer: str, seq: int, iteration: int, now: float) -> None:
+    lt.queued(peer, seq, iteration)
+    lt.started(peer, seq, now)
+
+
+def test_union_length() -> None:
+    assert union_length([]) == 0.0
+    assert union_length([(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]) == pytest.approx(3.0)
+    assert union_length([(3.0, 4.0), (0.0, 10.0)]) == pytest.approx(10.0)
+
+
+def test_cumulative_acks_and_forced_report_after_settle() -> None:
+    lt = LinkTimes(settle=2)
+    _send(lt, "b", 0, 5, now=1.0)
+    _send(lt, "c", 0, 5, now=1.0)
+    _send(lt, "b", 2, 5, now=1.5)  # EDF: seq 2 went before seq 1
+    _send(lt, "b", 1, 6, now=1.6)
+    assert lt.acked_through("b", 0, now=1.2) == 1
+    assert lt.acked_through("b", 2, now=2.0) == 2
+    assert lt.ready(None, frontier=6, now=3.0) == []  # c still owes an ack and 5 is not settled yet
+    ready = lt.ready(None, frontier=7, now=3.0)
+    # b: [1.0, 1.2] and [1.5, 2.0] -> 0.7 of busy time; c never acked: elapsed since its start
+    # then 6: every message acknowledged and no round open, so it goes at once
+    assert ready == [(5, {"b": pytest.approx(0.7), "c": pytest.approx(2.0)}), (6, {"b": pytest.approx(0.4)})]
+    _send(lt, "b", 3, 8, now=3.5)
+    lt.drop_peer("b")
+    assert lt.ready(None, frontier=12, now=4.0) == []  # b's iteration 8 measurement went with its link
+    _send(lt, "c", 9, 4, now=5.0)  # late message of a reported iteration: not measured
+    assert lt.ready(None, frontier=20, now=6.0) == []
+
+
+def test_reported_as_soon_as_acknowledged_and_no_round_open() -> None:
+    lt = LinkTimes(settle=4)
+    _send(lt, "b", 0, 3, now=0.0)
+    assert lt.ready(None, frontier=3, now=0.5) == []  # not acknowledged yet
+    lt.acked_through("b", 0, now=1.0)
+    assert lt.ready(3, frontier=3, now=1.0) == []  # a round of iteration 3 is still open here
+    assert lt.ready(4, frontier=3, now=1.0) == [(3, {"b": pytest.approx(1.0)})]
+
+
+def test_waiting_for_other_inputs_is_not_link_time() -> None:
+    """Layer 0 goes out at t=0 and is acked at 1; layer 1 can only go at t=5 (the round waited for another
+    site's partial) and is acked at 6: the link was busy for 2 s, not 6."""
+    lt = LinkTimes(settle=4)
+    _send(lt, "b", 0, 0, now=0.0)
+    lt.acked_through("b", 0, now=1.0)
+    _send(lt, "b", 1, 0, now=5.0)
+    lt.acked_through("b", 1, now=6.0)
+    assert lt.ready(None, frontier=0, now=6.0) == [(0, {"b": pytest.approx(2.0)})]
+
+
+def test_queued_but_not_started_keeps_the_iteration_open() -> None:
+    lt = LinkTimes(settle=4)
+    _send(lt, "b", 0, 2, now=0.0)
+    lt.queued("b", 1, 2)  # still in the EDF queue behind other traffic
+    lt.acked_through("b", 0, now=1.0)
+    assert lt.ready(None, frontier=2, now=1.0) == []
+    lt.started("b", 1, now=1.5)
+    lt.acked_through("b", 1, now=2.0)
+    assert lt.ready(None, frontier=2, now=2.0) == [(2, {"b": pytest.approx(1.5)})]
