@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings
@@ -229,14 +227,3 @@ def test_persistence_filter_is_what_prevents_thrashing_under_bursts() -> None:
 def test_uniform_links_never_reallocate() -> None:
     result = simulate("uniform", cfg=RateConfig(), iterations=100)
     assert result.reallocations == 0 and result.mean_iteration_s == pytest.approx(1.0)
-
-
-def test_policies_import_no_io_machinery() -> None:
-    # sans-IO: the simulator drives these objects on virtual time, without an event loop or sockets
-    code = (
-        "import sys, gateways.sending.edf_queue, gateways.sending.rate_allocator;"
-        "import sims.models.fluid_round, sims.models.edf_link;"
-        "print(sorted(m for m in ('asyncio', 'socket', 'ssl', 'uvloop') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
