@@ -44,6 +44,7 @@ __all__ = [
     "PeerShape",
     "RateConfig",
     "load_gateway_config",
+    "read_secret_file",
 ]
 
 #: A job spans at most MAX_SITES sites (the protocol's bound on Aggregate.sites), this one included.
@@ -90,6 +91,9 @@ class GatewayConfig:
     Round timing (deadline, t_w, open-iteration window), topology and forwarding policy live in
     ``[gateway.rounds]``, the round engine's own :class:`~gateways.rounds.config.RoundConfig`, so there is
     one key for each of them; ``root`` is here because only the site list can validate it.
+
+    ``scheduler`` is the job's scheduler (``tcp://host:port``; none: settings change only by
+    ``POST /config``); the gateway reports to it every ``telemetry_interval_s``.
     """
 
     site: str
@@ -114,6 +118,8 @@ class GatewayConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     tls: TLSConfig | None = None
     shaping: Mapping[str, PeerShape] = field(default_factory=dict)
+    scheduler: str | None = None
+    telemetry_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peers", _frozen_map(self.peers))
@@ -153,6 +159,8 @@ class GatewayConfig:
             check(bool(_SITE_NAME.match(name)), key, name, "site names: letters, digits, _ . - (max 63)")
             check(name != self.site, key, name, "a site must not list itself as a peer")
             _check_url(key, url)
+        if self.scheduler is not None:
+            _check_url("scheduler", self.scheduler)
         if self.root is not None:
             check(
                 self.root == self.site or self.root in self.peers,
@@ -175,6 +183,7 @@ class GatewayConfig:
         )
         check(1.0 <= self.reconnect_factor <= 10.0, "reconnect_factor", self.reconnect_factor, "in [1, 10]")
         positive("shutdown_deadline_s", self.shutdown_deadline_s, 3600.0)
+        positive("telemetry_interval_s", self.telemetry_interval_s, 3600.0)
 
     def _check_rates(self) -> None:
         check(0.0 < self.link_rate_bps <= 1e13, "link_rate_bps", self.link_rate_bps, "in (0, 1e13] bit/s")
@@ -205,20 +214,22 @@ class GatewayConfig:
         if self.secret is not None:
             return self.secret.encode()
         assert self.secret_file is not None  # __post_init__ guarantees exactly one
-        path = Path(self.secret_file)
-        try:
-            with path.open("rb") as fh:
-                data = fh.read(MAX_SECRET_BYTES + 3).rstrip(b"\r\n")  # bounded: a wrong path may be huge
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read secret_file {str(path)!r}: {exc.strerror}", key="gateway.secret_file"
-            ) from None
-        if not MIN_SECRET_BYTES <= len(data) <= MAX_SECRET_BYTES:
-            raise ConfigError(
-                f"secret_file {str(path)!r} must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes",
-                key="gateway.secret_file",
-            )
-        return data
+        return read_secret_file(self.secret_file, "gateway.secret_file")
+
+
+def read_secret_file(path_text: str, key: str) -> bytes:
+    """A job secret from a file (trailing newline stripped), read bounded: a wrong path may be huge."""
+    path = Path(path_text)
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SECRET_BYTES + 3).rstrip(b"\r\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot read secret_file {str(path)!r}: {exc.strerror}", key=key) from None
+    if not MIN_SECRET_BYTES <= len(data) <= MAX_SECRET_BYTES:
+        raise ConfigError(
+            f"secret_file {str(path)!r} must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes", key=key
+        )
+    return data
 
 
 def _resolve(base: Path, value: str) -> str:

@@ -3,7 +3,7 @@
 Driven by the asyncio daemon (:mod:`gateways.service`) and by the simulator (:mod:`sims`) alike.
 """
 
-from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToTrainer, Wake
+from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.node.node import MAX_BACKLOG, GatewayNode
 from gateways.node.peer_channel import PeerChannel, SendOut
 
@@ -15,6 +15,7 @@ __all__ = [
     "PeerChannel",
     "RefuseTrainer",
     "SendOut",
+    "ToScheduler",
     "ToTrainer",
     "Wake",
 ]

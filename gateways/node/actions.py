@@ -2,7 +2,8 @@
 
 The node never touches a socket: it queues bytes in its links' channels and says which links have
 something to write (:class:`Wake`), which links to end and how (:class:`CloseLink`), and what goes to the
-site's trainer (:class:`ToTrainer`, :class:`RefuseTrainer`). Deadlines are not actions: the driver asks
+site's trainer (:class:`ToTrainer`, :class:`RefuseTrainer`) and to the scheduler (:class:`ToScheduler`).
+Deadlines are not actions: the driver asks
 :meth:`GatewayNode.next_deadline` after every call and calls :meth:`GatewayNode.tick` when it is due.
 """
 
@@ -14,7 +15,7 @@ from typing import TypeAlias
 from wanrt.errors import WanrtError
 from wanrt.protocol import Message
 
-__all__ = ["CloseLink", "NodeAction", "RefuseTrainer", "ToTrainer", "Wake"]
+__all__ = ["CloseLink", "NodeAction", "RefuseTrainer", "ToScheduler", "ToTrainer", "Wake"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,4 +54,12 @@ class RefuseTrainer:
     reason: str
 
 
-NodeAction: TypeAlias = Wake | CloseLink | ToTrainer | RefuseTrainer
+@dataclass(frozen=True, slots=True)
+class ToScheduler:
+    """Send ``msg`` (Telemetry, AnnounceReply) to the job's scheduler, if connected; dropped otherwise
+    (telemetry is periodic and a reply is re-asked by the scheduler)."""
+
+    msg: Message
+
+
+NodeAction: TypeAlias = Wake | CloseLink | ToTrainer | RefuseTrainer | ToScheduler

@@ -35,7 +35,7 @@ from gateways.config import GatewayConfig
 from gateways.membership.job_model import JobModelState, ModelSignature
 from gateways.membership.joining import LinkInfo, initial_live, join_iteration, lost_on_suspect, rounds_digest
 from gateways.membership.trainer_ledger import TrainerLedger
-from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToTrainer, Wake
+from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.node.peer_channel import PeerChannel, SendOut
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
@@ -47,6 +47,7 @@ from gateways.sending.rate_allocator import RateAllocator
 from gateways.stats import GatewayStats, peer_view, render_prometheus
 from gateways.wire.config_update import trainer_config_update
 from gateways.wire.round_frames import JobModel, RoundTag
+from scheduler.wire import Announce, AnnounceReply
 from wanrt.errors import (
     AuthError,
     LocalProtocolError,
@@ -69,6 +70,7 @@ from wanrt.protocol import (
     Message,
     Push,
     Role,
+    Telemetry,
 )
 
 __all__ = ["MAX_BACKLOG", "GatewayNode"]
@@ -117,6 +119,11 @@ class GatewayNode:
         self._trainer: int | None = None  # the current trainer session
         self._trainer_model: ModelSignature | None = None
         self._config_update: ConfigUpdate | None = None
+        self._scheduler_up = False
+        self._next_report: float | None = None
+        self._prepared: dict[int, Announce] = {}  # decisions announced, not committed yet (bounded)
+        self._decision = 0  # the committed decision this site runs
+        self._decision_late = 0  # its commit came after its iteration (applied as soon as possible)
         self._work: deque[Action] = deque()
         self._applying = False
         self._out: list[NodeAction] = []
@@ -150,6 +157,8 @@ class GatewayNode:
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`tick` has something to do (rounds, heartbeats, a member not linked)."""
         due: list[float] = list(self._no_link_deadline.values())
+        if self._next_report is not None:
+            due.append(self._next_report)
         if self.engine is not None:
             d = self.engine.next_deadline()
             if d is not None:
@@ -191,6 +200,9 @@ class GatewayNode:
                 del self._no_link_deadline[peer]
                 if peer not in self._by_peer and self.state == "running":
                     self._declare_lost(peer, f"no link within {lost_after:g} s of joining", now)
+        if self._next_report is not None and now >= self._next_report:
+            self._next_report = now + self.cfg.telemetry_interval_s
+            self._out.append(ToScheduler(self.telemetry(now)))
         self._observe_link_times(now)
 
     # ------------------------------------------------------------------------------------------------
@@ -685,6 +697,88 @@ class GatewayNode:
             return
         for it, layer in acks:
             self._out.append(ToTrainer(target, Ack(it, layer, 0)))
+
+    # ------------------------------------------------------------------------------------------------
+    # the scheduler (scheduler.wire: two-phase announcements, telemetry)
+    # ------------------------------------------------------------------------------------------------
+
+    def scheduler_connected(self, now: float) -> None:
+        """The link to the job's scheduler is up: report at once (it resumes from what gateways say)."""
+        self._scheduler_up = True
+        self._next_report = now + self.cfg.telemetry_interval_s
+        self._out.append(ToScheduler(self.telemetry(now)))
+
+    def scheduler_disconnected(self, now: float) -> None:
+        """Training goes on with the last committed decision; prepared ones are forgotten."""
+        self._scheduler_up = False
+        self._next_report = None
+        self._prepared.clear()
+
+    def _safe_iteration(self) -> int:
+        """The first iteration this site's trainers cannot have reached yet: they run at most ``window``
+        iterations past the frontier (pushes beyond it are refused), plus one in flight."""
+        frontier = -1 if self.engine is None else self.engine.frontier
+        return frontier + self.cfg.rounds.window + 2
+
+    def scheduler_message(self, msg: Message, now: float) -> None:
+        """An Announce from the scheduler (RemoteProtocolError for anything else: the link ends)."""
+        if not isinstance(msg, Announce):
+            raise RemoteProtocolError(f"the scheduler may not send {type(msg).__name__}", peer="scheduler")
+        frontier = -1 if self.engine is None else self.engine.frontier
+        if msg.phase == "prepare":
+            trainer_config_update(msg.values, msg.effective_iteration)  # the shared schema (ConfigError)
+            ok = self.engine is not None and msg.effective_iteration >= self._safe_iteration()
+            if ok:
+                if len(self._prepared) >= 16:  # a scheduler that never commits: keep the newest
+                    del self._prepared[min(self._prepared)]
+                self._prepared[msg.decision] = msg
+            self._out.append(ToScheduler(AnnounceReply(msg.decision, ok, frontier)))
+        elif msg.phase == "abort":
+            self._prepared.pop(msg.decision, None)
+        else:  # commit (also the current decision re-sent to a gateway that reconnects)
+            self._prepared.pop(msg.decision, None)
+            if msg.decision <= self._decision:
+                return  # already running it (or a newer one)
+            effective = msg.effective_iteration
+            safe = self._safe_iteration()
+            if effective < safe and self.engine is not None and effective <= frontier + 1:
+                log.warning(
+                    "decision %d arrived after its iteration %d (frontier %d); applied from %d",
+                    msg.decision,
+                    effective,
+                    frontier,
+                    safe,
+                )
+                self._decision_late += 1
+                effective = safe
+            self._decision = msg.decision
+            self.apply_config(dict(msg.values), effective, now)
+
+    def telemetry(self, now: float) -> Telemetry:
+        """What this gateway reports: where it is, the decision it runs, its links and rounds."""
+        engine = self.engine
+        frontier = -1 if engine is None else engine.frontier
+        m: dict[str, float] = {
+            "frontier": float(frontier),
+            "decision": float(self._decision),
+            "decision_late": float(self._decision_late),
+            "open_rounds": float(0 if engine is None else len(engine.open_rounds())),
+            "queue_bytes": float(self.queue.stats().queued_bytes),
+            "rounds_completed": float(self.stats.rounds_completed),
+        }
+        cu = self._config_update
+        if cu is not None:
+            m["decision_effective"] = float(cu.effective_iteration)
+            for k, v in cu.values.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    m[f"cfg.{k}"] = float(v)
+        for peer, st in self.stats.peers.items():
+            m[f"link.{peer}.bytes_sent"] = float(st.counters.bytes_sent)
+            m[f"link.{peer}.rate_bps"] = float(self.allocator.rates()[peer])
+            last = self.allocator.snapshot().links[peer].last_time_s
+            if last is not None:
+                m[f"link.{peer}.time_s"] = float(last)
+        return Telemetry(self.site, max(frontier, 0), m)
 
     # ------------------------------------------------------------------------------------------------
     # views and control

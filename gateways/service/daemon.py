@@ -23,16 +23,17 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateways.config import GatewayConfig
-from gateways.node import CloseLink, GatewayNode, RefuseTrainer, ToTrainer, Wake
+from gateways.node import CloseLink, GatewayNode, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.rounds.messages import Action, RoundMsg
 from gateways.rounds.topology import PlanSpec
 from gateways.service.codec_warmup import warm_up_codec
 from gateways.service.http_api import MetricsServer
 from gateways.service.peer_link import PeerLink, abort_transport
 from gateways.service.peer_links import PeerLinks
+from gateways.service.scheduler_link import SchedulerLink
 from gateways.service.trainer_session import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
-from wanrt.protocol import Ack, Connection, Hello, Push
+from wanrt.protocol import Ack, Connection, Hello, Message, Push
 
 __all__ = ["GatewayDaemon"]
 
@@ -67,6 +68,7 @@ class GatewayDaemon:
         self._sessions: dict[int, TrainerSession] = {}
         self._session_ids = itertools.count(1)
         self._http: MetricsServer | None = None
+        self._scheduler: SchedulerLink | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self._timer_due: float | None = None  # the node deadline the timer task sleeps until
         self._gate = asyncio.Lock()
@@ -146,6 +148,15 @@ class GatewayDaemon:
             if self.cfg.metrics_port:
                 self._http = MetricsServer(self, self.cfg.metrics_host, self.cfg.metrics_port)
                 await self._http.start()
+            if self.cfg.scheduler is not None:
+                self._scheduler = SchedulerLink(
+                    self.cfg,
+                    self._secret,
+                    on_up=self._scheduler_up,
+                    on_down=self._scheduler_down,
+                    on_message=self._scheduler_message,
+                )
+                self._scheduler.start()
         except BaseException:
             await self._close_endpoints()
             raise
@@ -254,6 +265,8 @@ class GatewayDaemon:
         await self._close_endpoints()
 
     async def _close_endpoints(self) -> None:
+        if self._scheduler is not None:
+            await self._scheduler.aclose()
         if self._timer_task is not None:
             self._timer_task.cancel()
             await asyncio.gather(self._timer_task, return_exceptions=True)
@@ -305,6 +318,8 @@ class GatewayDaemon:
                 session = self._sessions.get(action.session)
                 if session is not None:
                     session.refuse(action.reason)
+            elif isinstance(action, ToScheduler) and self._scheduler is not None:
+                self._scheduler.send(action.msg)
         if self.node.joined and not self._joined.is_set():
             self._joined.set()
         due = self.node.next_deadline()
@@ -334,6 +349,20 @@ class GatewayDaemon:
     def set_plan(self, spec: PlanSpec, effective_iteration: int | None = None) -> None:
         """Adopt a topology from ``effective_iteration`` on (see :meth:`GatewayNode.set_plan`)."""
         self.node.set_plan(spec, self._now(), effective_iteration)
+        self._after()
+
+    # -- the scheduler link ---------------------------------------------------------------------------
+
+    def _scheduler_up(self) -> None:
+        self.node.scheduler_connected(self._now())
+        self._after()
+
+    def _scheduler_down(self, reason: str) -> None:
+        self.node.scheduler_disconnected(self._now())
+        self._after()
+
+    def _scheduler_message(self, msg: Message) -> None:
+        self.node.scheduler_message(msg, self._now())  # a RemoteProtocolError ends the scheduler link
         self._after()
 
     # ------------------------------------------------------------------------------------------------

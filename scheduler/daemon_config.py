@@ -1,0 +1,125 @@
+"""Settings of the job's scheduler daemon (``wanrt scheduler --config job.toml``, table ``[scheduler]``).
+
+One scheduler per job. Every gateway names it in its own config (``[gateway] scheduler = "tcp://…"``) and
+dials it with the job secret; the scheduler accepts only the sites listed here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from gateways.config import read_secret_file
+from transports.timeouts import Timeouts
+from transports.urls import parse_url
+from wanrt.config import check, from_mapping, load_toml
+from wanrt.errors import ConfigError
+from wanrt.protocol.limits import MAX_SECRET_BYTES, MAX_SITES, MIN_SECRET_BYTES
+
+__all__ = ["POLICIES", "SchedulerDaemonConfig", "load_scheduler_config"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+#: ``policy``: "fixed" changes settings only on request (POST /config). StellaTrain's controller
+#: (scheduler.control) joins as "adaptive" once trainers report telemetry.
+POLICIES: Final = ("fixed",)
+
+
+@dataclass(frozen=True)
+class SchedulerDaemonConfig:
+    """The ``[scheduler]`` table.
+
+    * ``announce_margin`` — a decision takes effect this many iterations past the newest frontier any
+      gateway reported: enough for a prepare and a commit to reach every gateway (two round trips) before
+      the fastest trainer gets there. A gateway that finds it too close refuses, and the scheduler prepares
+      again further ahead.
+    * ``decide_interval_s`` — how often the policy is asked for new settings.
+    * ``reply_timeout_s`` — a prepare not answered by every connected gateway within this is aborted.
+    * ``control_token_file`` — the token ``POST /config`` must present (unset: no changes over HTTP).
+    """
+
+    job: str
+    sites: tuple[str, ...]
+    secret: str | None = field(default=None, repr=False)
+    secret_file: str | None = None
+    control_token_file: str | None = None
+    listen: str = "tcp://127.0.0.1:7800"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0
+    policy: str = "fixed"
+    announce_margin: int = 8
+    decide_interval_s: float = 5.0
+    reply_timeout_s: float = 10.0
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sites", tuple(self.sites))
+        check(bool(_NAME.match(self.job)), "job", self.job, "letters, digits, _ . - (max 63)")
+        check(1 <= len(self.sites) <= MAX_SITES, "sites", len(self.sites), f"1..{MAX_SITES} site names")
+        check(len(set(self.sites)) == len(self.sites), "sites", self.sites, "names must be distinct")
+        for s in self.sites:
+            check(isinstance(s, str) and bool(_NAME.match(s)), "sites", s, "letters, digits, _ . - (max 63)")
+        check(
+            (self.secret is None) != (self.secret_file is None),
+            "secret_file",
+            self.secret_file,
+            "set exactly one of secret_file (preferred) or secret",
+        )
+        if self.secret is not None:
+            check(
+                MIN_SECRET_BYTES <= len(self.secret.encode()) <= MAX_SECRET_BYTES,
+                "secret",
+                "<hidden>",
+                f"must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes",
+            )
+        try:
+            parse_url(self.listen)
+        except ConfigError as exc:
+            raise ConfigError(f"invalid value for 'listen': {exc.message}", key="listen") from None
+        check(0 <= self.metrics_port <= 65535, "metrics_port", self.metrics_port, "0 (off) or a port")
+        check(self.policy in POLICIES, "policy", self.policy, f"one of {', '.join(POLICIES)}")
+        check(1 <= self.announce_margin <= 10_000, "announce_margin", self.announce_margin, "1..10000")
+        for key in ("decide_interval_s", "reply_timeout_s"):
+            value = getattr(self, key)
+            check(0.0 < value <= 3600.0, key, value, "must be in (0, 3600] seconds")
+
+    def control_token(self) -> str | None:
+        if self.control_token_file is None:
+            return None
+        return read_secret_file(self.control_token_file, "scheduler.control_token_file").decode()
+
+    def secret_bytes(self) -> bytes:
+        if self.secret is not None:
+            return self.secret.encode()
+        assert self.secret_file is not None
+        return read_secret_file(self.secret_file, "scheduler.secret_file")
+
+
+def load_scheduler_config(path: str | Path) -> SchedulerDaemonConfig:
+    """Load and validate ``job.toml``; a relative ``secret_file`` is taken relative to the file."""
+    p = Path(path)
+    data = load_toml(p)
+    unknown = sorted(set(data) - {"scheduler"})
+    if unknown:
+        raise ConfigError(f"unknown top-level table {unknown[0]!r}; expected [scheduler]", key=unknown[0])
+    table: Any = data.get("scheduler")
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{p}: missing [scheduler] table", key="scheduler", path=str(p))
+    cfg = from_mapping(SchedulerDaemonConfig, table, section="scheduler")
+    base = p.resolve().parent
+
+    def resolve(value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() else (base / path).resolve())
+
+    cfg = dataclasses.replace(
+        cfg, secret_file=resolve(cfg.secret_file), control_token_file=resolve(cfg.control_token_file)
+    )
+    cfg.secret_bytes()
+    return cfg

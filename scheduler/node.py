@@ -1,0 +1,345 @@
+"""The scheduler as one sans-IO object: gateway reports in, decisions out, each with one job-wide
+effective iteration.
+
+Why two phases (see :mod:`scheduler.wire`): a decision forwarded to one site's trainers for iteration E
+while another site's trainers have already passed E would make the sites train under different settings
+from then on. So the scheduler first asks every connected gateway whether E is still ahead of its trainers
+(prepare), commits only if all say yes, and otherwise aborts and prepares again further ahead under a new
+id. E is the newest frontier any gateway reported plus ``announce_margin`` iterations.
+
+Why it is not a single point of failure: gateways keep training with the last committed decision while the
+scheduler is away, and report which decision they run. A scheduler that (re)starts decides nothing until
+every connected gateway has reported once; it then adopts the newest decision the gateways run (and numbers
+its own after it), so a restart never moves the job backwards.
+
+What decides the values is a :class:`DecisionPolicy` (StellaTrain §4.1's controller: throughput fit,
+bandwidth estimate, configuration search — :mod:`scheduler.control`); manual changes (``POST /config``)
+come in through :meth:`SchedulerNode.request` and travel the same two phases.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias
+
+from gateways.wire.config_update import trainer_config_update
+from scheduler.daemon_config import SchedulerDaemonConfig
+from scheduler.wire import Announce, AnnounceReply
+from wanrt.errors import RemoteProtocolError
+from wanrt.protocol import Message, Telemetry
+
+__all__ = ["Decision", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
+
+log = logging.getLogger("scheduler.node")
+
+#: Telemetry keys a gateway reports about the decision it runs (the rest go to the policy).
+DECISION_KEY = "decision"
+EFFECTIVE_KEY = "decision_effective"
+FRONTIER_KEY = "frontier"
+VALUE_PREFIX = "cfg."
+
+
+class DecisionPolicy(Protocol):
+    """What decides the job's settings from the gateways' reports (sans-IO, time passed in)."""
+
+    def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None: ...
+
+    def decide(self, now: float) -> dict[str, Any] | None:
+        """New trainer settings (keys of :data:`gateways.wire.config_update.TRAINER_CONFIG_KEYS`), or
+        None to keep the current ones."""
+        ...
+
+
+class FixedPolicy:
+    """No adaptation: the settings change only by :meth:`SchedulerNode.request` (``policy = "fixed"``)."""
+
+    def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None:
+        return None
+
+    def decide(self, now: float) -> dict[str, Any] | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    id: int
+    effective_iteration: int
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SendTo:
+    """Send ``msg`` to site ``site``'s gateway (if connected)."""
+
+    site: str
+    msg: Message
+
+
+Action: TypeAlias = SendTo
+
+
+@dataclass(slots=True)
+class _Gateway:
+    connected: bool = False
+    reported: bool = False  # has sent telemetry since it (re)connected
+    frontier: int = -1
+    decision: int = 0  # the decision it runs
+    last_report: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Pending:
+    decision: Decision
+    waiting: set[str]
+    since: float
+    source: str  # "policy" | "request"
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    decisions_committed: int = 0
+    decisions_aborted: int = 0
+    reports: int = 0
+    late_commits: int = 0  # gateways that reported a commit arriving after its iteration
+
+
+class SchedulerNode:
+    """See the module docstring."""
+
+    def __init__(
+        self, cfg: SchedulerDaemonConfig, now: float, *, policy: DecisionPolicy | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.policy: DecisionPolicy = policy or FixedPolicy()
+        self.gateways: dict[str, _Gateway] = {s: _Gateway() for s in cfg.sites}
+        self.current: Decision | None = None
+        self.pending: _Pending | None = None
+        self._queued: tuple[dict[str, Any], str] | None = None  # wanted while another is pending
+        self._next_id = 1
+        self._next_decide = now + cfg.decide_interval_s
+        self._out: list[Action] = []
+        self.stats = SchedulerStats()
+        self.t0 = now
+
+    # -- driving ---------------------------------------------------------------------------------------
+
+    def pop_actions(self) -> list[Action]:
+        out, self._out = self._out, []
+        return out
+
+    def next_deadline(self) -> float | None:
+        due = [self._next_decide]
+        if self.pending is not None:
+            due.append(self.pending.since + self.cfg.reply_timeout_s)
+        return min(due)
+
+    def tick(self, now: float) -> None:
+        pending = self.pending
+        if pending is not None and now >= pending.since + self.cfg.reply_timeout_s:
+            log.warning(
+                "decision %d: no reply from %s within %g s; aborting it",
+                pending.decision.id,
+                ", ".join(sorted(pending.waiting)),
+                self.cfg.reply_timeout_s,
+            )
+            self._abort(now, retry=True)
+        if now >= self._next_decide:
+            self._next_decide = now + self.cfg.decide_interval_s
+            if self._ready():
+                values = self.policy.decide(now)
+                if values is not None and (self.current is None or values != self.current.values):
+                    self._want(values, "policy", now)
+
+    def _ready(self) -> bool:
+        """Decide only once every connected gateway has told us where the job is (resume after restart)."""
+        connected = [g for g in self.gateways.values() if g.connected]
+        return bool(connected) and all(g.reported for g in connected)
+
+    # -- gateways ------------------------------------------------------------------------------------
+
+    def gateway_problem(self, site: str) -> str | None:
+        """Why a connecting gateway is refused (None: accept)."""
+        if site not in self.gateways:
+            return f"site {site!r} is not in job {self.cfg.job!r}"
+        return None
+
+    def gateway_up(self, site: str, now: float) -> None:
+        g = self.gateways[site]
+        g.connected, g.reported = True, False
+        log.info("gateway %s connected", site)
+        if self.current is not None:  # it may have missed the commit while away
+            self._send(site, self.current, "commit")
+
+    def gateway_down(self, site: str, now: float) -> None:
+        g = self.gateways.get(site)
+        if g is None:
+            return
+        g.connected = False
+        log.info("gateway %s disconnected", site)
+        pending = self.pending
+        if pending is not None and site in pending.waiting:
+            pending.waiting.discard(site)  # it gets the commit when it comes back
+            self._maybe_commit(now)
+
+    def on_message(self, site: str, msg: Message, now: float) -> None:
+        """A message from site ``site``'s gateway (RemoteProtocolError: close that connection)."""
+        if isinstance(msg, Telemetry):
+            self._on_telemetry(site, msg, now)
+        elif isinstance(msg, AnnounceReply):
+            self._on_reply(site, msg, now)
+        else:
+            raise RemoteProtocolError(f"a gateway may not send {type(msg).__name__} here", peer=site)
+
+    def _on_telemetry(self, site: str, msg: Telemetry, now: float) -> None:
+        if msg.site != site:
+            raise RemoteProtocolError("telemetry names another site", peer=site, value=msg.site)
+        g = self.gateways[site]
+        m = msg.metrics
+        g.frontier = max(g.frontier, int(m.get(FRONTIER_KEY, -1)))
+        g.last_report, g.metrics = now, dict(m)
+        g.reported = True
+        self.stats.reports += 1
+        runs = int(m.get(DECISION_KEY, 0))
+        g.decision = runs
+        if m.get("decision_late", 0) > 0:
+            self.stats.late_commits += 1
+        if runs >= self._next_id:  # a decision from before our restart: the job runs it, adopt it
+            values = {k[len(VALUE_PREFIX) :]: _scalar(v) for k, v in m.items() if k.startswith(VALUE_PREFIX)}
+            self._next_id = runs + 1
+            if values:
+                self.current = Decision(runs, int(m.get(EFFECTIVE_KEY, 0)), values)
+                log.info("resuming: the job runs decision %d (%s)", runs, values)
+        self.policy.observe(site, m, now)
+
+    def _on_reply(self, site: str, reply: AnnounceReply, now: float) -> None:
+        g = self.gateways[site]
+        g.frontier = max(g.frontier, reply.frontier)
+        pending = self.pending
+        if pending is None or reply.decision != pending.decision.id:
+            return  # a late answer to an aborted decision
+        if not reply.accepted:
+            log.info(
+                "decision %d: site %s is already at iteration %d; preparing again further ahead",
+                reply.decision,
+                site,
+                reply.frontier,
+            )
+            self._abort(now, retry=True)
+            return
+        pending.waiting.discard(site)
+        self._maybe_commit(now)
+
+    # -- decisions -------------------------------------------------------------------------------------
+
+    def request(self, values: Mapping[str, Any], now: float) -> dict[str, Any]:
+        """A manual change (``POST /config``, authenticated by the service): validated by the trainers'
+        schema, then announced like any decision. Returns what was done."""
+        trainer_config_update(values, 0)  # ConfigError naming the bad key
+        self._want(dict(values), "request", now)
+        p = self.pending
+        return {
+            "values": dict(values),
+            "decision": None if p is None else p.decision.id,
+            "effective_iteration": None if p is None else p.decision.effective_iteration,
+            "state": "preparing" if p is not None else "queued",
+        }
+
+    def _want(self, values: dict[str, Any], source: str, now: float) -> None:
+        merged = dict(self.current.values) if self.current is not None else {}
+        merged.update(values)
+        if self.pending is not None:
+            self._queued = (merged, source)  # the newest wish wins once the pending one is settled
+            return
+        connected = sorted(s for s, g in self.gateways.items() if g.connected)
+        if not connected:
+            self._queued = (merged, source)
+            return
+        frontier = max(g.frontier for g in self.gateways.values())
+        decision = Decision(self._next_id, frontier + self.cfg.announce_margin, merged)
+        self._next_id += 1
+        self.pending = _Pending(decision, set(connected), now, source)
+        log.info(
+            "decision %d (%s): %s from iteration %d",
+            decision.id,
+            source,
+            merged,
+            decision.effective_iteration,
+        )
+        for site in connected:
+            self._send(site, decision, "prepare")
+
+    def _maybe_commit(self, now: float) -> None:
+        pending = self.pending
+        if pending is None or pending.waiting:
+            return
+        self.pending = None
+        self.current = pending.decision
+        self.stats.decisions_committed += 1
+        for site, g in self.gateways.items():
+            if g.connected:
+                self._send(site, pending.decision, "commit")
+        self._after_settled(now)
+
+    def _abort(self, now: float, *, retry: bool) -> None:
+        pending = self.pending
+        if pending is None:
+            return
+        self.pending = None
+        self.stats.decisions_aborted += 1
+        for site, g in self.gateways.items():
+            if g.connected:
+                self._send(site, pending.decision, "abort")
+        if retry and self._queued is None:
+            self._queued = (pending.decision.values, pending.source)
+        self._after_settled(now)
+
+    def _after_settled(self, now: float) -> None:
+        if self._queued is not None:
+            values, source = self._queued
+            self._queued = None
+            if self.current is None or values != self.current.values:
+                self._want(values, source, now)
+
+    def _send(self, site: str, d: Decision, phase: str) -> None:
+        self._out.append(SendTo(site, Announce(d.id, phase, d.effective_iteration, dict(d.values))))
+
+    # -- views ---------------------------------------------------------------------------------------
+
+    def status(self, now: float) -> dict[str, Any]:
+        cur, p = self.current, self.pending
+        return {
+            "job": self.cfg.job,
+            "current": None
+            if cur is None
+            else {"decision": cur.id, "effective_iteration": cur.effective_iteration, "values": cur.values},
+            "pending": None
+            if p is None
+            else {
+                "decision": p.decision.id,
+                "effective_iteration": p.decision.effective_iteration,
+                "values": p.decision.values,
+                "waiting_for": sorted(p.waiting),
+            },
+            "gateways": {
+                s: {
+                    "connected": g.connected,
+                    "frontier": g.frontier,
+                    "decision": g.decision,
+                    "last_report_s": None if g.last_report is None else round(now - g.last_report, 3),
+                }
+                for s, g in sorted(self.gateways.items())
+            },
+            "stats": {
+                "decisions_committed": self.stats.decisions_committed,
+                "decisions_aborted": self.stats.decisions_aborted,
+                "reports": self.stats.reports,
+                "late_commits": self.stats.late_commits,
+            },
+        }
+
+
+def _scalar(v: float) -> int | float:
+    return int(v) if float(v).is_integer() else float(v)

@@ -1,0 +1,80 @@
+"""``wanrt scheduler --config job.toml [--ready-file PATH] [--log-level L]``: the job's scheduler daemon.
+
+Exit codes as ``wanrt gateway``: 0 after a clean stop (SIGTERM/SIGINT), 2 for a bad configuration (the
+message names the key), 1 when it cannot start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from gateways.service.cli import write_json_atomically
+from scheduler.daemon_config import SchedulerDaemonConfig, load_scheduler_config
+from scheduler.service.daemon import SchedulerDaemon
+from scheduler.service.policies import make_policy
+from transports import install_uvloop
+from wanrt.errors import ConfigError, WanrtError
+
+__all__ = ["add_arguments", "run"]
+
+log = logging.getLogger("wanrt.scheduler")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="TOML", help="the job's scheduler config file")
+    parser.add_argument(
+        "--ready-file", metavar="PATH", help="write JSON {pid, job, listen, metrics_url} here once listening"
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help="log verbosity (default INFO)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        cfg = load_scheduler_config(args.config)
+    except ConfigError as exc:
+        print(f"wanrt scheduler: configuration error: {exc}", file=sys.stderr)
+        return 2
+    install_uvloop()
+    try:
+        asyncio.run(_serve(cfg, args.ready_file))
+    except WanrtError as exc:
+        print(f"wanrt scheduler: cannot run: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(cfg: SchedulerDaemonConfig, ready_file: str | None) -> None:
+    daemon = SchedulerDaemon(cfg, policy=make_policy(cfg))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, daemon.request_stop)
+
+    def ready() -> None:
+        info = daemon.ready_info()
+        if ready_file:
+            write_json_atomically(Path(ready_file), info)
+        log.info("ready: %s", json.dumps(info))
+
+    try:
+        await daemon.run(on_ready=ready)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    log.info("stopped")

@@ -1,0 +1,287 @@
+"""The scheduler daemon: sockets, the loop, HTTP and signals around one
+:class:`~scheduler.node.SchedulerNode`.
+
+Gateways dial it (role ``gateway``, the job's HMAC handshake; only the job's sites are accepted) and keep one
+connection each; what they send goes to the node with the loop's time, what the node sends goes out. The
+HTTP endpoint serves ``GET /status`` (JSON), ``GET /metrics`` (Prometheus) and ``POST /config`` (a manual
+change, announced like any decision).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.daemon_config import SchedulerDaemonConfig
+from scheduler.node import DecisionPolicy, SchedulerNode, SendTo
+from scheduler.wire import SCHEDULER_REGISTRY
+from transports import Listener, Transport, listen, parse_url
+from transports.connection_io import abort_and_close, next_event
+from wanrt.errors import AuthError, ConfigError, ProtocolError, TransportError, WanrtTimeout
+from wanrt.protocol import (
+    Auth,
+    Bye,
+    Connection,
+    ConnectionClosed,
+    Error,
+    ErrorCode,
+    Heartbeat,
+    Hello,
+    Message,
+    Role,
+)
+
+__all__ = ["SchedulerDaemon"]
+
+log = logging.getLogger(__name__)
+
+
+class _Session:
+    """One gateway's connection: an outgoing queue drained by a writer task."""
+
+    def __init__(self, site: str, conn: Connection, transport: Transport) -> None:
+        self.site, self.conn, self.transport = site, conn, transport
+        self.out: deque[Message] = deque()
+        self.wake = asyncio.Event()
+
+    def send(self, msg: Message) -> None:
+        self.out.append(msg)
+        self.wake.set()
+
+    async def writer(self) -> str:
+        while True:
+            self.wake.clear()
+            if not self.out:
+                await self.wake.wait()
+                continue
+            parts = [p for m in self.out for p in self.conn.send_parts(m)]
+            self.out.clear()
+            await self.transport.send(parts)
+
+
+class SchedulerDaemon:
+    """See the module docstring."""
+
+    def __init__(self, cfg: SchedulerDaemonConfig, *, policy: DecisionPolicy | None = None) -> None:
+        self.cfg = cfg
+        self._secret = cfg.secret_bytes()
+        self._policy = policy
+        self.node = SchedulerNode(cfg, 0.0, policy=policy)
+        self._sessions: dict[str, _Session] = {}
+        self._listener: Listener | None = None
+        self._http: Any = None
+        self._timer_task: asyncio.Task[None] | None = None
+        self._timer_wake = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def start(self) -> None:
+        self.node = SchedulerNode(self.cfg, self._now(), policy=self._policy)
+        self._listener = await listen(
+            parse_url(self.cfg.listen).url, self._accept, timeouts=self.cfg.timeouts
+        )
+        if self.cfg.metrics_port:
+            from scheduler.service.http import SchedulerHttp
+
+            self._http = SchedulerHttp(self, self.cfg.metrics_host, self.cfg.metrics_port)
+            await self._http.start()
+        self._timer_task = asyncio.get_running_loop().create_task(self._timer(), name="scheduler timer")
+        log.info("scheduler of job %s up on %s", self.cfg.job, self._listener.url)
+
+    def ready_info(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "job": self.cfg.job,
+            "listen": None if self._listener is None else self._listener.url,
+            "metrics_url": None if self._http is None else self._http.url,
+        }
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, *, on_ready: Callable[[], None] | None = None) -> None:
+        await self.start()
+        try:
+            if on_ready is not None:
+                on_ready()
+            await self._stop.wait()
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Stop accepting, say Bye to every gateway (they keep training with the last decision), close."""
+        if self._listener is not None:
+            self._listener.close()
+        for session in list(self._sessions.values()):
+            session.send(Bye("scheduler shutting down"))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.cfg.timeouts.close):
+                while any(s.out for s in self._sessions.values()):
+                    self._progress.clear()
+                    await self._progress.wait()
+        if self._timer_task is not None:
+            self._timer_task.cancel()
+            await asyncio.gather(self._timer_task, return_exceptions=True)
+        if self._listener is not None:
+            await self._listener.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Until ``predicate()`` holds, re-checked whenever the node changed (tests, tools)."""
+        while not predicate():
+            self._progress.clear()
+            await self._progress.wait()
+
+    # -- the node's actions, its timer -----------------------------------------------------------------
+
+    def _after(self) -> None:
+        for action in self.node.pop_actions():
+            if isinstance(action, SendTo):
+                session = self._sessions.get(action.site)
+                if session is not None:
+                    session.send(action.msg)
+        self._timer_wake.set()
+        self._progress.set()
+
+    async def _timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._timer_wake.clear()
+            due = self.node.next_deadline()
+            delay = None if due is None else due - loop.time()
+            if delay is not None and delay <= 0:
+                self.node.tick(loop.time())
+                self._after()
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._timer_wake.wait()
+
+    # -- control ---------------------------------------------------------------------------------------
+
+    def control_token(self) -> str | None:
+        return self.cfg.control_token()
+
+    def request(self, values: dict[str, Any]) -> dict[str, Any]:
+        out = self.node.request(values, self._now())
+        self._after()
+        return out
+
+    def status(self) -> dict[str, Any]:
+        return self.node.status(self._now())
+
+    def metrics_text(self) -> str:
+        st = self.status()
+        lines = [
+            "# HELP wanrt_scheduler_decisions_committed Decisions every connected gateway committed",
+            "# TYPE wanrt_scheduler_decisions_committed counter",
+            f"wanrt_scheduler_decisions_committed {st['stats']['decisions_committed']}",
+            "# HELP wanrt_scheduler_decisions_aborted Decisions aborted (a gateway too far ahead, no reply)",
+            "# TYPE wanrt_scheduler_decisions_aborted counter",
+            f"wanrt_scheduler_decisions_aborted {st['stats']['decisions_aborted']}",
+            "# HELP wanrt_scheduler_gateway_connected Whether a site's gateway is connected",
+            "# TYPE wanrt_scheduler_gateway_connected gauge",
+        ]
+        for site, g in st["gateways"].items():
+            lines.append(f'wanrt_scheduler_gateway_connected{{site="{site}"}} {int(g["connected"])}')
+        return "\n".join(lines) + "\n"
+
+    # -- gateways --------------------------------------------------------------------------------------
+
+    async def _accept(self, transport: Transport) -> None:
+        conn = Connection(
+            Role.SCHEDULER,
+            "scheduler",
+            self.cfg.job,
+            self._secret,
+            side="server",
+            registry=SCHEDULER_REGISTRY,
+            peer=transport.peer,
+        )
+        try:
+            async with asyncio.timeout(self.cfg.timeouts.handshake):
+                hello = await next_event(conn, transport)
+                if not isinstance(hello, Hello):
+                    raise TransportError("closed before its Hello", peer=transport.peer)
+                problem = self.node.gateway_problem(hello.site)
+                if hello.role is not Role.GATEWAY:
+                    problem = f"role {hello.role} may not connect to the scheduler"
+                if problem is not None:
+                    await transport.send([conn.reject(ErrorCode.AUTH, problem)])
+                    raise AuthError(problem, peer=hello.site)
+                await transport.send([conn.accept({})])
+                auth = await next_event(conn, transport)
+                if not isinstance(auth, Auth):
+                    raise TransportError("left before authenticating", peer=hello.site)
+        except (TimeoutError, ProtocolError, AuthError, TransportError, WanrtTimeout) as exc:
+            log.warning("gateway connection from %s refused: %s", transport.peer, exc)
+            await abort_and_close(
+                conn,
+                transport,
+                exc if isinstance(exc, (ProtocolError, AuthError)) else None,
+                grace=self.cfg.timeouts.close,
+            )
+            return
+        site = hello.site
+        old = self._sessions.get(site)
+        if old is not None:
+            abort = getattr(old.transport, "abort", None)
+            if callable(abort):
+                abort()
+        session = _Session(site, conn, transport)
+        self._sessions[site] = session
+        self.node.gateway_up(site, self._now())
+        self._after()
+        await self._serve(session)
+
+    async def _serve(self, session: _Session) -> None:
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(session), name=f"read {session.site}")
+        writer = loop.create_task(session.writer(), name=f"write {session.site}")
+        error: BaseException | None = None
+        try:
+            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            task = reader if reader in done else writer
+            error = task.exception()
+            reason = task.result() if error is None else str(error)
+        finally:
+            for t in (reader, writer):
+                t.cancel()
+            await asyncio.gather(reader, writer, return_exceptions=True)
+            if self._sessions.get(session.site) is session:
+                del self._sessions[session.site]
+                self.node.gateway_down(session.site, self._now())
+                self._after()
+            await abort_and_close(
+                session.conn,
+                session.transport,
+                error if isinstance(error, (ProtocolError, AuthError)) else None,
+                grace=self.cfg.timeouts.close,
+            )
+        log.info("gateway %s disconnected: %s", session.site, reason)
+
+    async def _read(self, session: _Session) -> str:
+        while True:
+            event = await next_event(session.conn, session.transport)
+            if isinstance(event, Heartbeat):
+                continue
+            if isinstance(event, Bye):
+                return f"gateway said bye: {event.reason}"
+            if isinstance(event, Error):
+                return f"gateway aborted: {event.message}"
+            if isinstance(event, ConnectionClosed):
+                return f"connection closed ({event.reason})"
+            try:
+                self.node.on_message(session.site, event, self._now())
+            except ConfigError as exc:  # a value outside the shared schema: that gateway's problem
+                raise ProtocolError(str(exc)) from None
+            self._after()

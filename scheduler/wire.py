@@ -1,0 +1,73 @@
+"""What the scheduler and the gateways say to each other (protocol codes in the scheduler range 0x40–0x7F).
+
+A decision reaches every site in two phases, so that every site switches at the same iteration (AntDT:
+"global actions applied by all nodes at the same iteration"; StellaTrain §4.1 applies a new (r, x) to all
+GPUs at once):
+
+1. ``Announce(phase="prepare")`` with the decision's id, its effective iteration and its values. A gateway
+   answers ``AnnounceReply(accepted=True)`` if its trainers cannot have reached that iteration yet, else
+   ``accepted=False`` with its frontier; nothing reaches its trainers yet.
+2. Once every connected gateway accepted, ``Announce(phase="commit")``: each gateway forwards the values to
+   its trainers as a ``ConfigUpdate`` for that iteration. Had one refused, ``Announce(phase="abort")`` and
+   the scheduler prepares again further ahead, under a new id.
+
+Gateways report with the core ``Telemetry`` message (their frontier, the decision they run, link and
+trainer measurements), which is also how a restarted scheduler learns the job's state back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+from wanrt.errors import LocalProtocolError
+from wanrt.protocol import CORE_REGISTRY, Message
+from wanrt.protocol.checks import check_scalar_map, check_uint
+from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER
+
+__all__ = ["PHASES", "SCHEDULER_REGISTRY", "Announce", "AnnounceReply"]
+
+PHASES: Final = ("prepare", "commit", "abort")
+
+
+@dataclass(frozen=True, slots=True)
+class Announce(Message):
+    """Scheduler → gateway: one phase of decision ``decision`` (see the module docstring)."""
+
+    TYPE: ClassVar[int] = 0x40
+    STREAM: ClassVar[bool] = True
+    decision: int
+    phase: str
+    effective_iteration: int
+    values: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        check_uint(self.decision, "decision", MAX_COUNTER)
+        if self.phase not in PHASES:
+            raise LocalProtocolError("unknown announce phase", value=str(self.phase)[:32])
+        check_uint(self.effective_iteration, "effective_iteration", MAX_COUNTER)
+        object.__setattr__(
+            self, "values", check_scalar_map(self.values, "values", "MAX_CONFIG_KEYS", MAX_CONFIG_KEYS)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AnnounceReply(Message):
+    """Gateway → scheduler: whether decision ``decision`` can still take effect where it says."""
+
+    TYPE: ClassVar[int] = 0x41
+    STREAM: ClassVar[bool] = True
+    decision: int
+    accepted: bool
+    frontier: int
+
+    def __post_init__(self) -> None:
+        check_uint(self.decision, "decision", MAX_COUNTER)
+        if type(self.accepted) is not bool:
+            raise LocalProtocolError("accepted must be true or false")
+        if type(self.frontier) is not int or not -1 <= self.frontier <= MAX_COUNTER:
+            raise LocalProtocolError("frontier out of range", value=self.frontier)
+
+
+#: The protocol spoken on a gateway's link to the scheduler.
+SCHEDULER_REGISTRY: Final = CORE_REGISTRY.with_messages(Announce, AnnounceReply)
