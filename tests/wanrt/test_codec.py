@@ -20,15 +20,12 @@ from wanrt.codec import (
     INDEX_ENCODINGS,
     MAX_PAYLOAD_ELEMENTS,
     META_KEYS,
-    CodecConfig,
     decode_payload,
     encode_payload,
 )
 from wanrt.codec.index_encodings import encoded_sizes_of
 from wanrt.codec.kernel_choice import KERNEL_ENV, codec_kernels
-from wanrt.config import from_mapping
 from wanrt.errors import (
-    ConfigError,
     KernelError,
     LimitExceeded,
     LocalProtocolError,
@@ -556,31 +553,3 @@ def test_fused_casts_match_numpy_bit_for_bit() -> None:
     (a, a_over), (b, b_over) = FUSED.f32_to_f16(small), REFERENCE.f32_to_f16(small)
     assert not a_over and not b_over
     np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
-
-
-# --------------------------------------------------------------------------------------------- config
-
-
-def test_codec_config_from_toml_drives_encode() -> None:
-    cfg = from_mapping(CodecConfig, {"wire_dtype": "bf16", "index_encoding": "u32"}, section="codec")
-    p = make_payload(1000, 16, [1, 5, 9])
-    meta, bufs = encode_payload(p, **cfg.encode_options())
-    assert (meta["dtype"], meta["index"]) == ("bf16", "u32")
-    q = decode_payload(meta, bufs, max_elements=cfg.max_payload_elements)
-    np.testing.assert_array_equal(q.indices, p.indices)
-    assert CodecConfig().encode_options() == {"wire_dtype": None, "index_encoding": None}
-
-
-@pytest.mark.parametrize(
-    ("key", "value"),
-    [
-        ("wire_dtype", "fp8"),
-        ("index_encoding", "zstd"),
-        ("max_payload_elements", 0),
-        ("max_payload_elements", 2**40),
-    ],
-)
-def test_codec_config_names_the_bad_key(key: str, value: Any) -> None:
-    with pytest.raises(ConfigError) as info:
-        from_mapping(CodecConfig, {key: value}, section="codec")
-    assert info.value.fields["key"] == f"codec.{key}"
