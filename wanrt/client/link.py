@@ -26,15 +26,13 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, Final
 
-import numpy as np
-import numpy.typing as npt
-
 from transports import Timeouts, Transport, connect
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import GatewayUnreachable, ModelMismatch
 from wanrt.client.link_api import LinkEvent, LinkSpec, UpdateArrived
 from wanrt.client.signature import compare_info
 from wanrt.client.site_message import ConfigChange
+from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.errors import (
     AuthError,
     LocalProtocolError,
@@ -44,7 +42,7 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
-from wanrt.payload import SparsePayload, fp32_to_bf16
+from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import NEED_DATA, ConnectionClosed
 from wanrt.protocol.messages import (
@@ -68,24 +66,6 @@ log = logging.getLogger(__name__)
 #: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
 CONFIG_KEYS: Final = ("density", "batch_size", "staleness")
 _STOP: Final = object()
-#: largest finite fp16
-FP16_MAX: Final = 65504.0
-
-
-def _to_wire(p: SparsePayload, wire_dtype: str) -> SparsePayload:
-    """The payload in the configured wire dtype; stays fp32 where fp16 would overflow to infinity."""
-    if wire_dtype == p.value_dtype:
-        return p
-    f32 = p.values_f32()
-    if wire_dtype == "fp16":
-        if f32.size and float(np.max(np.abs(f32))) > FP16_MAX:
-            return p
-        values: npt.NDArray[Any] = f32.astype(np.float16)
-    elif wire_dtype == "bf16":
-        values = fp32_to_bf16(f32)
-    else:
-        values = f32
-    return SparsePayload(p.layer, p.dense_len, p.block_size, p.indices, values, wire_dtype)
 
 
 def _config_change(msg: ConfigUpdate) -> ConfigChange:
@@ -149,7 +129,7 @@ class GatewayLink:
         if self._closed:
             raise LocalProtocolError("push() on a closed gateway link")
         msg = Push(
-            self.spec.job, iteration, layer, 0, self.spec.site, _to_wire(payload, self._cfg.wire_dtype)
+            self.spec.job, iteration, layer, 0, self.spec.site, in_wire_dtype(payload, self._cfg.wire_dtype)
         )
         pushes = self._pushes
         assert pushes is not None
