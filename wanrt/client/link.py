@@ -27,6 +27,7 @@ from collections.abc import Coroutine
 from typing import Any, Final
 
 from transports import Timeouts, Transport, connect
+from transports.connection_io import next_event
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import GatewayUnreachable, ModelMismatch
 from wanrt.client.link_api import LinkEvent, LinkSpec, UpdateArrived
@@ -44,7 +45,7 @@ from wanrt.errors import (
 )
 from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
-from wanrt.protocol.events import NEED_DATA, ConnectionClosed
+from wanrt.protocol.events import ConnectionClosed
 from wanrt.protocol.messages import (
     Ack,
     Aggregate,
@@ -216,11 +217,7 @@ class GatewayLink:
 
     async def _next(self) -> Message | ConnectionClosed:
         assert self._conn is not None and self._transport is not None
-        while True:
-            event = self._conn.next_event()
-            if event is not NEED_DATA:
-                return event
-            self._conn.receive_data(await self._transport.recv())
+        return await next_event(self._conn, self._transport)
 
     async def _handshake_reply(self) -> Welcome:
         url = self.spec.url
