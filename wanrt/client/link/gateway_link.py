@@ -1,16 +1,16 @@
 """The site leader's real link to its gateway: transport + sans-IO protocol in one background thread.
 
 Why a thread with its own event loop: the training loop is synchronous PyTorch code and must never wait
-on the network except where partial staleness says it must (:mod:`wanrt.client.staleness`). The thread runs
-a plain asyncio loop (never uvloop: installing a loop policy is the daemons' business, not a library's)
-with three tasks: a writer that frames queued pushes with the :class:`~wanrt.protocol.Connection`, a reader
-that turns Aggregate / ConfigUpdate frames into :mod:`~wanrt.client.link_api` events on a thread-safe
-queue, and a heartbeat. The training thread only touches two queues and a stored error.
+on the network except where partial staleness says it must (:mod:`wanrt.client.leader.staleness`). The
+thread runs a plain asyncio loop (never uvloop: installing a loop policy is the daemons' business, not a
+library's) with three tasks: a writer that frames queued pushes with the :class:`~wanrt.protocol.Connection`,
+a reader that turns Aggregate / ConfigUpdate frames into :mod:`~wanrt.client.link.api` events on a
+thread-safe queue, and a heartbeat. The training thread only touches two queues and a stored error.
 
 Handshake (role ``trainer``, HMAC proof of the job secret, docs/protocol.md): the Hello ``info`` carries
-the model signature (:mod:`wanrt.client.signature`); a gateway that already knows the job's model returns
-it in the Welcome ``info`` and the client refuses to train a different one (:class:`ModelMismatch` naming
-the first differing layer).
+the model signature (:mod:`wanrt.client.link.signature`); a gateway that already knows the job's model
+returns it in the Welcome ``info`` and the client refuses to train a different one (:class:`ModelMismatch`
+naming the first differing layer).
 
 Close is phased: flush queued pushes, say Bye, wait briefly for the gateway's Bye, close the transport,
 stop the loop, join the thread, all under ``close_timeout_s``.
@@ -30,9 +30,9 @@ from transports import Timeouts, Transport, connect
 from transports.connection_io import next_event
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import GatewayUnreachable, ModelMismatch
-from wanrt.client.link_api import LinkEvent, LinkSpec, UpdateArrived
-from wanrt.client.signature import compare_info
-from wanrt.client.site_message import ConfigChange
+from wanrt.client.link.api import LinkEvent, LinkSpec, UpdateArrived
+from wanrt.client.link.signature import compare_info
+from wanrt.client.site.decision import ConfigChange
 from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.errors import (
     AuthError,

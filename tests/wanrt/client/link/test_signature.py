@@ -1,4 +1,4 @@
-from wanrt.client.signature import LAYER_DIGEST_BYTES, LayerSignature, compare_info, first_difference
+from wanrt.client.link.signature import LAYER_DIGEST_BYTES, LayerSignature, compare_info, first_difference
 
 
 def sig(*layers: tuple[str, tuple[int, ...]]) -> LayerSignature:

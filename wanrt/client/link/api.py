@@ -3,7 +3,7 @@
 The context only needs four things from a link: push a layer's payload, get the next event (an update or
 a configuration change) with a timeout, and close. Keeping that behind this small interface lets tests run
 the whole client against an in-process fake, and keeps the asyncio machinery of the real link
-(:mod:`wanrt.client.link`) out of the training thread.
+(:mod:`wanrt.client.link.gateway_link`) out of the training thread.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from wanrt.client.config import ClientConfig
-from wanrt.client.signature import LayerSignature
-from wanrt.client.site_message import ConfigChange
+from wanrt.client.link.signature import LayerSignature
+from wanrt.client.site.decision import ConfigChange
 from wanrt.payload import SparsePayload
 
 __all__ = ["Link", "LinkEvent", "LinkFactory", "LinkSpec", "UpdateArrived"]

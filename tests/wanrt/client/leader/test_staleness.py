@@ -1,6 +1,6 @@
 import pytest
 
-from wanrt.client.staleness import StalenessTracker
+from wanrt.client.leader.staleness import StalenessTracker
 from wanrt.errors import LocalProtocolError, RemoteProtocolError
 
 

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wanrt.client import site_message as sm
+from wanrt.client.site import decision as sm
 from wanrt.errors import LimitExceeded, MalformedPayload
 from wanrt.payload import SparsePayload
 

@@ -12,10 +12,10 @@ import pytest
 from tests.wanrt.client.fake_gateway import FakeGateway, run_in_thread
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import GatewayUnreachable, ModelMismatch
-from wanrt.client.link import GatewayLink, open_gateway_link
-from wanrt.client.link_api import LinkSpec, UpdateArrived
-from wanrt.client.signature import LayerSignature
-from wanrt.client.site_message import ConfigChange
+from wanrt.client.link.api import LinkSpec, UpdateArrived
+from wanrt.client.link.gateway_link import GatewayLink, open_gateway_link
+from wanrt.client.link.signature import LayerSignature
+from wanrt.client.site.decision import ConfigChange
 from wanrt.errors import AuthError
 from wanrt.payload import SparsePayload
 

@@ -11,8 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from wanrt.client import site_message
-from wanrt.client.site_message import SiteDecision
+from wanrt.client.site.decision import HEADER_LEN, SiteDecision, decode_body, decode_header, encode
 
 __all__ = ["SiteChannel"]
 
@@ -32,7 +31,7 @@ class SiteChannel:
         return t.cpu()
 
     def send(self, decision: SiteDecision) -> None:
-        header, body, values = site_message.encode(decision)
+        header, body, values = encode(decision)
         self._bcast(torch.from_numpy(header))
         if body.shape[0]:
             self._bcast(torch.from_numpy(body))
@@ -40,12 +39,12 @@ class SiteChannel:
             self._bcast(torch.from_numpy(values))
 
     def recv(self) -> SiteDecision:
-        header = self._bcast(torch.zeros(site_message.HEADER_LEN, dtype=torch.int64)).numpy()
-        n_body, n_val = site_message.decode_header(header, max_elements=self._max)
+        header = self._bcast(torch.zeros(HEADER_LEN, dtype=torch.int64)).numpy()
+        n_body, n_val = decode_header(header, max_elements=self._max)
         body = np.zeros(0, dtype=np.int64)
         values = np.zeros(0, dtype=np.float32)
         if n_body:
             body = self._bcast(torch.zeros(n_body, dtype=torch.int64)).numpy()
         if n_val:
             values = self._bcast(torch.zeros(n_val, dtype=torch.float32)).numpy()
-        return site_message.decode_body(header, body, values)
+        return decode_body(header, body, values)

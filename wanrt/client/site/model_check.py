@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from wanrt.client.errors import ModelMismatch
-from wanrt.client.signature import LayerSignature, first_difference
+from wanrt.client.link.signature import LayerSignature, first_difference
 
 __all__ = ["check_site_model"]
 
