@@ -10,7 +10,7 @@ import pytest
 from gateways.config import load_gateway_config
 from transports.traces import BandwidthTrace
 from wanrt.demo.config import DemoConfig
-from wanrt.demo.site_files import fluctuating_trace, toml_text, write_run_files, write_secret
+from wanrt.demo.sites.config_files import fluctuating_trace, toml_text, write_run_files, write_secret
 
 
 def test_configs_load_with_the_gateway_loader_and_shape_every_link(tmp_path: Path) -> None:

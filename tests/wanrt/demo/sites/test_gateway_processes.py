@@ -13,8 +13,8 @@ import pytest
 
 from wanrt.demo.config import DemoConfig
 from wanrt.demo.failures import DemoFailed
-from wanrt.demo.gateway_procs import read_stats, start_gateways, stop_gateways, wait_ready
-from wanrt.demo.site_files import SiteFiles, write_run_files, write_secret
+from wanrt.demo.sites.config_files import SiteFiles, write_run_files, write_secret
+from wanrt.demo.sites.gateway_processes import read_stats, start_gateways, stop_gateways, wait_ready
 
 STAND_IN = r"""
 import argparse, json, os, signal, sys

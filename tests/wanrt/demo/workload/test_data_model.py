@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from wanrt.demo.data import CLASSES, FEATURES, Sampler, load_split
-from wanrt.demo.model import build_mlp, evaluate, n_parameters, parameter_digest
+from wanrt.demo.workload.data import CLASSES, FEATURES, Sampler, load_split
+from wanrt.demo.workload.model import build_mlp, evaluate, n_parameters, parameter_digest
 
 
 def test_split_is_stratified_held_out_and_scaled() -> None:

@@ -12,7 +12,7 @@ import hashlib
 
 import torch
 
-from wanrt.demo.data import CLASSES, FEATURES
+from wanrt.demo.workload.data import CLASSES, FEATURES
 
 __all__ = ["build_mlp", "evaluate", "n_parameters", "parameter_digest"]
 

@@ -4,7 +4,7 @@
 process is unsafe; the children import torch themselves. Each child gets one duplex pipe to the parent and
 its process sentinel tells the parent at once when it exits. They are daemonic, so even if the parent dies
 on an unexpected exception, multiprocessing's exit handler terminates them: no orphans. A run's stop is
-orderly (:class:`~wanrt.demo.messages.Exit`, join), then terminate, then kill, always reaping.
+orderly (:class:`~wanrt.demo.trainers.messages.Exit`, join), then terminate, then kill, always reaping.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Final
 
 from wanrt.demo.config import DemoConfig, site_names
 from wanrt.demo.failures import DemoFailed
-from wanrt.demo.messages import Exit
-from wanrt.demo.stop_control import StopControl
-from wanrt.demo.trainer_entry import TrainerSpec, trainer_main
+from wanrt.demo.trainers.entry import TrainerSpec, trainer_main
+from wanrt.demo.trainers.messages import Exit
+from wanrt.demo.trainers.stop_control import StopControl
 
 __all__ = ["TrainerProcess", "start_trainers", "stop_trainers", "trainer_specs"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 
-from wanrt.demo.stop_control import StopControl
+from wanrt.demo.trainers.stop_control import StopControl
 
 
 def make(runs: int = 2) -> StopControl:

@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 from typing import Any, Final
 
 from wanrt.demo.failures import DemoFailed
-from wanrt.demo.site_files import SiteFiles
+from wanrt.demo.sites.config_files import SiteFiles
 
 __all__ = ["GatewayProcess", "start_gateways", "stop_gateways", "wait_ready"]
 

@@ -159,7 +159,8 @@ def write_run_files(
                 shape["trace"] = str(trace_file)
             tables[f"gateway.shaping.{peer}"] = shape
         files.config.write_text(
-            f"# wanrt demo: gateway of site {site!r} (written by wanrt.demo.site_files)\n" + toml_text(tables)
+            f"# wanrt demo: gateway of site {site!r} (written by wanrt.demo.sites.config_files)\n"
+            + toml_text(tables)
         )
         out.append(files)
     return out

@@ -4,9 +4,10 @@ It first points its stdout/stderr (the file descriptors, so native crashes and f
 too) at its own log file and pins the thread pools to one thread (S × R trainers share the machine's cores;
 more threads only add contention), and only then imports torch. It joins its site's gloo process group
 (file:// rendezvous in the run's temp dir, loopback only), receives the dataset, and then serves the
-parent's orders: one :class:`~wanrt.demo.messages.RunOrder` per run, the same process for the dense and
-the wanrt run, so each run's clock starts with warm, connected trainers. Any error is written to the log
-with its traceback and sent to the parent as :class:`~wanrt.demo.messages.Failed`, and the process exits 1.
+parent's orders: one :class:`~wanrt.demo.trainers.messages.RunOrder` per run, the same process for the
+dense and the wanrt run, so each run's clock starts with warm, connected trainers. Any error is written to
+the log with its traceback and sent to the parent as :class:`~wanrt.demo.trainers.messages.Failed`, and
+the process exits 1.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from wanrt.demo.data import DigitsSplit
-from wanrt.demo.messages import Exit, Failed, RunOrder
-from wanrt.demo.stop_control import StopControl
+from wanrt.demo.trainers.messages import Exit, Failed, RunOrder
+from wanrt.demo.trainers.stop_control import StopControl
+from wanrt.demo.workload.data import DigitsSplit
 
 __all__ = ["TrainerSpec", "trainer_main"]
 
@@ -88,7 +89,7 @@ def trainer_main(spec: TrainerSpec, conn: Connection, stops: StopControl) -> Non
     _redirect_output(spec.log)
     os.environ.update(TRAINER_ENV)
     try:
-        from wanrt.demo.training import Trainer
+        from wanrt.demo.trainers.training_loop import Trainer
 
         data = conn.recv()  # the parent loads the dataset once (scikit-learn is slow to import) and ships it
         if not isinstance(data, DigitsSplit):

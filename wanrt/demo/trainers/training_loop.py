@@ -24,11 +24,11 @@ import torch.distributed as dist
 
 import wanrt
 from wanrt.client import SparseOptimizer
-from wanrt.demo import data as demo_data
-from wanrt.demo.messages import Booted, Evaluated, Finished, Go, Progress, Ready, RunOrder
-from wanrt.demo.model import build_mlp, evaluate, n_parameters, parameter_digest
-from wanrt.demo.stop_control import StopControl
-from wanrt.demo.trainer_entry import TrainerSpec
+from wanrt.demo.trainers.entry import TrainerSpec
+from wanrt.demo.trainers.messages import Booted, Evaluated, Finished, Go, Progress, Ready, RunOrder
+from wanrt.demo.trainers.stop_control import StopControl
+from wanrt.demo.workload import data as demo_data
+from wanrt.demo.workload.model import build_mlp, evaluate, n_parameters, parameter_digest
 
 __all__ = ["Trainer"]
 
@@ -44,6 +44,7 @@ def warm_up(optimizer: str, lr: float) -> None:
     run once on a throwaway layer, in the sparse and the dense form.
     """
     from wanrt.codec import decode_payload, encode_payload
+    from wanrt.codec.kernel_choice import fused_loader
     from wanrt.kernels import ErrorFeedback, make_compressor, make_sparse_optimizer
     from wanrt.payload import SparsePayload, n_blocks
 
@@ -56,6 +57,7 @@ def warm_up(optimizer: str, lr: float) -> None:
         meta, buffers = encode_payload(p)
         decoded = decode_payload(meta, [memoryview(bytes(b)) for b in buffers])
         opt.step(0, param, decoded)
+    fused_loader().wait()  # the dense payload started the codec's background load: let it finish now
 
 
 class Trainer:
