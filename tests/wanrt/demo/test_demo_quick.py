@@ -16,13 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (REPO / "gateways" / "cli.py").exists(),
-        reason="the gateway daemon (gateways/service/cli.py) is not built",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 def test_quick_demo_trains_both_ways_and_wanrt_sends_fewer_bytes(tmp_path: Path) -> None:
