@@ -1,6 +1,6 @@
 """The payload codec's start-up work, done before the gateway takes part in any round.
 
-What is *not* done here any more: loading the fused (numba) kernels. They cost ~120 MB of resident memory
+What is *not* done here any more: loading the fused (numba) kernels. They cost ~130 MB of resident memory
 and seconds of CPU per process, and pay only for large payloads, so the codec loads them itself, in a
 background thread, when it first meets a payload of at least :data:`~wanrt.codec.kernel_choice.
 FUSED_MIN_VALUES` value slots, and serves that payload (and any other large one until the kernels are

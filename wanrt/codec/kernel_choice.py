@@ -2,7 +2,7 @@
 
 Both give bit-identical output (the tests check it), so the choice is about cost only, and the cost of the
 fused path is mostly paid once per process: importing numba and LLVM and compiling (or loading from the
-disk cache) seven kernels takes ~120 MB of resident memory and one to a few seconds of CPU. A gateway
+disk cache) seven kernels takes ~130 MB of resident memory and one to a few seconds of CPU. A gateway
 that only ever relays small payloads never earns that back, and 32 gateways on one machine paid it 32
 times (``tree32_rss_mb`` of ``tools/bench_gateway.py``). So, when ``WANRT_KERNELS`` forces nothing:
 
