@@ -1,7 +1,8 @@
 """Moving a sans-IO :class:`~wanrt.protocol.Connection` over a :class:`~transports.Transport`: the few awaits
-every gateway connection (peer or trainer) needs, kept in one place so both link kinds end a connection the
-same way: one last Error/Reject frame telling the peer why, then the transport closed, never an exception
-escaping into the daemon.
+every wanrt connection needs (the gateway's peer and trainer links, and the trainer client's link to its
+gateway), kept in one place so that every side reads frames the same way and ends a connection the same
+way: one last Error/Reject frame telling the peer why, then the transport closed, never an exception
+escaping into the caller.
 """
 
 from __future__ import annotations

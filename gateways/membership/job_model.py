@@ -2,8 +2,9 @@
 
 Why the gateways care. Sites only exchange (layer id, block indices, values); a site whose trainers built a
 different model would add garbage into every aggregate. The trainer client sends its model signature in its
-handshake (:mod:`wanrt.client.signature`) and refuses to train when the gateway's Welcome carries a different
-one (naming the first differing layer), so every gateway must hand out *the job's* signature: the first one
+handshake (:mod:`wanrt.client.link.signature`) and refuses to train when the gateway's Welcome carries a
+different one (naming the first differing layer), so every gateway must hand out *the job's* signature: the
+first one
 seen in the job, propagated between gateways in their handshake ``info`` and in
 :class:`~gateways.wire.round_frames.
 JobModel` messages.
@@ -25,7 +26,7 @@ from wanrt.errors import RemoteProtocolError
 
 __all__ = ["MODEL_INFO_KEYS", "JobModelState", "ModelSignature", "Offer"]
 
-#: The keys of the client's signature (wanrt.client.signature.INFO_KEYS), plus who presented it and
+#: The keys of the client's signature (wanrt.client.link.signature.INFO_KEYS), plus who presented it and
 #: whether it is established; kept here so the gateway does not import the trainer client.
 SIGNATURE_KEYS: Final = ("model", "n_layers", "group", "layers")
 MODEL_INFO_KEYS: Final = (*SIGNATURE_KEYS, "model_site", "model_established")

@@ -7,7 +7,7 @@ Every plan has the same shape, so one round engine runs them all:
 * **attachments** — every other site has a parent; it sends the partial aggregate of its subtree up and
   receives the final result back down.
 
-Why these four (sources in ``/work/shared/seeds``):
+Why these four (the source papers are listed in docs/architecture.md):
 
 * *star* — one root aggregates and broadcasts; the simplest plan, best for a handful of well-connected sites.
 * *tree* — STAR §IV-D2 "Amortizing communication overhead": sites with longer latencies are placed in lower

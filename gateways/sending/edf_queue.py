@@ -14,9 +14,9 @@ from the very next chunk on, so it waits behind at most the one chunk already on
 push order, so an item in progress is not interleaved with a later one of the same priority.
 
 Why one object with per-peer sub-queues. Each link drains at its own pace (its sender pulls with
-:meth:`SendQueue.next_chunk`), so ordering is per link; but cancellation (a round folded into the next one
-cancels the same item on every link) and the /metrics totals need one index over all links, and a gateway
-often sends one aggregate to several peers under the same item id.
+:meth:`SendQueue.next_chunk`), so ordering is per link; but dropping a lost peer's backlog and the /metrics
+totals need one index over all links, and a gateway often sends one aggregate to several peers under the
+same item id.
 
 Receiver limits. The peer reassembles an item that spans several chunks in a buffer of its full size and
 refuses more than ``MAX_PARTIAL_ITEMS`` such items, or ``MAX_REASSEMBLY_BYTES`` of them, per connection
@@ -234,20 +234,6 @@ class SendQueue:
         link.queued_bytes += item.total
         self._items[(item_id, peer)] = item
 
-    def cancel(self, item_id: int, peer: str | None = None) -> dict[str, int]:
-        """Drop the unsent rest of ``item_id`` (on one peer, or on all); returns peer -> bytes already sent.
-
-        A non-zero count means the receiver holds a partial message: send it a ``ChunkCancel``.
-        """
-        peers = [peer] if peer is not None else [p for (i, p) in self._items if i == item_id]
-        done: dict[str, int] = {}
-        for p in peers:
-            item = self._items.pop((item_id, p), None)
-            if item is not None:
-                done[p] = item.sent
-                self._kill(item)
-        return done
-
     def cancel_peer(self, peer: str) -> dict[int, int]:
         """Drop everything queued for a lost peer; returns item id -> bytes already sent."""
         link = self._links.get(peer)
@@ -257,23 +243,6 @@ class SendQueue:
         for item_id in done:
             self._kill(self._items.pop((item_id, peer)))
         return done
-
-    def rewind_peer(self, peer: str) -> list[int]:
-        """After a reconnect the peer's reassembly state is gone: resend partly sent items from offset 0.
-
-        Returns the ids of the rewound items. Their priorities and queue positions are unchanged.
-        """
-        link = self._links.get(peer)
-        if link is None:
-            return []
-        rewound = []
-        for _, item in link.heap:
-            if not item.dead and item.sent:
-                link.queued_bytes += item.sent
-                item.sent = item.part = item.off = 0
-                rewound.append(item.item_id)
-        link.partial_items = link.partial_bytes = 0
-        return rewound
 
     def _kill(self, item: _Item) -> None:
         link = self._links[item.peer]
@@ -387,9 +356,6 @@ class SendQueue:
     def pending(self, peer: str) -> bool:
         link = self._links.get(peer)
         return link is not None and link.live() > 0
-
-    def peers_with_data(self) -> list[str]:
-        return [p for p, link in self._links.items() if link.live() > 0]
 
     def __len__(self) -> int:
         return len(self._items)

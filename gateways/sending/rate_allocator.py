@@ -2,8 +2,8 @@
 
 A synchronous round ends when its slowest link finishes (T_iter = max_i T_flow_i), so per-flow fairness is
 the wrong goal: speeding up the fast links buys nothing, slowing them a little to speed up the slow one
-buys a shorter round. This is seed 002 ("Straggler-Aware Scheduler for Distributed Training",
-/work/shared/seeds/002_c0c14850e5f18ebe.txt), whose rules are followed literally:
+buys a shorter round. This is seed 002 ("Straggler-Aware Scheduler for Distributed Training"; the source
+papers are listed in docs/architecture.md), whose rules are followed literally:
 
 * **Persistence-filtered detection** — ``streak_i ← streak_i + 1 if T_i > 1.2 × T_med else 0``;
   link i is a confirmed straggler when ``streak_i ≥ K`` (K = 3). T_med is the median link time of the same

@@ -1,10 +1,17 @@
-"""Pay the payload codec's one-time start-up cost before the gateway takes part in any round.
+"""The payload codec's start-up work, done before the gateway takes part in any round.
 
-The codec's fused kernels (numba) are compiled, or loaded from numba's disk cache, on their first call: a
-pause of a second or more on a loaded machine. If that first call happens inside the first round, the whole
-event loop stalls with it, heartbeats stop, and the peers declare this gateway lost for nothing. So the
-daemon encodes and decodes a few synthetic payloads, covering every value dtype and index encoding, once at
-start-up, before it listens.
+What is *not* done here any more: loading the fused (numba) kernels. They cost ~130 MB of resident memory
+and seconds of CPU per process, and pay only for large payloads, so the codec loads them itself, in a
+background thread, when it first meets a payload of at least :data:`~wanrt.codec.kernel_choice.
+FUSED_MIN_VALUES` value slots, and serves that payload (and any other large one until the kernels are
+compiled) with the bit-identical NumPy path. So a gateway that relays small payloads never loads numba,
+and one that relays large ones never stalls a round (and its heartbeats) on a compile. Design and
+measurement: :mod:`wanrt.codec.kernel_choice`, docs/codec.md.
+
+What is left: one encode and decode per (value dtype, index encoding) of a small payload, so the codec's
+modules and msgpack are imported and their first-call costs paid here rather than in the first round.
+With ``WANRT_KERNELS=fused`` the fused kernels are forced for every payload, and this is where they
+compile.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Configuration updates for the site's trainers (``POST /config`` now, the scheduler later), checked here
 so that a typo is answered with the key it names instead of reaching every rank of the site.
 
-The keys are those the trainer client acts on (``wanrt.client.link.CONFIG_KEYS``): ``density`` (fraction
-of gradient elements sent), ``staleness`` (iterations a layer's update may lag) and ``batch_size``.
+The keys are those the trainer client acts on (``wanrt.client.link.gateway_link.CONFIG_KEYS``):
+``density`` (fraction of gradient elements sent), ``staleness`` (iterations a layer's update may lag) and
+``batch_size``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """A fluid model of one synchronous WAN round, to check seed 002's claims against :class:`RateAllocator`.
 
-Seed 002 (/work/shared/seeds/002_c0c14850e5f18ebe.txt) evaluates its scheduler on a simulated network,
-``delay_i = d_base / r_i``, with communication 70 % of the iteration and the round ending with its
-slowest flow (T_iter = max_i T_flow_i). This module is that model, on virtual time and seeded random
-draws, so the very same :class:`~gateways.sending.rate_allocator.RateAllocator` object the gateway runs can
-be measured
-against a fixed-rate baseline fed with *identical* link slowdowns (a paired comparison, no noise between
-arms). One link's time in an iteration is ``comm_s × slowdown_i × base_i / rate_i``; the iteration takes
+Seed 002 ("Straggler-Aware Scheduler for Distributed Training", docs/architecture.md) evaluates its
+scheduler on a simulated network, ``delay_i = d_base / r_i``, with communication 70 % of the iteration and
+the round ending with its slowest flow (T_iter = max_i T_flow_i). This module is that model, on virtual
+time and seeded random draws, so the very same :class:`~gateways.sending.rate_allocator.RateAllocator`
+object the gateway runs can be measured against a fixed-rate baseline fed with *identical* link slowdowns
+(a paired comparison, no noise between arms). One link's time in an iteration is
+``comm_s × slowdown_i × base_i / rate_i``; the iteration takes
 ``compute_s + max_i`` of those. The four link profiles are the paper's:
 
 * ``uniform``   every link at d_base;

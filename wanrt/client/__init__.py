@@ -10,8 +10,22 @@
         opt.zero_grad()
     ctx.close()
 
-The names below resolve lazily, so ``import wanrt.client.config`` (or ``import wanrt``) does not import
-torch; the first use of ``init`` or ``SparseOptimizer`` does. See docs/client.md.
+Public names (also on :mod:`wanrt`: ``init``, ``SparseOptimizer``, ``Context``, ``ClientConfig``):
+
+* :func:`init` (:mod:`~wanrt.client.bootstrap`): this process's :class:`Context`; call on every rank.
+* :class:`SparseOptimizer` (:mod:`~wanrt.client.optimizer`): swapped in for ``torch.optim.Adam`` & co.
+* :class:`Context` (:mod:`~wanrt.client.context`): the per-process handle; ``close()`` at the end.
+* :class:`ClientConfig` (:mod:`~wanrt.client.config`): density, wire dtype, staleness, timeouts;
+  ``ClientConfig.dense_baseline()`` is what DDP would send.
+* The mistakes a trainer can make, each with a hint (:mod:`~wanrt.client.errors`):
+  :class:`GatewayUnreachable`, :class:`ModelMismatch`, :class:`DistributedNotInitialized`,
+  :class:`StepWithoutBackward`, :class:`LeaderFailed`.
+
+Internals, by who runs them: :mod:`wanrt.client.site` (among the ranks of a site), :mod:`wanrt.client.leader`
+(the site leader only), :mod:`wanrt.client.link` (the leader's connection to its gateway).
+
+The names resolve lazily, so ``import wanrt.client.config`` (or ``import wanrt``) does not import torch;
+the first use of ``init`` or ``SparseOptimizer`` does. See docs/client.md.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import torch.distributed as dist
 
 from wanrt.client.config import ClientConfig
 from wanrt.client.context import Context
-from wanrt.client.dist_setup import comm_device, ensure_process_group
-from wanrt.client.link_api import LinkFactory
+from wanrt.client.link.api import LinkFactory
+from wanrt.client.site.process_group import comm_device, ensure_process_group
 from wanrt.errors import ConfigError
 
 __all__ = ["init", "read_secret"]
@@ -79,7 +79,7 @@ def init(
     if rank == 0:
         key = secret if secret is not None else read_secret(secret_file)  # type: ignore[arg-type]
     if link_factory is None:
-        from wanrt.client.link import open_gateway_link
+        from wanrt.client.link.gateway_link import open_gateway_link
 
         link_factory = open_gateway_link
     return Context(

@@ -3,12 +3,12 @@
 It ties the pieces together around the user's ordinary training loop:
 
 * backward hooks reduce each layer's gradient to the site leader as soon as it is ready
-  (:mod:`~wanrt.client.grad_hooks`);
+  (:mod:`~wanrt.client.site.grad_reduce`);
 * the leader compresses each layer with error feedback and pushes it to the gateway from a worker thread
-  (:mod:`~wanrt.client.leader_pipeline`, :mod:`~wanrt.client.compression`);
+  (:mod:`~wanrt.client.leader.worker`, :mod:`~wanrt.client.leader.compression`);
 * at ``step()`` the leader decides, under the staleness bound, which global updates the site applies now
-  (:mod:`~wanrt.client.staleness`, StellaTrain §3.3), broadcasts the decision and the updates inside the
-  site (:mod:`~wanrt.client.site_comm`), and every rank applies them with the sparse optimizer
+  (:mod:`~wanrt.client.leader.staleness`, StellaTrain §3.3), broadcasts the decision and the updates inside
+  the site (:mod:`~wanrt.client.site.broadcast`), and every rank applies them with the sparse optimizer
   (StellaTrain §3.1), so all ranks of all sites keep identical parameters;
 * configuration changes announced by the scheduler take effect at their effective iteration on every rank.
 
@@ -27,17 +27,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from wanrt.client.compression import LayerCompressor
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import LeaderFailed, StepWithoutBackward
-from wanrt.client.grad_hooks import LayerReducer
-from wanrt.client.leader_pipeline import LeaderPipeline
-from wanrt.client.link_api import Link, LinkFactory, LinkSpec, UpdateArrived
-from wanrt.client.model_check import check_site_model
-from wanrt.client.signature import LayerSignature
-from wanrt.client.site_comm import SiteChannel
-from wanrt.client.site_message import ConfigChange, SiteDecision, SiteUpdate
-from wanrt.client.staleness import StalenessTracker
+from wanrt.client.leader.compression import LayerCompressor
+from wanrt.client.leader.staleness import StalenessTracker
+from wanrt.client.leader.worker import LeaderPipeline
+from wanrt.client.link.api import Link, LinkFactory, LinkSpec, UpdateArrived
+from wanrt.client.link.signature import LayerSignature
+from wanrt.client.site.broadcast import SiteChannel
+from wanrt.client.site.decision import ConfigChange, SiteDecision, SiteUpdate
+from wanrt.client.site.grad_reduce import LayerReducer
+from wanrt.client.site.model_check import check_site_model
 from wanrt.errors import LocalProtocolError, RemoteProtocolError, WanrtTimeout
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
 from wanrt.payload import SparsePayload

@@ -6,7 +6,6 @@ copying; ``decode_payload`` validates everything a peer sent before allocating a
 a zero-copy view. The payload layout follows StellaTrain §3.2 (COO of 16-float cache-line blocks).
 """
 
-from wanrt.codec.config import CodecConfig
 from wanrt.codec.index_encodings import INDEX_ENCODINGS, IndexEncoding
 from wanrt.codec.limits import (
     CODEC_VERSION,
@@ -25,7 +24,6 @@ __all__ = [
     "MAX_LAYER_ID",
     "MAX_PAYLOAD_ELEMENTS",
     "META_KEYS",
-    "CodecConfig",
     "IndexEncoding",
     "decode_payload",
     "encode_payload",

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from wanrt.codec.reference_kernels import max_varint_len
 from wanrt.errors import KernelError, MalformedPayload
 
-__all__ = ["FusedKernels", "load"]
+__all__ = ["FusedKernels", "compile_all", "load"]
 
 Int64Array = npt.NDArray[np.int64]
 U8Array = npt.NDArray[np.uint8]
@@ -234,6 +234,33 @@ class FusedKernels:
         out = np.empty(values.shape[0], dtype=np.uint16)
         self._f32_to_bf16(values.view(np.uint32), out)
         return out
+
+
+def _read_only(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def compile_all(k: FusedKernels) -> None:
+    """Call every kernel once on tiny inputs, so that no later call compiles (or loads from the cache).
+
+    numba compiles one machine-code version per argument type, and a read-only array (a payload decoded
+    from received bytes, then re-encoded by a relaying gateway) is a different type from a writable one,
+    so each kernel sees both.
+    """
+    idx = np.array([0, 3, 700, 1023], dtype=np.int64)
+    vals = np.linspace(-1.0, 1.0, 64, dtype=np.float32)
+    for wrap in (lambda a: a, _read_only):
+        ok, _, vbytes = k.gap_stats(wrap(idx), 1024)
+        if not ok:
+            raise KernelError("fused gap_stats rejects valid indices: the compiled kernel is broken")
+        stream = k.varint_encode(wrap(idx), vbytes)
+        k.varint_decode(wrap(stream), idx.shape[0], 1024)
+        bitmap = k.bitmap_encode(wrap(idx), 1024)
+        k.bitmap_decode(wrap(bitmap), idx.shape[0])
+        k.f32_to_f16(wrap(vals))
+        k.f32_to_bf16(wrap(vals))
 
 
 @functools.cache

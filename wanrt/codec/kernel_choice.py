@@ -1,25 +1,59 @@
-"""Which kernel path the codec runs: the fused (numba) loops, or the NumPy reference.
+"""Which kernel path encodes or decodes one payload: the fused (numba) loops, or the NumPy reference.
 
-Chosen per call from ``WANRT_KERNELS`` (shared with :mod:`wanrt.kernels`): ``numpy`` forces the reference,
-``fused`` requires numba, anything else that wanrt knows (unset, ``cupy``) takes the fused path when numba
-imports and the reference otherwise. The codec always runs on the host, so ``cupy`` means "fastest CPU".
+Both give bit-identical output (the tests check it), so the choice is about cost only, and the cost of the
+fused path is mostly paid once per process: importing numba and LLVM and compiling (or loading from the
+disk cache) seven kernels takes ~130 MB of resident memory and one to a few seconds of CPU. A gateway
+that only ever relays small payloads never earns that back, and 32 gateways on one machine paid it 32
+times (``tree32_rss_mb`` of ``tools/bench_gateway.py``). So, when ``WANRT_KERNELS`` forces nothing:
+
+* a payload of fewer than :data:`FUSED_MIN_VALUES` value slots takes the NumPy path, always;
+* the first larger one starts loading the fused kernels in a background thread (:class:`FusedLoader`)
+  and is itself served by the NumPy path, as is every large payload until the kernels are compiled; from
+  then on large payloads take the fused path. A gateway therefore never stalls its event loop (and its
+  heartbeats) on a compile inside a round, and never loads numba unless it sees a large payload.
+
+``WANRT_KERNELS`` (one parser: :mod:`wanrt.kernel_env`): ``numpy`` forces the reference for every payload;
+``fused`` forces the fused kernels for every payload, loaded on the spot (a :class:`KernelError` without
+numba); ``cupy`` is treated as unset, since the codec only ever works on host bytes.
 """
 
 from __future__ import annotations
 
-import os
+import logging
+import threading
 from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from wanrt.codec.reference_kernels import ReferenceKernels
 from wanrt.errors import KernelError
+from wanrt.kernel_env import ENV_VAR, parse_path, requested_path
 
-__all__ = ["KERNEL_ENV", "CodecKernels", "codec_kernels"]
+__all__ = [
+    "FUSED_MIN_VALUES",
+    "KERNEL_ENV",
+    "CodecKernels",
+    "FusedLoader",
+    "codec_kernels",
+    "fused_loader",
+]
 
-KERNEL_ENV: Final = "WANRT_KERNELS"
+log = logging.getLogger(__name__)
 
-_KNOWN: Final = ("", "numpy", "fused", "cupy")
+#: the variable that forces a path (same name and parser as :mod:`wanrt.kernels`)
+KERNEL_ENV: Final = ENV_VAR
+
+#: Smallest payload (value slots = selected blocks x block size) for which the codec loads the fused path.
+#: Measured with ``tools/bench_codec_crossover.py`` (encode + decode round trip from bytes, 5 % density,
+#: median, 2-core VM): the fused path is faster at every size (~2.9x at 64 values: 20 us against 57 us),
+#: but up to a few thousand values both paths cost their fixed per-call time and the whole saving is
+#: ~40 us per payload, while loading the fused kernels costs +131 MB of peak RSS and +0.5 s per process
+#: (numba's disk cache warm; a cold compile takes seconds). The reference round trip reaches twice its
+#: small-payload floor at 4096 values for element-wise payloads (fp32 122 us, fp16 155 us against 31 / 35
+#: fused), at 8192 for block-16 fp16 and 65536 for block-16 fp32; from there on its cost grows with the
+#: payload (block-16 fp16 at 256 Ki values: 2.3 ms against 0.22 ms) and the fused path pays. So: 4096.
+FUSED_MIN_VALUES: Final = 4096
 
 
 class CodecKernels(Protocol):
@@ -46,22 +80,94 @@ class CodecKernels(Protocol):
     def f32_to_bf16(self, values: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]: ...
 
 
-def codec_kernels(mode: str | None = None) -> CodecKernels:
-    """The kernels for ``mode`` (default: ``$WANRT_KERNELS``); raises :class:`KernelError` if unavailable."""
-    if mode is None:
-        mode = os.environ.get(KERNEL_ENV, "")
-    mode = mode.strip().lower()
-    if mode not in _KNOWN:
-        raise KernelError(f"{KERNEL_ENV} must be one of numpy, fused, cupy", value=mode)
-    from wanrt.codec.reference_kernels import ReferenceKernels
+class FusedLoader:
+    """Loads and compiles the fused kernels once, in a background thread, on request.
 
-    if mode == "numpy":
-        return ReferenceKernels()
-    try:
-        from wanrt.codec.fused_kernels import load
+    Thread-safe; :meth:`ready` never blocks. Without numba (or if compiling fails) the loader logs why once
+    and the codec keeps the NumPy path: the output is the same, only slower.
+    """
 
-        return load()
-    except ImportError as exc:
-        if mode == "fused":
-            raise KernelError(f"{KERNEL_ENV}=fused needs numba: {exc}") from exc
-        return ReferenceKernels()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._kernels: CodecKernels | None = None
+        self._error: str | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def error(self) -> str | None:
+        """Why the fused kernels could not be loaded (None while loading or once loaded)."""
+        return self._error
+
+    def ready(self) -> CodecKernels | None:
+        """The compiled fused kernels, or None while they are not (yet) loaded."""
+        return self._kernels
+
+    def start(self) -> None:
+        """Begin loading in a daemon thread (idempotent)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._load, name="wanrt-codec-fused", daemon=True)
+            self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> CodecKernels | None:
+        """Start loading if nobody did, then wait up to ``timeout`` s for it (tests, benchmarks)."""
+        self.start()
+        self._done.wait(timeout)
+        return self._kernels
+
+    def _load(self) -> None:
+        try:
+            from wanrt.codec.fused_kernels import compile_all, load
+
+            kernels = load()
+            compile_all(kernels)
+        except Exception as exc:  # ImportError without numba, or a compiler failure: keep the reference
+            self._error = f"{type(exc).__name__}: {exc}"
+            log.warning("codec: fused kernels unavailable, large payloads keep the NumPy path (%s)", exc)
+        else:
+            self._kernels = kernels
+            log.info("codec: fused kernels loaded for payloads of >= %d values", FUSED_MIN_VALUES)
+        finally:
+            self._done.set()
+
+
+_LOADER = FusedLoader()
+_REFERENCE: Final = ReferenceKernels()
+
+
+def fused_loader() -> FusedLoader:
+    """This process's loader (one per process: the compiled kernels are shared by every caller)."""
+    return _LOADER
+
+
+def codec_kernels(mode: str | None = None, *, values: int = 0) -> CodecKernels:
+    """The kernels for a payload of ``values`` value slots.
+
+    ``mode`` overrides ``$WANRT_KERNELS`` (same values). Unforced, a payload below
+    :data:`FUSED_MIN_VALUES` gets the reference; a larger one gets the fused kernels once the background
+    load has finished, the reference before (and starts the load). Raises :class:`KernelError` for an
+    unknown mode, or for ``fused`` without numba.
+    """
+    path = requested_path() if mode is None else parse_path(mode)
+    if path == "numpy":
+        return _REFERENCE
+    if path == "fused":
+        try:
+            from wanrt.codec.fused_kernels import load
+
+            return load()
+        except ImportError as exc:
+            raise KernelError(f"{ENV_VAR}=fused needs numba: {exc}", key=ENV_VAR, value=path) from exc
+    if values < FUSED_MIN_VALUES:
+        return _REFERENCE
+    fused = _LOADER.ready()
+    if fused is not None:
+        return fused
+    _LOADER.start()
+    return _REFERENCE

@@ -69,7 +69,7 @@ def encode_payload(
     if dtype not in VALUE_DTYPES:
         raise LocalProtocolError("unknown wire dtype", value=wire_dtype)
     _check_shape(p)
-    kernels = codec_kernels()
+    kernels = codec_kernels(values=p.nnz)
     nb = n_blocks(p.dense_len, p.block_size)
     ok, max_gap, varint_bytes = kernels.gap_stats(p.indices, nb)
     if not ok:
@@ -218,7 +218,7 @@ def decode_payload(
         raise MalformedPayload(
             "values buffer length disagrees with count", peer=peer, limit=want, value=len(vbuf)
         )
-    indices = decode_indices(ibuf, count, nb, encoding, codec_kernels(), peer=peer)
+    indices = decode_indices(ibuf, count, nb, encoding, codec_kernels(values=count * block_size), peer=peer)
     values = values_from_wire(vbuf, dtype)
     p = SparsePayload(layer, dense_len, block_size, indices, values, dtype)
     p.validate(peer=peer)

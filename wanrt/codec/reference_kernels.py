@@ -1,9 +1,10 @@
 """NumPy reference kernels of the codec: gap statistics, delta + LEB128 varint, bitmaps, fp32 -> fp16/bf16.
 
-These define what the fused (numba) kernels in :mod:`wanrt.codec.fused` must compute; tests check the two
-against each other, and ``WANRT_KERNELS=numpy`` forces this path. Vectorised with one masked pass per byte
-position, they are correct but 10-20x slower than the fused loop on the 1 %-density layers wanrt sends
-(measured by ``tools/bench_codec.py``).
+These define what the fused (numba) kernels in :mod:`wanrt.codec.fused_kernels` must compute; tests check
+the two against each other, and ``WANRT_KERNELS=numpy`` forces this path. Vectorised with one masked pass
+per byte position, they are correct but 10-20x slower than the fused loop on the 1 %-density layers wanrt
+sends (measured by ``tools/bench_codec.py``); payloads below ``FUSED_MIN_VALUES`` always take this path
+(:mod:`wanrt.codec.kernel_choice`), where the fixed per-call cost of either path dominates.
 
 Gaps are ``idx[i] - idx[i-1] - 1`` with ``idx[-1] = -1``, so every valid gap is ``>= 0`` and a strictly
 increasing sequence is the only thing a gap stream can express.

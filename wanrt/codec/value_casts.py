@@ -20,10 +20,10 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from wanrt.codec.kernel_choice import CodecKernels
-from wanrt.payload import VALUE_DTYPES, bf16_to_fp32
+from wanrt.codec.kernel_choice import CodecKernels, codec_kernels
+from wanrt.payload import VALUE_DTYPES, SparsePayload, bf16_to_fp32
 
-__all__ = ["WIRE_DTYPES", "cast_for_wire", "values_from_wire"]
+__all__ = ["WIRE_DTYPES", "cast_for_wire", "in_wire_dtype", "values_from_wire"]
 
 #: wire name -> explicit little-endian dtype of the bytes on the wire.
 WIRE_DTYPES: Final[dict[str, np.dtype[Any]]] = {
@@ -67,6 +67,19 @@ def cast_for_wire(
             return (out if _LITTLE else out.astype(WIRE_DTYPES[wire_dtype])), wire_dtype
     arr = np.ascontiguousarray(values)
     return (arr if _LITTLE else arr.astype(WIRE_DTYPES[src_dtype])), src_dtype
+
+
+def in_wire_dtype(p: SparsePayload, wire_dtype: str) -> SparsePayload:
+    """``p`` with its values cast to ``wire_dtype`` by :func:`cast_for_wire` (same rounding, same fp16
+    overflow policy: ``p`` itself when a value would overflow), for a sender that must hand a payload,
+    not options, to the protocol (the trainer client's ``Push``). ``p`` itself when nothing changes."""
+    if wire_dtype == p.value_dtype:
+        return p
+    values, dtype = cast_for_wire(p.values, p.value_dtype, wire_dtype, codec_kernels(values=p.nnz))
+    if dtype == p.value_dtype:
+        return p
+    native = values.astype(VALUE_DTYPES[dtype], copy=False)  # a no-op on a little-endian host
+    return SparsePayload(p.layer, p.dense_len, p.block_size, p.indices, native, dtype)
 
 
 def values_from_wire(buf: memoryview, dtype: str) -> npt.NDArray[Any]:

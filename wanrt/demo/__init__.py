@@ -6,10 +6,78 @@ scikit-learn's digits twice: once with the client's dense baseline (what DDP wou
 fp32, synchronous) and once with wanrt (compressed sparse exchange, error feedback, partial staleness).
 The parent prints progress bars, a side-by-side summary and ratios, writes a loss-vs-time plot and JSON.
 
-Modules: :mod:`~wanrt.demo.config` (flags → frozen config), :mod:`~wanrt.demo.data` and
-:mod:`~wanrt.demo.model` (what is trained), :mod:`~wanrt.demo.site_files` (gateway configs, secret, trace),
-:mod:`~wanrt.demo.gateway_procs` and :mod:`~wanrt.demo.trainer_procs` (child processes),
-:mod:`~wanrt.demo.trainer` (the trainer process body), :mod:`~wanrt.demo.runner` (one comparison),
-:mod:`~wanrt.demo.results` / :mod:`~wanrt.demo.plot` (what is reported), :mod:`~wanrt.demo.cli`.
-Importing this package imports neither torch nor the gateway.
+Public names (what ``wanrt demo`` and ``tools/bench_e2e.py`` use)::
+
+    with Demo(QUICK, out_dir) as demo:            # wanrt.demo.runner: spawn, run, stop every child
+        dense, sparse = demo.run("dense"), demo.run("wanrt")
+    print(format_table(compare(dense, sparse)))   # wanrt.demo.results
+
+* :class:`Demo`, :data:`MODES`, ``Mode`` (:mod:`~wanrt.demo.runner`): one comparison, its two modes.
+* :class:`DemoConfig`, :data:`DEFAULT`, :data:`QUICK` (:mod:`~wanrt.demo.config`): flags → frozen config.
+* :class:`RunResult`, :class:`Comparison`, :func:`compare`, :func:`format_table`, :func:`write_json`
+  (:mod:`~wanrt.demo.results`) and :func:`plot_loss_vs_time` (:mod:`~wanrt.demo.plot`): what is reported.
+* :class:`DemoFailed` (:mod:`~wanrt.demo.failures`): a child failed; names it and shows its log.
+* :mod:`~wanrt.demo.cli`: the ``wanrt demo`` subcommand.
+
+Internals: :mod:`wanrt.demo.workload` (the data and the model that are trained), :mod:`wanrt.demo.sites`
+(each site's gateway config files and gateway processes), :mod:`wanrt.demo.trainers` (the trainer
+processes: spawning them, their body and training loop, the parent↔trainer messages, the common stop).
+
+Names resolve lazily: importing this package imports neither torch nor the gateway.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wanrt.demo.config import DEFAULT, QUICK, DemoConfig
+    from wanrt.demo.failures import DemoFailed
+    from wanrt.demo.plot import plot_loss_vs_time
+    from wanrt.demo.results import Comparison, RunResult, compare, format_table, write_json
+    from wanrt.demo.runner import MODES, Demo, Mode
+
+#: public name -> module that defines it
+EXPORTS: dict[str, str] = {
+    "DEFAULT": "wanrt.demo.config",
+    "QUICK": "wanrt.demo.config",
+    "DemoConfig": "wanrt.demo.config",
+    "DemoFailed": "wanrt.demo.failures",
+    "plot_loss_vs_time": "wanrt.demo.plot",
+    "Comparison": "wanrt.demo.results",
+    "RunResult": "wanrt.demo.results",
+    "compare": "wanrt.demo.results",
+    "format_table": "wanrt.demo.results",
+    "write_json": "wanrt.demo.results",
+    "MODES": "wanrt.demo.runner",
+    "Demo": "wanrt.demo.runner",
+    "Mode": "wanrt.demo.runner",
+}
+
+__all__ = [
+    "DEFAULT",
+    "MODES",
+    "QUICK",
+    "Comparison",
+    "Demo",
+    "DemoConfig",
+    "DemoFailed",
+    "Mode",
+    "RunResult",
+    "compare",
+    "format_table",
+    "plot_loss_vs_time",
+    "write_json",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wanrt.demo' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(EXPORTS))

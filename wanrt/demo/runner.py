@@ -27,9 +27,10 @@ from typing import Any, Final, Literal
 
 from wanrt.client.config import ClientConfig
 from wanrt.demo.config import DemoConfig
-from wanrt.demo.data import load_split
 from wanrt.demo.failures import DemoFailed
-from wanrt.demo.gateway_procs import (
+from wanrt.demo.results import CurvePoint, RunResult
+from wanrt.demo.sites.config_files import fluctuating_trace, write_run_files, write_secret
+from wanrt.demo.sites.gateway_processes import (
     GATEWAY_COMMAND,
     GatewayProcess,
     read_stats,
@@ -37,7 +38,7 @@ from wanrt.demo.gateway_procs import (
     stop_gateways,
     wait_ready,
 )
-from wanrt.demo.messages import (
+from wanrt.demo.trainers.messages import (
     Booted,
     Evaluated,
     Failed,
@@ -48,16 +49,15 @@ from wanrt.demo.messages import (
     RunOrder,
     TrainerMessage,
 )
-from wanrt.demo.results import CurvePoint, RunResult
-from wanrt.demo.site_files import fluctuating_trace, write_run_files, write_secret
-from wanrt.demo.stop_control import StopControl
-from wanrt.demo.trainer_procs import (
+from wanrt.demo.trainers.processes import (
     EXIT_TIMEOUT_S,
     TrainerProcess,
     start_trainers,
     stop_trainers,
     trainer_specs,
 )
+from wanrt.demo.trainers.stop_control import StopControl
+from wanrt.demo.workload.data import load_split
 
 __all__ = ["MODES", "Demo", "Mode"]
 

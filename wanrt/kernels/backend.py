@@ -6,42 +6,25 @@ rule a kernel out while debugging or to measure one against another; a value we 
 is unavailable or cannot handle the array at hand, is a :class:`~wanrt.errors.KernelError` saying so (a
 silent fallback would make "I forced the reference and the bug persists" meaningless).
 
-The environment is read on every call, not at import, so a test or a benchmark can switch paths at run
-time and importing wanrt has no side effects. The path objects are built lazily, once.
+The environment is read on every call by the one parser in :mod:`wanrt.kernel_env` (shared with the
+codec), not at import, so a test or a benchmark can switch paths at run time and importing wanrt has no
+side effects. The path objects are built lazily, once.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-from typing import Final
 
 from wanrt.errors import KernelError
+from wanrt.kernel_env import ENV_VAR, PATHS, requested_path
 from wanrt.kernels.arrays import Array, is_cupy_array
 from wanrt.kernels.reference import ReferenceKernels, numpy_reference
 
 __all__ = ["ENV_VAR", "PATHS", "available_paths", "get_kernels", "kernels_by_name", "requested_path"]
 
-ENV_VAR: Final = "WANRT_KERNELS"
-PATHS: Final = ("numpy", "fused", "cupy")
-
 _lock = threading.Lock()
 _built: dict[str, ReferenceKernels] = {}
 _failed: dict[str, str] = {}
-
-
-def requested_path() -> str | None:
-    """The path forced by ``WANRT_KERNELS``, or None when unset/empty."""
-    raw = os.environ.get(ENV_VAR, "").strip().lower()
-    if not raw:
-        return None
-    if raw not in PATHS:
-        raise KernelError(
-            f"{ENV_VAR}={raw!r} is not a kernel path; use one of {', '.join(PATHS)} (or unset it)",
-            key=ENV_VAR,
-            value=raw,
-        )
-    return raw
 
 
 def _build(name: str) -> ReferenceKernels:

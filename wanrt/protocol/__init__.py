@@ -7,7 +7,7 @@ format and handshake are documented byte by byte in docs/protocol.md.
 
 from wanrt.protocol.chunks import Reassembler, split_frame
 from wanrt.protocol.config import PROTOCOL_VERSION, SUPPORTED_VERSIONS, ProtocolConfig
-from wanrt.protocol.connection import DEFAULT_CHUNK_BYTES, Connection
+from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import NEED_DATA, ConnectionClosed, Event, NeedData
 from wanrt.protocol.messages import (
     Ack,
@@ -34,7 +34,6 @@ from wanrt.protocol.states import Side, State
 
 __all__ = [
     "CORE_REGISTRY",
-    "DEFAULT_CHUNK_BYTES",
     "NEED_DATA",
     "PROTOCOL_VERSION",
     "SCHEDULER_TYPES",

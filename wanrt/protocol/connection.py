@@ -39,7 +39,7 @@ from wanrt.errors import (
 )
 from wanrt.protocol.auth import client_proof, proof_matches, server_proof
 from wanrt.protocol.checks import check_name
-from wanrt.protocol.chunks import Reassembler, split_frame
+from wanrt.protocol.chunks import Reassembler
 from wanrt.protocol.config import ProtocolConfig
 from wanrt.protocol.events import NEED_DATA, ConnectionClosed, Event
 from wanrt.protocol.frame import FixedHeader, FrameReader, decode_frame_body, encode_frame, parse_fixed_header
@@ -69,11 +69,7 @@ from wanrt.protocol.messages import (
 from wanrt.protocol.registry import CORE_REGISTRY, MessageRegistry
 from wanrt.protocol.states import EOF, HANDSHAKE_STATES, Side, State, TransitionTable, transition_table
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "Connection"]
-
-#: Chunk size of :meth:`Connection.send_chunked` when none is given: ~20 ms at 100 Mbps, so an urgent layer
-#: never waits long behind a big one, while the 24+~40 bytes of framing stay below 0.03 %.
-DEFAULT_CHUNK_BYTES: Final = 256 * 1024
+__all__ = ["Connection"]
 
 _PRE_AUTH: Final = frozenset(HANDSHAKE_STATES)
 
@@ -283,17 +279,6 @@ class Connection:
         self._after_send(msg)
         self.state = new
         return parts
-
-    def send_chunked(
-        self, msg: Message, *, item_id: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    ) -> list[Chunk]:
-        """Frame ``msg`` and cut the frame into Chunks (send each with ``send_parts``, in order, possibly
-        interleaved with other frames). The state machine treats ``msg`` as sent now."""
-        if isinstance(msg, (Chunk, ChunkCancel)) or not type(msg).STREAM:
-            exc = LocalProtocolError("only stream messages other than chunks can be chunked")
-            self._fail(exc)
-            raise exc
-        return split_frame(self.send_parts(msg), item_id=item_id, chunk_bytes=chunk_bytes)
 
     def abort(
         self, error: BaseException | None = None, *, code: int | None = None, message: str = ""

@@ -29,6 +29,7 @@ import numpy as np
 
 from wanrt.errors import AuthError, ProtocolError
 from wanrt.payload import SparsePayload, fp32_to_bf16, n_blocks
+from wanrt.protocol.chunks import split_frame
 from wanrt.protocol.config import ProtocolConfig
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import NEED_DATA, ConnectionClosed
@@ -168,7 +169,9 @@ def record_session(rng: random.Random) -> Session:
             msg = _message(rng, name)
             if isinstance(msg, Push) and rng.random() < 0.4:
                 item = rng.randrange(1000)
-                chunks = conn.send_chunked(msg, item_id=item, chunk_bytes=rng.choice((1024, 2048, 8192)))
+                # what a gateway's send queue does: frame once, cut the frame into Chunks
+                size = rng.choice((1024, 2048, 8192))
+                chunks = split_frame(conn.send_parts(msg), item_id=item, chunk_bytes=size)
                 if len(chunks) > 1 and rng.random() < 0.3:
                     out.append(conn.send(chunks[0]))
                     out.append(conn.send(ChunkCancel(item)))

@@ -40,7 +40,9 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("push"), st.integers(0, 3), st.integers(0, 5), part_sizes),
         st.tuples(st.just("next"), st.integers(1, 4)),
-        st.tuples(st.just("cancel"), st.integers(0, 30)),
+        st.tuples(
+            st.just("drop_peer"),
+        ),
     ),
     max_size=40,
 )
@@ -112,14 +114,10 @@ def _run(queue: SendQueue, operations: list[Op], fifo: bool) -> Ref:
             for _ in range(op[1]):
                 if take() is None:
                     break
-        else:
-            item_id = op[1]
-            sent = queue.cancel(item_id)
-            if item_id in ref.items:
-                assert sent == {"b": len(ref.received.get(item_id, b""))}
-                del ref.items[item_id]
-            else:
-                assert sent == {}
+        else:  # the peer was lost: its backlog goes, the bytes already sent are reported per item
+            sent = queue.cancel_peer("b")
+            assert sent == {i: len(ref.received.get(i, b"")) for i in ref.items}
+            ref.items.clear()
         stats = queue.stats().peers.get("b")
         if stats is not None:
             assert stats.queued_items == len(ref.items)
@@ -220,31 +218,34 @@ def test_empty_or_oversized_message_is_refused() -> None:
     q.push(5, "b", (0, 0), [b"x" * 10])
 
 
-def test_links_are_independent_and_cancel_spans_peers() -> None:
+def test_links_are_independent_and_dropping_a_peer_keeps_the_others() -> None:
     q = EdfQueue(chunk_bytes=4, coalesce_bytes=0)
     for peer in ("b", "c"):
         q.push(1, peer, (0, 1), [b"12345678"])
         q.push(2, peer, (0, 2), [b"zz"])
     assert q.next_chunk("b") == Chunk(1, 0, 8, memoryview(b"1234"))
-    assert q.cancel(1) == {"b": 4, "c": 0}
-    assert q.next_chunk("b") == Chunk(2, 0, 2, memoryview(b"zz"))
+    assert q.cancel_peer("b") == {1: 4, 2: 0}
+    assert q.next_chunk("c") == Chunk(1, 0, 8, memoryview(b"1234"))
+    assert q.next_chunk("c") == Chunk(1, 4, 8, memoryview(b"5678"))
     assert q.next_chunk("c") == Chunk(2, 0, 2, memoryview(b"zz"))
     assert q.next_chunk("b") is None and q.next_chunk("nobody") is None
     stats = q.stats()
-    assert stats.peers["b"].cancelled_items == 1 and stats.peers["b"].sent_items == 1
-    assert stats.queued_bytes == 0 and stats.sent_bytes == 4 + 2 + 2
+    assert stats.peers["b"].cancelled_items == 2 and stats.peers["c"].sent_items == 2
+    assert stats.queued_bytes == 0 and stats.sent_bytes == 4 + 8 + 2
 
 
-def test_cancel_peer_and_purge_of_many_cancelled_items() -> None:
+def test_cancel_peer_drops_a_long_backlog() -> None:
     q = EdfQueue(chunk_bytes=4, coalesce_bytes=0)
     for i in range(200):
         q.push(i, "b", (0, i), [b"abcdefgh"])
     q.next_chunk("b")
-    for i in range(1, 150):
-        q.cancel(i, "b")
-    assert q.stats().peers["b"].queued_items == 51
-    assert q.cancel_peer("b") == {0: 4, **{i: 0 for i in range(150, 200)}}
-    assert not q.pending("b") and q.peers_with_data() == [] and q.next_chunk("b") is None
+    assert q.cancel_peer("b") == {0: 4, **{i: 0 for i in range(1, 200)}}
+    assert q.cancel_peer("b") == {} and q.cancel_peer("nobody") == {}
+    stats = q.stats().peers["b"]
+    assert stats.queued_items == 0 and stats.partial_items == 0 and stats.queued_bytes == 0
+    assert not q.pending("b") and q.next_chunk("b") is None and len(q) == 0
+    q.push(0, "b", (1, 0), [b"new"])  # the ids are free again for a reconnected peer
+    assert q.next_chunk("b") == Chunk(0, 0, 3, memoryview(b"new"))
 
 
 def test_head_priority_in_stats() -> None:
@@ -314,20 +315,6 @@ def test_byte_budget_of_partial_items_is_respected() -> None:
     q.push(2, "b", (0, 0), [b"b" * 10])  # 10 + 10 > 15: cannot start until item 1 is done
     ids = [c.item_id for c in iter(lambda: q.next_chunk("b"), None)]
     assert ids == [1, 1, 2, 2, 2]
-
-
-def test_rewind_after_reconnect_resends_partial_items_from_the_start() -> None:
-    q = EdfQueue(chunk_bytes=4, coalesce_bytes=0)
-    q.push(1, "b", (0, 1), [b"0123456789"])
-    q.push(2, "b", (0, 2), [b"xy"])
-    q.next_chunk("b")
-    assert q.stats().peers["b"].partial_items == 1
-    assert q.rewind_peer("b") == [1] and q.rewind_peer("nobody") == []
-    stats = q.stats().peers["b"]
-    assert stats.partial_items == 0 and stats.queued_bytes == 12
-    chunks = list(iter(lambda: q.next_chunk("b"), None))
-    assert [(c.item_id, c.offset) for c in chunks] == [(1, 0), (1, 4), (1, 8), (2, 0)]
-    assert b"".join(bytes(c.data) for c in chunks[:3]) == b"0123456789"
 
 
 def test_pipeline_model_edf_ships_the_first_layer_within_one_chunk_and_beats_fifo() -> None:

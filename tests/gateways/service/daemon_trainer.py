@@ -36,8 +36,8 @@ PayloadFn = Callable[[str, int, int], SparsePayload]
 
 
 def signature_info(layers: int, variant: str = "") -> dict[str, Any]:
-    """A model signature (wanrt.client.signature) for ``layers`` linear layers."""
-    from wanrt.client.signature import LayerSignature
+    """A model signature (wanrt.client.link.signature) for ``layers`` linear layers."""
+    from wanrt.client.link.signature import LayerSignature
 
     names = [f"layer{i}{variant}.weight" for i in range(layers)]
     return LayerSignature.of(names, [(8, 8)] * layers, ["float32"] * layers).info()

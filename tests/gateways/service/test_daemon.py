@@ -108,9 +108,9 @@ async def test_metrics_status_config_and_a_reconnecting_trainer() -> None:
 async def test_every_trainer_gets_the_jobs_model_and_the_real_client_refuses_another() -> None:
     from wanrt.client.config import ClientConfig
     from wanrt.client.errors import ModelMismatch
-    from wanrt.client.link import open_gateway_link
-    from wanrt.client.link_api import LinkSpec
-    from wanrt.client.signature import LayerSignature
+    from wanrt.client.link.api import LinkSpec
+    from wanrt.client.link.gateway_link import open_gateway_link
+    from wanrt.client.link.signature import LayerSignature
 
     with short_dir() as tmp:
         configs = site_configs(tmp, "ab", rounds=ROUNDS)

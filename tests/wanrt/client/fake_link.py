@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Literal
 
-from wanrt.client.link_api import LinkEvent, LinkSpec, UpdateArrived
-from wanrt.client.site_message import ConfigChange
+from wanrt.client.link.api import LinkEvent, LinkSpec, UpdateArrived
+from wanrt.client.site.decision import ConfigChange
 from wanrt.payload import SparsePayload
 
 Timing = Literal["instant", "late", "never"]

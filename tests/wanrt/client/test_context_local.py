@@ -10,7 +10,7 @@ import torch
 import wanrt
 from tests.wanrt.client.fake_link import ScriptedLink, Timing, scripted
 from wanrt.client import ClientConfig, SparseOptimizer, StepWithoutBackward
-from wanrt.client.site_message import ConfigChange
+from wanrt.client.site.decision import ConfigChange
 from wanrt.errors import WanrtTimeout
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")

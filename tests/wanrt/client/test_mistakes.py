@@ -11,8 +11,8 @@ import torch
 import wanrt
 from tests.wanrt.client.fake_gateway import FakeGateway, run_in_thread
 from wanrt.client import DistributedNotInitialized, GatewayUnreachable, ModelMismatch, SparseOptimizer
-from wanrt.client.dist_setup import REQUIRED_ENV
-from wanrt.client.signature import LayerSignature
+from wanrt.client.link.signature import LayerSignature
+from wanrt.client.site.process_group import REQUIRED_ENV
 
 SECRET = b"0123456789abcdef-test-secret"
 

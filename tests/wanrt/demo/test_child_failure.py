@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wanrt.demo.test_gateway_procs import STAND_IN
+from tests.wanrt.demo.sites.test_gateway_processes import STAND_IN
 from wanrt.demo.config import QUICK
 from wanrt.demo.failures import DemoFailed
 from wanrt.demo.runner import Demo

@@ -21,7 +21,14 @@ from wanrt.protocol import (
     Reassembler,
     split_frame,
 )
+from wanrt.protocol.connection import Connection
 from wanrt.protocol.limits import MIN_CHUNK_BYTES
+from wanrt.protocol.messages import Message
+
+
+def chunked(conn: Connection, msg: Message, *, item_id: int, chunk_bytes: int) -> list[Chunk]:
+    """What a gateway's send queue does with a big frame: frame it once, then cut it into Chunks."""
+    return split_frame(conn.send_parts(msg), item_id=item_id, chunk_bytes=chunk_bytes)
 
 
 @settings(max_examples=20, deadline=None)
@@ -30,8 +37,8 @@ def test_interleaved_chunked_pushes_are_reassembled(p1, p2, size, rnd) -> None: 
     pair = authenticated_pair()
     m1 = Push(JOB, 1, p1.layer, 0, "site-a", p1)
     m2 = Push(JOB, 1, p2.layer, 1, "site-a", p2)
-    c1 = pair.client.send_chunked(m1, item_id=10, chunk_bytes=size)
-    c2 = pair.client.send_chunked(m2, item_id=11, chunk_bytes=size)
+    c1 = chunked(pair.client, m1, item_id=10, chunk_bytes=size)
+    c2 = chunked(pair.client, m2, item_id=11, chunk_bytes=size)
     assert all(len(c.data) <= size for c in c1 + c2)
     # an EDF queue interleaves the two items and urgent small frames, keeping each item's order
     order = [1] * len(c1) + [2] * len(c2) + [0] * 3
@@ -110,13 +117,13 @@ def test_reassembly_budget_counts_announced_totals() -> None:
 def test_cancelled_item_is_dropped_and_its_id_reusable() -> None:
     pair = authenticated_pair()
     p = SparsePayload.from_dense_blocks(0, np.ones(5000, np.float32), np.arange(300), 16)
-    chunks = pair.client.send_chunked(Push(JOB, 1, 0, 0, "a", p), item_id=3, chunk_bytes=4096)
+    chunks = chunked(pair.client, Push(JOB, 1, 0, 0, "a", p), item_id=3, chunk_bytes=4096)
     pair.c2s(pair.client.send_parts(chunks[0]))
     assert pair.server.pending_chunked_items == 1
     assert pair.c2s(pair.client.send_parts(ChunkCancel(3))) == []
     assert pair.server.pending_chunked_items == 0
     got = []
-    for c in pair.client.send_chunked(Push(JOB, 2, 0, 0, "a", p), item_id=3, chunk_bytes=4096):
+    for c in chunked(pair.client, Push(JOB, 2, 0, 0, "a", p), item_id=3, chunk_bytes=4096):
         got += pair.c2s(pair.client.send_parts(c))
     assert len(got) == 1 and isinstance(got[0], Push) and got[0].iteration == 2
 
@@ -124,7 +131,7 @@ def test_cancelled_item_is_dropped_and_its_id_reusable() -> None:
 def test_bye_with_an_unfinished_item_is_a_violation() -> None:
     pair = authenticated_pair()
     p = SparsePayload.from_dense_blocks(0, np.ones(5000, np.float32), np.arange(300), 16)
-    first = pair.client.send_chunked(Push(JOB, 1, 0, 0, "a", p), item_id=3, chunk_bytes=4096)[0]
+    first = chunked(pair.client, Push(JOB, 1, 0, 0, "a", p), item_id=3, chunk_bytes=4096)[0]
     pair.c2s(pair.client.send_parts(first))
     with pytest.raises(RemoteProtocolError, match="unfinished"):
         pair.c2s(pair.client.send_parts(Bye()))
@@ -154,7 +161,7 @@ def test_relay_mode_hands_chunks_to_the_application() -> None:
     relay = ProtocolConfig(reassemble_chunks=False)
     pair = authenticated_pair(server_config=relay)
     p = SparsePayload.from_dense_blocks(0, np.ones(5000, np.float32), np.arange(300), 16)
-    chunks = pair.client.send_chunked(Push(JOB, 1, 0, 0, "a", p), item_id=3, chunk_bytes=4096)
+    chunks = chunked(pair.client, Push(JOB, 1, 0, 0, "a", p), item_id=3, chunk_bytes=4096)
     got = []
     for c in chunks:
         got += pair.c2s(pair.client.send_parts(c))
@@ -163,9 +170,3 @@ def test_relay_mode_hands_chunks_to_the_application() -> None:
     r = Reassembler()
     items = [r.add(c) for c in got]
     assert items[:-1] == [None] * (len(items) - 1) and items[-1] is not None
-
-
-def test_only_stream_messages_can_be_chunked() -> None:
-    pair = authenticated_pair()
-    with pytest.raises(LocalProtocolError):
-        pair.client.send_chunked(Bye(), item_id=1)

@@ -1,0 +1,65 @@
+"""The seam between the training thread and whatever carries payloads to the gateway.
+
+The context only needs four things from a link: push a layer's payload, get the next event (an update or
+a configuration change) with a timeout, and close. Keeping that behind this small interface lets tests run
+the whole client against an in-process fake, and keeps the asyncio machinery of the real link
+(:mod:`wanrt.client.link.gateway_link`) out of the training thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from wanrt.client.config import ClientConfig
+from wanrt.client.link.signature import LayerSignature
+from wanrt.client.site.decision import ConfigChange
+from wanrt.payload import SparsePayload
+
+__all__ = ["Link", "LinkEvent", "LinkFactory", "LinkSpec", "UpdateArrived"]
+
+
+@dataclass(frozen=True)
+class UpdateArrived:
+    """The gateway's ``Aggregate``: the *sum* over ``sites`` of one layer's payloads for one iteration."""
+
+    iteration: int
+    layer: int
+    payload: SparsePayload
+    sites: tuple[str, ...]
+
+
+LinkEvent = UpdateArrived | ConfigChange
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Everything needed to open the site leader's link to its gateway."""
+
+    url: str
+    site: str
+    job: str
+    secret: bytes
+    signature: LayerSignature
+    config: ClientConfig
+
+
+class Link(Protocol):
+    """A connected, authenticated channel from the site leader to its gateway. Thread-safe per call."""
+
+    def push(self, iteration: int, layer: int, payload: SparsePayload) -> None:
+        """Queue a payload for sending; never blocks on the network. Raises the link's error if it died."""
+        ...
+
+    def get(self, timeout: float) -> LinkEvent | None:
+        """Next event, waiting at most ``timeout`` s (``None`` if none came). Raises the link's error."""
+        ...
+
+    def close(self, timeout: float) -> None:
+        """Flush queued pushes, say goodbye and close, within ``timeout`` s. Idempotent."""
+        ...
+
+
+#: Opens a link (connect + handshake); raises GatewayUnreachable, AuthError or ModelMismatch.
+LinkFactory = Callable[[LinkSpec], Link]

@@ -1,0 +1,330 @@
+"""The site leader's real link to its gateway: transport + sans-IO protocol in one background thread.
+
+Why a thread with its own event loop: the training loop is synchronous PyTorch code and must never wait
+on the network except where partial staleness says it must (:mod:`wanrt.client.leader.staleness`). The
+thread runs a plain asyncio loop (never uvloop: installing a loop policy is the daemons' business, not a
+library's) with three tasks: a writer that frames queued pushes with the :class:`~wanrt.protocol.Connection`,
+a reader that turns Aggregate / ConfigUpdate frames into :mod:`~wanrt.client.link.api` events on a
+thread-safe queue, and a heartbeat. The training thread only touches two queues and a stored error.
+
+Handshake (role ``trainer``, HMAC proof of the job secret, docs/protocol.md): the Hello ``info`` carries
+the model signature (:mod:`wanrt.client.link.signature`); a gateway that already knows the job's model
+returns it in the Welcome ``info`` and the client refuses to train a different one (:class:`ModelMismatch`
+naming the first differing layer).
+
+Close is phased: flush queued pushes, say Bye, wait briefly for the gateway's Bye, close the transport,
+stop the loop, join the thread, all under ``close_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Coroutine
+from typing import Any, Final
+
+from transports import Timeouts, Transport, connect
+from transports.connection_io import next_event
+from wanrt.client.config import ClientConfig
+from wanrt.client.errors import GatewayUnreachable, ModelMismatch
+from wanrt.client.link.api import LinkEvent, LinkSpec, UpdateArrived
+from wanrt.client.link.signature import compare_info
+from wanrt.client.site.decision import ConfigChange
+from wanrt.codec.value_casts import in_wire_dtype
+from wanrt.errors import (
+    AuthError,
+    LocalProtocolError,
+    PeerLost,
+    RemoteProtocolError,
+    TransportError,
+    WanrtError,
+    WanrtTimeout,
+)
+from wanrt.payload import SparsePayload
+from wanrt.protocol.connection import Connection
+from wanrt.protocol.events import ConnectionClosed
+from wanrt.protocol.messages import (
+    Ack,
+    Aggregate,
+    Bye,
+    ConfigUpdate,
+    Error,
+    ErrorCode,
+    Heartbeat,
+    Message,
+    Push,
+    Reject,
+    Welcome,
+)
+
+__all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
+
+log = logging.getLogger(__name__)
+
+#: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
+CONFIG_KEYS: Final = ("density", "batch_size", "staleness")
+_STOP: Final = object()
+
+
+def _config_change(msg: ConfigUpdate) -> ConfigChange:
+    v = msg.values
+
+    def num(key: str, kind: type) -> Any:
+        x = v.get(key)
+        if x is None:
+            return None
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or (kind is int and not isinstance(x, int)):
+            raise RemoteProtocolError(f"ConfigUpdate {key} must be a {kind.__name__}", value=repr(x))
+        return kind(x)
+
+    return ConfigChange(
+        msg.effective_iteration, num("density", float), num("batch_size", int), num("staleness", int)
+    )
+
+
+class GatewayLink:
+    """See the module docstring. Create with :func:`open_gateway_link`."""
+
+    def __init__(self, spec: LinkSpec) -> None:
+        self.spec = spec
+        self._cfg: ClientConfig = spec.config
+        self._timeouts = Timeouts(
+            connect=spec.config.connect_timeout_s, handshake=spec.config.connect_timeout_s
+        )
+        self._events: queue.Queue[Any] = queue.Queue()
+        self._error: BaseException | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="wanrt-link", daemon=True)
+        self._pushes: asyncio.Queue[Push] | None = None
+        self._transport: Transport | None = None
+        self._conn: Connection | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    # -- training-thread API ---------------------------------------------------------------------------
+
+    def _call(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise WanrtTimeout(
+                f"gateway link to {self.spec.url} did not finish in time", phase="link", seconds=timeout
+            ) from None
+
+    def start(self) -> None:
+        self._thread.start()
+        try:
+            self._call(self._open(), self._cfg.connect_timeout_s * 2 + 1.0)
+        except BaseException:
+            self._shutdown_thread()
+            raise
+
+    def push(self, iteration: int, layer: int, payload: SparsePayload) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise LocalProtocolError("push() on a closed gateway link")
+        msg = Push(
+            self.spec.job, iteration, layer, 0, self.spec.site, in_wire_dtype(payload, self._cfg.wire_dtype)
+        )
+        pushes = self._pushes
+        assert pushes is not None
+        self._loop.call_soon_threadsafe(pushes.put_nowait, msg)
+
+    def get(self, timeout: float) -> LinkEvent | None:
+        if self._error is not None:
+            raise self._error
+        try:
+            item = self._events.get(timeout=timeout) if timeout > 0 else self._events.get_nowait()
+        except queue.Empty:
+            return None
+        if item is _STOP:
+            self._events.put(_STOP)  # keep waking later callers
+            assert self._error is not None
+            raise self._error
+        return item
+
+    def close(self, timeout: float) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._error is None:
+                self._call(self._close(timeout), timeout + 1.0)
+        finally:
+            self._shutdown_thread()
+
+    def _shutdown_thread(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+
+    # -- loop-thread side ------------------------------------------------------------------------------
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+            self._events.put(_STOP)
+
+    async def _open(self) -> None:
+        spec = self.spec
+        self._pushes = asyncio.Queue()
+        try:
+            transport = await connect(spec.url, timeouts=self._timeouts)
+        except (TransportError, WanrtTimeout, OSError) as exc:
+            raise GatewayUnreachable(spec.url, str(exc)) from None
+        self._transport = transport
+        conn = Connection("trainer", spec.site, spec.job, spec.secret, side="client", peer=spec.url)
+        self._conn = conn
+        try:
+            async with asyncio.timeout(self._cfg.connect_timeout_s):
+                await transport.send([conn.hello(info=spec.signature.info())])
+                welcome = await self._handshake_reply()
+                diff = compare_info(spec.signature, dict(welcome.info))
+                if diff is not None:
+                    other = welcome.info.get("model_site", "another site")
+                    mismatch = ModelMismatch(
+                        f"this model differs from the job's model (as trained by {other}): {diff[1]}",
+                        layer=diff[0],
+                        name=spec.signature.names[diff[0]] if diff[0] < len(spec.signature.names) else None,
+                    )
+                    await transport.send(
+                        [conn.abort(mismatch, code=int(ErrorCode.PROTOCOL), message=mismatch.message)]
+                    )
+                    raise mismatch
+                await transport.send([conn.authenticate()])
+        except TimeoutError:
+            await transport.close()
+            raise WanrtTimeout(
+                f"handshake with gateway {spec.url} took longer than {self._cfg.connect_timeout_s} s",
+                phase="handshake",
+                seconds=self._cfg.connect_timeout_s,
+            ) from None
+        except BaseException:
+            await transport.close()
+            raise
+        self._tasks = [
+            asyncio.create_task(self._reader()),
+            asyncio.create_task(self._writer()),
+            asyncio.create_task(self._heartbeat()),
+        ]
+
+    async def _next(self) -> Message | ConnectionClosed:
+        assert self._conn is not None and self._transport is not None
+        return await next_event(self._conn, self._transport)
+
+    async def _handshake_reply(self) -> Welcome:
+        url = self.spec.url
+        try:
+            event = await self._next()
+        except AuthError as exc:
+            raise AuthError(
+                f"gateway {url} does not share this job's secret ({exc.message})",
+                peer=url,
+                hint="secret_file must hold the same key as the gateway's job secret",
+            ) from None
+        if isinstance(event, Welcome):
+            return event
+        if isinstance(event, Reject):
+            if event.code == ErrorCode.AUTH:
+                raise AuthError(f"gateway {url} refused this trainer: {event.reason}", peer=url)
+            raise RemoteProtocolError(f"gateway {url} refused this trainer: {event.reason}", peer=url)
+        raise TransportError(f"gateway {url} closed the connection during the handshake", peer=url)
+
+    async def _reader(self) -> None:
+        url = self.spec.url
+        try:
+            while True:
+                event = await self._next()
+                if isinstance(event, Aggregate):
+                    self._events.put(UpdateArrived(event.iteration, event.layer, event.payload, event.sites))
+                    await self._send(Ack(event.iteration, event.layer, event.round))
+                elif isinstance(event, ConfigUpdate):
+                    self._events.put(_config_change(event))
+                elif isinstance(event, (Ack, Heartbeat)):
+                    continue
+                elif isinstance(event, Bye):
+                    if not self._closed:
+                        raise PeerLost(
+                            f"gateway {url} closed the session: {event.reason or 'no reason'}", peer=url
+                        )
+                elif isinstance(event, Error):
+                    cls = AuthError if event.code == ErrorCode.AUTH else RemoteProtocolError
+                    raise cls(f"gateway {url} aborted the connection: {event.message}", peer=url)
+                elif isinstance(event, ConnectionClosed):
+                    if not self._closed:
+                        raise PeerLost(f"gateway {url} closed the connection: {event.reason}", peer=url)
+                    return
+                else:
+                    raise RemoteProtocolError(f"unexpected {type(event).__name__} from the gateway", peer=url)
+        except asyncio.CancelledError:
+            raise
+        except WanrtError as exc:
+            self._fail(exc)
+            with contextlib.suppress(Exception):
+                assert self._transport is not None and self._conn is not None
+                await self._transport.send([self._conn.abort(exc)])
+        except Exception as exc:  # a bug must still wake the training thread, never hang it
+            self._fail(exc)
+
+    async def _send(self, msg: Message) -> None:
+        assert self._conn is not None and self._transport is not None
+        await self._transport.send(self._conn.send_parts(msg))
+
+    async def _writer(self) -> None:
+        assert self._pushes is not None
+        try:
+            while True:
+                msg = await self._pushes.get()
+                try:
+                    await self._send(msg)
+                finally:
+                    self._pushes.task_done()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _heartbeat(self) -> None:
+        seq = 0
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                await asyncio.sleep(self._timeouts.heartbeat_interval)
+                seq += 1
+                await self._send(Heartbeat(seq, loop.time()))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _close(self, timeout: float) -> None:
+        assert self._pushes is not None and self._transport is not None and self._conn is not None
+        reader, writer, beat = self._tasks
+        beat.cancel()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._pushes.join()  # phase 1: everything pushed is on the wire
+                writer.cancel()
+                await self._send(Bye("trainer done"))  # phase 2: half close
+                await asyncio.wait([reader])  # phase 3: the gateway's Bye / EOF
+        except TimeoutError:
+            log.warning("gateway %s: close did not finish within %.1f s", self.spec.url, timeout)
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._transport.close()
+
+
+def open_gateway_link(spec: LinkSpec) -> GatewayLink:
+    """Connect and authenticate; raises GatewayUnreachable, AuthError, ModelMismatch or WanrtTimeout."""
+    link = GatewayLink(spec)
+    link.start()
+    return link

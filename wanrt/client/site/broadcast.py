@@ -1,0 +1,50 @@
+"""Moving the leader's decision to every rank of the site over torch.distributed.
+
+Three broadcasts per step at most (fixed-size header, then body and values only when non-empty), rooted at
+rank 0 of the site's process group. NCCL can only broadcast device tensors, so the arrays are staged on the
+group's device; gloo uses CPU tensors directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from wanrt.client.site.decision import HEADER_LEN, SiteDecision, decode_body, decode_header, encode
+
+__all__ = ["SiteChannel"]
+
+
+class SiteChannel:
+    """Broadcast :class:`SiteDecision` objects from the site leader (group rank 0) to the other ranks."""
+
+    def __init__(self, group: dist.ProcessGroup | None, device: torch.device, *, max_elements: int) -> None:
+        self._group = group
+        self._device = device
+        self._src = 0 if group is None else dist.get_global_rank(group, 0)
+        self._max = max_elements
+
+    def _bcast(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.to(self._device)
+        dist.broadcast(t, src=self._src, group=self._group)
+        return t.cpu()
+
+    def send(self, decision: SiteDecision) -> None:
+        header, body, values = encode(decision)
+        self._bcast(torch.from_numpy(header))
+        if body.shape[0]:
+            self._bcast(torch.from_numpy(body))
+        if values.shape[0]:
+            self._bcast(torch.from_numpy(values))
+
+    def recv(self) -> SiteDecision:
+        header = self._bcast(torch.zeros(HEADER_LEN, dtype=torch.int64)).numpy()
+        n_body, n_val = decode_header(header, max_elements=self._max)
+        body = np.zeros(0, dtype=np.int64)
+        values = np.zeros(0, dtype=np.float32)
+        if n_body:
+            body = self._bcast(torch.zeros(n_body, dtype=torch.int64)).numpy()
+        if n_val:
+            values = self._bcast(torch.zeros(n_val, dtype=torch.float32)).numpy()
+        return decode_body(header, body, values)

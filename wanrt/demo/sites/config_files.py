@@ -1,0 +1,166 @@
+"""The files one demo run needs: the job secret, the fluctuating site's bandwidth trace and a gateway TOML
+config per site, in the format of :mod:`gateways.config` (docs/examples/site-a.toml).
+
+Every link is a unix socket (``unix:///tmp/wanrt-XXXX/<run>/gw-a.sock``), so nothing races for ports, and
+each gateway shapes what it sends to each peer (``[gateway.shaping.PEER]``: rate, one-way delay = RTT/2,
+jitter, and for links that touch the fluctuating site a trace). Both runs of a comparison get identical
+configs apart from the job name and the socket directory, so they differ only in the client's mode.
+Sockets live under a short directory in /tmp because a unix socket path is limited to 107 bytes, while
+configs, logs and stats live in the (possibly long) output directory the user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from transports.traces import BandwidthTrace
+from wanrt.demo.config import DemoConfig, site_names
+
+__all__ = ["SiteFiles", "fluctuating_trace", "toml_text", "write_run_files", "write_secret"]
+
+#: the trace repeats after this many steps, so a run of any length keeps fluctuating
+TRACE_STEPS: Final = 60
+#: Gateways dial their peers as soon as they are up, and the peers of one run start within a second or two
+#: of each other; the daemon's default backoff (0.5 s, doubling) would leave a link down for seconds after
+#: its peer is listening, inside the measured time. Retrying every ≤ 0.5 s brings the WAN mesh up before the
+#: trainers finish connecting.
+RECONNECT: Final = {"reconnect_initial_s": 0.05, "reconnect_factor": 1.5, "reconnect_max_s": 0.5}
+#: a unix socket path must fit sockaddr_un.sun_path (108 bytes with the terminating NUL)
+MAX_SOCKET_PATH: Final = 107
+
+
+@dataclass(frozen=True)
+class SiteFiles:
+    """Where one site's gateway of one run gets its config and leaves its traces."""
+
+    site: str
+    config: Path
+    ready: Path
+    stats: Path
+    log: Path
+    listen_url: str
+    trainer_url: str
+
+
+def write_secret(path: Path) -> Path:
+    """A fresh random job secret, readable by its owner only (the gateways and site leaders read it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_hex(32) + "\n")
+    return path
+
+
+def fluctuating_trace(cfg: DemoConfig) -> BandwidthTrace:
+    """Every ``trace_step_s`` a new rate drawn uniformly from [floor, 1] × bandwidth, reproducible by seed.
+
+    Never above the nominal rate: the fluctuating site is a WAN link that sometimes delivers its contract
+    and often less, which is what the scheduler and partial staleness must ride out.
+    """
+    rng = np.random.default_rng(cfg.seed + 7919)
+    factors = cfg.trace_floor + (1.0 - cfg.trace_floor) * rng.random(TRACE_STEPS)
+    factors[0] = 1.0  # start at the nominal rate: both runs begin on equal terms
+    steps = [(i * cfg.trace_step_s, float(cfg.bandwidth_bps * f)) for i, f in enumerate(factors)]
+    return BandwidthTrace.from_pairs(steps, period=TRACE_STEPS * cfg.trace_step_s)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    """``{"gateway": {...}, "gateway.peers": {...}}`` -> TOML; table names are dotted paths, in order."""
+    lines: list[str] = []
+    for name, table in tables.items():
+        lines.append(f"[{name}]")
+        lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _check_socket_path(path: Path) -> str:
+    text = str(path)
+    if len(text.encode()) > MAX_SOCKET_PATH:
+        raise ValueError(f"unix socket path too long ({len(text)} > {MAX_SOCKET_PATH} bytes): {text}")
+    return f"unix://{text}"
+
+
+def write_run_files(
+    cfg: DemoConfig,
+    *,
+    job: str,
+    run_dir: Path,
+    sock_dir: Path,
+    secret_file: Path,
+    trace_file: Path | None,
+) -> list[SiteFiles]:
+    """Write ``gw-<site>.toml`` for every site into ``run_dir``; sockets go into ``sock_dir``.
+
+    ``trace_file`` (if given) drives both directions of every link of the last site.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sock_dir.mkdir(parents=True, exist_ok=True)
+    names = site_names(cfg.sites)
+    listen = {s: _check_socket_path(sock_dir / f"gw-{s}.sock") for s in names}
+    fluctuating = names[-1] if trace_file is not None else None
+    out = []
+    for site in names:
+        peers = [p for p in names if p != site]
+        files = SiteFiles(
+            site=site,
+            config=run_dir / f"gw-{site}.toml",
+            ready=run_dir / f"gw-{site}.ready.json",
+            stats=run_dir / f"gw-{site}.stats.json",
+            log=run_dir / f"gw-{site}.log",
+            listen_url=listen[site],
+            trainer_url=_check_socket_path(sock_dir / f"tr-{site}.sock"),
+        )
+        tables: dict[str, dict[str, Any]] = {
+            "gateway": {
+                "site": site,
+                "job": job,
+                "secret_file": str(secret_file),
+                "listen": files.listen_url,
+                "trainer_listen": files.trainer_url,
+                "link_rate_bps": float(cfg.bandwidth_bps),
+                **RECONNECT,
+            },
+            "gateway.peers": {p: listen[p] for p in peers},
+            "gateway.rounds": {
+                "topology": cfg.topology,
+                "round_deadline_s": float(cfg.round_deadline_s),
+            },
+        }
+        for peer in peers:
+            shape: dict[str, Any] = {
+                "rate_bps": float(cfg.bandwidth_bps),
+                "delay_s": cfg.rtt_s / 2.0,
+                "jitter_s": float(cfg.jitter_s),
+            }
+            if trace_file is not None and fluctuating in (site, peer):
+                shape["trace"] = str(trace_file)
+            tables[f"gateway.shaping.{peer}"] = shape
+        files.config.write_text(
+            f"# wanrt demo: gateway of site {site!r} (written by wanrt.demo.sites.config_files)\n"
+            + toml_text(tables)
+        )
+        out.append(files)
+    return out

@@ -1,0 +1,149 @@
+"""One demo trainer's training loop: an ordinary PyTorch loop plus the few lines wanrt asks for.
+
+::
+
+    ctx = wanrt.init(gateway_url, site=..., job=..., secret_file=..., config=ClientConfig(...))
+    opt = wanrt.SparseOptimizer(model.named_parameters(), "sgd", lr=..., ctx=ctx)
+    loss.backward(); opt.step(); opt.zero_grad()
+    ctx.close()
+
+The dense baseline and the wanrt run execute this very code; only the :class:`ClientConfig` differs
+(``ClientConfig.dense_baseline()``: every element in fp32, no error feedback, staleness 0). Each run starts
+from the same initial parameters and draws the same batches, so the curves differ only by the exchange.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from multiprocessing.connection import Connection
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import wanrt
+from wanrt.client import SparseOptimizer
+from wanrt.demo.trainers.entry import TrainerSpec
+from wanrt.demo.trainers.messages import Booted, Evaluated, Finished, Go, Progress, Ready, RunOrder
+from wanrt.demo.trainers.stop_control import StopControl
+from wanrt.demo.workload import data as demo_data
+from wanrt.demo.workload.model import build_mlp, evaluate, n_parameters, parameter_digest
+
+__all__ = ["Trainer"]
+
+#: gloo collectives inside a site wait at most this long (a dead peer fails the run instead of hanging it)
+GROUP_TIMEOUT_S = 300.0
+
+
+def warm_up(optimizer: str, lr: float) -> None:
+    """Load (or JIT-compile) the kernels a run uses before any clock starts.
+
+    The fused kernels compile on first use (seconds, or a cache load); whichever run came first would
+    otherwise pay for it inside its measured time. Compression, the sparse optimizer and the payload codec
+    run once on a throwaway layer, in the sparse and the dense form.
+    """
+    from wanrt.codec import decode_payload, encode_payload
+    from wanrt.codec.kernel_choice import fused_loader
+    from wanrt.kernels import ErrorFeedback, make_compressor, make_sparse_optimizer
+    from wanrt.payload import SparsePayload, n_blocks
+
+    grad = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    sparse = ErrorFeedback().compress(0, grad, make_compressor("threshold_v_block", density=0.05))
+    dense = SparsePayload.from_dense_blocks(0, grad, np.arange(n_blocks(grad.shape[0], 16)), 16)
+    opt = make_sparse_optimizer(optimizer, lr=lr)
+    param = np.zeros_like(grad)
+    for p in (sparse, dense):
+        meta, buffers = encode_payload(p)
+        decoded = decode_payload(meta, [memoryview(bytes(b)) for b in buffers])
+        opt.step(0, param, decoded)
+    fused_loader().wait()  # the dense payload started the codec's background load: let it finish now
+
+
+class Trainer:
+    """Joins the site's process group and loads the data once; :meth:`run` trains one run."""
+
+    def __init__(
+        self, spec: TrainerSpec, conn: Connection, stops: StopControl, data: demo_data.DigitsSplit
+    ) -> None:
+        from datetime import timedelta
+
+        torch.set_num_threads(1)
+        self.spec = spec
+        self.conn = conn
+        self.stops = stops
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{spec.store}",
+            rank=spec.rank,
+            world_size=spec.ranks,
+            timeout=timedelta(seconds=GROUP_TIMEOUT_S),
+        )
+        self.data = data
+        self.x_train, self.y_train, self.x_test, self.y_test = data.tensors()
+        params = n_parameters(build_mlp(spec.hidden, spec.seed))
+        warm_up(spec.optimizer, spec.lr)
+        conn.send(Booted(spec.site_index, spec.rank, params))
+
+    def run(self, order: RunOrder) -> None:
+        spec = self.spec
+        ctx = wanrt.init(
+            order.gateway_url,
+            site=spec.site,
+            job=order.job,
+            secret_file=spec.secret_file,
+            config=order.client,
+        )
+        model = build_mlp(spec.hidden, spec.seed)
+        opt = SparseOptimizer(model.named_parameters(), spec.optimizer, lr=spec.lr, ctx=ctx)
+        sampler = demo_data.Sampler(
+            self.data, index=spec.global_rank, world=spec.world, batch=spec.batch, seed=spec.seed
+        )
+        evaluating = spec.evaluator and order.eval_every > 0
+        initial = evaluate(model, self.x_train, self.y_train) if evaluating else None
+        self.conn.send(Ready(order.run, spec.site_index, spec.rank))
+        go = self.conn.recv()
+        if not isinstance(go, Go):
+            raise TypeError(f"expected Go, got {go!r}")
+        iteration = 0
+        t_last = time.monotonic()
+        if initial is not None:
+            _, test_acc = evaluate(model, self.x_test, self.y_test)
+            self.conn.send(Evaluated(order.run, 0, initial[0], test_acc, t_last))
+        while self.stops.may_start(order.slot, iteration):
+            x, y = sampler.next()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            iteration += 1
+            t_last = time.monotonic()
+            if spec.rank == 0:
+                self.conn.send(Progress(order.run, spec.site_index, 0, iteration, loss.item(), t_last))
+            if evaluating and iteration % order.eval_every == 0:
+                self._evaluate(order.run, model, iteration, t_last)
+        ctx.close()  # applies every update still outstanding: all ranks of all sites end in the same place
+        final_loss, final_acc = math.nan, math.nan
+        if order.eval_every > 0:
+            final_loss, _ = evaluate(model, self.x_train, self.y_train)
+            _, final_acc = evaluate(model, self.x_test, self.y_test)
+        self.conn.send(
+            Finished(
+                order.run,
+                spec.site_index,
+                spec.rank,
+                iteration,
+                t_last,
+                final_loss,
+                final_acc,
+                parameter_digest(model),
+            )
+        )
+
+    def _evaluate(self, run: str, model: torch.nn.Module, iteration: int, t: float) -> None:
+        train_loss, _ = evaluate(model, self.x_train, self.y_train)
+        _, test_acc = evaluate(model, self.x_test, self.y_test)
+        self.conn.send(Evaluated(run, iteration, train_loss, test_acc, t))
+
+    def shutdown(self) -> None:
+        dist.destroy_process_group()
