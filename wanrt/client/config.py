@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from wanrt.config import check
+from wanrt.live_settings import MAX_STALENESS
 
 __all__ = ["MAX_STALENESS", "ClientConfig", "CompressorKind", "WireDtype"]
 
 CompressorKind = Literal["threshold_v_block", "threshold_v", "topk", "randomk"]
 WireDtype = Literal["fp32", "fp16", "bf16"]
 
-#: StellaTrain §3.3 bounds staleness by 1; we allow a little more for experiments, but an unbounded value
-#: would let a slow site's updates pile up in the leader's memory without limit.
-MAX_STALENESS: Final = 4
 
 
 @dataclass(frozen=True)
