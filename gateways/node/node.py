@@ -81,6 +81,10 @@ log = logging.getLogger("gateways.node")
 #: that stays away this long is declared lost and the round engine re-plans without it.
 MAX_BACKLOG: Final = 4096
 
+#: Links described in one telemetry report (the busiest): 3 keys each, beside ~30 others, must stay within
+#: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
+MAX_REPORTED_LINKS: Final = 64
+
 
 class GatewayNode:
     """See the module docstring. ``on_action`` sees every round-engine action and ``on_message`` every
@@ -124,6 +128,8 @@ class GatewayNode:
         self._prepared: dict[int, Announce] = {}  # decisions announced, not committed yet (bounded)
         self._decision = 0  # the committed decision this site runs
         self._decision_late = 0  # its commit came after its iteration (applied as soon as possible)
+        self._trainer_metrics: dict[str, float] = {}  # the leader's latest per-iteration measurements
+        self._trainer_iteration = -1
         self._work: deque[Action] = deque()
         self._applying = False
         self._out: list[NodeAction] = []
@@ -687,6 +693,15 @@ class GatewayNode:
             if not self.model.established and self.model.current is not None:
                 self.model.establish()
 
+    def trainer_telemetry(self, msg: Telemetry, now: float) -> None:
+        """The site leader's measurements of one iteration (bounded by the protocol: MAX_TELEMETRY_KEYS);
+        kept until the next report to the scheduler, which sees them as ``trainer.<key>``."""
+        if msg.site != self.site:
+            raise RemoteProtocolError("telemetry names another site", peer="trainer", value=msg.site)
+        if msg.iteration > self._trainer_iteration:
+            self._trainer_iteration = msg.iteration
+            self._trainer_metrics = dict(msg.metrics)
+
     def trainer_ack(self, ack: Ack) -> None:
         if self.ledger is not None:
             self.ledger.aggregate_acked(ack.iteration, ack.layer)
@@ -772,10 +787,17 @@ class GatewayNode:
             for k, v in cu.values.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     m[f"cfg.{k}"] = float(v)
-        for peer, st in self.stats.peers.items():
+        if self._trainer_iteration >= 0:
+            m["trainer.iteration"] = float(self._trainer_iteration)
+            for k, v in self._trainer_metrics.items():
+                m[f"trainer.{k}"] = float(v)
+        snap = self.allocator.snapshot()
+        rates = self.allocator.rates()
+        busiest = sorted(self.stats.peers.items(), key=lambda kv: -kv[1].counters.bytes_sent)
+        for peer, st in busiest[:MAX_REPORTED_LINKS]:  # the protocol bounds a report's keys
             m[f"link.{peer}.bytes_sent"] = float(st.counters.bytes_sent)
-            m[f"link.{peer}.rate_bps"] = float(self.allocator.rates()[peer])
-            last = self.allocator.snapshot().links[peer].last_time_s
+            m[f"link.{peer}.rate_bps"] = float(rates[peer])
+            last = snap.links[peer].last_time_s
             if last is not None:
                 m[f"link.{peer}.time_s"] = float(last)
         return Telemetry(self.site, max(frontier, 0), m)

@@ -33,7 +33,7 @@ from gateways.service.peer_links import PeerLinks
 from gateways.service.scheduler_link import SchedulerLink
 from gateways.service.trainer_session import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
-from wanrt.protocol import Ack, Connection, Hello, Message, Push
+from wanrt.protocol import Ack, Connection, Hello, Message, Push, Telemetry
 
 __all__ = ["GatewayDaemon"]
 
@@ -455,6 +455,9 @@ class GatewayDaemon:
 
     def trainer_ack(self, session: TrainerSession, ack: Ack) -> None:
         self.node.trainer_ack(ack)
+
+    def trainer_telemetry(self, session: TrainerSession, msg: Telemetry) -> None:
+        self.node.trainer_telemetry(msg, self._now())
 
     # ------------------------------------------------------------------------------------------------
     # views and control (HttpOwner)

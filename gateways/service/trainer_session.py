@@ -45,6 +45,7 @@ from wanrt.protocol import (
     Message,
     Push,
     Role,
+    Telemetry,
 )
 
 __all__ = ["TrainerOwner", "TrainerSession", "serve_trainer"]
@@ -71,6 +72,8 @@ class TrainerOwner(Protocol):
     async def trainer_push(self, session: TrainerSession, push: Push) -> None: ...
 
     def trainer_ack(self, session: TrainerSession, ack: Ack) -> None: ...
+
+    def trainer_telemetry(self, session: TrainerSession, msg: Telemetry) -> None: ...
 
     def secret(self) -> bytes: ...
 
@@ -236,6 +239,8 @@ async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
             await owner.trainer_push(session, event)
         elif isinstance(event, Ack):
             owner.trainer_ack(session, event)
+        elif isinstance(event, Telemetry):
+            owner.trainer_telemetry(session, event)
         elif isinstance(event, Heartbeat):
             continue
         elif isinstance(event, Bye):

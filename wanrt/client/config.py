@@ -21,7 +21,6 @@ CompressorKind = Literal["threshold_v_block", "threshold_v", "topk", "randomk"]
 WireDtype = Literal["fp32", "fp16", "bf16"]
 
 
-
 @dataclass(frozen=True)
 class ClientConfig:
     """Settings of one trainer process; every rank of a site must use the same values."""

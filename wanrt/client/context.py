@@ -31,6 +31,7 @@ from wanrt.client.config import ClientConfig
 from wanrt.client.errors import LeaderFailed, StepWithoutBackward
 from wanrt.client.leader.compression import LayerCompressor
 from wanrt.client.leader.staleness import StalenessTracker
+from wanrt.client.leader.step_timing import StepTimer
 from wanrt.client.leader.worker import LeaderPipeline
 from wanrt.client.link.api import Link, LinkFactory, LinkSpec, UpdateArrived
 from wanrt.client.link.signature import LayerSignature
@@ -90,6 +91,8 @@ class Context:
         self._tracker: StalenessTracker[SiteUpdate] | None = None
         self._closed = False
         self._broken: BaseException | None = None
+        self._timer = StepTimer()  # leader: compute / idle per iteration for the scheduler
+        self._batch_size: int | None = None
 
     # -- what the user sees ------------------------------------------------------------------------------
 
@@ -106,6 +109,12 @@ class Context:
     def iteration(self) -> int:
         """Number of completed steps = the iteration the next backward belongs to."""
         return self._iteration
+
+    def set_batch_size(self, per_rank: int) -> None:
+        """Tell wanrt this rank's batch size, so its telemetry reports samples/s to the scheduler."""
+        if type(per_rank) is not int or per_rank < 1:
+            raise LocalProtocolError("batch size must be a positive integer", value=per_rank)
+        self._batch_size = per_rank
 
     def on_batch_size(self, callback: Callable[[int], None]) -> None:
         """Call ``callback(new_per_rank_batch_size)`` on every rank when a batch-size change takes effect."""
@@ -163,6 +172,7 @@ class Context:
     # -- gradient path -----------------------------------------------------------------------------------
 
     def _on_issued(self, layer: int, work: Any, grad: torch.Tensor) -> None:
+        self._timer.grad_ready(time.monotonic())
         if self._pipeline is not None:
             assert self._tracker is not None
             self._tracker.pushed(self._iteration, layer)
@@ -191,15 +201,27 @@ class Context:
             raise LocalProtocolError(f"this wanrt context failed earlier: {self._broken}")
         if self._reducer.finish() == 0:
             raise StepWithoutBackward(self._iteration)
+        self._timer.step(time.monotonic())
         try:
             decision = self._exchange(final=False)
+            applying = time.monotonic()
             self._apply(decision)
+            self._timer.applied(time.monotonic() - applying)
         except BaseException as exc:
             self._broken = exc  # the site is out of step: no more collectives, not even from hooks
             self._reducer.remove()
             raise
+        self._report(self._iteration)
         self._iteration += 1
         self._switch_config()
+
+    def _report(self, iteration: int) -> None:
+        """Leader: this iteration's timing to the gateway (StellaTrain §4.1's telemetry)."""
+        metrics = self._timer.metrics(
+            time.monotonic(), batch_size=self._batch_size, world_size=self.world_size
+        )
+        if metrics is not None and self.is_leader and self._link is not None:
+            self._link.telemetry(iteration, metrics)
 
     def _exchange(self, *, final: bool) -> SiteDecision:
         """Leader: decide and broadcast; others: wait for their reduces and receive the decision."""
@@ -252,7 +274,9 @@ class Context:
                     seconds=self._config.update_deadline_s,
                     hint="is every site's trainer running? raise ClientConfig.update_deadline_s on slow WANs",
                 )
+            blocked = time.monotonic()
             self._poll(remaining, block=True)
+            self._timer.waited(time.monotonic() - blocked)
         self._poll(0.0)
         ready = self._tracker.take_ready(t)
         changes, self._announced = self._announced, []
@@ -330,6 +354,7 @@ class Context:
             if self._compressor is not None:
                 self._compressor.set_density(self._config.density)
             if change.batch_size is not None:
+                self._batch_size = change.batch_size
                 for cb in self._batch_callbacks:
                     cb(change.batch_size)
 

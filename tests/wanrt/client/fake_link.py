@@ -27,6 +27,7 @@ class ScriptedLink:
         self._late: list[UpdateArrived] = []
         self._lock = threading.Lock()
         self.closed = False
+        self.telemetry_seen: list[tuple[int, dict[str, float]]] = []
 
     def push(self, iteration: int, layer: int, payload: SparsePayload) -> None:
         with self._lock:
@@ -37,6 +38,10 @@ class ScriptedLink:
                 self._ready.append(ev)
             elif timing == "late":
                 self._late.append(ev)
+
+    def telemetry(self, iteration: int, metrics: dict[str, float]) -> None:
+        with self._lock:
+            self.telemetry_seen.append((iteration, dict(metrics)))
 
     def announce(self, change: ConfigChange) -> None:
         with self._lock:

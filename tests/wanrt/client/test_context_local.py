@@ -131,3 +131,23 @@ def test_config_change_takes_effect_at_its_iteration(secret_file: Path) -> None:
     it2 = [p for it, _, p in link.pushed if it == 2]
     assert it2 and all(p.nnz < p.dense_len for p in it2)
     opt.ctx.close()
+
+
+def test_the_leader_reports_each_iterations_timing(secret_file: Path) -> None:
+    model, opt, link = make(secret_file, {0: "late", 1: "instant"}, DENSE_STALE)
+    opt.ctx.set_batch_size(32)
+    for t in range(4):
+        c, d = coeffs(t)
+        model.loss(c, d).backward()
+        opt.step()
+        opt.zero_grad()
+    seen = link.telemetry_seen
+    assert [it for it, _ in seen] == [1, 2, 3]  # the first step has no start to measure from
+    for _, m in seen:
+        assert m["iteration_s"] > 0 and 0.0 <= m["idle_frac"] <= 1.0
+        assert m["compute_s"] + m["idle_s"] == pytest.approx(m["iteration_s"])
+        assert m["batch_size"] == 32 and m["samples_per_s"] == pytest.approx(32 / m["iteration_s"])
+    assert any(m["idle_s"] > 0 for _, m in seen)  # layer a's update is late: the leader waited for it
+    with pytest.raises(Exception, match="positive integer"):
+        opt.ctx.set_batch_size(0)
+    opt.ctx.close()

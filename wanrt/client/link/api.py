@@ -56,6 +56,10 @@ class Link(Protocol):
         """Next event, waiting at most ``timeout`` s (``None`` if none came). Raises the link's error."""
         ...
 
+    def telemetry(self, iteration: int, metrics: dict[str, float]) -> None:
+        """Queue this site's measurements of ``iteration`` for the gateway (and the scheduler behind it)."""
+        ...
+
     def close(self, timeout: float) -> None:
         """Flush queued pushes, say goodbye and close, within ``timeout`` s. Idempotent."""
         ...

@@ -57,6 +57,7 @@ from wanrt.protocol.messages import (
     Message,
     Push,
     Reject,
+    Telemetry,
     Welcome,
 )
 
@@ -98,7 +99,7 @@ class GatewayLink:
         self._error: BaseException | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="wanrt-link", daemon=True)
-        self._pushes: asyncio.Queue[Push] | None = None
+        self._pushes: asyncio.Queue[Push | Telemetry] | None = None
         self._transport: Transport | None = None
         self._conn: Connection | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -132,6 +133,14 @@ class GatewayLink:
         msg = Push(
             self.spec.job, iteration, layer, 0, self.spec.site, in_wire_dtype(payload, self._cfg.wire_dtype)
         )
+        pushes = self._pushes
+        assert pushes is not None
+        self._loop.call_soon_threadsafe(pushes.put_nowait, msg)
+
+    def telemetry(self, iteration: int, metrics: dict[str, float]) -> None:
+        if self._error is not None or self._closed:
+            return  # measurements are best effort; the next push reports the link's error
+        msg = Telemetry(self.spec.site, iteration, metrics)
         pushes = self._pushes
         assert pushes is not None
         self._loop.call_soon_threadsafe(pushes.put_nowait, msg)
