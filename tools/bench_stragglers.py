@@ -285,7 +285,7 @@ def _timed(fn: Callable[[np.ndarray], Any], ends: np.ndarray, repeats: int) -> t
         t0 = time.perf_counter()
         fn(ends)
         ts.append(time.perf_counter() - t0)
-    return out, statistics.median(ts) * 1e3
+    return out, statistics.median(ts) * 1e3 if ts else float("nan")
 
 
 def part_zipline(sz: Sizes) -> dict[str, Any]:
