@@ -3,7 +3,8 @@
 All four functions return the same optimum (Theorem 2) and differ only in cost:
 
 * :func:`zipline` — the one the scheduler runs: the scan of Algorithm 2 rewritten as array operations,
-  O(R·n·log(R·n)) for the sort and O(R·n) after it, no Python loop;
+  O(R·n·log(R·n)) for the sort (= O(R·n·log n) whenever R ≤ n, the paper's bound) and O(R·n) after it,
+  no Python loop;
 * :func:`zipline_scan` — Algorithm 2 as printed: the candidate set Z kept per worker, min(Z) searched
   each step, O(R·n²);
 * :func:`zipline_opt` — §5.3.1: Z kept in arrival order so min(Z) is its head; a candidate is only

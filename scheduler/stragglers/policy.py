@@ -76,8 +76,13 @@ class StragglerPolicy:
         names = self.ranks.members
         if not names:
             raise ConfigError("at least one rank is needed", key="ranks")
-        if global_batch < len(names) * self.cfg.batch.min_batch:
-            raise ConfigError("global batch too small for the ranks", key="global_batch", value=global_batch)
+        bc = self.cfg.batch
+        if not len(names) * bc.min_batch <= global_batch <= len(names) * bc.max_batch:
+            raise ConfigError(
+                "the global batch cannot be split within [min_batch, max_batch] per rank",
+                key="global_batch",
+                value=global_batch,
+            )
         self.global_batch = global_batch
         self.lr = lr
         even = np.full(len(names), global_batch // len(names), dtype=np.int64)
