@@ -1,0 +1,47 @@
+"""tools/bench_stragglers.py --quick runs end to end and writes every key the report cites.
+
+Correctness only: keys present and within their physical ranges; the timing keys are not checked
+against targets here (tests never time things).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+KEYS = (
+    "seed002_persistent_reduction",
+    "seed002_bursty_overhead",
+    "seed002_bursty_k1_change",
+    "antdt_bpt_spread",
+    "star_mode_matches_bruteforce",
+    "star_tw_u_shape",
+    "zipline_matches_fullgridscan",
+    "zipline_ms_n1000_r15",
+)
+
+
+def test_quick_run_writes_all_keys(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench_stragglers.py"), "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "fluid model" in proc.stdout
+    data = json.loads(out.read_text())
+    for key in KEYS:
+        assert math.isfinite(data[key]), key
+    assert set(data["antdt_speedup_by_intensity"]) == {"0.1", "0.3", "0.5", "0.8"}
+    assert data["antdt_bpt_spread"] >= 1.0
+    assert 0.0 < data["seed002_persistent_reduction"] < 1.0
+    assert data["star_mode_match_count"][1] > 0
+    assert len(data["star_tw_sweep"]["t_w_ms"]) == len(data["star_tw_sweep"]["time_s"])

@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+"""Straggler policies and barrier timing, measured in simulation against the obvious baselines.
+
+Four parts, each compared side by side in the same run (see docs/stragglers.md):
+
+1. **seed 002 rate reallocation — fluid model.** :func:`sims.models.fluid_round.compare` drives the real
+   :class:`~gateways.sending.rate_allocator.RateAllocator` on virtual time against fixed rates, over the
+   paper's four link profiles with K = 3, and the K = 1 ablation on bursty links. Rows with the paper's rule
+   (rates may sum above the base) and with ``conserve_total`` (a shared uplink) are both shown.
+2. **AntDT ADJUST_BS / KILL_RESTART vs plain BSP** in :mod:`scheduler.stragglers.bsp_sim`: the BPT spread
+   after ADJUST_BS on heterogeneous ranks, and the JCT speedup under AntDT's straggler injection
+   (1.5 s × intensity, transient on 30 % of ranks 15 min in every 30, plus one persistent rank) at
+   intensities 0.1 / 0.3 / 0.5 / 0.8, beside AntDT Table III.
+3. **STAR mode choice**: :func:`choose_mode` against :func:`brute_force_mode` over random scenarios; the
+   noise-scale estimator on gradients with a known noise scale; the t_w sweep of Eq. 3.
+4. **ElasticBSP barrier search**: ZipLine (vectorised) and the paper's variants against GridScan and
+   FullGridScan on §6.1's synthetic data, n ∈ {10, 100, 1000}, R ∈ {15, 150}: same optimum, time per call.
+
+``--quick`` (< 60 s) runs fewer seeds, iterations and scenarios; ``--json PATH`` writes every key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateways.sending.config import RateConfig
+from scheduler.barrier import (
+    full_grid_scan,
+    grid_scan,
+    zipline,
+    zipline_opt,
+    zipline_opt_bs,
+    zipline_scan,
+)
+from scheduler.stragglers import (
+    DetectionConfig,
+    ModeConfig,
+    NoiseConfig,
+    NoiseScale,
+    PolicyConfig,
+    brute_force_mode,
+    choose_mode,
+    tw_sweep,
+)
+from scheduler.stragglers.bsp_sim import BspSimConfig, run, speedup
+from sims.models.fluid_round import PROFILES, compare
+
+# Reference values quoted from the papers, printed beside ours (never used in a computation).
+PAPER_SEED002 = {"straggler": -0.448, "variable": 0.0, "bursty": 0.004, "bursty_k1": 0.23}
+PAPER_ANTDT = {0.1: 0.103, 0.3: 0.275, 0.5: 0.556, 0.8: 1.045}
+INTENSITIES = (0.1, 0.3, 0.5, 0.8)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    fluid_seeds: tuple[int, ...]
+    fluid_iterations: int
+    antdt_seeds: tuple[int, ...]
+    antdt_iterations: int
+    spread_iterations: int
+    star_scenarios: int
+    noise_steps: int
+    zl_datasets: int
+    zl_repeats: int
+    zl_scan_max_n: int  # the O(R·n²) literal Algorithm 2 only up to this n
+    fgs_skip: tuple[tuple[int, int], ...]  # (n, R) where FullGridScan is skipped
+
+
+QUICK = Sizes((0, 1), 250, (0,), 4000, 600, 120, 2000, 1, 11, 100, ())
+FULL = Sizes((0, 1, 2, 3, 4), 250, (0, 1, 2), 10_000, 1500, 1000, 4000, 3, 31, 1000, ())
+
+
+# -- 1. seed 002 -------------------------------------------------------------------------------------------
+
+
+def part_seed002(sz: Sizes) -> dict[str, Any]:
+    rows = []
+    for conserve in (False, True):
+        cfg = RateConfig(streak=3, conserve_total=conserve)
+        rows += compare(tuple(PROFILES), seeds=sz.fluid_seeds, iterations=sz.fluid_iterations, cfg=cfg)
+        cfg1 = RateConfig(streak=1, conserve_total=conserve)
+        rows += compare(("bursty",), seeds=sz.fluid_seeds, iterations=sz.fluid_iterations, cfg=cfg1)
+    runs = f"{len(sz.fluid_seeds)} seeds × {sz.fluid_iterations} it"
+    print(f"\n[1] seed 002 rate reallocation — fluid model ({runs}); change = ours / fixed rates − 1")
+    cols = ("K", "conserve", "fixed s", "ours s", "change", "paper", "reallocs")
+    widths = (2, 8, 8, 8, 8, 8, 8)
+    print(f"{'profile':<10} " + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True)))
+    by: dict[tuple[str, int, bool], Any] = {}
+    for r in rows:
+        by[(r.profile, r.streak, r.conserve_total)] = r
+        key = "bursty_k1" if r.streak == 1 else r.profile
+        paper = PAPER_SEED002.get(key)
+        paper_s = f"{paper * 100:+.1f}%" if paper is not None and not r.conserve_total else ""
+        print(
+            f"{r.profile:<10} {r.streak:>2} {r.conserve_total!s:>8} {r.baseline_s:>8.3f} {r.ours_s:>8.3f} "
+            f"{r.change * 100:>+7.1f}% {paper_s:>8} {r.reallocations:>8}"
+        )
+    s3 = by[("straggler", 3, False)]
+    b3 = by[("bursty", 3, False)]
+    b1 = by[("bursty", 1, False)]
+    return {
+        "seed002_persistent_reduction": -s3.change,
+        "seed002_bursty_overhead": b3.change,
+        "seed002_bursty_k1_change": b1.change,
+        "seed002_conserve_persistent_reduction": -by[("straggler", 3, True)].change,
+        "seed002_conserve_bursty_overhead": by[("bursty", 3, True)].change,
+        "seed002_conserve_bursty_k1_change": by[("bursty", 1, True)].change,
+        "seed002_rows": [asdict(r) for r in rows],
+        "seed002_model": "fluid model (sims.models.fluid_round, real RateAllocator on virtual time)",
+    }
+
+
+# -- 2. AntDT ----------------------------------------------------------------------------------------------
+
+#: wanrt's cadence: per-iteration telemetry, decisions every 30 s, L^trans = 60 s, L^per = 600 s.
+OURS = PolicyConfig(detection=DetectionConfig(short_s=60.0, long_s=600.0))
+#: AntDT §VII-A5: actions every 5 minutes, L^trans = 5 min, L^per = 10 min, λ = 1.5.
+ANTDT = PolicyConfig(detection=DetectionConfig(short_s=300.0, long_s=600.0))
+
+
+def part_antdt(sz: Sizes) -> dict[str, Any]:
+    # BPT spread: heterogeneous ranks (throughput ±50 %, 50 ms fixed overhead, 2 % noise), ADJUST_BS only
+    # (dedicated cluster: deterministic stragglers, AntDT-DD would not kill them)
+    dd = PolicyConfig(detection=OURS.detection, kill_restart=False)
+    spreads, base_spreads = [], []
+    for seed in sz.antdt_seeds:
+        cfg = BspSimConfig(
+            heterogeneity=0.5, overhead_s=0.05, iterations=sz.spread_iterations, policy=dd,
+            decision_every_s=30.0, seed=seed,
+        )  # fmt: skip
+        ours, base = run(cfg, with_policy=True), run(cfg, with_policy=False)
+        tail = ours.bpt_s[-100:].mean(axis=0)
+        spreads.append(float(tail.max() / tail.min()))
+        b = base.bpt_s[-100:].mean(axis=0)
+        base_spreads.append(float(b.max() / b.min()))
+    print("\n[2] AntDT vs plain BSP — discrete-time BSP simulation (scheduler.stragglers.bsp_sim)")
+    print(
+        f"BPT max/min over the last 100 iterations, 10 heterogeneous ranks: BSP {np.mean(base_spreads):.3f}, "
+        f"after ADJUST_BS {np.mean(spreads):.4f}"
+    )
+    cols: dict[str, dict[float, list[float]]] = {"ours": {}, "antdt": {}}
+    restarts: dict[str, dict[float, int]] = {"ours": {}, "antdt": {}}
+    for name, pc, every in (("ours", OURS, 30.0), ("antdt", ANTDT, 300.0)):
+        for inten in INTENSITIES:
+            vals = []
+            for seed in sz.antdt_seeds:
+                cfg = BspSimConfig(
+                    intensity=inten, persistent_ranks=(0,), iterations=sz.antdt_iterations, policy=pc,
+                    decision_every_s=every, seed=seed,
+                )  # fmt: skip
+                gain, _, res = speedup(cfg)
+                vals.append(gain)
+                restarts[name][inten] = restarts[name].get(inten, 0) + res.restarts
+            cols[name][inten] = vals
+    print(
+        f"JCT speedup over BSP ({len(sz.antdt_seeds)} seed(s) × {sz.antdt_iterations} iterations; 10 ranks)"
+    )
+    print(f"{'intensity':>9} {'ours (30 s)':>12} {'AntDT cadence (5 min)':>22} {'paper Table III':>16}")
+    for inten in INTENSITIES:
+        o, a = np.mean(cols["ours"][inten]), np.mean(cols["antdt"][inten])
+        print(f"{inten:>9} {o * 100:>+11.1f}% {a * 100:>+21.1f}% {PAPER_ANTDT[inten] * 100:>+15.1f}%")
+    ours_mean = [float(np.mean(cols["ours"][i])) for i in INTENSITIES]
+    return {
+        "antdt_bpt_spread": float(np.mean(spreads)),
+        "antdt_bpt_spread_bsp": float(np.mean(base_spreads)),
+        "antdt_speedup_by_intensity": {str(i): v for i, v in zip(INTENSITIES, ours_mean, strict=True)},
+        "antdt_speedup_by_intensity_antdt_cadence": {
+            str(i): float(np.mean(cols["antdt"][i])) for i in INTENSITIES
+        },
+        "antdt_speedup_grows_with_intensity": int(all(a < b for a, b in itertools.pairwise(ours_mean))),
+        "antdt_restarts": {k: {str(i): n for i, n in v.items()} for k, v in restarts.items()},
+        "antdt_paper_table3": {str(k): v for k, v in PAPER_ANTDT.items()},
+    }
+
+
+# -- 3. STAR -----------------------------------------------------------------------------------------------
+
+MODE_SETS: tuple[tuple[str, ...], ...] = (
+    ("bsp", "x_order", "dynamic", "parent_child"),
+    ("bsp", "x_order", "parent_child"),
+    ("bsp", "parent_child"),
+    ("bsp", "dynamic"),
+)
+
+
+def part_star(sz: Sizes) -> dict[str, Any]:
+    rng = np.random.default_rng(7)
+    matches = total = 0
+    kinds: dict[str, Counter[str]] = {"+".join(m): Counter() for m in MODE_SETS}
+    grid = np.arange(0.0, 401.0)
+    for k in range(sz.star_scenarios):
+        modes = MODE_SETS[k % len(MODE_SETS)]
+        n = int(rng.integers(2, 8))
+        times = rng.integers(100, 601, n).astype(float)  # integer ms: every lateness is on the 1 ms grid
+        m = float(n * rng.choice([16, 64, 256]))
+        phi = m * float(10 ** rng.uniform(-2, 2))
+        child = None
+        if rng.random() < 0.5:
+            child = np.maximum(1.0, times - rng.integers(0, 301, n))
+        cfg = ModeConfig(modes=modes, max_wait_s=400.0)  # type: ignore[arg-type]
+        c = choose_mode(times, phi, m, cfg, child_times=child, max_wait=400.0)
+        b = brute_force_mode(times, phi, m, grid, cfg, child_times=child)
+        matches += c.same_as(b)
+        total += 1
+        kinds["+".join(modes)][c.kind] += 1
+
+    # noise scale from gradients with a known B_noise (8 sites × 128 samples)
+    true_phi = 8000.0
+    est = NoiseScale(NoiseConfig(ema=0.999))
+    g = rng.standard_normal(256)
+    g /= np.linalg.norm(g)
+    for _ in range(sz.noise_steps):
+        est.observe_gradients(
+            [g + rng.standard_normal(256) * np.sqrt(true_phi / 256 / 128) for _ in range(8)], [128] * 8
+        )
+    phi = est.phi
+
+    # t_w sweep: 6 ring sites at 300 ms; 2 stragglers (450, 500 ms in the ring) 20 and 40 ms late as children.
+    # In integer milliseconds, so the lateness values fall exactly on the 10 ms grid.
+    ring_ms = np.array([300.0] * 6 + [450.0, 500.0])
+    child_ms = np.array([300.0] * 6 + [320.0, 340.0])
+    waits = np.arange(0.0, 301.0, 10.0)
+    sweep = tw_sweep(ring_ms, phi, 1024.0, 2, waits, child_ms) / 1e3  # ms → s
+    best = int(np.argmin(sweep))
+    u_shape = int(0 < best < len(waits) - 1 and sweep[0] > sweep[best] < sweep[-1])
+    pc_cfg = ModeConfig(max_wait_s=300.0)
+    chosen = choose_mode(ring_ms, phi, 1024.0, pc_cfg, child_times=child_ms, max_wait=300.0)
+
+    print("\n[3] STAR Eq. 1–3 mode choice")
+    print(f"choose_mode == brute-force grid argmin: {matches}/{total} random scenarios")
+    for name, cnt in kinds.items():
+        print(f"  modes {name:<36} chosen: {dict(cnt)}")
+    ratio = phi / true_phi
+    print(f"noise scale from 8 sites' gradients: φ = {phi:.0f} estimated, {true_phi:.0f} true ({ratio:.3f})")
+    print(f"t_w sweep (x = 2, φ = {phi:.0f}, M = 1024): Eq. 3 time vs t_w")
+    print("  t_w ms " + " ".join(f"{w:>5.0f}" for w in waits[::3]))
+    print("  T_a    " + " ".join(f"{v:>5.1f}" for v in sweep[::3]))
+    print(
+        f"  minimum at t_w = {waits[best]:.0f} ms ({'U-shaped' if u_shape else 'not U-shaped'}); "
+        f"choose_mode picks {chosen.kind} x={chosen.order} t_w={chosen.wait:.0f} ms"
+    )
+    return {
+        "star_mode_matches_bruteforce": int(matches == total),
+        "star_mode_match_count": [matches, total],
+        "star_mode_kinds": {k: dict(v) for k, v in kinds.items()},
+        "star_noise_scale_estimate": phi,
+        "star_noise_scale_true": true_phi,
+        "star_tw_u_shape": u_shape,
+        "star_tw_sweep": {"t_w_ms": [float(w) for w in waits], "time_s": [float(v) for v in sweep]},
+        "star_tw_best_ms": float(waits[best]),
+        "star_tw_chosen": {"kind": chosen.kind, "x": chosen.order, "t_w_ms": chosen.wait},
+    }
+
+
+# -- 4. ElasticBSP -----------------------------------------------------------------------------------------
+
+
+def paper_dataset(n: int, r: int, rng: np.random.Generator) -> np.ndarray:
+    """§6.1: intervals U[1000, 1500] ms, starts U[10, 50] ms; the workers run ~10 iterations (phases spread
+    as in the paper's two-stage generator), then their next R ends are predicted from the last push."""
+    iv = rng.uniform(1000.0, 1500.0, n)
+    start = rng.uniform(10.0, 50.0, n)
+    last = start + np.floor((15_000.0 - start) / iv) * iv
+    return last[:, None] + iv[:, None] * np.arange(1, r + 1)
+
+
+def _timed(fn: Callable[[np.ndarray], Any], ends: np.ndarray, repeats: int) -> tuple[Any, float]:
+    out = fn(ends)
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(ends)
+        ts.append(time.perf_counter() - t0)
+    return out, statistics.median(ts) * 1e3 if ts else float("nan")
+
+
+def part_zipline(sz: Sizes) -> dict[str, Any]:
+    rng = np.random.default_rng(11)
+    results: dict[str, Any] = {}
+    all_match = True
+    gs_optimal = gs_total = 0
+    print("\n[4] ElasticBSP barrier search — §6.1 synthetic data (median ms per call)")
+    cols = ("ZipLine", "Opt", "OptBS", "Alg.2", "GridScan", "FullGS", "FGS/ZL", "same opt", "d_Z* ms")
+    widths = (8, 8, 8, 8, 9, 9, 7, 8, 8)
+    print(f"{'n':>5} {'R':>4} " + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True)))
+    for n in (10, 100, 1000):
+        for r in (15, 150):
+            rows: dict[str, float] = {}
+            same = True
+            for k in range(sz.zl_datasets):
+                ends = paper_dataset(n, r, rng)
+                first = k == 0
+                zl, rows_zl = _timed(zipline, ends, sz.zl_repeats if first else 0)
+                reps = max(1, sz.zl_repeats // 5) if first else 0
+                checks = [(zipline_opt, "opt"), (zipline_opt_bs, "opt_bs")]
+                if n <= sz.zl_scan_max_n:
+                    checks.append((zipline_scan, "scan"))
+                for fn, name in checks:
+                    res, ms = _timed(fn, ends, reps)
+                    same &= res.key == zl.key
+                    if first:
+                        rows[name] = ms
+                gs, gms = _timed(grid_scan, ends, reps)
+                gs_optimal += gs.key == zl.key
+                gs_total += 1
+                if (n, r) not in sz.fgs_skip:
+                    fgs, fms = _timed(full_grid_scan, ends, 1 if first and n * n * r > 1e7 else reps)
+                    same &= fgs.key == zl.key
+                    if first:
+                        rows["fgs"] = fms
+                if first:
+                    rows["zipline"], rows["grid"] = rows_zl, gms
+                    d_star = zl.wait
+            all_match &= same
+            results[f"n{n}_r{r}"] = {**rows, "same_optimum": same, "d_star_ms": d_star}
+            fgs_s = f"{rows['fgs']:>9.2f}" if "fgs" in rows else f"{'skipped':>9}"
+            ratio = f"{rows['fgs'] / rows['zipline']:>6.0f}×" if "fgs" in rows else f"{'':>7}"
+            scan = f"{rows['scan']:>8.2f}" if "scan" in rows else f"{'—':>8}"
+            print(
+                f"{n:>5} {r:>4} {rows['zipline']:>8.3f} {rows['opt']:>8.2f} {rows['opt_bs']:>8.2f} {scan} "
+                f"{rows['grid']:>9.2f} {fgs_s} {ratio} {same!s:>8} {d_star:>8.1f}"
+            )
+    print(f"GridScan found the optimum on {gs_optimal}/{gs_total} data sets")
+    if sz.fgs_skip:
+        print(f"FullGridScan skipped at (n, R) = {list(sz.fgs_skip)} in this mode")
+    return {
+        "zipline_matches_fullgridscan": int(all_match),
+        "zipline_ms_n1000_r15": results["n1000_r15"]["zipline"],
+        "zipline_ms_n1000_r150": results["n1000_r150"]["zipline"],
+        "gridscan_ms_n1000_r15": results["n1000_r15"]["grid"],
+        "fullgridscan_ms_n1000_r15": results["n1000_r15"].get("fgs"),
+        "gridscan_optimal_fraction": gs_optimal / gs_total,
+        "zipline_table": results,
+        "zipline_fgs_skipped": [list(x) for x in sz.fgs_skip],
+    }
+
+
+TARGETS: dict[str, Callable[[Any], bool]] = {
+    "seed002_persistent_reduction": lambda v: v >= 0.44,
+    "seed002_bursty_overhead": lambda v: v <= 0.01,
+    "antdt_bpt_spread": lambda v: v <= 1.05,
+    "antdt_speedup_grows_with_intensity": lambda v: v == 1,
+    "star_mode_matches_bruteforce": lambda v: v == 1,
+    "star_tw_u_shape": lambda v: v == 1,
+    "zipline_matches_fullgridscan": lambda v: v == 1,
+    "zipline_ms_n1000_r15": lambda v: v <= 5.0,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="fewer seeds, iterations and scenarios (< 60 s)")
+    ap.add_argument("--json", metavar="PATH", help="write every key as JSON")
+    args = ap.parse_args(argv)
+    sz = QUICK if args.quick else FULL
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"mode": "quick" if args.quick else "full"}
+    out |= part_seed002(sz)
+    out |= part_antdt(sz)
+    out |= part_star(sz)
+    out |= part_zipline(sz)
+    out["elapsed_s"] = time.perf_counter() - t0
+    print(f"\n{'key':<38} {'value':>10}  target")
+    for key, ok in TARGETS.items():
+        v = out[key]
+        print(f"{key:<38} {v:>10.4g}  {'met' if ok(v) else 'NOT met'}")
+    print(f"elapsed {out['elapsed_s']:.1f} s ({out['mode']})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
