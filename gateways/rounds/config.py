@@ -50,6 +50,12 @@ class RoundConfig:
       a site cut off from the others does not train alone and diverge.
     * ``max_buffered`` — per peer, messages kept while this gateway has not yet adopted the plan they were
       sent under (dropping one is safe: its originators keep their contributions).
+    * ``partial_sums`` — ``wire`` (default): partial sums, ring segments and results travel every WAN hop
+      in the dtype the site's trainers push (fp16/bf16 halve the bytes; each hop rounds its fp32 sum once,
+      so an N-hop result carries up to N roundings of relative error ~2^-11 (fp16) / 2^-8 (bf16) on top of
+      the trainers' own); ``fp32``: keep partial sums in fp32 on the WAN (twice the bytes of fp16, exact
+      sums of the pushed values). Sums are computed in fp32 either way, and every site gets the same
+      bit-identical result.
     * ``topology`` / ``tree_arity`` — the default :class:`~gateways.rounds.topology.PlanSpec` (see
     :meth:`spec`).
     """
@@ -67,6 +73,7 @@ class RoundConfig:
     max_buffered: int = 1024
     topology: TopologyKind = "tree"
     tree_arity: int = 2
+    partial_sums: str = "wire"
 
     def __post_init__(self) -> None:
         check(0 < self.round_deadline_s <= 3600, "round_deadline_s", self.round_deadline_s, "0 < s <= 3600")
@@ -87,6 +94,7 @@ class RoundConfig:
         check(1 <= self.max_buffered <= 1 << 20, "max_buffered", self.max_buffered, "1..2**20")
         check(self.topology in TOPOLOGY_KINDS, "topology", self.topology, f"one of {TOPOLOGY_KINDS}")
         check(1 <= self.tree_arity <= 1024, "tree_arity", self.tree_arity, "1..1024")
+        check(self.partial_sums in ("wire", "fp32"), "partial_sums", self.partial_sums, "wire or fp32")
 
     def spec(self) -> PlanSpec:
         """The plan inputs this config asks for, before any cost estimate or straggler is known."""

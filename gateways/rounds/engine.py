@@ -66,6 +66,7 @@ from gateways.rounds.ring import ring_result, ring_start, ring_steps, take_segme
 from gateways.rounds.state import Carry, EngineStats, OpenRound, merge_ids
 from gateways.rounds.timeline import PlanTimeline
 from gateways.rounds.topology import Plan, PlanSpec
+from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.config import check
 from wanrt.errors import LocalProtocolError, MalformedPayload, RemoteProtocolError
 from wanrt.payload import SparsePayload
@@ -126,6 +127,7 @@ class RoundEngine:
         self._hint: dict[int, int] = {}  # layer -> where the parent gathers next (its last fold hint)
         self._shapes: dict[int, tuple[int, int]] = {}
         self._last_push: dict[int, int] = {}
+        self._wire: dict[int, str] = {}  # layer -> the value dtype its payloads travel in
         self._heap: list[tuple[float, int, Key]] = []
         self._seq = 0
         self._buffer: dict[str, deque[RoundMsg]] = {}
@@ -153,6 +155,7 @@ class RoundEngine:
             )
         self._check_shape(layer, payload, TRAINER)
         self._last_push[layer] = iteration
+        self._wire[layer] = payload.value_dtype
         out: list[Action] = []
         cid = ((self.site, iteration),)
         if self._is_settled(iteration, layer):
@@ -347,7 +350,21 @@ class RoundEngine:
             self.stats.carried += 1
 
     def _send(self, out: list[Action], peer: str, msg: RoundMsg) -> None:
-        out.append(Send(peer, msg, (msg.iteration, msg.layer)))
+        # a final keeps the dtype it was made in (narrowed once, where made), whoever passes it on
+        sent = msg if msg.kind == "final" else self._narrow(msg)
+        out.append(Send(peer, sent, (msg.iteration, msg.layer)))
+
+    def _narrow(self, msg: RoundMsg) -> RoundMsg:
+        """``msg`` with its payload in the layer's wire dtype (``partial_sums = "wire"``): the dtype this
+        site's trainers push, else the one its peers send. A final is narrowed once, where it is made,
+        so every site delivers the very same values."""
+        p = msg.payload
+        if p is None or self.config.partial_sums != "wire":
+            return msg
+        dtype = self._wire.get(msg.layer) or self._wire.setdefault(msg.layer, p.value_dtype)
+        if dtype == p.value_dtype:
+            return msg
+        return dataclasses.replace(msg, payload=in_wire_dtype(p, dtype))
 
     def _advance(self, r: OpenRound, now: float, out: list[Action]) -> None:
         """Move ``r`` as far as its inputs and ``now`` allow, then re-arm its timer."""
@@ -460,7 +477,8 @@ class RoundEngine:
             kept, rest = self._bound(contrib, None)
             if rest is not None:
                 r.residuals[plan.plan_id] = rest
-            self._close(r, RoundMsg("final", r.iteration, r.layer, plan.plan_id, kept, ids), None, now, out)
+            final = RoundMsg("final", r.iteration, r.layer, plan.plan_id, kept, ids)
+            self._close(r, self._narrow(final), None, now, out)
         else:
             self._ring_start(r, contrib, ids, now, out)
 
@@ -731,7 +749,7 @@ class RoundEngine:
             r.wait_since = now
         final = ring_result(r)
         if final is not None:
-            self._close(r, final, None, now, out)
+            self._close(r, self._narrow(final), None, now, out)
 
     # ------------------------------------------------------------------------------------------------
     # plan changes, rejoin outcomes, pruning

@@ -476,3 +476,44 @@ def test_fuzzed_peer_messages_never_crash_the_engine(kind: str, data: st.DataObj
         if data.draw(st.booleans()):
             e.peer_lost(data.draw(st.sampled_from(["a", "c", "d"])), now)
     assert len(e.open_rounds()) <= (e.config.max_lag + e.config.window + 1) * 4  # layers 0..3
+
+
+# --------------------------------------------------------------------------------------------------------
+# wire dtype end to end: fp16 pushes travel every hop as fp16, and every site gets the same values
+# --------------------------------------------------------------------------------------------------------
+def _fp16(p: SparsePayload) -> SparsePayload:
+    return SparsePayload(p.layer, p.dense_len, p.block_size, p.indices, p.values.astype(np.float16), "fp16")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("partial_sums", ["wire", "fp32"])
+def test_fp16_pushes_travel_every_hop_in_fp16(kind: str, partial_sums: str) -> None:
+    spec = PlanSpec.make(kind, costs={"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4})  # type: ignore[arg-type]
+    net = Net(SITES, spec, RoundConfig(round_deadline_s=1.0, partial_sums=partial_sums))
+    sent: list[RoundMsg] = []
+    net.listeners.append(lambda site, a: sent.append(a.msg) if isinstance(a, Send) else None)
+    pushed: dict[tuple[int, int], list[SparsePayload]] = {}
+    for it in range(6):
+        for layer in range(2):
+            for s in SITES:
+                p = _fp16(make_payload(s, it, layer))
+                pushed.setdefault((it, layer), []).append(p)
+                net.push(s, it, layer, p)
+        net.run(until=net.now + 5.0)
+    net.run()
+    assert not net.errors
+    carried = [m.payload for m in sent if m.payload is not None]
+    want = "fp16" if partial_sums == "wire" else "fp32"
+    assert carried and {p.value_dtype for p in carried} == {want}  # "wire": never widened on the WAN
+    for key, ins in pushed.items():
+        got = [net.delivered[s][key].payload for s in SITES]
+        assert len({bytes(np.asarray(p.values).tobytes()) for p in got}) == 1  # identical everywhere
+        assert {p.value_dtype for p in got} == {want}
+        exact = sum(p.to_dense() for p in ins)
+        tol = 4e-3 if partial_sums == "wire" else 1e-6  # a few fp16 roundings of the sums
+        np.testing.assert_allclose(got[0].to_dense(), exact, rtol=tol, atol=tol)
+
+
+def test_partial_sums_setting_is_checked() -> None:
+    with pytest.raises(ConfigError):
+        RoundConfig(partial_sums="fp8")
