@@ -93,7 +93,9 @@ class GatewayConfig:
     one key for each of them; ``root`` is here because only the site list can validate it.
 
     ``scheduler`` is the job's scheduler (``tcp://host:port``; none: settings change only by
-    ``POST /config``); the gateway reports to it every ``telemetry_interval_s``.
+    ``POST /config``); the gateway reports to it every ``telemetry_interval_s``. ``POST /config`` needs
+    the token in ``control_token_file`` (unset: no changes over HTTP) and is refused when a scheduler is
+    configured (changes go to the scheduler, which gives them one job-wide effective iteration).
     """
 
     site: str
@@ -120,6 +122,7 @@ class GatewayConfig:
     shaping: Mapping[str, PeerShape] = field(default_factory=dict)
     scheduler: str | None = None
     telemetry_interval_s: float = 1.0
+    control_token_file: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peers", _frozen_map(self.peers))
@@ -209,6 +212,11 @@ class GatewayConfig:
     def base_rates_bps(self) -> dict[str, float]:
         return {p: self.base_rate_bps(p) for p in self.peers}
 
+    def control_token(self) -> str | None:
+        if self.control_token_file is None:
+            return None
+        return read_secret_file(self.control_token_file, "gateway.control_token_file").decode()
+
     def secret_bytes(self) -> bytes:
         """The job secret; read from ``secret_file`` (trailing newline stripped) at each call."""
         if self.secret is not None:
@@ -268,6 +276,8 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
     changes: dict[str, Any] = {}
     if cfg.secret_file is not None:
         changes["secret_file"] = _resolve(base, cfg.secret_file)
+    if cfg.control_token_file is not None:
+        changes["control_token_file"] = _resolve(base, cfg.control_token_file)
     if tls is not None:
         files: dict[str, Any] = {
             name: _existing(base, value, f"gateway.tls.{name}", f"TLS {name}")

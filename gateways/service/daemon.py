@@ -469,6 +469,12 @@ class GatewayDaemon:
         self._after()
         return applied
 
+    def control_token(self) -> str | None:
+        return self.cfg.control_token()
+
+    def scheduler_url(self) -> str | None:
+        return self.cfg.scheduler
+
     def status(self) -> dict[str, Any]:
         return self.node.status()
 

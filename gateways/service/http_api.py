@@ -4,11 +4,13 @@
   link rates, stragglers (:func:`gateways.stats.render_prometheus`).
 * ``GET /status`` — JSON: peers with state and rates, queue depth, recent rounds, the frontier iteration.
 * ``POST /config`` — JSON ``{"values": {"density": 0.01, ...}, "effective_iteration": N}`` (N optional):
-  a configuration update forwarded to this site's trainer as a ``ConfigUpdate``, until a scheduler sends
-  them. Answers 400 with the reason for a bad body.
+  a configuration update forwarded to this site's trainer as a ``ConfigUpdate``, for a job without a
+  scheduler (with one, changes go to the scheduler: 409 here). Needs the control token
+  (``Authorization: Bearer <token>``; 403 when ``control_token_file`` is unset, 401 when wrong), a JSON body
+  (415 otherwise), bounded in size and depth (:mod:`transports.http_control`); 400 with the reason for a
+  bad value.
 
-Read-only views and one control call, all served from the daemon's own state; keep it on loopback unless a
-scraper needs it (there is no authentication on this port).
+The views are read-only; keep the port on loopback unless a scraper needs it.
 """
 
 from __future__ import annotations
@@ -16,18 +18,16 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
+from transports.http_control import MAX_BODY, ControlRefused, check_control_request, parse_json_body
 from wanrt.errors import ConfigError, LocalProtocolError
 
 __all__ = ["HttpOwner", "MetricsServer"]
 
 log = logging.getLogger(__name__)
-
-#: Largest /config body accepted; a configuration update is a handful of keys.
-MAX_CONFIG_BODY: Final = 64 * 1024
 
 
 class HttpOwner(Protocol):
@@ -36,6 +36,10 @@ class HttpOwner(Protocol):
     def metrics_text(self) -> str: ...
 
     def apply_config(self, values: dict[str, Any], effective_iteration: int | None) -> dict[str, Any]: ...
+
+    def control_token(self) -> str | None: ...
+
+    def scheduler_url(self) -> str | None: ...
 
 
 class MetricsServer:
@@ -49,7 +53,7 @@ class MetricsServer:
         self.url: str | None = None
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_CONFIG_BODY)
+        app = web.Application(client_max_size=MAX_BODY)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/status", self._status)
         app.router.add_post("/config", self._config)
@@ -78,9 +82,21 @@ class MetricsServer:
 
     async def _config(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _bad(f"body is not JSON: {exc}")
+            check_control_request(
+                self._owner.control_token(), request.headers.get("Authorization", ""), request.content_type
+            )
+        except ControlRefused as exc:
+            return web.json_response({"error": exc.message}, status=exc.status)
+        scheduler = self._owner.scheduler_url()
+        if scheduler is not None:
+            return web.json_response(
+                {"error": f"this job has a scheduler ({scheduler}): send configuration changes there"},
+                status=409,
+            )
+        try:
+            body = parse_json_body(await request.read())
+        except ConfigError as exc:
+            return _bad(str(exc))
         if not isinstance(body, dict) or not isinstance(body.get("values"), dict):
             return _bad('body must be {"values": {...}, "effective_iteration": N}')
         extra = sorted(set(body) - {"values", "effective_iteration"})

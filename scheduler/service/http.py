@@ -1,65 +1,26 @@
 """The scheduler's local HTTP endpoint: ``GET /status``, ``GET /metrics``, ``POST /config``.
 
-``POST /config`` changes the job, so it needs the control token: ``Authorization: Bearer <token>`` where
-the token is the content of ``control_token_file`` (off when that key is unset). Bodies are JSON objects
-(``Content-Type: application/json`` only, so a browser's cross-origin ``text/plain`` form cannot reach
-it), at most :data:`MAX_BODY` bytes and nested at most :data:`MAX_DEPTH` deep.
+``POST /config`` changes the job, so it needs the control token (``Authorization: Bearer <token>``, the
+content of ``control_token_file``; off when unset), JSON only, bounded in size and depth
+(:mod:`transports.http_control`).
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from transports.http_control import MAX_BODY, ControlRefused, check_control_request, parse_json_body
 from wanrt.errors import ConfigError
 
 if TYPE_CHECKING:
     from scheduler.service.daemon import SchedulerDaemon
 
-__all__ = ["MAX_BODY", "MAX_DEPTH", "SchedulerHttp", "parse_body"]
+__all__ = ["SchedulerHttp"]
 
 log = logging.getLogger(__name__)
-
-#: A configuration change is a handful of keys; anything larger is not one.
-MAX_BODY: Final = 16 * 1024
-#: {"values": {...}} is two levels; deeper nesting is refused before it reaches any code.
-MAX_DEPTH: Final = 4
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """The JSON object in ``raw``, or ConfigError saying what is wrong (size, depth, shape)."""
-    if len(raw) > MAX_BODY:
-        raise ConfigError(f"body larger than {MAX_BODY} bytes", key="body")
-    depth = 0
-    in_string = escaped = False
-    for ch in raw.decode("utf-8", errors="replace"):  # bound the depth before json recurses
-        if in_string:
-            escaped = not escaped and ch == "\\"
-            if ch == '"' and not escaped:
-                in_string = False
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise ConfigError(f"body nested deeper than {MAX_DEPTH}", key="body")
-        elif ch in "]}":
-            depth -= 1
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"body is not JSON: {exc}", key="body") from None
-    if not isinstance(body, dict) or not isinstance(body.get("values"), dict):
-        raise ConfigError('body must be {"values": {...}}', key="values")
-    extra = sorted(set(body) - {"values"})
-    if extra:
-        raise ConfigError(f"unknown field {extra[0]!r}", key=extra[0])
-    return body
 
 
 class SchedulerHttp:
@@ -98,17 +59,16 @@ class SchedulerHttp:
         return web.Response(text=self._owner.metrics_text(), content_type="text/plain", charset="utf-8")
 
     async def _config(self, request: web.Request) -> web.Response:
-        token = self._owner.control_token()
-        if token is None:
-            return _error(403, "configuration changes over HTTP are off: set control_token_file")
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return _error(401, "missing or wrong control token (Authorization: Bearer <token>)")
-        if request.content_type != "application/json":
-            return _error(415, "Content-Type must be application/json")
         try:
-            body = parse_body(await request.read())
+            check_control_request(
+                self._owner.control_token(), request.headers.get("Authorization", ""), request.content_type
+            )
+            body = parse_json_body(await request.read())
+            if not isinstance(body, dict) or not isinstance(body.get("values"), dict) or len(body) != 1:
+                raise ConfigError('body must be {"values": {...}}', key="values")
             out = self._owner.request(body["values"])
+        except ControlRefused as exc:
+            return _error(exc.status, exc.message)
         except ConfigError as exc:
             return _error(400, str(exc))
         log.info("configuration change requested over HTTP: %s", out)

@@ -33,8 +33,13 @@ def _free_port() -> int:
 async def test_metrics_status_config_and_a_reconnecting_trainer() -> None:
     with short_dir() as tmp:
         configs = site_configs(tmp, "ab", rounds=ROUNDS)
-        configs["a"] = site_configs(tmp, "ab", rounds=ROUNDS, metrics_port=_free_port())["a"]
-        async with running(configs) as cluster, aiohttp.ClientSession() as http:
+        token = tmp / "token"
+        token.write_text("gateway-control-token-0123456789\n")
+        configs["a"] = site_configs(
+            tmp, "ab", rounds=ROUNDS, metrics_port=_free_port(), control_token_file=str(token)
+        )["a"]
+        auth = {"Authorization": "Bearer gateway-control-token-0123456789"}
+        async with running(configs) as cluster, aiohttp.ClientSession(headers=auth) as http:
             url = cluster.daemons["a"].ready_info()["metrics_url"]
             assert url is not None and url.startswith("http://127.0.0.1:")
             trainers = trainers_for(cluster, layers=2, iterations=8)
@@ -62,8 +67,18 @@ async def test_metrics_status_config_and_a_reconnecting_trainer() -> None:
                 async with http.post(f"{url}/config", json=bad) as r:
                     assert r.status == 400, bad
                     assert "error" in await r.json()
-            async with http.post(f"{url}/config", data=b"{not json") as r:
+            as_json = {"Content-Type": "application/json"}
+            async with http.post(f"{url}/config", data=b"{not json", headers=as_json) as r:
                 assert r.status == 400
+            async with http.post(f"{url}/config", data=b"[" * 5000, headers=as_json) as r:
+                assert r.status == 400 and "nested" in (await r.json())["error"]  # no RecursionError/500
+            async with aiohttp.ClientSession() as anonymous:  # no token: any local user
+                async with anonymous.post(f"{url}/config", json={"values": {"density": 0.5}}) as r:
+                    assert r.status == 401
+            text = {"Content-Type": "text/plain"}  # a cross-origin form post
+            async with http.post(f"{url}/config", data=b'{"values": {"density": 0.5}}', headers=text) as r:
+                assert r.status == 415
+            assert len(a.configs) == 1  # none of the refused calls changed anything
 
             # the trainer goes away and comes back: served again, with the last configuration
             await a.close()
