@@ -240,10 +240,12 @@ class StreamListener(Listener):
         tracker: ConnectionTracker,
         timeouts: Timeouts,
         unix_path: str | None = None,
+        unix_lock: int | None = None,
     ) -> None:
         super().__init__(url, address, tracker, timeouts.close)
         self._server = server
         self._unix_path = unix_path
+        self._unix_lock = unix_lock
 
     def _stop_accepting(self) -> None:
         self._server.close()
@@ -254,6 +256,9 @@ class StreamListener(Listener):
             # Python 3.11 leaves the socket file behind; a stale file would make the path look taken.
             with contextlib.suppress(OSError):
                 os.unlink(self._unix_path)
+        if self._unix_lock is not None:
+            os.close(self._unix_lock)  # releases the flock: the path is free for the next listener
+            self._unix_lock = None
 
 
 def _acceptor(
@@ -314,6 +319,7 @@ async def listen_unix(
     wrap: Wrap | None = None,
 ) -> StreamListener:
     url = f"unix://{path}"
+    lock = _lock_unix_path(path, url)  # before anything touches the path: never unlink a live socket
     tracker = ConnectionTracker(f"listener {url}")
     ctx = tls.server_context() if tls is not None else None
     counter = iter(range(1, 1 << 62))
@@ -327,5 +333,30 @@ async def listen_unix(
             ssl_handshake_timeout=timeouts.handshake if ctx is not None else None,
         )
     except OSError as exc:
+        os.close(lock)
         raise TransportError(f"cannot listen on {url}: {exc.strerror or exc}", url=url) from None
-    return StreamListener(server, url, path, tracker, timeouts, unix_path=path)
+    return StreamListener(server, url, path, tracker, timeouts, unix_path=path, unix_lock=lock)
+
+
+def _lock_unix_path(path: str, url: str) -> int:
+    """Take ``path + ".lock"`` (an exclusive flock held while listening), so a second process started by
+    mistake with the same socket path stops with a clear error instead of replacing the socket file of
+    the one that is running (asyncio removes an existing socket file before binding). The lock file stays
+    behind on purpose: removing it would let two processes lock two different files."""
+    import fcntl
+
+    lock_path = f"{path}.lock"
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise TransportError(f"cannot listen on {url}: {lock_path}: {exc.strerror or exc}", url=url) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise TransportError(
+            f"cannot listen on {url}: another process is listening there (it holds {lock_path}); "
+            "stop it first, or give this one another path",
+            url=url,
+        ) from None
+    return fd

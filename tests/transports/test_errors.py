@@ -240,3 +240,25 @@ async def test_memory_back_pressure_is_exact() -> None:
         got += len(await b.recv())
     await task
     assert sent == got
+
+
+async def test_a_second_unix_listener_on_a_live_path_fails_and_leaves_the_socket(tmp_path: Path) -> None:
+    from transports import connect, listen
+    from transports.urls import short_socket_dir
+
+    async def handler(t: Transport) -> None:
+        await t.close()
+
+    with short_socket_dir("lk") as d:
+        url = f"unix://{d}/gw.sock"
+        first = await listen(url, handler)
+        try:
+            with pytest.raises(TransportError, match="another process is listening"):
+                await listen(url, handler)
+            assert (d / "gw.sock").exists()  # the live socket is still there
+            t = await connect(url)  # and still answers
+            await t.close()
+        finally:
+            await first.aclose()
+        again = await listen(url, handler)  # free again once the first one closed
+        await again.aclose()
