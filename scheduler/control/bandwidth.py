@@ -110,7 +110,9 @@ class BandwidthEstimator:
         if bytes_per_iteration is not None and not (
             math.isfinite(bytes_per_iteration) and bytes_per_iteration >= 0
         ):
-            raise RemoteProtocolError("bytes per iteration must be finite and >= 0", value=bytes_per_iteration)
+            raise RemoteProtocolError(
+                "bytes per iteration must be finite and >= 0", value=bytes_per_iteration
+            )
         cfg = self.cfg
         idle = min(max(idle, 0.0), 1.0)
         before = self._estimate

@@ -27,7 +27,7 @@ Eq6Time = Literal["each_rank", "slowest_rank"]
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Settings of throughput fit, bandwidth estimate, configuration search, re-planning, warm-up, staleness."""
+    """Throughput fit, bandwidth estimate, configuration search, re-planning, warm-up, staleness."""
 
     # -- ② GPU throughput model, Eq. 2 ----------------------------------------------------------------
     #: observations kept per rank (oldest dropped): a GPU's speed drifts (thermals, co-tenants), so an
@@ -127,54 +127,128 @@ class SchedulerConfig:
         for name in pos_int:
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
-        check(self.throughput_min_batches <= self.throughput_window, "throughput_min_batches",
-              self.throughput_min_batches, "must be <= throughput_window")
-        check(0 < self.bw_min_bps <= self.bw_initial_bps <= self.bw_max_bps, "bw_initial_bps",
-              self.bw_initial_bps, "need 0 < bw_min_bps <= bw_initial_bps <= bw_max_bps")
-        check(0 < self.bw_idle_threshold < 1, "bw_idle_threshold", self.bw_idle_threshold, "must be in (0, 1)")
-        check(0 <= self.bw_target_idle < self.bw_idle_threshold, "bw_target_idle", self.bw_target_idle,
-              "must be in [0, bw_idle_threshold)")
-        check(0 < self.bw_raise_initial <= self.bw_raise_max, "bw_raise_initial", self.bw_raise_initial,
-              "must be in (0, bw_raise_max]")
+        check(
+            self.throughput_min_batches <= self.throughput_window,
+            "throughput_min_batches",
+            self.throughput_min_batches,
+            "must be <= throughput_window",
+        )
+        check(
+            0 < self.bw_min_bps <= self.bw_initial_bps <= self.bw_max_bps,
+            "bw_initial_bps",
+            self.bw_initial_bps,
+            "need 0 < bw_min_bps <= bw_initial_bps <= bw_max_bps",
+        )
+        check(
+            0 < self.bw_idle_threshold < 1, "bw_idle_threshold", self.bw_idle_threshold, "must be in (0, 1)"
+        )
+        check(
+            0 <= self.bw_target_idle < self.bw_idle_threshold,
+            "bw_target_idle",
+            self.bw_target_idle,
+            "must be in [0, bw_idle_threshold)",
+        )
+        check(
+            0 < self.bw_raise_initial <= self.bw_raise_max,
+            "bw_raise_initial",
+            self.bw_raise_initial,
+            "must be in (0, bw_raise_max]",
+        )
         check(self.bw_raise_max <= 10, "bw_raise_max", self.bw_raise_max, "must be <= 10")
         check(1 <= self.bw_raise_growth <= 10, "bw_raise_growth", self.bw_raise_growth, "must be in [1, 10]")
-        check(isinstance(self.bw_raise_hold, int) and 0 <= self.bw_raise_hold <= 100, "bw_raise_hold",
-              self.bw_raise_hold, "must be an integer in 0..100")
+        check(
+            isinstance(self.bw_raise_hold, int) and 0 <= self.bw_raise_hold <= 100,
+            "bw_raise_hold",
+            self.bw_raise_hold,
+            "must be an integer in 0..100",
+        )
         check(0 < self.bw_lower_max < 1, "bw_lower_max", self.bw_lower_max, "must be in (0, 1)")
-        check(0 <= self.bw_raise_min_utilisation <= 1, "bw_raise_min_utilisation",
-              self.bw_raise_min_utilisation, "must be in [0, 1]")
+        check(
+            0 <= self.bw_raise_min_utilisation <= 1,
+            "bw_raise_min_utilisation",
+            self.bw_raise_min_utilisation,
+            "must be in [0, 1]",
+        )
         check(0 <= self.goodput_floor <= 1, "goodput_floor", self.goodput_floor, "must be in [0, 1]")
         check(self.goodput_ceiling >= 1, "goodput_ceiling", self.goodput_ceiling, "must be >= 1")
         check(self.goodput_max_age_s > 0, "goodput_max_age_s", self.goodput_max_age_s, "must be > 0")
         check(self.tta_lambda >= 0, "tta_lambda", self.tta_lambda, "must be >= 0")
         check(self.min_batch <= self.max_batch, "max_batch", self.max_batch, "must be >= min_batch")
-        check(isinstance(self.min_total_batch, int) and self.min_total_batch >= 1, "min_total_batch",
-              self.min_total_batch, "must be an integer >= 1")
-        check(isinstance(self.max_total_batch, int) and self.max_total_batch >= self.min_total_batch,
-              "max_total_batch", self.max_total_batch, "must be an integer >= min_total_batch")
+        check(
+            isinstance(self.min_total_batch, int) and self.min_total_batch >= 1,
+            "min_total_batch",
+            self.min_total_batch,
+            "must be an integer >= 1",
+        )
+        check(
+            isinstance(self.max_total_batch, int) and self.max_total_batch >= self.min_total_batch,
+            "max_total_batch",
+            self.max_total_batch,
+            "must be an integer >= min_total_batch",
+        )
         check(0 <= self.r_min <= self.r_max < 1, "r_max", self.r_max, "need 0 <= r_min <= r_max < 1")
         check(self.bytes_per_element > 0, "bytes_per_element", self.bytes_per_element, "must be > 0")
-        check(self.eq6_iteration_time in ("each_rank", "slowest_rank"), "eq6_iteration_time",
-              self.eq6_iteration_time, "one of 'each_rank', 'slowest_rank'")
-        check(isinstance(self.search_batch_candidates, int) and self.search_batch_candidates >= 2,
-              "search_batch_candidates", self.search_batch_candidates, "must be an integer >= 2")
-        check(isinstance(self.search_r_candidates, int) and self.search_r_candidates >= 2,
-              "search_r_candidates", self.search_r_candidates, "must be an integer >= 2")
-        check(isinstance(self.search_polish_max_ranks, int) and self.search_polish_max_ranks >= 0,
-              "search_polish_max_ranks", self.search_polish_max_ranks, "must be an integer >= 0")
+        check(
+            self.eq6_iteration_time in ("each_rank", "slowest_rank"),
+            "eq6_iteration_time",
+            self.eq6_iteration_time,
+            "one of 'each_rank', 'slowest_rank'",
+        )
+        check(
+            isinstance(self.search_batch_candidates, int) and self.search_batch_candidates >= 2,
+            "search_batch_candidates",
+            self.search_batch_candidates,
+            "must be an integer >= 2",
+        )
+        check(
+            isinstance(self.search_r_candidates, int) and self.search_r_candidates >= 2,
+            "search_r_candidates",
+            self.search_r_candidates,
+            "must be an integer >= 2",
+        )
+        check(
+            isinstance(self.search_polish_max_ranks, int) and self.search_polish_max_ranks >= 0,
+            "search_polish_max_ranks",
+            self.search_polish_max_ranks,
+            "must be an integer >= 0",
+        )
         check(self.replan_period_s > 0, "replan_period_s", self.replan_period_s, "must be > 0")
-        check(0 < self.replan_bandwidth_change < 1, "replan_bandwidth_change",
-              self.replan_bandwidth_change, "must be in (0, 1)")
-        check(0 <= self.replan_min_interval_s <= self.replan_period_s, "replan_min_interval_s",
-              self.replan_min_interval_s, "must be in [0, replan_period_s]")
-        check(isinstance(self.warmup_iterations, int) and self.warmup_iterations >= 0, "warmup_iterations",
-              self.warmup_iterations, "must be an integer >= 0")
-        check(0 < self.warmup_start_density <= 1, "warmup_start_density", self.warmup_start_density,
-              "must be in (0, 1]")
-        check(0 <= self.staleness_min_gain < 1, "staleness_min_gain", self.staleness_min_gain,
-              "must be in [0, 1)")
-        check(-0.5 <= self.staleness_penalty_default <= 10, "staleness_penalty_default",
-              self.staleness_penalty_default, "must be in [-0.5, 10]")
+        check(
+            0 < self.replan_bandwidth_change < 1,
+            "replan_bandwidth_change",
+            self.replan_bandwidth_change,
+            "must be in (0, 1)",
+        )
+        check(
+            0 <= self.replan_min_interval_s <= self.replan_period_s,
+            "replan_min_interval_s",
+            self.replan_min_interval_s,
+            "must be in [0, replan_period_s]",
+        )
+        check(
+            isinstance(self.warmup_iterations, int) and self.warmup_iterations >= 0,
+            "warmup_iterations",
+            self.warmup_iterations,
+            "must be an integer >= 0",
+        )
+        check(
+            0 < self.warmup_start_density <= 1,
+            "warmup_start_density",
+            self.warmup_start_density,
+            "must be in (0, 1]",
+        )
+        check(
+            0 <= self.staleness_min_gain < 1,
+            "staleness_min_gain",
+            self.staleness_min_gain,
+            "must be in [0, 1)",
+        )
+        check(
+            -0.5 <= self.staleness_penalty_default <= 10,
+            "staleness_penalty_default",
+            self.staleness_penalty_default,
+            "must be in [-0.5, 10]",
+        )
 
     @property
     def density_range(self) -> tuple[float, float]:

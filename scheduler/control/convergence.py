@@ -66,13 +66,19 @@ class PowerLawConvergence:
         check(self.batch_ref > 0, "batch_ref", self.batch_ref, "must be > 0")
         check(self.density_coef >= 0, "density_coef", self.density_coef, "must be >= 0")
         check(0 <= self.density_exponent <= 4, "density_exponent", self.density_exponent, "in [0, 4]")
-        check(0 < self.min_total_batch <= self.max_total_batch, "max_total_batch", self.max_total_batch,
-              "need 0 < min_total_batch <= max_total_batch")
+        check(
+            0 < self.min_total_batch <= self.max_total_batch,
+            "max_total_batch",
+            self.max_total_batch,
+            "need 0 < min_total_batch <= max_total_batch",
+        )
 
     def penalty(self, r: npt.ArrayLike, total_batch: npt.ArrayLike) -> npt.NDArray[np.float64]:
         d = np.clip(1.0 - np.asarray(r, dtype=np.float64), 1e-6, 1.0)
         x = np.asarray(total_batch, dtype=np.float64)
-        g = self.batch_coef * (x / self.batch_ref - 1.0) + self.density_coef * (d ** -self.density_exponent - 1.0)
+        g = self.batch_coef * (x / self.batch_ref - 1.0) + self.density_coef * (
+            d**-self.density_exponent - 1.0
+        )
         return np.asarray(g, dtype=np.float64)
 
     @property

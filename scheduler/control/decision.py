@@ -45,15 +45,27 @@ class Decision:
     def __post_init__(self) -> None:
         check(0.0 < self.density <= 1.0, "density", self.density, "must be in (0, 1]")
         check(0.0 < self.target_density <= 1.0, "target_density", self.target_density, "must be in (0, 1]")
-        check(len(self.ranks) == len(self.batch_sizes) and len(self.ranks) > 0, "batch_sizes",
-              self.batch_sizes, "one batch size per rank, at least one rank")
+        check(
+            len(self.ranks) == len(self.batch_sizes) and len(self.ranks) > 0,
+            "batch_sizes",
+            self.batch_sizes,
+            "one batch size per rank, at least one rank",
+        )
         check(list(self.ranks) == sorted(set(self.ranks)), "ranks", self.ranks, "unique and ascending")
         check(all(b >= 1 for b in self.batch_sizes), "batch_sizes", self.batch_sizes, "all >= 1")
         check(self.staleness in (0, 1), "staleness", self.staleness, "must be 0 or 1")
-        check(math.isfinite(self.bandwidth_bps) and self.bandwidth_bps > 0, "bandwidth_bps",
-              self.bandwidth_bps, "must be finite and > 0")
-        check(self.effective_iteration is None or self.effective_iteration >= 0, "effective_iteration",
-              self.effective_iteration, "must be >= 0")
+        check(
+            math.isfinite(self.bandwidth_bps) and self.bandwidth_bps > 0,
+            "bandwidth_bps",
+            self.bandwidth_bps,
+            "must be finite and > 0",
+        )
+        check(
+            self.effective_iteration is None or self.effective_iteration >= 0,
+            "effective_iteration",
+            self.effective_iteration,
+            "must be >= 0",
+        )
 
     @property
     def compression_rate(self) -> float:

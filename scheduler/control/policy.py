@@ -71,14 +71,16 @@ class SchedulerPolicy:
         initial_density: float | None = None,
         initial_staleness: int = 1,
     ) -> None:
-        """``initial_density``/``initial_staleness``: what the job starts with before the first decision
-        (lets the first telemetry move the bandwidth estimate; None: wait for the first confirmed decision)."""
+        """``initial_density``/``initial_staleness``: what the job runs before the first decision (lets
+        the first telemetry move the bandwidth estimate; None: wait for the first confirmed decision)."""
         if n_params < 1:
             raise ConfigError("model must have parameters", key="n_params", value=n_params)
         if not ranks or len(set(ranks)) != len(ranks):
             raise ConfigError("need at least one rank, each once", key="ranks", value=tuple(ranks))
         if initial_density is not None and not 0 < initial_density <= 1:
-            raise ConfigError("initial density must be in (0, 1]", key="initial_density", value=initial_density)
+            raise ConfigError(
+                "initial density must be in (0, 1]", key="initial_density", value=initial_density
+            )
         self.cfg = config
         self.convergence = convergence
         self.n_params = int(n_params)
@@ -122,7 +124,9 @@ class SchedulerPolicy:
     def confirm(self, decision: Decision) -> None:
         """The daemon announced ``decision`` (with its effective iteration set)."""
         if decision.effective_iteration is None:
-            raise ConfigError("confirm a decision after setting its effective iteration", key="effective_iteration")
+            raise ConfigError(
+                "confirm a decision after setting its effective iteration", key="effective_iteration"
+            )
         eff = _InEffect(decision.effective_iteration, decision.density, decision.staleness)
         self._in_effect = [e for e in self._in_effect if e.iteration < eff.iteration] + [eff]
         if self._awaiting is not None and decision.decided_at >= self._awaiting.decided_at:

@@ -116,14 +116,12 @@ def allocate(totals: npt.ArrayLike, beta: Sequence[float], lo: int, hi: int) -> 
     order = np.argsort(-frac, axis=1, kind="stable")
     for k in np.nonzero(short)[0]:
         need = int(short[k])
-        if need > 0:
-            for i in order[k]:
-                if need == 0:
-                    break
-                room = hi - int(base[k, i])
-                add = min(room, need)
-                base[k, i] += add
-                need -= add
+        if need > 0:  # one sample each to the largest remainders (floor() leaves fewer than n short)
+            while need > 0:
+                for i in order[k]:
+                    if need > 0 and base[k, i] < hi:
+                        base[k, i] += 1
+                        need -= 1
         else:  # floor() never overshoots; a clip to lo can, so take back from the largest
             for i in np.argsort(-base[k], kind="stable"):
                 if need == 0:
@@ -172,8 +170,16 @@ class _Problem:
         g = np.maximum(self.g.penalty(rr, np.broadcast_to(col(total), rr.shape)), G_FLOOR)
         tta = (1.0 + g) / speed
         obj = tta * self.beta_sum + self.cfg.tta_lambda * col(cv)
-        return {"objective": obj, "tta": tta, "cv": cv, "g": g, "tmax": tmax, "exch": exch, "lb": lb,
-                "feasible": feasible}
+        return {
+            "objective": obj,
+            "tta": tta,
+            "cv": cv,
+            "g": g,
+            "tmax": tmax,
+            "exch": exch,
+            "lb": lb,
+            "feasible": feasible,
+        }
 
     def plan(self, x: Sequence[int] | I64, r: float) -> Plan:
         xv = np.asarray([list(x)], dtype=np.int64)
@@ -234,10 +240,9 @@ def _best_over_r(p: _Problem, totals: I64) -> tuple[float, int, float]:
     return float(obj[k, j]), int(totals[k]), float(rr[k, j])
 
 
-def _polish(p: _Problem, x0: Sequence[int], r0: float) -> tuple[list[int], float]:
+def _polish(p: _Problem, x0: Sequence[int], r0: float, lo_tot: int, hi_tot: int) -> tuple[list[int], float]:
     """Nelder–Mead over (log x_i, u(r)) with Eq. 6 enforced by lifting r; rounded back to integers."""
     cfg = p.cfg
-    lo_tot, hi_tot = cfg.min_total_batch, cfg.max_total_batch
 
     def unpack(z: F64) -> tuple[F64, float]:
         xs = np.clip(np.exp(z[:-1]), cfg.min_batch, cfg.max_batch)
@@ -255,10 +260,15 @@ def _polish(p: _Problem, x0: Sequence[int], r0: float) -> tuple[list[int], float
         return float(p.evaluate(xs[None, :], np.array([r]))["objective"][0])
 
     z0 = np.concatenate([np.log(np.asarray(x0, dtype=np.float64)), [float(_u(r0))]])
-    res = minimize(f, z0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-9, "maxiter": 40 * len(z0)})
+    res = minimize(
+        f, z0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-9, "maxiter": 40 * len(z0)}
+    )
     xs, _ = unpack(np.asarray(res.x, dtype=np.float64))
-    tot = int(np.clip(round(float(xs.sum())), max(lo_tot, len(xs) * cfg.min_batch),
-                      min(hi_tot, len(xs) * cfg.max_batch)))
+    tot = int(
+        np.clip(
+            round(float(xs.sum())), max(lo_tot, len(xs) * cfg.min_batch), min(hi_tot, len(xs) * cfg.max_batch)
+        )
+    )
     cont = xs * (tot / xs.sum())
     xi = allocate([tot], cont.tolist(), cfg.min_batch, cfg.max_batch)[0]
     _, r = unpack(np.concatenate([np.log(xi.astype(np.float64)), [float(res.x[-1])]]))
@@ -307,7 +317,7 @@ def search(
     x = allocate([X], p.beta.tolist(), config.min_batch, config.max_batch)[0]
     best = p.plan(x, r)
     if 1 < len(fits) <= config.search_polish_max_ranks:
-        xp, rp = _polish(p, best.batches, best.r)
+        xp, rp = _polish(p, best.batches, best.r, lo, hi)
         cand = p.plan(xp, rp)
         if cand.objective < best.objective - 1e-12 and (cand.feasible or not best.feasible):
             best = cand

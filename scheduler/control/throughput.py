@@ -57,9 +57,7 @@ class ThroughputFit:
         return np.maximum(self.alpha / self.beta, xv / self.beta)
 
 
-def throughput(
-    x: float | npt.NDArray[np.float64], alpha: float, beta: float
-) -> npt.NDArray[np.float64]:
+def throughput(x: float | npt.NDArray[np.float64], alpha: float, beta: float) -> npt.NDArray[np.float64]:
     """Eq. 2: ``min(β/α · x, β)``."""
     xv = np.asarray(x, dtype=np.float64)
     return np.minimum(beta / alpha * xv, beta)
@@ -90,7 +88,9 @@ def fit_throughput(
     xs = np.asarray(batches, dtype=np.float64).ravel()
     ys = np.asarray(samples_per_s, dtype=np.float64).ravel()
     if xs.shape != ys.shape or xs.size == 0:
-        raise ConfigError("need as many throughputs as batch sizes, at least one", key="points", value=xs.size)
+        raise ConfigError(
+            "need as many throughputs as batch sizes, at least one", key="points", value=xs.size
+        )
     if not (np.isfinite(xs).all() and np.isfinite(ys).all() and (xs > 0).all() and (ys > 0).all()):
         raise ConfigError("batch sizes and throughputs must be finite and > 0", key="points")
     ux, med, cnt = _summarise(xs, ys)
@@ -111,7 +111,9 @@ def fit_throughput(
     best: tuple[float, npt.NDArray[np.float64]] | None = None
     # the objective is piecewise smooth with a kink at each observed x; a few starts around the observed
     # range keep Nelder–Mead from stalling on the wrong side of a kink
-    starts = [np.array([la0, float(ly.max())]) for la0 in (float(lx.min()), float(np.median(lx)), float(lx.max()))]
+    starts = [
+        np.array([la0, float(ly.max())]) for la0 in (float(lx.min()), float(np.median(lx)), float(lx.max()))
+    ]
     if start is not None and start.fitted:
         starts = [np.array([math.log(start.alpha), math.log(start.beta)]), starts[1]]
     for z0 in starts:

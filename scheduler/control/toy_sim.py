@@ -78,7 +78,11 @@ def run_toy_loop(
             now += wall
             for i, rank in enumerate(policy.ranks):
                 policy.observe_rank(
-                    rank, iteration=it, batch_size=int(batches[i]), compute_s=float(t[i]), iteration_s=wall,
+                    rank,
+                    iteration=it,
+                    batch_size=int(batches[i]),
+                    compute_s=float(t[i]),
+                    iteration_s=wall,
                     now=now,
                 )
             it += 1

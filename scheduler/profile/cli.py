@@ -6,8 +6,8 @@
     wanrt profile --out profile.json --quick         # smaller probes: seconds
     wanrt profile --out profile.json --config job.toml --probes 20
 
-``--config`` reads the ``[profile]`` table of a TOML file (:class:`ProfileConfig`, nested ``[profile.probe]``);
-flags override it. The scheduler loads the file with ``ConvergenceProfile.load(path)``.
+``--config`` reads the ``[profile]`` table of a TOML file (:class:`ProfileConfig`, with a nested
+``[profile.probe]``); flags override it. The scheduler loads the file with ``ConvergenceProfile.load(path)``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ __all__ = ["add_arguments", "config_from_args", "run"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="where to write the profile (JSON)")
-    p.add_argument("--probes", type=int, help=f"Bayesian-optimisation steps N (default {ProfileConfig().probes})")
+    p.add_argument(
+        "--probes", type=int, help=f"Bayesian-optimisation steps N (default {ProfileConfig().probes})"
+    )
     p.add_argument("--quick", action="store_true", help="small probes (a 64-wide MLP, two epochs): seconds")
     p.add_argument("--config", help="TOML file whose [profile] table sets the profile's settings")
     p.add_argument("--seed", type=int, help="seed of the r draws, the model and the sample stream")
@@ -49,7 +51,9 @@ def config_from_args(args: argparse.Namespace) -> ProfileConfig:
         if args.probes is not None:
             cfg = dataclasses.replace(cfg, probes=args.probes, init_probes=min(cfg.init_probes, args.probes))
         if args.seed is not None:
-            cfg = dataclasses.replace(cfg, seed=args.seed, probe=dataclasses.replace(cfg.probe, seed=args.seed))
+            cfg = dataclasses.replace(
+                cfg, seed=args.seed, probe=dataclasses.replace(cfg.probe, seed=args.seed)
+            )
         if args.samples is not None:
             cfg = dataclasses.replace(cfg, probe=dataclasses.replace(cfg.probe, samples=args.samples))
     except ConfigError as exc:
@@ -83,8 +87,11 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     result.profile.save(out)
     best = min(result.records[1:], key=lambda rec: rec.loss) if len(result.records) > 1 else None
-    print(f"wrote {out}: {result.probes} probes, baseline loss {result.profile.baseline_loss:.4f} "
-          f"at batch {result.profile.baseline_batch}", end="")
+    print(
+        f"wrote {out}: {result.probes} probes, baseline loss {result.profile.baseline_loss:.4f} "
+        f"at batch {result.profile.baseline_batch}",
+        end="",
+    )
     if result.profile.staleness is not None:
         print(f", staleness penalty {result.profile.staleness:+.4f}", end="")
     if best is not None:

@@ -50,20 +50,44 @@ class ProfileConfig:
 
     def __post_init__(self) -> None:
         check(isinstance(self.probes, int) and 1 <= self.probes <= 1000, "probes", self.probes, "in 1..1000")
-        check(isinstance(self.init_probes, int) and 1 <= self.init_probes <= self.probes, "init_probes",
-              self.init_probes, "must be in 1..probes")
+        check(
+            isinstance(self.init_probes, int) and 1 <= self.init_probes <= self.probes,
+            "init_probes",
+            self.init_probes,
+            "must be in 1..probes",
+        )
         check(0.0 <= self.r_min < self.r_max < 1.0, "r_max", self.r_max, "need 0 <= r_min < r_max < 1")
-        check(self.r_sampling in ("uniform", "log_density"), "r_sampling", self.r_sampling,
-              "one of 'uniform', 'log_density'")
-        check(isinstance(self.min_total_batch, int) and self.min_total_batch >= 1, "min_total_batch",
-              self.min_total_batch, "must be an integer >= 1")
-        check(isinstance(self.max_total_batch, int) and self.max_total_batch > self.min_total_batch,
-              "max_total_batch", self.max_total_batch, "must be an integer > min_total_batch")
-        check(isinstance(self.batch_candidates, int) and 2 <= self.batch_candidates <= 100_000,
-              "batch_candidates", self.batch_candidates, "in 2..100000")
+        check(
+            self.r_sampling in ("uniform", "log_density"),
+            "r_sampling",
+            self.r_sampling,
+            "one of 'uniform', 'log_density'",
+        )
+        check(
+            isinstance(self.min_total_batch, int) and self.min_total_batch >= 1,
+            "min_total_batch",
+            self.min_total_batch,
+            "must be an integer >= 1",
+        )
+        check(
+            isinstance(self.max_total_batch, int) and self.max_total_batch > self.min_total_batch,
+            "max_total_batch",
+            self.max_total_batch,
+            "must be an integer > min_total_batch",
+        )
+        check(
+            isinstance(self.batch_candidates, int) and 2 <= self.batch_candidates <= 100_000,
+            "batch_candidates",
+            self.batch_candidates,
+            "in 2..100000",
+        )
         check(0.0 <= self.ei_xi <= 10.0, "ei_xi", self.ei_xi, "must be in [0, 10]")
-        check(isinstance(self.gp_restarts, int) and 0 <= self.gp_restarts <= 50, "gp_restarts",
-              self.gp_restarts, "in 0..50")
+        check(
+            isinstance(self.gp_restarts, int) and 0 <= self.gp_restarts <= 50,
+            "gp_restarts",
+            self.gp_restarts,
+            "in 0..50",
+        )
         check(0 <= self.seed < 2**31, "seed", self.seed, "must be in 0..2**31-1")
 
     @property

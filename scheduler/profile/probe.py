@@ -57,7 +57,9 @@ class ProbeSettings:
         check(0 < self.lr <= 10, "lr", self.lr, "must be in (0, 10]")
         check(1 <= self.samples <= 10_000_000, "samples", self.samples, "must be in 1..1e7")
         check(0 <= self.seed < 2**31, "seed", self.seed, "must be in 0..2**31-1")
-        check(self.compressor in COMPRESSOR_KINDS, "compressor", self.compressor, f"one of {COMPRESSOR_KINDS}")
+        check(
+            self.compressor in COMPRESSOR_KINDS, "compressor", self.compressor, f"one of {COMPRESSOR_KINDS}"
+        )
 
 
 class DigitsProbe:

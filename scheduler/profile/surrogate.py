@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -173,7 +173,10 @@ class ConvergenceProfile:
         """(mean, standard deviation) of ℓ = log(1 + g), shaped like the broadcast inputs."""
         shape = np.broadcast_shapes(np.shape(r), np.shape(total_batch))
         mean, std = self._model().predict(self.scaled(r, total_batch), return_std=True)
-        return (np.asarray(mean, dtype=np.float64).reshape(shape), np.asarray(std, dtype=np.float64).reshape(shape))
+        return (
+            np.asarray(mean, dtype=np.float64).reshape(shape),
+            np.asarray(std, dtype=np.float64).reshape(shape),
+        )
 
     def penalty(self, r: npt.ArrayLike, total_batch: npt.ArrayLike) -> F64:
         """ḡ = exp(ℓ̂) − 1 (ConvergenceModel)."""
@@ -280,8 +283,9 @@ class ConvergenceProfile:
                 probe=probe,
             )
         except ConfigError as exc:
-            raise ConfigError(exc.message, key=f"profile.{exc.fields.get('key')}", value=exc.fields.get("value"),
-                              path=path) from None
+            raise ConfigError(
+                exc.message, key=f"profile.{exc.fields.get('key')}", value=exc.fields.get("value"), path=path
+            ) from None
 
     @classmethod
     def load(cls, path: str | Path) -> ConvergenceProfile:
@@ -290,8 +294,12 @@ class ConvergenceProfile:
         try:
             size = p.stat().st_size
             if size > MAX_FILE_BYTES:
-                raise ConfigError(f"profile {p} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit",
-                                  key="profile", value=size, path=str(p))
+                raise ConfigError(
+                    f"profile {p} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit",
+                    key="profile",
+                    value=size,
+                    path=str(p),
+                )
             text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(f"profile not found: {p}", key="profile", path=str(p)) from None
@@ -316,9 +324,13 @@ class _Reader:
     def __init__(self, path: str | None) -> None:
         self.path = path
 
-    def fail(self, key: str, value: Any, why: str) -> Any:
-        raise ConfigError(f"invalid profile field {key!r}: {value!r} ({why})", key=f"profile.{key}",
-                          value=value, path=self.path)
+    def fail(self, key: str, value: Any, why: str) -> NoReturn:
+        raise ConfigError(
+            f"invalid profile field {key!r}: {value!r} ({why})",
+            key=f"profile.{key}",
+            value=value,
+            path=self.path,
+        )
 
     def table(self, v: Any, key: str) -> dict[str, Any]:
         if not isinstance(v, dict):
