@@ -46,7 +46,11 @@ from scheduler.control.throughput import ThroughputFit, ThroughputModel
 from scheduler.control.warmup import DensityWarmup
 from wanrt.errors import ConfigError, RemoteProtocolError
 
-__all__ = ["SchedulerPolicy"]
+__all__ = ["MAX_PENDING_ITERATIONS", "SchedulerPolicy"]
+
+#: iterations of telemetry kept between two decisions; a daemon that stops calling ``decide`` must not
+#: make the policy grow without bound (the oldest iterations are dropped first)
+MAX_PENDING_ITERATIONS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,8 @@ class SchedulerPolicy:
             raise RemoteProtocolError("rank telemetry must be finite with positive times", value=vals)
         self._models[rank].observe(batch_size, batch_size / compute_s)
         self._window.setdefault(iteration, {})[rank] = (compute_s, max(iteration_s, compute_s))
+        if len(self._window) > MAX_PENDING_ITERATIONS:
+            del self._window[min(self._window)]
         self._last_iteration = max(self._last_iteration, iteration)
 
     def observe_goodput(self, goodput_bps: float, now: float) -> None:

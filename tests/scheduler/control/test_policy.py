@@ -9,7 +9,7 @@ import pytest
 from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import PowerLawConvergence
 from scheduler.control.decision import Decision
-from scheduler.control.policy import SchedulerPolicy
+from scheduler.control.policy import MAX_PENDING_ITERATIONS, SchedulerPolicy
 from scheduler.control.toy_sim import run_toy_loop
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError, RemoteProtocolError
@@ -67,6 +67,13 @@ def test_estimate_is_frozen_until_the_new_plan_runs() -> None:
         _feed(p, it, 0.3 * it, wall=1.0)
     p.decide(5.0)
     assert p.bandwidth_estimate_bps < before
+
+
+def test_pending_telemetry_is_bounded() -> None:
+    p = _policy()
+    for it in range(MAX_PENDING_ITERATIONS + 50):
+        p.observe_rank(3, iteration=it, batch_size=28, compute_s=0.1, iteration_s=0.3, now=float(it))
+    assert len(p._window) == MAX_PENDING_ITERATIONS and min(p._window) == 50
 
 
 def test_unknown_rank_and_bad_values_are_remote_errors() -> None:
