@@ -1,0 +1,256 @@
+"""Every knob of the scheduler's decision objects, in one frozen dataclass (TOML section ``[scheduler]``).
+
+Defaults are the paper's values where StellaTrain gives one (§4.1–4.3: the 5 % idle threshold, the
+compression range ``[0, 0.999]`` and total batch range ``4..1024`` of Algorithm 1) and ours otherwise; each
+field's comment says which, and why. Load with ``wanrt.config.from_mapping(SchedulerConfig, table,
+section="scheduler")``: an unknown key, a wrong type or a value out of range is a
+:class:`~wanrt.errors.ConfigError` naming ``scheduler.<field>``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Final, Literal
+
+from wanrt.config import check
+
+__all__ = ["SECTION", "Eq6Time", "SchedulerConfig"]
+
+SECTION: Final = "scheduler"
+
+#: which per-rank compute time Eq. 6 must cover: every rank's (the paper's literal "r ≥ 1 − B/m · x_i/f_i"
+#: for each i), or only the slowest rank's (what a pipeline that starts the exchange when the last rank of
+#: the iteration is done needs)
+Eq6Time = Literal["each_rank", "slowest_rank"]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Throughput fit, bandwidth estimate, configuration search, re-planning, warm-up, staleness."""
+
+    # -- ② GPU throughput model, Eq. 2 ----------------------------------------------------------------
+    #: observations kept per rank (oldest dropped): a GPU's speed drifts (thermals, co-tenants), so an
+    #: unbounded history would fit a GPU that no longer exists; 64 iterations still average out noise
+    throughput_window: int = 64
+    #: distinct batch sizes needed before (α, β) are fitted by Nelder–Mead; with fewer, the observed point is
+    #: taken as the knee (α = x, β = f(x)): the conservative reading, "a larger batch will not run faster"
+    throughput_min_batches: int = 2
+
+    # -- ③ bandwidth estimate from the GPU idle rate, §4.1 ------------------------------------------------
+    #: the estimate before any telemetry, bit/s (the paper's WAN averaged 115.7 Mbit/s, §5)
+    bw_initial_bps: float = 100e6
+    bw_min_bps: float = 1e5
+    #: link-capacity ceiling (a NIC rate): raising never goes above it
+    bw_max_bps: float = 100e9
+    #: idle below this → the estimate is raised, otherwise lowered (paper: 5 %)
+    bw_idle_threshold: float = 0.05
+    #: a lowered estimate is set so that the next plan idles this much (below the threshold, so the loop
+    #: settles where the paper wants it: communication just hidden)
+    bw_target_idle: float = 0.025
+    #: the first raise after a lowering, as a fraction (+10 %); at least the re-plan threshold, so a raise is
+    #: always tested by a new plan
+    bw_raise_initial: float = 0.10
+    #: each consecutive raise multiplies the raise step by this (slow-start-like: a 30 → 100 Mbit/s step is
+    #: found in ~4 decisions instead of ~13 at a fixed +10 %)
+    bw_raise_growth: float = 2.0
+    #: the largest single raise (×2)
+    bw_raise_max: float = 1.0
+    #: after a lowering, this many low-idle decisions hold the estimate before it is probed upwards again:
+    #: the lowering just measured the link, and probing at once would overrun it every other decision
+    bw_raise_hold: int = 2
+    #: the largest single lowering (to 20 % of the estimate): one noisy idle sample cannot crash the estimate
+    bw_lower_max: float = 0.8
+    #: raise only if the payload in flight needed at least this fraction of the estimate during the compute
+    #: time; otherwise a low idle says nothing about the estimate (a small payload hides behind any link)
+    bw_raise_min_utilisation: float = 0.5
+    #: the estimate is never below this fraction of the goodput the gateways measured (they saw it carried)
+    goodput_floor: float = 0.8
+    #: while idle is high (the link is the bottleneck) the estimate is never above this multiple of goodput
+    goodput_ceiling: float = 1.5
+    #: a goodput sample older than this is ignored (after a rate change it describes another link)
+    goodput_max_age_s: float = 30.0
+
+    # -- ④ configuration search, Eq. 1–6 -----------------------------------------------------------------
+    #: λ of Eq. 1, weighting the coefficient of variation (Eq. 3) against TTA; TTA enters normalised by the
+    #: ideal 1/Σβ_i, so both terms are dimensionless (the paper gives no value; ours)
+    tta_lambda: float = 0.5
+    min_batch: int = 1
+    #: the largest batch one rank may get (GPU memory: an RTX 4090 fits ResNet-50 at 256, §4.2)
+    max_batch: int = 256
+    #: Algorithm 1's total batch range (4..1024)
+    min_total_batch: int = 4
+    max_total_batch: int = 1024
+    #: Algorithm 1's compression-rate range; r = 1 − density
+    r_min: float = 0.0
+    r_max: float = 0.999
+    #: wire bytes per kept gradient element: an fp32 value and an int32 index (COO, §3.2). With the paper's
+    #: ViT-B/16 (88 M parameters) this puts Eq. 6 exactly at Fig. 14a's r = 0.97 for Σx = 137 at 1 Gbit/s
+    bytes_per_element: float = 8.0
+    eq6_iteration_time: Eq6Time = "each_rank"
+    #: at most this many total batch sizes are evaluated per search (all integers when the range is smaller)
+    search_batch_candidates: int = 512
+    #: compression rates tried per total batch besides Eq. 6's bound, evenly spaced in −log10(1 − r)
+    search_r_candidates: int = 48
+    #: polish the best candidate with Nelder–Mead (the paper's method, §4.2) when there are at most this
+    #: many ranks (the simplex degrades in high dimension; 0 disables)
+    search_polish_max_ranks: int = 16
+
+    # -- when to re-plan -----------------------------------------------------------------------------------
+    #: re-plan at least this often even when nothing changed (a slow drift of fitted throughputs)
+    replan_period_s: float = 30.0
+    #: re-plan when the bandwidth estimate moved this much relative to the one the plan used
+    #: (half the first raise step, so a raise and the lowering after it are both followed by a new plan)
+    replan_bandwidth_change: float = 0.05
+    #: never re-plan more often than this (each plan is announced to every site)
+    replan_min_interval_s: float = 0.5
+
+    # -- density warm-up (ours; Deep Gradient Compression's exponential sparsity warm-up) ----------------
+    #: iterations over which the density decays from ``warmup_start_density`` to the searched one; 0: off
+    warmup_iterations: int = 200
+    warmup_start_density: float = 0.25
+    #: the decay is geometric in this many equal stages (each stage is one announced decision)
+    warmup_stages: int = 4
+
+    # -- staleness bound decision ---------------------------------------------------------------------------
+    #: staleness 1 is chosen only if it saves at least this fraction of time-to-accuracy over 0
+    staleness_min_gain: float = 0.05
+    #: relative loss penalty of staleness 1 over 0, used when the convergence profile did not measure one
+    staleness_penalty_default: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, float):
+                check(math.isfinite(v), f.name, v, "must be finite")
+        pos_int = ("throughput_window", "throughput_min_batches", "min_batch", "max_batch", "warmup_stages")
+        for name in pos_int:
+            v = getattr(self, name)
+            check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check(
+            self.throughput_min_batches <= self.throughput_window,
+            "throughput_min_batches",
+            self.throughput_min_batches,
+            "must be <= throughput_window",
+        )
+        check(
+            0 < self.bw_min_bps <= self.bw_initial_bps <= self.bw_max_bps,
+            "bw_initial_bps",
+            self.bw_initial_bps,
+            "need 0 < bw_min_bps <= bw_initial_bps <= bw_max_bps",
+        )
+        check(
+            0 < self.bw_idle_threshold < 1, "bw_idle_threshold", self.bw_idle_threshold, "must be in (0, 1)"
+        )
+        check(
+            0 <= self.bw_target_idle < self.bw_idle_threshold,
+            "bw_target_idle",
+            self.bw_target_idle,
+            "must be in [0, bw_idle_threshold)",
+        )
+        check(
+            0 < self.bw_raise_initial <= self.bw_raise_max,
+            "bw_raise_initial",
+            self.bw_raise_initial,
+            "must be in (0, bw_raise_max]",
+        )
+        check(self.bw_raise_max <= 10, "bw_raise_max", self.bw_raise_max, "must be <= 10")
+        check(1 <= self.bw_raise_growth <= 10, "bw_raise_growth", self.bw_raise_growth, "must be in [1, 10]")
+        check(
+            isinstance(self.bw_raise_hold, int) and 0 <= self.bw_raise_hold <= 100,
+            "bw_raise_hold",
+            self.bw_raise_hold,
+            "must be an integer in 0..100",
+        )
+        check(0 < self.bw_lower_max < 1, "bw_lower_max", self.bw_lower_max, "must be in (0, 1)")
+        check(
+            0 <= self.bw_raise_min_utilisation <= 1,
+            "bw_raise_min_utilisation",
+            self.bw_raise_min_utilisation,
+            "must be in [0, 1]",
+        )
+        check(0 <= self.goodput_floor <= 1, "goodput_floor", self.goodput_floor, "must be in [0, 1]")
+        check(self.goodput_ceiling >= 1, "goodput_ceiling", self.goodput_ceiling, "must be >= 1")
+        check(self.goodput_max_age_s > 0, "goodput_max_age_s", self.goodput_max_age_s, "must be > 0")
+        check(self.tta_lambda >= 0, "tta_lambda", self.tta_lambda, "must be >= 0")
+        check(self.min_batch <= self.max_batch, "max_batch", self.max_batch, "must be >= min_batch")
+        check(
+            isinstance(self.min_total_batch, int) and self.min_total_batch >= 1,
+            "min_total_batch",
+            self.min_total_batch,
+            "must be an integer >= 1",
+        )
+        check(
+            isinstance(self.max_total_batch, int) and self.max_total_batch >= self.min_total_batch,
+            "max_total_batch",
+            self.max_total_batch,
+            "must be an integer >= min_total_batch",
+        )
+        check(0 <= self.r_min <= self.r_max < 1, "r_max", self.r_max, "need 0 <= r_min <= r_max < 1")
+        check(self.bytes_per_element > 0, "bytes_per_element", self.bytes_per_element, "must be > 0")
+        check(
+            self.eq6_iteration_time in ("each_rank", "slowest_rank"),
+            "eq6_iteration_time",
+            self.eq6_iteration_time,
+            "one of 'each_rank', 'slowest_rank'",
+        )
+        check(
+            isinstance(self.search_batch_candidates, int) and self.search_batch_candidates >= 2,
+            "search_batch_candidates",
+            self.search_batch_candidates,
+            "must be an integer >= 2",
+        )
+        check(
+            isinstance(self.search_r_candidates, int) and self.search_r_candidates >= 2,
+            "search_r_candidates",
+            self.search_r_candidates,
+            "must be an integer >= 2",
+        )
+        check(
+            isinstance(self.search_polish_max_ranks, int) and self.search_polish_max_ranks >= 0,
+            "search_polish_max_ranks",
+            self.search_polish_max_ranks,
+            "must be an integer >= 0",
+        )
+        check(self.replan_period_s > 0, "replan_period_s", self.replan_period_s, "must be > 0")
+        check(
+            0 < self.replan_bandwidth_change < 1,
+            "replan_bandwidth_change",
+            self.replan_bandwidth_change,
+            "must be in (0, 1)",
+        )
+        check(
+            0 <= self.replan_min_interval_s <= self.replan_period_s,
+            "replan_min_interval_s",
+            self.replan_min_interval_s,
+            "must be in [0, replan_period_s]",
+        )
+        check(
+            isinstance(self.warmup_iterations, int) and self.warmup_iterations >= 0,
+            "warmup_iterations",
+            self.warmup_iterations,
+            "must be an integer >= 0",
+        )
+        check(
+            0 < self.warmup_start_density <= 1,
+            "warmup_start_density",
+            self.warmup_start_density,
+            "must be in (0, 1]",
+        )
+        check(
+            0 <= self.staleness_min_gain < 1,
+            "staleness_min_gain",
+            self.staleness_min_gain,
+            "must be in [0, 1)",
+        )
+        check(
+            -0.5 <= self.staleness_penalty_default <= 10,
+            "staleness_penalty_default",
+            self.staleness_penalty_default,
+            "must be in [-0.5, 10]",
+        )
+
+    @property
+    def density_range(self) -> tuple[float, float]:
+        """(smallest, largest) density the search may choose."""
+        return 1.0 - self.r_max, 1.0 - self.r_min

@@ -1,0 +1,261 @@
+"""The scheduler's decision logic in one sans-IO object: telemetry and "time is now" in, decisions out.
+
+StellaTrain's optimisation cycle (§4.1, Fig. 7): ① telemetry from every GPU → ② fit each GPU's throughput
+model (Eq. 2) → ③ update the bandwidth estimate from the idle rate → ④ search (r, x⃗) minimising Eq. 1 under
+Eq. 6 → ⑤ apply from a designated iteration. :class:`SchedulerPolicy` composes the pieces of this package:
+
+* :class:`~scheduler.control.throughput.ThroughputModel` per rank (②);
+* :class:`~scheduler.control.bandwidth.BandwidthEstimator` (③), cross-checked with gateway goodput;
+* :func:`~scheduler.control.search.search` (④), run when :class:`~scheduler.control.replan.ReplanPolicy`
+  says so;
+* :class:`~scheduler.control.warmup.DensityWarmup` and :func:`~scheduler.control.staleness.choose_staleness`
+  on top of the searched plan.
+
+How the daemon drives it::
+
+    policy.observe_rank(rank, iteration=i, batch_size=x, compute_s=c, iteration_s=t, now=now)
+    policy.observe_goodput(bps, now=now)          # from the gateways, when they report
+    d = policy.decide(now)                        # a Decision, or None: keep the current one
+    if d is not None:
+        d = d.effective_from(n)                   # the daemon picks the common iteration n
+        announce(d); policy.confirm(d)
+
+Why ``confirm``: the idle rate means something only together with the payload that caused it, and a new
+plan reaches the trainers some iterations after it was decided. The policy interprets telemetry of iteration
+``i`` with the decision in effect at ``i`` (the confirmed one with the largest effective iteration ≤ i),
+and while a decision it made is not yet in effect it does not move the bandwidth estimate — telemetry of
+the old plan would otherwise raise (or cut) the estimate again for a change already on its way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.control.bandwidth import BandwidthEstimator, BandwidthStep
+from scheduler.control.config import SchedulerConfig
+from scheduler.control.convergence import ConvergenceModel
+from scheduler.control.decision import Decision, DecisionReason
+from scheduler.control.replan import ReplanPolicy
+from scheduler.control.search import Plan, search
+from scheduler.control.staleness import choose_staleness
+from scheduler.control.throughput import ThroughputFit, ThroughputModel
+from scheduler.control.warmup import DensityWarmup
+from wanrt.errors import ConfigError, RemoteProtocolError
+
+__all__ = ["MAX_PENDING_ITERATIONS", "SchedulerPolicy"]
+
+#: iterations of telemetry kept between two decisions; a daemon that stops calling ``decide`` must not
+#: make the policy grow without bound (the oldest iterations are dropped first)
+MAX_PENDING_ITERATIONS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _InEffect:
+    """What the trainers ran from ``iteration`` on: enough to turn idle into bytes and exchange time."""
+
+    iteration: int
+    density: float
+    staleness: int
+
+
+class SchedulerPolicy:
+    """StellaTrain's controller (§4.1) as a plain object; see the module docstring for the protocol."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        convergence: ConvergenceModel,
+        *,
+        n_params: int,
+        ranks: Sequence[int],
+        initial_density: float | None = None,
+        initial_staleness: int = 1,
+    ) -> None:
+        """``initial_density``/``initial_staleness``: what the job runs before the first decision (lets
+        the first telemetry move the bandwidth estimate; None: wait for the first confirmed decision)."""
+        if n_params < 1:
+            raise ConfigError("model must have parameters", key="n_params", value=n_params)
+        if not ranks or len(set(ranks)) != len(ranks):
+            raise ConfigError("need at least one rank, each once", key="ranks", value=tuple(ranks))
+        if initial_density is not None and not 0 < initial_density <= 1:
+            raise ConfigError(
+                "initial density must be in (0, 1]", key="initial_density", value=initial_density
+            )
+        self.cfg = config
+        self.convergence = convergence
+        self.n_params = int(n_params)
+        self.ranks = tuple(sorted(ranks))
+        self.bandwidth = BandwidthEstimator(config)
+        self.replan = ReplanPolicy(config)
+        self.warmup = DensityWarmup(config)
+        self._models = {
+            r: ThroughputModel(window=config.throughput_window, min_batches=config.throughput_min_batches)
+            for r in self.ranks
+        }
+        self._in_effect: list[_InEffect] = []
+        if initial_density is not None:
+            self._in_effect.append(_InEffect(0, float(initial_density), int(initial_staleness)))
+        # telemetry since the last bandwidth update: iteration -> rank -> (compute_s, iteration_s)
+        self._window: dict[int, dict[int, tuple[float, float]]] = {}
+        self._last_iteration = -1
+        self._awaiting: Decision | None = None
+        self._plan: Plan | None = None
+        self._decision: Decision | None = None
+        self.last_bandwidth_step: BandwidthStep | None = None
+
+    # -- telemetry in --------------------------------------------------------------------------------------
+    def observe_rank(
+        self, rank: int, *, iteration: int, batch_size: int, compute_s: float, iteration_s: float, now: float
+    ) -> None:
+        """One rank's iteration: its batch, forward/backward time and wall time (idle = 1 − compute/wall)."""
+        if rank not in self._models:
+            raise RemoteProtocolError(f"telemetry from unknown rank {rank}", value=rank)
+        vals = (compute_s, iteration_s, now)
+        if not all(math.isfinite(v) for v in vals) or compute_s <= 0 or iteration_s <= 0 or iteration < 0:
+            raise RemoteProtocolError("rank telemetry must be finite with positive times", value=vals)
+        self._models[rank].observe(batch_size, batch_size / compute_s)
+        self._window.setdefault(iteration, {})[rank] = (compute_s, max(iteration_s, compute_s))
+        if len(self._window) > MAX_PENDING_ITERATIONS:
+            del self._window[min(self._window)]
+        self._last_iteration = max(self._last_iteration, iteration)
+
+    def observe_goodput(self, goodput_bps: float, now: float) -> None:
+        """The gateways' measured WAN goodput, bit/s (the estimator's cross-check)."""
+        self.bandwidth.observe_goodput(goodput_bps, now)
+
+    def confirm(self, decision: Decision) -> None:
+        """The daemon announced ``decision`` (with its effective iteration set)."""
+        if decision.effective_iteration is None:
+            raise ConfigError(
+                "confirm a decision after setting its effective iteration", key="effective_iteration"
+            )
+        eff = _InEffect(decision.effective_iteration, decision.density, decision.staleness)
+        self._in_effect = [e for e in self._in_effect if e.iteration < eff.iteration] + [eff]
+        if self._awaiting is not None and decision.decided_at >= self._awaiting.decided_at:
+            self._awaiting = decision
+
+    # -- state out -----------------------------------------------------------------------------------------
+    @property
+    def bandwidth_estimate_bps(self) -> float:
+        return self.bandwidth.estimate_bps
+
+    @property
+    def last_decision(self) -> Decision | None:
+        return self._decision
+
+    @property
+    def last_plan(self) -> Plan | None:
+        return self._plan
+
+    def fits(self) -> dict[int, ThroughputFit | None]:
+        return {r: m.fit() for r, m in self._models.items()}
+
+    # -- decisions out -------------------------------------------------------------------------------------
+    def _effect_at(self, iteration: int) -> _InEffect | None:
+        cur = None
+        for e in self._in_effect:
+            if e.iteration <= iteration:
+                cur = e
+        return cur
+
+    def _update_bandwidth(self, now: float) -> None:
+        """Feed the estimator one aggregate of the telemetry gathered since the last decision."""
+        if self._awaiting is not None:
+            eff = self._awaiting.effective_iteration
+            if eff is None or self._last_iteration < eff:
+                # the new plan is not running yet: drop the old plan's telemetry, move nothing
+                self._window = {i: v for i, v in self._window.items() if eff is not None and i >= eff}
+                return
+            self._awaiting = None
+            self._window = {i: v for i, v in self._window.items() if i >= eff}
+        if not self._window:
+            return
+        current = self._effect_at(self._last_iteration)
+        if current is None:
+            self._window.clear()
+            return
+        rows = [v for i, v in self._window.items() if i >= current.iteration]
+        complete = [v for v in rows if len(v) == len(self.ranks)]
+        rows = complete or rows  # iterations every rank reported, if there are any
+        self._window.clear()
+        if not rows:
+            return
+        # the critical rank of an iteration is the one that computed longest: its idle is the exchange's
+        crit = [max(v.values(), key=lambda ct: ct[0]) for v in rows]
+        compute = float(np.median([c for c, _ in crit]))
+        wall = float(np.median([t for _, t in crit]))
+        idle = float(np.median([1.0 - c / t for c, t in crit]))
+        payload = current.density * self.n_params * self.cfg.bytes_per_element
+        self.last_bandwidth_step = self.bandwidth.update(
+            idle=idle,
+            iteration_s=wall,
+            compute_s=compute,
+            bytes_per_iteration=payload,
+            overlapped=current.staleness >= 1,
+            now=now,
+        )
+
+    def decide(self, now: float) -> Decision | None:
+        """A new decision if one is due (initial, bandwidth change, period, warm-up stage), else None."""
+        fits = self.fits()
+        if any(f is None for f in fits.values()):
+            return None  # a rank without telemetry cannot be given a batch size yet
+        self._update_bandwidth(now)
+        bw = self.bandwidth.estimate_bps
+        reason: DecisionReason | None = self.replan.reason(now, bw)
+        next_iter = self._last_iteration + 1
+        plan = self._plan
+        if reason is not None or plan is None:
+            plan = search(
+                [f for f in fits.values() if f is not None],
+                bandwidth_bps=bw,
+                n_params=self.n_params,
+                convergence=self.convergence,
+                config=self.cfg,
+            )
+            self.replan.planned(now, bw)
+            reason = reason or "initial"
+        density = self.warmup.density(next_iter, plan.density)
+        if reason is None:
+            last = self._decision
+            if last is None or math.isclose(density, last.density, rel_tol=1e-9):
+                return None
+            reason = "warmup_stage"
+        self._plan = plan
+        exchange = density * self.n_params * self.cfg.bytes_per_element * 8.0 / bw
+        choice = choose_staleness(
+            compute_s=plan.compute_time_s,
+            exchange_s=exchange,
+            g=plan.g,
+            staleness_penalty=self.convergence.staleness_penalty,
+            config=self.cfg,
+        )
+        decision = Decision(
+            density=density,
+            target_density=plan.density,
+            ranks=self.ranks,
+            batch_sizes=plan.batches,
+            staleness=choice.staleness,
+            decided_at=now,
+            reason=reason,
+            bandwidth_bps=bw,
+            predicted_compute_s=plan.compute_time_s,
+            predicted_exchange_s=exchange,
+        )
+        if self._decision is not None and _same_config(decision, self._decision):
+            return None  # nothing to announce: the new search agrees with what is running
+        self._decision = decision
+        self._awaiting = decision
+        return decision
+
+
+def _same_config(a: Decision, b: Decision) -> bool:
+    return (
+        math.isclose(a.density, b.density, rel_tol=1e-6)
+        and a.batch_sizes == b.batch_sizes
+        and a.staleness == b.staleness
+    )

@@ -1,0 +1,324 @@
+"""Step ④ of the optimisation cycle (StellaTrain §4.1–4.2): choose r and per-rank batches x_i.
+
+Minimise Eq. 1 (normalised TTA of Eq. 5 plus λ·CV of Eq. 3) subject to Eq. 6, given the fitted Eq. 2 models
+``(α_i, β_i)``, the convergence penalty ``ḡ(r, Σx)`` and the bandwidth estimate ``B``.
+
+The paper runs Nelder–Mead on the whole problem. Nelder–Mead alone on integers, a max() and a kinked
+constraint lands in whatever corner it starts near, so the search exploits the problem's structure first
+and polishes with Nelder–Mead second:
+
+1. **Total batch Σx.** ḡ depends on the ranks' batches only through their sum, so the outer variable is
+   ``X = Σx``: every integer in the allowed range (or ``search_batch_candidates`` geometrically spaced ones
+   plus a full integer sweep around the best).
+2. **Allocation for a given X.** "Batch sizes proportional to each device's computational speed" (§4.2):
+   water-filling ``x_i = clip(β_i·s, min, max)`` with the level ``s`` found by bisection so that
+   ``Σx_i = X``, then integer rounding by largest remainder. It equalises ``x_i/β_i``, i.e. the saturated
+   iteration times, which minimises both the slowest rank's time (Eq. 4) and their spread (Eq. 3).
+3. **r for a given allocation.** Eq. 6 gives the smallest feasible r; ḡ is evaluated there and at
+   ``search_r_candidates`` rates above it (ḡ usually grows with r, but a measured surrogate need not be
+   monotone).
+4. **Polish.** Nelder–Mead over the continuous (log x_i, −log10(1 − r)) from the best candidate, Eq. 6
+   enforced by construction (r is lifted to its bound), rounded back to integers; kept only if better.
+
+If no X satisfies Eq. 6 even at ``r_max`` (a very slow link), the plan says ``feasible=False`` and is the
+configuration whose exchange overruns compute the least in TTA terms: its iteration time is the exchange
+time, not the compute time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import minimize
+
+from scheduler.control.config import SchedulerConfig
+from scheduler.control.convergence import ConvergenceModel
+from scheduler.control.objective import G_FLOOR, eq6_r_lower_bound
+from scheduler.control.throughput import ThroughputFit
+from wanrt.errors import ConfigError
+
+__all__ = ["Plan", "allocate", "evaluate_plan", "search"]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One evaluated configuration: what the search chose and the model's predictions for it."""
+
+    r: float
+    batches: tuple[int, ...]
+    #: Eq. 1 (normalised TTA + λ·CV); smaller is better
+    objective: float
+    #: Eq. 5, seconds per sample including the convergence penalty
+    tta_s_per_sample: float
+    cv: float
+    g: float
+    #: compute time of the slowest rank, seconds
+    compute_time_s: float
+    #: the compressed exchange's time at the bandwidth the plan used, seconds
+    exchange_time_s: float
+    #: Eq. 6's lower bound on r for this allocation
+    r_lower_bound: float
+    feasible: bool
+    bandwidth_bps: float
+
+    @property
+    def density(self) -> float:
+        return 1.0 - self.r
+
+    @property
+    def total_batch(self) -> int:
+        return sum(self.batches)
+
+    @property
+    def samples_per_s(self) -> float:
+        """Eq. 4 with the iteration paced by compute (feasible) or by the exchange (not)."""
+        return self.total_batch / max(self.compute_time_s, 0.0 if self.feasible else self.exchange_time_s)
+
+
+def _u(r: F64 | float) -> F64:
+    """−log10(1 − r): compression levels 0.9, 0.99, 0.999 are equally far apart in it."""
+    return np.asarray(-np.log10(1.0 - np.asarray(r, dtype=np.float64)), dtype=np.float64)
+
+
+def _r(u: F64 | float) -> F64:
+    return np.asarray(1.0 - 10.0 ** (-np.asarray(u, dtype=np.float64)), dtype=np.float64)
+
+
+def allocate(totals: npt.ArrayLike, beta: Sequence[float], lo: int, hi: int) -> I64:
+    """Water-filling integer allocation: rows of per-rank batches ∝ β_i, clipped to [lo, hi], summing to X.
+
+    ``totals`` must lie in ``[n·lo, n·hi]``.
+    """
+    X = np.asarray(totals, dtype=np.float64).reshape(-1)
+    b = np.asarray(beta, dtype=np.float64)
+    n = b.size
+    if np.any(n * lo > X) or np.any(n * hi < X):
+        raise ConfigError("total batch outside what the ranks' batch limits allow", key="total_batch")
+    s_lo = np.zeros_like(X)
+    s_hi = np.full_like(X, hi / b.min())
+    for _ in range(64):  # bisection on the water level; 64 halvings reach float resolution
+        s = 0.5 * (s_lo + s_hi)
+        tot = np.clip(b[None, :] * s[:, None], lo, hi).sum(axis=1)
+        below = tot < X
+        s_lo = np.where(below, s, s_lo)
+        s_hi = np.where(below, s_hi, s)
+    cont = np.clip(b[None, :] * s_hi[:, None], lo, hi)
+    base = np.clip(np.floor(cont), lo, hi).astype(np.int64)
+    short = (X.astype(np.int64) - base.sum(axis=1)).astype(np.int64)
+    frac = np.where(base < hi, cont - base, -np.inf)
+    order = np.argsort(-frac, axis=1, kind="stable")
+    for k in np.nonzero(short)[0]:
+        need = int(short[k])
+        if need > 0:  # one sample each to the largest remainders (floor() leaves fewer than n short)
+            while need > 0:
+                for i in order[k]:
+                    if need > 0 and base[k, i] < hi:
+                        base[k, i] += 1
+                        need -= 1
+        else:  # floor() never overshoots; a clip to lo can, so take back from the largest
+            for i in np.argsort(-base[k], kind="stable"):
+                if need == 0:
+                    break
+                take = min(int(base[k, i]) - lo, -need)
+                base[k, i] -= take
+                need += take
+    return base
+
+
+class _Problem:
+    """Everything fixed during one search, and the vectorised evaluation of candidates."""
+
+    def __init__(
+        self,
+        fits: Sequence[ThroughputFit],
+        bandwidth_bps: float,
+        n_params: int,
+        convergence: ConvergenceModel,
+        config: SchedulerConfig,
+    ) -> None:
+        self.alpha = np.array([f.alpha for f in fits], dtype=np.float64)
+        self.beta = np.array([f.beta for f in fits], dtype=np.float64)
+        self.bandwidth_bps = float(bandwidth_bps)
+        self.bw_bytes = float(bandwidth_bps) / 8.0
+        self.model_bytes = float(n_params) * config.bytes_per_element
+        self.g = convergence
+        self.cfg = config
+        self.beta_sum = float(self.beta.sum())
+
+    def evaluate(self, x: I64 | F64, r: F64) -> dict[str, F64]:
+        """Objective and parts for rows of batches ``x`` (K, n) and rates ``r`` (K,) or (K, R)."""
+        xf = np.asarray(x, dtype=np.float64)
+        t = np.maximum(self.alpha / self.beta, xf / self.beta)
+        tmax = t.max(axis=1)
+        t_bind = t.min(axis=1) if self.cfg.eq6_iteration_time == "each_rank" else tmax
+        total = xf.sum(axis=1)
+        cv = t.std(axis=1) / t.mean(axis=1)
+        rr = np.asarray(r, dtype=np.float64)
+        col = (lambda a: a[:, None]) if rr.ndim == 2 else (lambda a: a)
+        exch = (1.0 - rr) * self.model_bytes / self.bw_bytes
+        lb = eq6_r_lower_bound(self.bw_bytes, self.model_bytes, t_bind)
+        feasible = rr >= col(lb) - 1e-12
+        pace = np.where(feasible, col(tmax), np.maximum(col(tmax), exch))
+        speed = col(total) / pace
+        g = np.maximum(self.g.penalty(rr, np.broadcast_to(col(total), rr.shape)), G_FLOOR)
+        tta = (1.0 + g) / speed
+        obj = tta * self.beta_sum + self.cfg.tta_lambda * col(cv)
+        return {
+            "objective": obj,
+            "tta": tta,
+            "cv": cv,
+            "g": g,
+            "tmax": tmax,
+            "exch": exch,
+            "lb": lb,
+            "feasible": feasible,
+        }
+
+    def plan(self, x: Sequence[int] | I64, r: float) -> Plan:
+        xv = np.asarray([list(x)], dtype=np.int64)
+        e = self.evaluate(xv, np.array([r]))
+        return Plan(
+            r=float(r),
+            batches=tuple(int(v) for v in xv[0]),
+            objective=float(e["objective"][0]),
+            tta_s_per_sample=float(e["tta"][0]),
+            cv=float(e["cv"][0]),
+            g=float(e["g"][0]),
+            compute_time_s=float(e["tmax"][0]),
+            exchange_time_s=float(e["exch"][0]),
+            r_lower_bound=float(e["lb"][0]),
+            feasible=bool(e["feasible"][0]),
+            bandwidth_bps=self.bandwidth_bps,
+        )
+
+
+def _total_range(n: int, convergence: ConvergenceModel, cfg: SchedulerConfig) -> tuple[int, int]:
+    lo = max(cfg.min_total_batch, n * cfg.min_batch)
+    hi = min(cfg.max_total_batch, n * cfg.max_batch)
+    if lo > hi:
+        raise ConfigError(
+            f"{n} ranks with batches in [{cfg.min_batch}, {cfg.max_batch}] cannot reach a total in "
+            f"[{cfg.min_total_batch}, {cfg.max_total_batch}]",
+            key="max_total_batch",
+            value=cfg.max_total_batch,
+        )
+    g_lo, g_hi = convergence.total_batch_range
+    # do not extrapolate ḡ beyond the batches it was measured at, unless that leaves nothing
+    plo, phi = max(lo, math.ceil(g_lo)), min(hi, math.floor(g_hi))
+    return (plo, phi) if plo <= phi else (lo, hi)
+
+
+def _candidates(lo: int, hi: int, k: int) -> I64:
+    if hi - lo + 1 <= k:
+        return np.arange(lo, hi + 1, dtype=np.int64)
+    geo = np.unique(np.round(np.geomspace(lo, hi, k)).astype(np.int64))
+    return np.asarray(np.unique(np.concatenate([geo, [lo, hi]])), dtype=np.int64)
+
+
+def _best_over_r(p: _Problem, totals: I64) -> tuple[float, int, float]:
+    """(objective, X, r) of the best candidate over the given totals, each with its best r."""
+    cfg = p.cfg
+    x = allocate(totals, p.beta.tolist(), cfg.min_batch, cfg.max_batch)
+    ugrid = np.linspace(float(_u(cfg.r_min)), float(_u(cfg.r_max)), cfg.search_r_candidates)
+    rgrid = _r(ugrid)
+    e0 = p.evaluate(x, np.full(totals.shape, cfg.r_max))
+    lb = np.clip(e0["lb"], cfg.r_min, cfg.r_max)
+    # per row: Eq. 6's bound itself plus every grid rate above it (lifted to the bound below it)
+    rr = np.concatenate([lb[:, None], np.maximum(rgrid[None, :], lb[:, None])], axis=1)
+    e = p.evaluate(x, rr)
+    obj = e["objective"]
+    if e["feasible"].any():  # Eq. 6 is a constraint: an overrunning candidate only wins when all overrun
+        obj = np.where(e["feasible"], obj, np.inf)
+    k, j = np.unravel_index(int(np.argmin(obj)), obj.shape)
+    return float(obj[k, j]), int(totals[k]), float(rr[k, j])
+
+
+def _polish(p: _Problem, x0: Sequence[int], r0: float, lo_tot: int, hi_tot: int) -> tuple[list[int], float]:
+    """Nelder–Mead over (log x_i, u(r)) with Eq. 6 enforced by lifting r; rounded back to integers."""
+    cfg = p.cfg
+
+    def unpack(z: F64) -> tuple[F64, float]:
+        xs = np.clip(np.exp(z[:-1]), cfg.min_batch, cfg.max_batch)
+        tot = xs.sum()
+        if tot < lo_tot or tot > hi_tot:
+            xs = xs * (min(max(tot, lo_tot), hi_tot) / tot)
+        t = np.maximum(p.alpha / p.beta, xs / p.beta)
+        t_bind = t.min() if cfg.eq6_iteration_time == "each_rank" else t.max()
+        lb = float(eq6_r_lower_bound(p.bw_bytes, p.model_bytes, t_bind))
+        r = float(np.clip(_r(float(z[-1])), max(cfg.r_min, min(lb, cfg.r_max)), cfg.r_max))
+        return xs, r
+
+    def f(z: F64) -> float:
+        xs, r = unpack(z)
+        return float(p.evaluate(xs[None, :], np.array([r]))["objective"][0])
+
+    z0 = np.concatenate([np.log(np.asarray(x0, dtype=np.float64)), [float(_u(r0))]])
+    res = minimize(
+        f, z0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-9, "maxiter": 40 * len(z0)}
+    )
+    xs, _ = unpack(np.asarray(res.x, dtype=np.float64))
+    tot = int(
+        np.clip(
+            round(float(xs.sum())), max(lo_tot, len(xs) * cfg.min_batch), min(hi_tot, len(xs) * cfg.max_batch)
+        )
+    )
+    cont = xs * (tot / xs.sum())
+    xi = allocate([tot], cont.tolist(), cfg.min_batch, cfg.max_batch)[0]
+    _, r = unpack(np.concatenate([np.log(xi.astype(np.float64)), [float(res.x[-1])]]))
+    return [int(v) for v in xi], r
+
+
+def evaluate_plan(
+    fits: Sequence[ThroughputFit],
+    batches: Sequence[int],
+    r: float,
+    *,
+    bandwidth_bps: float,
+    n_params: int,
+    convergence: ConvergenceModel,
+    config: SchedulerConfig,
+) -> Plan:
+    """The model's view of one given configuration (for brute-force checks and for reporting)."""
+    return _Problem(fits, bandwidth_bps, n_params, convergence, config).plan(batches, r)
+
+
+def search(
+    fits: Sequence[ThroughputFit],
+    *,
+    bandwidth_bps: float,
+    n_params: int,
+    convergence: ConvergenceModel,
+    config: SchedulerConfig,
+) -> Plan:
+    """The configuration minimising Eq. 1 under Eq. 6 (see the module docstring for how)."""
+    if not fits:
+        raise ConfigError("the search needs at least one rank's throughput model", key="ranks")
+    if not (math.isfinite(bandwidth_bps) and bandwidth_bps > 0):
+        raise ConfigError("bandwidth must be finite and > 0", key="bandwidth_bps", value=bandwidth_bps)
+    if n_params < 1:
+        raise ConfigError("model must have parameters", key="n_params", value=n_params)
+    p = _Problem(fits, bandwidth_bps, n_params, convergence, config)
+    lo, hi = _total_range(len(fits), convergence, config)
+    totals = _candidates(lo, hi, config.search_batch_candidates)
+    obj, X, r = _best_over_r(p, totals)
+    if totals.size < hi - lo + 1:  # sparse grid: sweep every integer between the best one's neighbours
+        k = int(np.searchsorted(totals, X))
+        a, b = int(totals[max(k - 1, 0)]), int(totals[min(k + 1, totals.size - 1)])
+        obj2, X2, r2 = _best_over_r(p, np.arange(a, b + 1, dtype=np.int64))
+        if obj2 < obj:
+            obj, X, r = obj2, X2, r2
+    x = allocate([X], p.beta.tolist(), config.min_batch, config.max_batch)[0]
+    best = p.plan(x, r)
+    if 1 < len(fits) <= config.search_polish_max_ranks:
+        xp, rp = _polish(p, best.batches, best.r, lo, hi)
+        cand = p.plan(xp, rp)
+        if cand.objective < best.objective - 1e-12 and (cand.feasible or not best.feasible):
+            best = cand
+    return best

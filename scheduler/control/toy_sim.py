@@ -1,0 +1,91 @@
+"""A toy closed loop for the policy: ranks with Eq. 2 throughputs behind one WAN link of a given true rate.
+
+Not the project's simulator (``sims/``), which will drive the same :class:`SchedulerPolicy` through the real
+daemons' message flow; this is the smallest model in which the bandwidth feedback loop of §4.1 can be
+checked, shared by the tests and ``tools/bench_scheduler.py``:
+
+* rank ``i`` computes for ``x_i / f_i(x_i)`` seconds (Eq. 2), times ``1 + noise·N(0, 1)``;
+* the exchange moves ``density · n_params · bytes_per_element`` bytes at the true rate;
+* iteration time ``= max(compute, exchange)`` at staleness 1 (the exchange overlaps the next compute),
+  ``compute + exchange`` at staleness 0; every rank reports ``idle = 1 − compute_i / iteration``;
+* each decision is effective from the next iteration (the daemon's part, instantaneous here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scheduler.control.decision import Decision
+from scheduler.control.policy import SchedulerPolicy
+
+__all__ = ["ToyTrace", "run_toy_loop"]
+
+
+@dataclass
+class ToyTrace:
+    """Per decision round: true rate, the estimate after the round's decide(), and the decision in force."""
+
+    true_bps: list[float] = field(default_factory=list)
+    estimate_bps: list[float] = field(default_factory=list)
+    decisions: list[Decision | None] = field(default_factory=list)
+
+    def relative_errors(self) -> list[float]:
+        return [abs(e - t) / t for e, t in zip(self.estimate_bps, self.true_bps, strict=True)]
+
+
+def run_toy_loop(
+    policy: SchedulerPolicy,
+    gpus: Sequence[tuple[float, float]],
+    true_bps: Callable[[int], float],
+    *,
+    rounds: int,
+    iterations_per_round: int = 5,
+    noise: float = 0.02,
+    goodput: bool = False,
+    seed: int = 0,
+    start_iteration: int = 0,
+) -> ToyTrace:
+    """Run ``rounds`` decision rounds; ``gpus[i]`` is rank ``policy.ranks[i]``'s true (α, β)."""
+    rng = np.random.default_rng(seed)
+    cfg = policy.cfg
+    alpha = np.array([a for a, _ in gpus], dtype=np.float64)
+    beta = np.array([b for _, b in gpus], dtype=np.float64)
+    batches = np.maximum(np.round(alpha).astype(np.int64), 1)  # the job starts at each GPU's knee
+    density, staleness = 1.0 - cfg.r_max, 1
+    it, now = start_iteration, 0.0
+    trace = ToyTrace()
+    current: Decision | None = None
+    for k in range(rounds):
+        rate = float(true_bps(k))
+        d = policy.decide(now)
+        if d is not None:
+            current = d.effective_from(it)
+            policy.confirm(current)
+            batches = np.array(current.batch_sizes, dtype=np.int64)
+            density, staleness = current.density, current.staleness
+        trace.true_bps.append(rate)
+        trace.estimate_bps.append(policy.bandwidth_estimate_bps)
+        trace.decisions.append(current)
+        exchange = density * policy.n_params * cfg.bytes_per_element * 8.0 / rate
+        for _ in range(iterations_per_round):
+            t = np.maximum(alpha / beta, batches / beta) * (1.0 + noise * rng.standard_normal(len(gpus)))
+            t = np.maximum(t, 1e-6)
+            c = float(t.max())
+            wall = max(c, exchange) if staleness >= 1 else c + exchange
+            now += wall
+            for i, rank in enumerate(policy.ranks):
+                policy.observe_rank(
+                    rank,
+                    iteration=it,
+                    batch_size=int(batches[i]),
+                    compute_s=float(t[i]),
+                    iteration_s=wall,
+                    now=now,
+                )
+            it += 1
+        if goodput:
+            policy.observe_goodput(rate * (1.0 - 0.02 * abs(rng.standard_normal())), now)
+    return trace
