@@ -3,8 +3,8 @@
 StellaTrain §4.3 defines the convergence penalty ``g(r, x)`` as the relative difference in training loss after
 a fixed amount of probe training (half an epoch of ImageNet there) at total batch ``x``, with compression
 rate ``r`` and staleness, against a run with neither. Here the model is the demo's MLP on scikit-learn's
-digits (``wanrt.demo.model``/``wanrt.demo.data``); the run is one process, no gateways — the whole job as one
-worker whose batch is the total batch ``x``, which is what the sites' aggregated gradient is:
+digits (``wanrt.demo.workload``: model and data); the run is one process, no gateways — the whole
+job as one worker whose batch is the total batch ``x``, which is what the sites' aggregated gradient is:
 
 * every step's gradient goes, layer by layer, through the project's real compressor (cache-aware
   threshold-v on 16-float blocks by default) with error feedback (``wanrt.kernels.ErrorFeedback``) at
@@ -32,7 +32,7 @@ from wanrt.config import check
 from wanrt.kernels.compressors import COMPRESSOR_KINDS
 
 if TYPE_CHECKING:
-    from wanrt.demo.data import DigitsSplit
+    from wanrt.demo.workload.data import DigitsSplit
 
 __all__ = ["DigitsProbe", "ProbeSettings"]
 
@@ -66,7 +66,7 @@ class DigitsProbe:
     """Runs probes of one recipe; loads the data once (scikit-learn's loader costs a second or two)."""
 
     def __init__(self, settings: ProbeSettings, data: DigitsSplit | None = None) -> None:
-        from wanrt.demo.data import load_split
+        from wanrt.demo.workload.data import load_split
 
         self.settings = settings
         self.data = data if data is not None else load_split(settings.seed)
@@ -90,7 +90,7 @@ class DigitsProbe:
         """Training loss after ``samples`` samples at compression ``r``, batch ``total_batch``, staleness."""
         import torch
 
-        from wanrt.demo.model import build_mlp, evaluate
+        from wanrt.demo.workload.model import build_mlp, evaluate
         from wanrt.kernels import ErrorFeedback, make_compressor, make_sparse_optimizer
 
         check(0.0 <= r < 1.0, "r", r, "must be in [0, 1)")

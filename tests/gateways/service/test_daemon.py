@@ -72,9 +72,9 @@ async def test_metrics_status_config_and_a_reconnecting_trainer() -> None:
                 assert r.status == 400
             async with http.post(f"{url}/config", data=b"[" * 5000, headers=as_json) as r:
                 assert r.status == 400 and "nested" in (await r.json())["error"]  # no RecursionError/500
-            async with aiohttp.ClientSession() as anonymous:  # no token: any local user
-                async with anonymous.post(f"{url}/config", json={"values": {"density": 0.5}}) as r:
-                    assert r.status == 401
+            body = {"values": {"density": 0.5}}
+            async with aiohttp.ClientSession() as anonymous, anonymous.post(f"{url}/config", json=body) as r:
+                assert r.status == 401  # no token: any local user
             text = {"Content-Type": "text/plain"}  # a cross-origin form post
             async with http.post(f"{url}/config", data=b'{"values": {"density": 0.5}}', headers=text) as r:
                 assert r.status == 415
