@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateways.config import read_secret_file
+from scheduler.control.config import SchedulerConfig
 from transports.timeouts import Timeouts
 from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
@@ -24,9 +25,9 @@ __all__ = ["POLICIES", "SchedulerDaemonConfig", "load_scheduler_config"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
-#: ``policy``: "fixed" changes settings only on request (POST /config). StellaTrain's controller
-#: (scheduler.control) joins as "adaptive" once trainers report telemetry.
-POLICIES: Final = ("fixed",)
+#: ``policy``: "adaptive" runs StellaTrain's controller (scheduler.control) on the gateways' telemetry;
+#: "fixed" changes settings only on request (POST /config).
+POLICIES: Final = ("adaptive", "fixed")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class SchedulerDaemonConfig:
     * ``decide_interval_s`` — how often the policy is asked for new settings.
     * ``reply_timeout_s`` — a prepare not answered by every connected gateway within this is aborted.
     * ``control_token_file`` — the token ``POST /config`` must present (unset: no changes over HTTP).
+    * ``profile`` — the convergence profile ḡ(r, Σx) written by ``wanrt profile`` (JSON); without one the
+      adaptive policy uses the analytic stand-in :class:`~scheduler.control.convergence.PowerLawConvergence`.
+    * ``[scheduler.control]`` — the controller's knobs (:class:`~scheduler.control.config.SchedulerConfig`).
     """
 
     job: str
@@ -50,7 +54,9 @@ class SchedulerDaemonConfig:
     listen: str = "tcp://127.0.0.1:7800"
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0
-    policy: str = "fixed"
+    policy: str = "adaptive"
+    profile: str | None = None
+    control: SchedulerConfig = field(default_factory=SchedulerConfig)
     announce_margin: int = 8
     decide_interval_s: float = 5.0
     reply_timeout_s: float = 10.0
@@ -119,7 +125,10 @@ def load_scheduler_config(path: str | Path) -> SchedulerDaemonConfig:
         return str(path if path.is_absolute() else (base / path).resolve())
 
     cfg = dataclasses.replace(
-        cfg, secret_file=resolve(cfg.secret_file), control_token_file=resolve(cfg.control_token_file)
+        cfg,
+        secret_file=resolve(cfg.secret_file),
+        control_token_file=resolve(cfg.control_token_file),
+        profile=resolve(cfg.profile),
     )
     cfg.secret_bytes()
     return cfg

@@ -26,8 +26,8 @@ from typing import Any, Protocol, TypeAlias
 
 from gateways.wire.config_update import trainer_config_update
 from scheduler.daemon_config import SchedulerDaemonConfig
-from scheduler.wire import Announce, AnnounceReply
-from wanrt.errors import RemoteProtocolError
+from scheduler.wire import SITE_BATCH_PREFIX, Announce, AnnounceReply, site_values
+from wanrt.errors import ConfigError, RemoteProtocolError
 from wanrt.protocol import Message, Telemetry
 
 __all__ = ["Decision", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
@@ -47,8 +47,12 @@ class DecisionPolicy(Protocol):
     def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None: ...
 
     def decide(self, now: float) -> dict[str, Any] | None:
-        """New trainer settings (keys of :data:`gateways.wire.config_update.TRAINER_CONFIG_KEYS`), or
-        None to keep the current ones."""
+        """New trainer settings (keys of :data:`wanrt.live_settings.LIVE_KEYS`, per-site batch sizes as
+        ``batch_size@<site>``), or None to keep the current ones."""
+        ...
+
+    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+        """Every connected gateway committed ``values`` from ``effective_iteration`` on."""
         ...
 
 
@@ -59,6 +63,9 @@ class FixedPolicy:
         return None
 
     def decide(self, now: float) -> dict[str, Any] | None:
+        return None
+
+    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
         return None
 
 
@@ -237,7 +244,15 @@ class SchedulerNode:
     def request(self, values: Mapping[str, Any], now: float) -> dict[str, Any]:
         """A manual change (``POST /config``, authenticated by the service): validated by the trainers'
         schema, then announced like any decision. Returns what was done."""
-        trainer_config_update(values, 0)  # ConfigError naming the bad key
+        for site in self.gateways:
+            trainer_config_update(site_values(values, site), 0)  # ConfigError naming the bad key
+        unknown = [
+            k
+            for k in values
+            if k.startswith(SITE_BATCH_PREFIX) and k[len(SITE_BATCH_PREFIX) :] not in self.gateways
+        ]
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: no such site in this job", key=unknown[0])
         self._want(dict(values), "request", now)
         p = self.pending
         return {
@@ -278,6 +293,7 @@ class SchedulerNode:
         self.pending = None
         self.current = pending.decision
         self.stats.decisions_committed += 1
+        self.policy.committed(pending.decision.values, pending.decision.effective_iteration)
         for site, g in self.gateways.items():
             if g.connected:
                 self._send(site, pending.decision, "commit")

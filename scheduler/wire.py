@@ -17,6 +17,7 @@ trainer measurements), which is also how a restarted scheduler learns the job's 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -25,9 +26,22 @@ from wanrt.protocol import CORE_REGISTRY, Message
 from wanrt.protocol.checks import check_scalar_map, check_uint
 from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER
 
-__all__ = ["PHASES", "SCHEDULER_REGISTRY", "Announce", "AnnounceReply"]
+__all__ = ["PHASES", "SCHEDULER_REGISTRY", "SITE_BATCH_PREFIX", "Announce", "AnnounceReply", "site_values"]
 
 PHASES: Final = ("prepare", "commit", "abort")
+
+#: A per-site batch size in a decision's values: ``batch_size@<site>`` = per-rank batch at that site.
+SITE_BATCH_PREFIX: Final = "batch_size@"
+
+
+def site_values(values: Mapping[str, Any], site: str) -> dict[str, Any]:
+    """A decision's values as site ``site``'s trainers take them: its own ``batch_size@<site>`` becomes
+    ``batch_size``, the other sites' are dropped."""
+    out = {k: v for k, v in values.items() if not k.startswith(SITE_BATCH_PREFIX)}
+    own = values.get(SITE_BATCH_PREFIX + site)
+    if own is not None:
+        out["batch_size"] = own
+    return out
 
 
 @dataclass(frozen=True, slots=True)

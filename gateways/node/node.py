@@ -47,7 +47,7 @@ from gateways.sending.rate_allocator import RateAllocator
 from gateways.stats import GatewayStats, peer_view, render_prometheus
 from gateways.wire.config_update import trainer_config_update
 from gateways.wire.round_frames import JobModel, RoundTag
-from scheduler.wire import Announce, AnnounceReply
+from scheduler.wire import Announce, AnnounceReply, site_values
 from wanrt.errors import (
     AuthError,
     LocalProtocolError,
@@ -740,8 +740,9 @@ class GatewayNode:
         if not isinstance(msg, Announce):
             raise RemoteProtocolError(f"the scheduler may not send {type(msg).__name__}", peer="scheduler")
         frontier = -1 if self.engine is None else self.engine.frontier
+        values = site_values(msg.values, self.site)
         if msg.phase == "prepare":
-            trainer_config_update(msg.values, msg.effective_iteration)  # the shared schema (ConfigError)
+            trainer_config_update(values, msg.effective_iteration)  # the shared schema (ConfigError)
             ok = self.engine is not None and msg.effective_iteration >= self._safe_iteration()
             if ok:
                 if len(self._prepared) >= 16:  # a scheduler that never commits: keep the newest
@@ -767,7 +768,7 @@ class GatewayNode:
                 self._decision_late += 1
                 effective = safe
             self._decision = msg.decision
-            self.apply_config(dict(msg.values), effective, now)
+            self.apply_config(values, effective, now)
 
     def telemetry(self, now: float) -> Telemetry:
         """What this gateway reports: where it is, the decision it runs, its links and rounds."""

@@ -25,12 +25,16 @@ class Policy:
     def __init__(self) -> None:
         self.seen: list[tuple[str, dict[str, float]]] = []
         self.next: dict[str, Any] | None = None
+        self.commits: list[tuple[dict[str, Any], int]] = []
 
     def observe(self, site: str, metrics: Any, now: float) -> None:
         self.seen.append((site, dict(metrics)))
 
     def decide(self, now: float) -> dict[str, Any] | None:
         return self.next
+
+    def committed(self, values: Any, effective_iteration: int) -> None:
+        self.commits.append((dict(values), effective_iteration))
 
 
 def _report(node: SchedulerNode, site: str, frontier: int, now: float, **extra: float) -> None:
@@ -71,6 +75,7 @@ def test_a_decision_is_prepared_everywhere_then_committed_with_one_iteration() -
     assert {(s, m.phase, m.effective_iteration) for s, m in commits} == {(s, "commit", 17) for s in "abc"}
     assert node.current is not None and node.current.values == {"density": 0.05}
     assert len(policy.seen) == 3
+    assert policy.commits == [({"density": 0.05}, 17)]
 
 
 def test_a_refusal_aborts_and_prepares_again_further_ahead() -> None:

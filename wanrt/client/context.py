@@ -221,6 +221,7 @@ class Context:
             time.monotonic(), batch_size=self._batch_size, world_size=self.world_size
         )
         if metrics is not None and self.is_leader and self._link is not None:
+            metrics["params"] = float(sum(p.numel() for p in self._params))
             self._link.telemetry(iteration, metrics)
 
     def _exchange(self, *, final: bool) -> SiteDecision:

@@ -1,0 +1,117 @@
+"""StellaTrain's controller (:class:`~scheduler.control.policy.SchedulerPolicy`) behind the scheduler node's
+:class:`~scheduler.node.DecisionPolicy` interface: gateway reports in, trainer settings out.
+
+The controller reasons about "ranks" with a throughput model each (Eq. 2). Here a rank is a *site*: its
+leader reports the site's compute and iteration time and its per-rank batch size × world size is the
+site's batch x_i, so Eq. 6's slowest-site balance is what the search equalises. A decision's per-site batch
+sizes travel as ``batch_size@<site>`` (per rank at that site); each gateway keeps its own as
+``batch_size``. The WAN goodput cross-check is the mean over sites of each gateway's bytes sent per second.
+
+Sans-IO: time comes in as an argument; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scheduler.control.config import SchedulerConfig
+from scheduler.control.convergence import ConvergenceModel
+from scheduler.control.decision import Decision
+from scheduler.control.policy import SchedulerPolicy
+from scheduler.wire import SITE_BATCH_PREFIX
+
+__all__ = ["AdaptivePolicy"]
+
+log = logging.getLogger("scheduler.adaptive")
+
+
+class AdaptivePolicy:
+    """See the module docstring."""
+
+    def __init__(self, sites: Sequence[str], config: SchedulerConfig, convergence: ConvergenceModel) -> None:
+        self.sites = tuple(sorted(sites))
+        self.cfg = config
+        self.convergence = convergence
+        self.policy: SchedulerPolicy | None = None  # built once the model's size is known
+        self._world: dict[str, int] = {}
+        self._bytes: dict[str, tuple[float, float]] = {}  # site -> (bytes sent, at)
+        self._goodput: dict[str, float] = {}
+        self._pending: Decision | None = None
+        self._running: dict[str, Any] = {}
+
+    def _rank(self, site: str) -> int:
+        return self.sites.index(site)
+
+    def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None:
+        if site not in self.sites:
+            return
+        if self.policy is None:
+            params = metrics.get("trainer.params")
+            if params is None or params < 1:
+                return  # no trainer report yet: nothing to plan with
+            density = metrics.get("cfg.density")
+            self.policy = SchedulerPolicy(
+                self.cfg,
+                self.convergence,
+                n_params=int(params),
+                ranks=range(len(self.sites)),
+                initial_density=None if density is None else float(density),
+                initial_staleness=int(metrics.get("cfg.staleness", 1)),
+            )
+        self._observe_goodput(site, metrics, now)
+        world = int(metrics.get("trainer.world_size", 1))
+        self._world[site] = max(1, world)
+        it = metrics.get("trainer.iteration")
+        batch = metrics.get("trainer.batch_size")
+        compute = metrics.get("trainer.compute_s")
+        wall = metrics.get("trainer.iteration_s")
+        if it is None or batch is None or compute is None or wall is None:
+            return
+        if not all(math.isfinite(v) for v in (it, batch, compute, wall)) or compute <= 0 or wall <= 0:
+            return
+        self.policy.observe_rank(
+            self._rank(site),
+            iteration=int(it),
+            batch_size=int(batch) * self._world[site],
+            compute_s=float(compute),
+            iteration_s=float(wall),
+            now=now,
+        )
+
+    def _observe_goodput(self, site: str, metrics: Mapping[str, float], now: float) -> None:
+        sent = sum(v for k, v in metrics.items() if k.startswith("link.") and k.endswith(".bytes_sent"))
+        prev = self._bytes.get(site)
+        self._bytes[site] = (sent, now)
+        if prev is None or now <= prev[1] or sent < prev[0]:
+            return
+        self._goodput[site] = (sent - prev[0]) * 8.0 / (now - prev[1])
+        if self.policy is not None and len(self._goodput) == len(self.sites):
+            self.policy.observe_goodput(sum(self._goodput.values()) / len(self._goodput), now)
+
+    def decide(self, now: float) -> dict[str, Any] | None:
+        if self.policy is None:
+            return None
+        d = self.policy.decide(now)
+        if d is None:
+            return None
+        self._pending = d
+        values: dict[str, Any] = {"density": float(d.density), "staleness": int(d.staleness)}
+        for rank, site_batch in zip(d.ranks, d.batch_sizes, strict=True):
+            site = self.sites[rank]
+            values[SITE_BATCH_PREFIX + site] = max(1, round(site_batch / self._world.get(site, 1)))
+        log.info("decision (%s): %s at %.3g Mbit/s", d.reason, values, d.bandwidth_bps / 1e6)
+        return values
+
+    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+        """The decision carrying ``values`` takes effect at ``effective_iteration`` everywhere."""
+        self._running = dict(values)
+        d = self._pending
+        if self.policy is None or d is None:
+            return
+        if values.get("density") == float(d.density) and values.get("staleness") == int(d.staleness):
+            self.policy.confirm(dataclasses.replace(d, effective_iteration=effective_iteration))
+            self._pending = None
