@@ -548,9 +548,16 @@ class GatewayNode:
         ch = self._by_peer.get(peer)
         return None if ch is None or ch.ended else ch.link_id
 
-    def rejected(self, who: str, why: str) -> None:
+    def rejected(self, who: str, why: str, site: str | None = None, now: float | None = None) -> None:
+        """A connection was refused (wrong secret, other round settings, a race, a flood): counted, logged,
+        and, when the peer site is known, shown as its ``reason`` in /status."""
         self.stats.rejected_connections += 1
         log.warning("connection from %s rejected: %s", who, why)
+        st = self.stats.peers.get(site) if site is not None else None
+        if st is not None and st.state != "up":
+            st.reason = f"refused: {why}"
+            if now is not None:
+                st.since = now
 
     def _end_link(
         self,

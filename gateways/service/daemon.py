@@ -416,8 +416,9 @@ class GatewayDaemon:
         self._links.pop(link.link_id, None)
         self.node.forget_link(link.link_id)
 
-    def rejected(self, who: str, why: str) -> None:
-        self.node.rejected(who, why)
+    def rejected(self, who: str, why: str, site: str | None = None) -> None:
+        self.node.rejected(who, why, site, self._now())
+        self._progress.set()
 
     # ------------------------------------------------------------------------------------------------
     # the trainer (TrainerOwner)

@@ -7,10 +7,12 @@ with a reason). The dialing side reconnects with exponential backoff (``reconnec
 
 The handshake is the protocol's (role ``gateway``, HMAC proofs of the job secret); the ``info`` maps carry
 what :mod:`gateways.membership.joining` and :mod:`gateways.membership.job_model` need, and are decided by
-the owner (the
-daemon) so that this file stays an adapter. While the owner has not joined the job yet, handshakes are
+the node so that this file stays an adapter. While the node has not joined the job yet, handshakes are
 serialised (:meth:`LinksOwner.handshake_gate`): a fresh gateway's first link fixes the iteration it joins
-at, and every later link must see that decision.
+at, and every later link must see that decision. Unauthenticated connections are capped: at most
+:data:`MAX_PREAUTH_PER_HOST` per remote host and :data:`MAX_PREAUTH_TOTAL` in all; more are closed at once.
+(Known limit: before it has joined, a gateway still holds that gate while a peer that has not proved the
+secret yet answers its Welcome, for up to the handshake timeout.)
 
 A peer that fails authentication, breaks the protocol in its handshake or sends garbage only loses its own
 connection, with a log line saying why; the listener keeps accepting.
@@ -22,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from gateways.config import GatewayConfig
 from gateways.service.peer_link import PeerLink
@@ -32,9 +34,16 @@ from transports.connection_io import abort_and_close, next_event
 from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, TransportError, WanrtTimeout
 from wanrt.protocol import Auth, Connection, Error, ErrorCode, Hello, Reject, Role, Welcome
 
-__all__ = ["LinksOwner", "PeerLinks"]
+__all__ = ["MAX_PREAUTH_PER_HOST", "MAX_PREAUTH_TOTAL", "LinksOwner", "PeerLinks"]
 
 log = logging.getLogger(__name__)
+
+
+#: Handshakes in progress from one remote host (TCP; unix peers share one "host"): a job has at most a few
+#: gateways per host, each with one link to us, so anything beyond is a flood.
+MAX_PREAUTH_PER_HOST: Final = 8
+#: Handshakes in progress in all: bounds the memory and tasks an unauthenticated flood can hold.
+MAX_PREAUTH_TOTAL: Final = 64
 
 
 class LinksOwner(Protocol):
@@ -58,7 +67,7 @@ class LinksOwner(Protocol):
 
     def link_down(self, link: PeerLink) -> None: ...
 
-    def rejected(self, who: str, why: str) -> None: ...
+    def rejected(self, who: str, why: str, site: str | None = None) -> None: ...
 
 
 class PeerLinks:
@@ -72,6 +81,7 @@ class PeerLinks:
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._serving: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        self._preauth: dict[str, int] = {}  # remote host -> handshakes in progress
 
     @property
     def url(self) -> str | None:
@@ -134,8 +144,30 @@ class PeerLinks:
 
     async def _accept(self, transport: Transport) -> None:
         """Listener handler: server side of the handshake, then serve the link."""
+        host = _host_of(transport.peer)
+        if (
+            self._preauth.get(host, 0) >= MAX_PREAUTH_PER_HOST
+            or sum(self._preauth.values()) >= MAX_PREAUTH_TOTAL
+        ):
+            self._owner.rejected(transport.peer, "too many unauthenticated connections; closed")
+            with contextlib.suppress(TransportError, OSError):
+                await transport.close()
+            return
+        self._preauth[host] = self._preauth.get(host, 0) + 1
+        try:
+            link = await self._accept_handshake(transport)
+        finally:
+            left = self._preauth[host] - 1
+            if left:
+                self._preauth[host] = left
+            else:
+                del self._preauth[host]
+        if link is not None:
+            await self._serve(link)
+
+    async def _accept_handshake(self, transport: Transport) -> PeerLink | None:
         conn = self._connection("server", transport.peer)
-        link: PeerLink | None = None
+        site: str | None = None
         try:
             async with asyncio.timeout(self.cfg.timeouts.handshake):
                 hello = await next_event(conn, transport)
@@ -153,7 +185,8 @@ class PeerLinks:
                     await transport.send([conn.accept(ours)])
                     auth = await next_event(conn, transport)
                     _expect_auth(auth, hello.site)
-                    link = self._owner.link_up(
+                    site = hello.site  # authenticated: from here on it is that site speaking
+                    return self._owner.link_up(
                         hello.site, conn, self.shaped(hello.site, transport), ours, dict(hello.info)
                     )
         except asyncio.CancelledError:
@@ -162,16 +195,13 @@ class PeerLinks:
         except TimeoutError:
             self._owner.rejected(transport.peer, "handshake not finished in time")
             await abort_and_close(conn, transport, None, grace=self.cfg.timeouts.close)
-            return
         except (ProtocolError, AuthError) as exc:
-            self._owner.rejected(transport.peer, str(exc))
+            self._owner.rejected(transport.peer, str(exc), site)
             await abort_and_close(conn, transport, exc, grace=self.cfg.timeouts.close)
-            return
         except (TransportError, WanrtTimeout) as exc:
             log.info("gateway connection from %s ended during the handshake: %s", transport.peer, exc)
             await abort_and_close(conn, transport, None, grace=self.cfg.timeouts.close)
-            return
-        await self._serve(link)
+        return None
 
     # -- dialing ------------------------------------------------------------------------------------
 
@@ -226,7 +256,7 @@ class PeerLinks:
             log.warning("gateway %s at %s: handshake not finished in time", peer, url)
             await abort_and_close(conn, transport, None, grace=cfg.timeouts.close)
         except (ProtocolError, AuthError) as exc:
-            self._owner.rejected(f"{peer} ({url})", str(exc))
+            self._owner.rejected(f"{peer} ({url})", str(exc), peer)
             await abort_and_close(conn, transport, exc, grace=cfg.timeouts.close)
         except (TransportError, WanrtTimeout) as exc:
             (log.debug if quiet else log.info)("gateway %s at %s: handshake failed: %s", peer, url, exc)
@@ -249,6 +279,14 @@ class PeerLinks:
     def serving(self) -> list[asyncio.Task[Any]]:
         """Tasks serving a link right now (an abrupt stop cancels them)."""
         return list(self._serving)
+
+
+def _host_of(peer: str) -> str:
+    """The remote host of a transport's peer label (``tcp://h:p`` / ``h:p``); unix peers share one."""
+    text = peer.split("://", 1)[-1]
+    if text.startswith("["):
+        return text.split("]", 1)[0] + "]"
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text.split("#", 1)[0]
 
 
 def _expect_auth(event: object, peer: str) -> None:

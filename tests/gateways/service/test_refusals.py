@@ -1,0 +1,52 @@
+"""What a refused gateway connection leaves behind: a reason in /status, and no task or memory for a
+flood of connections that never authenticate."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from gateways.rounds.config import RoundConfig
+from gateways.service.peer_links import MAX_PREAUTH_PER_HOST
+from tests.gateways.service.daemon_cluster import running, short_dir, site_configs
+from tests.gateways.service.daemon_fakes import read_until_closed
+from transports import connect
+
+ROUNDS = RoundConfig(topology="star", round_deadline_s=20.0, suspect_after_s=20.0)
+
+
+@pytest.fixture(autouse=True)
+def _numpy_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANRT_KERNELS", "numpy")
+
+
+@pytest.mark.timeout(60)
+async def test_status_says_why_a_peer_with_other_round_settings_was_refused() -> None:
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=ROUNDS)
+        configs["a"] = dataclasses.replace(configs["a"], rounds=dataclasses.replace(ROUNDS, window=5))
+        async with running(configs) as cluster:
+            b = cluster.daemons["b"]
+            await b.wait_for(lambda: b.status()["peers"]["a"]["reason"] != "")
+            reason = b.status()["peers"]["a"]["reason"]
+            assert reason.startswith("refused:") and "[gateway.rounds]" in reason
+
+
+@pytest.mark.timeout(60)
+async def test_connections_that_never_authenticate_are_capped() -> None:
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=ROUNDS)
+        async with running(configs) as cluster:
+            b = cluster.daemons["b"]
+            url = configs["b"].listen
+            idle = [await connect(url) for _ in range(MAX_PREAUTH_PER_HOST)]  # each holds a handshake
+            await b.wait_for(lambda: sum(b._peer_links._preauth.values()) == MAX_PREAUTH_PER_HOST)
+            extra = await connect(url)
+            async with asyncio.timeout(10):
+                assert await read_until_closed(extra) == b""  # closed at once, nothing said
+            assert b.stats.rejected_connections >= 1
+            for t in (*idle, extra):
+                await t.close()
+            await b.wait_for(lambda: not b._peer_links._preauth)  # every slot given back
