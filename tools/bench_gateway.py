@@ -333,7 +333,7 @@ TARGETS: tuple[tuple[str, float, str], ...] = (
     ("straggler_iter_reduction", 0.40, "ge"),
     ("bursty_overhead", 0.01, "le"),
     ("tree32_rounds_per_s", 0.0, "ge"),
-    ("tree32_rss_mb", 150.0, "le"),
+    ("tree32_rss_mb", 120.0, "le"),
 )
 
 
