@@ -17,6 +17,7 @@ from wanrt.errors import WanrtError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("wanrt.demo.cli", "train a real model across emulated WAN sites, dense baseline beside it"),
     "gateway": ("gateways.service.cli", "run the per-site gateway daemon (wanrt gateway --config site.toml)"),
+    "sim": ("sims.cli", "simulate gateways on virtual time from a scenario (wanrt sim SCENARIO.toml)"),
 }
 
 

@@ -37,6 +37,7 @@ from sims.des.site_limit import protocol_site_limit
 from sims.des.trainer import TrainerState
 from transports.traces import BandwidthTrace, profile_traces
 from wanrt.errors import WanrtError
+from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Aggregate, Auth, Connection, Hello, Push, Role, Welcome
 
 __all__ = ["JOB", "SECRET", "SimResult", "Simulation", "run_scenario"]
@@ -70,8 +71,12 @@ class Simulation:
     reads a clock.
     """
 
-    def __init__(self, sc: Scenario, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self, sc: Scenario, *, clock: Callable[[], float] | None = None, keep_payloads: bool = False
+    ) -> None:
         self.sc = sc
+        #: (site, iteration, layer) -> the aggregate itself, when ``keep_payloads`` (tests compare sums)
+        self.payloads: dict[tuple[str, int, int], SparsePayload] | None = {} if keep_payloads else None
         self.clock = clock
         self.names = sc.site_names()
         self.index = {s: i for i, s in enumerate(self.names)}
@@ -456,6 +461,8 @@ class Simulation:
         if key in self.aggregates:
             return  # a re-sent aggregate (after a reconnect): already counted
         self.aggregates[key] = (now, payload_digest(msg.payload), len(msg.sites))
+        if self.payloads is not None:
+            self.payloads[key] = msg.payload
         self.last_delivery[(msg.iteration, msg.layer)] = now
         self.nodes[site].trainer_ack(Ack(msg.iteration, msg.layer, 0))
         tr = self.trainers[site]
