@@ -267,6 +267,8 @@ class Simulation:
         with protocol_site_limit(self.sc.protocol_site_limit):
             self.setup()
             self.loop.run(until=self.sc.max_time_s, stop=self._done)
+            if self.sc.sample_interval_s > 0:
+                self._sample_once()  # the state at the end, whatever the sampling period
         wall = (self.clock() - t0) if self.clock is not None else 0.0
         if self._unfinished:
             self.problems.append(
@@ -479,6 +481,11 @@ class Simulation:
         return {k: [] for k in self._links}
 
     def _sample(self) -> None:
+        self._sample_once()
+        if self._unfinished:
+            self.loop.after(self.sc.sample_interval_s, self._sample)
+
+    def _sample_once(self) -> None:
         now = self.loop.now
         for (site, link_id), d in self._dirs.items():
             ch = self.nodes[site].channel(link_id)
@@ -490,8 +497,6 @@ class Simulation:
             ts, fs = self.frontier[s]
             ts.append(now)
             fs.append(-1 if node.engine is None else node.engine.frontier)
-        if self._unfinished:
-            self.loop.after(self.sc.sample_interval_s, self._sample)
 
 
 @functools.lru_cache(maxsize=64)
