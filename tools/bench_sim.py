@@ -137,7 +137,9 @@ async def daemons_digests(sc: Scenario) -> tuple[dict[tuple[str, int, int], str]
     with short_dir() as d:
         configs = star_configs(d, "".join(names), shaping={})
         for cfg in configs.values():
-            assert cfg.rounds.topology == sc.gateway.rounds.topology and cfg.root == (sc.gateway.root or names[0])
+            assert cfg.rounds.topology == sc.gateway.rounds.topology and cfg.root == (
+                sc.gateway.root or names[0]
+            )
         t0 = time.perf_counter()
         async with running(configs) as cluster:
             trainers: dict[str, DigestTrainer] = {}
@@ -187,7 +189,8 @@ def run_match() -> dict[str, Any]:
         "match_expected": expected,
         "match_differ": len(differ),
         "match_first_differences": [
-            {"key": "/".join(map(str, k)), "sim": sim_digests.get(k), "daemons": daemon.get(k)} for k in differ[:5]
+            {"key": "/".join(map(str, k)), "sim": sim_digests.get(k), "daemons": daemon.get(k)}
+            for k in differ[:5]
         ],
         "match_rounds_differ": len(rounds),
         "match_rounds_explained_by_sum_order": len(explained),
@@ -262,7 +265,10 @@ def print_table(out: dict[str, Any]) -> None:
             ("  setup (nodes + handshakes) s", f"{out['sim_setup_s']:.1f}"),
             ("  per round s", f"{out['sim_wall_per_round_s']:.2f}"),
             ("  100 rounds, projected s", f"{out['sim_setup_s'] + 100 * out['sim_wall_per_round_s']:.0f}"),
-            ("  finished / events / virtual s", f"{out['sim_finished']} / {out['sim_events']} / {out['sim_virtual_s']:.2f}"),
+            (
+                "  finished / events / virtual s",
+                f"{out['sim_finished']} / {out['sim_events']} / {out['sim_virtual_s']:.2f}",
+            ),
             ("  WAN bytes per round", f"{out['sim_wan_bytes_per_round']:.0f}"),
         ]
     if "sim_matches_daemons" in out:
@@ -273,7 +279,10 @@ def print_table(out: dict[str, Any]) -> None:
                 "  differing rounds / explained by sum order",
                 f"{out['match_rounds_differ']} / {out['match_rounds_explained_by_sum_order']}",
             ),
-            ("  4-site wall s: sim / daemons", f"{out['match_sim_wall_s']:.2f} / {out['match_daemons_wall_s']:.2f}"),
+            (
+                "  4-site wall s: sim / daemons",
+                f"{out['match_sim_wall_s']:.2f} / {out['match_daemons_wall_s']:.2f}",
+            ),
         ]
         ratio = out["match_daemons_over_sim"]
         if ratio is not None:

@@ -26,12 +26,12 @@ from pathlib import Path
 from gateways.rounds.config import RoundConfig
 from gateways.sending.config import EdfConfig, RateConfig
 from gateways.sending.edf_queue import EdfQueue, FifoQueue
-from sims.des.scenario import ComputeSpec, GatewaySpec, LinkSpec, PayloadSpec, Scenario, load_scenario
 from sims.des.payloads import make_payload
+from sims.des.scenario import ComputeSpec, GatewaySpec, LinkSpec, PayloadSpec, Scenario, load_scenario
 from sims.des.world import Simulation
-from wanrt.codec.payload_codec import encode_payload
 from sims.models.edf_link import run_pipeline, vgg_like_layers
 from sims.models.fluid_round import simulate
+from wanrt.codec.payload_codec import encode_payload
 
 __all__ = ["EdfCheck", "StragglerCheck", "edf_check", "edf_scenario", "straggler_check"]
 

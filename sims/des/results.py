@@ -121,7 +121,9 @@ class SimResult:
         busiest = sorted(self.links.values(), key=lambda lr: -lr.bytes_total)[:8]
         if busiest:
             lines.append("")
-            lines.append(f"{'link':<24} {'bytes':>12} {'writes':>8} {'lost':>6} {'busy s':>9} {'mean Mbit/s':>12}")
+            lines.append(
+                f"{'link':<24} {'bytes':>12} {'writes':>8} {'lost':>6} {'busy s':>9} {'mean Mbit/s':>12}"
+            )
             for lr in busiest:
                 mbps = lr.bytes_total * 8 / lr.busy_s / 1e6 if lr.busy_s > 0 else 0.0
                 lines.append(

@@ -34,7 +34,9 @@ def test_same_seed_same_results() -> None:
     assert one.aggregates == two.aggregates
     assert one.iteration_start == two.iteration_start
     assert one.round_closed == two.round_closed
-    assert {k: v.bytes_total for k, v in one.links.items()} == {k: v.bytes_total for k, v in two.links.items()}
+    assert {k: v.bytes_total for k, v in one.links.items()} == {
+        k: v.bytes_total for k, v in two.links.items()
+    }
     other = run_scenario(small(seed=4))
     assert other.digests() != one.digests()
 
@@ -66,7 +68,12 @@ def test_topologies_deliver_one_result_everywhere(topology: str) -> None:
 
 
 def test_plan_links_connect_only_neighbours() -> None:
-    sc = small("tree", sites=15, names=(), gateway=GatewaySpec(links="plan", rounds=RoundConfig(tree_arity=2, **LONG)))
+    sc = small(
+        "tree",
+        sites=15,
+        names=(),
+        gateway=GatewaySpec(links="plan", rounds=RoundConfig(tree_arity=2, **LONG)),
+    )
     sim = Simulation(sc)
     result = sim.run()
     assert result.finished and not result.problems
