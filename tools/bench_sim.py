@@ -12,7 +12,12 @@
     (site, iteration, layer) aggregate has the same payload digest in both; otherwise the table lists the
     first differences. Beside it, both wall times and their ratio.
 
-Usage: python tools/bench_sim.py [--quick] [--json PATH] [--profile] [--parts ab]
+(c) **The old models as DES scenarios** (``sims.des.crosscheck``): EDF's first-layer speedup over FIFO
+    (16 VGG-like layers, 16 MiB, one 100 Mbit/s uplink) in the DES and in ``sims.models.edf_link``; seed
+    002's persistent-straggler change with the real RateAllocator inside real nodes and in
+    ``sims.models.fluid_round`` for the same compute/communication split.
+
+Usage: python tools/bench_sim.py [--quick] [--json PATH] [--profile] [--parts abc]
 """
 
 from __future__ import annotations
@@ -231,6 +236,26 @@ def _order_explains(
     return all(sim.get((s, it, layer)) in orders and daemons.get((s, it, layer)) in orders for s in names)
 
 
+# -- (c) the old models ----------------------------------------------------------------------------------
+
+
+def run_models(*, quick: bool) -> dict[str, Any]:
+    from sims.des.crosscheck import edf_check, straggler_check
+
+    e = edf_check()
+    s = straggler_check(iterations=40 if quick else 60)
+    return {
+        "edf_speedup_des": e.des_speedup,
+        "edf_speedup_model": e.model_speedup,
+        "edf_first_layer_des_s": (e.des_fifo_s, e.des_edf_s),
+        "edf_first_layer_model_s": (e.model_fifo_s, e.model_edf_s),
+        "straggler_change_des": s.des_change,
+        "straggler_change_fluid": s.fluid_change,
+        "straggler_comm_fraction": s.comm_fraction,
+        "straggler_reallocations": s.reallocations,
+    }
+
+
 # -- main -------------------------------------------------------------------------------------------------
 
 
@@ -239,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 000 sites but 3 rounds instead of 100")
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--profile", action="store_true", help="report where the scale run spends its time")
-    ap.add_argument("--parts", default="ab", help="a: scale, b: matches daemons (default both)")
+    ap.add_argument("--parts", default="abc", help="a: scale, b: matches daemons, c: models (default all)")
     ap.add_argument("--rounds", type=int, help="override the number of rounds of the scale run")
     args = ap.parse_args(argv)
     out: dict[str, Any] = {"quick": args.quick}
@@ -248,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.update(run_scale(rounds, profile=args.profile))
     if "b" in args.parts:
         out.update(run_match())
+    if "c" in args.parts:
+        out.update(run_models(quick=args.quick))
     print_table(out)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
@@ -289,6 +316,18 @@ def print_table(out: dict[str, Any]) -> None:
             rows.append(("  daemons / sim wall", f"{ratio:.2f}x"))
         for d in out["match_first_differences"]:
             rows.append((f"  differs {d['key']}", f"sim {d['sim']} daemons {d['daemons']}"))
+    if "edf_speedup_des" in out:
+        rows += [
+            (
+                "EDF first-layer speedup: DES / model",
+                f"{out['edf_speedup_des']:.3f} / {out['edf_speedup_model']:.3f}",
+            ),
+            (
+                "straggler change: DES / fluid",
+                f"{out['straggler_change_des'] * 100:+.1f}% / {out['straggler_change_fluid'] * 100:+.1f}%"
+                f" (comm {out['straggler_comm_fraction'] * 100:.0f}% of an iteration)",
+            ),
+        ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
