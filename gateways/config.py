@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from gateways.rounds.config import RoundConfig
 from gateways.sending.config import MAX_CHUNK_BYTES, EdfConfig, RateConfig
@@ -123,6 +123,10 @@ class GatewayConfig:
     scheduler: str | None = None
     telemetry_interval_s: float = 1.0
     control_token_file: str | None = None
+    # Which peers this gateway expects a link to: "all" (a full mesh, the default) or "plan" (only its
+    # neighbours in the round plan: parent and children in a tree, ring neighbours). Added for the
+    # simulator's 1 000-site trees, where a mesh would be 500k links (issue 8 part 3; see docs/sim.md).
+    links: Literal["all", "plan"] = "all"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peers", _frozen_map(self.peers))
@@ -189,6 +193,7 @@ class GatewayConfig:
         positive("telemetry_interval_s", self.telemetry_interval_s, 3600.0)
 
     def _check_rates(self) -> None:
+        check(self.links in ("all", "plan"), "links", self.links, "'all' (full mesh) or 'plan'")
         check(0.0 < self.link_rate_bps <= 1e13, "link_rate_bps", self.link_rate_bps, "in (0, 1e13] bit/s")
         for name, rate in self.peer_rates_bps.items():
             key = f"peer_rates_bps.{name}"

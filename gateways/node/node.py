@@ -252,7 +252,10 @@ class GatewayNode:
         # a member that never links is as silent as one whose heartbeats stopped: every gateway gives it
         # the same time, so they all count it out (and in again when it comes) alike
         t = self.cfg.timeouts
-        for peer in sorted(live - {self.site} - set(self._by_peer)):
+        expected = live - {self.site} - set(self._by_peer)
+        if self.cfg.links == "plan":  # only plan neighbours link (GatewayConfig.links; sims/ 1000-site trees)
+            expected &= set(self.engine.plan_for(start).neighbours(self.site))
+        for peer in sorted(expected):
             self._no_link_deadline[peer] = now + t.heartbeat_interval * t.heartbeat_misses
 
     def _apply(self, actions: list[Action], now: float) -> None:

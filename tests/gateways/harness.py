@@ -1,8 +1,11 @@
 """A deterministic in-memory WAN of :class:`~gateways.rounds.engine.RoundEngine` s on virtual time.
 
 Why a harness and not asyncio: the engine is sans-IO, so the whole multi-gateway protocol can run as a
-discrete-event simulation — an event heap, per-link latency and bandwidth (FIFO like a TCP stream), and
-hooks to drop or delay messages — which is deterministic, fast and lets tests assert exact sums.
+discrete-event simulation — the simulator's event loop (:class:`sims.des.loop.EventLoop`: a heap ordered
+by (time, seq)), per-link latency and bandwidth (FIFO like a TCP stream), and hooks to drop or delay
+messages — which is deterministic, fast and lets tests assert exact sums. Unlike :mod:`sims.des`, it
+drives bare round engines with round messages (no gateway node, no protocol bytes), so a test can reach
+every engine decision directly.
 
 Also models the trainers of each site closely enough to exercise x-order: a site starts iteration n once it
 has the results of iteration ``n - 1 - staleness`` for every layer, pushes its layers in backward order over
@@ -12,7 +15,7 @@ its compute time, and skips ahead to the newest finished iteration when it fell 
 from __future__ import annotations
 
 import functools
-import heapq
+import math
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.messages import Action, ContribId, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec
+from sims.des.loop import EventLoop
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
 
@@ -61,9 +65,7 @@ class Net:
         self.engines = {s: RoundEngine(s, self.sites, spec, self.config) for s in self.sites}
         self.links = links or {}
         self.default_link = default_link
-        self.now = 0.0
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = 0
+        self.loop = EventLoop()
         self._link_free: dict[tuple[str, str], float] = {}
         self._last_arrival: dict[tuple[str, str], float] = {}
         self._tick_at: dict[str, float] = {}
@@ -81,21 +83,24 @@ class Net:
         self.listeners: list[Callable[[str, Action], None]] = []
 
     # --- scheduling -----------------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.loop.now
+
     def at(self, t: float, fn: Callable[[], None]) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (max(t, self.now), self._seq, fn))
+        self.loop.at(t, fn)
 
     def run(self, until: float | None = None, max_events: int = 10_000_000) -> None:
-        n = 0
-        while self._heap and (until is None or self._heap[0][0] <= until):
-            t, _, fn = heapq.heappop(self._heap)
-            self.now = t
-            fn()
-            n += 1
-            if n >= max_events:
+        start = self.loop.events_run
+
+        def budget() -> bool:
+            if self.loop.events_run - start >= max_events:
                 raise RuntimeError("event budget exhausted: the protocol does not quiesce")
-        if until is not None:
-            self.now = max(self.now, until)
+            return False
+
+        self.loop.run(until=math.inf if until is None else until, stop=budget)
+        if until is not None and self.loop.now < until:
+            self.loop.now = until
 
     # --- inputs ---------------------------------------------------------------------------------------
     def push(self, site: str, iteration: int, layer: int, payload: SparsePayload) -> None:

@@ -1,0 +1,57 @@
+"""The pushes of the trainer stand-ins: seeded sparse payloads, and a hash to compare aggregates by.
+
+A payload is a pure function of ``(seed, site index, iteration, layer)`` (one NumPy generator per push,
+seeded with that tuple), not of the order in which pushes are drawn. So the simulator and a cluster of
+real daemons fed by real trainers (``tools/bench_sim.py``) push bit-identical payloads whatever their
+timing, and their aggregates can be compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from wanrt.payload import SparsePayload, n_blocks
+
+__all__ = ["make_payload", "payload_digest"]
+
+
+def make_payload(
+    seed: int,
+    site_index: int,
+    iteration: int,
+    layer: int,
+    *,
+    dense_len: int,
+    density: float,
+    block_size: int = 16,
+    same_blocks: bool = False,
+) -> SparsePayload:
+    """``density`` of the layer's blocks (at least one), standard-normal fp32 values.
+
+    ``same_blocks``: every site picks the same blocks in an iteration (an aggregate is then as small as
+    one push); otherwise each site picks its own (the aggregate is their union, as with top-k of
+    different gradients). The padded tail block of a layer whose length is not a multiple of the block
+    size is never picked, so every payload is valid as is.
+    """
+    nb = n_blocks(dense_len, block_size)
+    usable = nb - 1 if dense_len % block_size else nb
+    usable = max(usable, 1)
+    k = max(1, min(usable, round(density * nb)))
+    pick = np.random.default_rng([seed, 0 if same_blocks else site_index + 1, iteration, layer])
+    idx = np.sort(pick.choice(usable, size=k, replace=False)) if k < usable else np.arange(usable)
+    vals = np.random.default_rng([seed, site_index + 1, iteration, layer, 1]).standard_normal(k * block_size)
+    values = vals.astype(np.float32)
+    if dense_len % block_size and usable == nb:  # a one-block layer shorter than a block: zero the padding
+        values.reshape(-1, block_size)[:, dense_len % block_size :] = 0.0
+    return SparsePayload(layer, dense_len, block_size, idx.astype(np.int64), values)
+
+
+def payload_digest(p: SparsePayload) -> str:
+    """16 hex digits over shape, dtype, indices and values: equal digests mean bit-identical payloads."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{p.layer}/{p.dense_len}/{p.block_size}/{p.value_dtype}/".encode())
+    h.update(np.ascontiguousarray(p.indices, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(p.values).tobytes())
+    return h.hexdigest()
