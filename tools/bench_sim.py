@@ -41,7 +41,6 @@ from bench_gateway_cluster import BenchTrainer, running, short_dir, star_configs
 
 from sims.des.payloads import make_payload, payload_digest
 from sims.des.scenario import Scenario, load_scenario
-from sims.des.site_limit import protocol_site_limit
 from sims.des.world import Simulation
 from wanrt.errors import PeerLost
 from wanrt.protocol import Ack, Aggregate, Bye, ConnectionClosed, Error
@@ -58,14 +57,13 @@ def run_scale(rounds: int, *, profile: bool) -> dict[str, Any]:
     sim = Simulation(sc, clock=time.perf_counter)
     prof = cProfile.Profile() if profile else None
     t0 = time.perf_counter()
-    with protocol_site_limit(sc.protocol_site_limit):
-        if prof is not None:
-            prof.enable()
-        sim.setup()
-        t1 = time.perf_counter()
-        sim.loop.run(until=sc.max_time_s, stop=sim._done)
-        if prof is not None:
-            prof.disable()
+    if prof is not None:
+        prof.enable()
+    sim.setup()
+    t1 = time.perf_counter()
+    sim.loop.run(until=sc.max_time_s, stop=sim._done)
+    if prof is not None:
+        prof.disable()
     t2 = time.perf_counter()
     result = sim.result(t2 - t0)
     out: dict[str, Any] = {

@@ -458,8 +458,10 @@ class RoundEngine:
         plan = r.plan
         r.late.update(c for c in plan.children_of(self.site) if c not in r.inputs)
         self._take_own(r)
-        senders = list(r.inputs)
-        extras = list(r.extras_in)
+        # a fixed order (by site name), not arrival order: fp32 addition is not associative, and every run
+        # of the same pushes, on real daemons or in the simulator, must sum to the same bits
+        senders = sorted(r.inputs)
+        extras = sorted(r.extras_in)
         contrib = aggregate(
             [r.own] + [r.inputs[s].payload for s in senders] + [r.extras_in[s][0] for s in extras],
             peers=[None, *senders, *extras],

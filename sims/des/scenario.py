@@ -29,7 +29,7 @@ from gateways.sending.config import EdfConfig, RateConfig
 from transports.timeouts import Timeouts
 from wanrt.config import check, from_mapping, load_toml
 from wanrt.errors import ConfigError
-from wanrt.protocol.limits import MAX_HEADER_ARRAY_LEN, MAX_SITES
+from wanrt.protocol.limits import MAX_SITES
 
 __all__ = [
     "MAX_SIM_SITES",
@@ -180,7 +180,7 @@ class Scenario:
     """``[sim]``: the run. ``sites`` generated names ``s000``… unless ``names`` lists them;
     ``staleness`` is how many iterations a trainer may run ahead of its aggregates (0 or 1);
     ``sample_interval_s`` the period of the link/frontier time series (0: none);
-    ``protocol_site_limit`` lets a run exceed the wire protocol's site bound (see docs/sim.md)."""
+    """
 
     name: str = "scenario"
     seed: int = 0
@@ -190,7 +190,6 @@ class Scenario:
     staleness: int = 0
     sample_interval_s: float = 0.05
     max_time_s: float = 86400.0
-    protocol_site_limit: int = 0
     payload: PayloadSpec = field(default_factory=PayloadSpec)
     compute: ComputeSpec = field(default_factory=ComputeSpec)
     network: LinkSpec = field(default_factory=LinkSpec)
@@ -208,24 +207,7 @@ class Scenario:
         check(self.staleness in (0, 1), "staleness", self.staleness, "0 or 1 (StellaTrain §3.3)")
         check(0 <= self.sample_interval_s <= 3600, "sample_interval_s", self.sample_interval_s, "0..3600 s")
         check(0 < self.max_time_s <= 1e9, "max_time_s", self.max_time_s, "0 < s <= 1e9 (virtual)")
-        check(
-            self.sites <= max(MAX_SITES, self.protocol_site_limit),
-            "sites",
-            self.sites,
-            f"the wire protocol allows {MAX_SITES} sites; set protocol_site_limit to run more (docs/sim.md)",
-        )
-        check(
-            self.protocol_site_limit <= MAX_HEADER_ARRAY_LEN,
-            "protocol_site_limit",
-            self.protocol_site_limit,
-            f"at most {MAX_HEADER_ARRAY_LEN} (msgpack's header array bound)",
-        )
-        check(
-            self.protocol_site_limit == 0 or self.protocol_site_limit >= self.sites,
-            "protocol_site_limit",
-            self.protocol_site_limit,
-            "0 (the protocol's own) or at least the number of sites",
-        )
+        check(self.sites <= MAX_SITES, "sites", self.sites, f"the wire protocol allows {MAX_SITES} sites")
         names = set(self.site_names())
         for site in self.compute.slow:
             check(site in names, f"compute.slow.{site}", site, "not a site of this scenario")

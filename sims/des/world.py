@@ -32,7 +32,6 @@ from sims.des.loop import EventLoop, SimulationStuck
 from sims.des.payloads import make_payload, payload_digest
 from sims.des.results import LinkResult, SimResult
 from sims.des.scenario import LinkSpec, Scenario
-from sims.des.site_limit import protocol_site_limit
 from sims.des.trainer import TrainerState
 from transports.traces import BandwidthTrace, profile_traces
 from wanrt.errors import WanrtError
@@ -263,11 +262,10 @@ class Simulation:
 
     def run(self) -> SimResult:
         t0 = self.clock() if self.clock is not None else 0.0
-        with protocol_site_limit(self.sc.protocol_site_limit):
-            self.setup()
-            self.loop.run(until=self.sc.max_time_s, stop=self._done)
-            if self.sc.sample_interval_s > 0:
-                self._sample_once()  # the state at the end, whatever the sampling period
+        self.setup()
+        self.loop.run(until=self.sc.max_time_s, stop=self._done)
+        if self.sc.sample_interval_s > 0:
+            self._sample_once()  # the state at the end, whatever the sampling period
         wall = (self.clock() - t0) if self.clock is not None else 0.0
         if self._unfinished:
             self.problems.append(

@@ -64,8 +64,10 @@ MAX_VERSIONS: Final = 16
 #: Entries in the opaque Hello/Welcome ``info`` map (model signature, current iteration, build id ...).
 MAX_INFO_KEYS: Final = 32
 
-#: Sites in one job (Aggregate.sites). WAN jobs span a few clusters; 256 leaves room for many small sites.
-MAX_SITES: Final = 256
+#: Sites in one job (Aggregate.sites, contribution ids). WAN jobs span a few clusters, but federated-style
+#: jobs of many small sites exist and the simulator runs 1 000-site trees on this very protocol; 1024 is as
+#: far as a header array may go (MAX_HEADER_ARRAY_LEN), and 1024 names of <= 63 bytes fit MAX_HEADER_BYTES.
+MAX_SITES: Final = 1024
 
 #: Metrics in one Telemetry message: a gateway reports tens (rates, idle %, queue depths ...).
 MAX_TELEMETRY_KEYS: Final = 256
