@@ -8,11 +8,11 @@ say. So each RoundMsg becomes:
 
 * a :class:`RoundTag` (extension type 0x80) with everything except the payload, and ``seq``, a per-link
   sequence number;
-* when the RoundMsg has a payload, right after it on the same link a ``Push`` (partial, extra, segment) or an
-  ``Aggregate`` (final, segment_final; ``sites`` = the distinct site names of the ids) whose ``round`` field
-  equals the tag's ``seq``. ``round`` is otherwise unused between gateways, so it pairs the two frames
-  exactly even if the send queue interleaves other items between them. A final without any contribution id
-  (only residual mass) travels as a Push, since an Aggregate must name at least one site.
+* when the RoundMsg has a payload, right after it on the same link a ``Push`` whose ``round`` field equals
+  the tag's ``seq``. ``round`` is otherwise unused between gateways, so it pairs the two frames exactly even
+  if the send queue interleaves other items between them. Results travel as a Push too: an ``Aggregate``
+  would name every contributing site a second time (its ``sites``), 1 000 names per message in a
+  1 000-site job; an Aggregate is still accepted for a final kind when its sites agree with the tag.
 
 The receiver (:class:`RoundInbox`) holds a tag until its payload frame arrives (bounded), checks that the
 two agree, and hands the engine one RoundMsg. Acknowledgements are cumulative (:class:`AckWindow`): after
@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Final, Self
 
 from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
-from wanrt.protocol.checks import check_count, check_name, check_scalar_map, check_uint
+from wanrt.protocol.checks import check_count, check_names, check_scalar_map, check_uint
 from wanrt.protocol.limits import MAX_COUNTER, MAX_INFO_KEYS, MAX_LAYER_ID, MAX_SITES
 from wanrt.protocol.messages import Aggregate, Message, Push, field_names
 from wanrt.protocol.registry import CORE_REGISTRY
@@ -53,7 +53,7 @@ __all__ = [
     "encode_round",
 ]
 
-#: Kinds whose payload is a finished result and travels as an Aggregate.
+#: Kinds whose payload is a finished result (the only ones an Aggregate frame may carry).
 FINAL_KINDS: Final = frozenset({"final", "segment_final"})
 
 #: Tags are numbered modulo the range of the protocol's ``round`` field (u32); a link never has anywhere
@@ -79,16 +79,17 @@ def _check_ids(value: Any) -> tuple[ContribId, ...]:
     if not isinstance(value, Mapping):
         raise LocalProtocolError("ids must be a map of site -> iterations", value=type(value).__name__)
     check_count(len(value), "ids sites", "MAX_SITES", MAX_SITES)
-    out: list[ContribId] = []
-    for site, its in value.items():
-        check_name(site, "ids site")
+    check_names(value.keys(), "ids site")
+    total = 0
+    for its in value.values():
         if not isinstance(its, (list, tuple)):
             raise LocalProtocolError("ids iterations must be a list", value=type(its).__name__)
-        check_count(len(out) + len(its), "contribution ids", "MAX_ROUND_IDS", MAX_ROUND_IDS)
-        for it in its:  # inline check_uint: this runs for every round message
-            if type(it) is not int or not 0 <= it <= MAX_COUNTER:
-                raise LocalProtocolError("ids iteration must be an integer in [0, MAX_COUNTER]", value=it)
-            out.append((site, it))
+        total += len(its)
+    check_count(total, "contribution ids", "MAX_ROUND_IDS", MAX_ROUND_IDS)
+    out = [(site, it) for site, its in value.items() for it in its]
+    for _, it in out:  # inline check_uint: this runs for every round message
+        if type(it) is not int or not 0 <= it <= MAX_COUNTER:
+            raise LocalProtocolError("ids iteration must be an integer in [0, MAX_COUNTER]", value=it)
     out.sort()
     return tuple(out)
 
@@ -189,8 +190,8 @@ def encode_round(msg: RoundMsg, *, seq: int, job: str, site: str) -> tuple[Round
     )
     if msg.payload is None:
         return tag, None
-    if msg.kind in FINAL_KINDS and msg.sites:
-        return tag, Aggregate(job, msg.iteration, msg.layer, tag.seq, site, msg.payload, tag.sites)
+    # every payload travels as a Push: the tag already names the contributions, and an Aggregate would list
+    # every contributing site a second time (1 000 names per message in a 1 000-site job)
     return tag, Push(job, msg.iteration, msg.layer, tag.seq, site, msg.payload)
 
 
@@ -246,13 +247,8 @@ class RoundInbox:
             raise RemoteProtocolError(
                 "payload frame names another job or sender", peer=self.peer, value=(msg.job, msg.sender)
             )
-        want_aggregate = tag.kind in FINAL_KINDS and bool(tag.ids)
-        if isinstance(msg, Aggregate) != want_aggregate:
-            raise RemoteProtocolError(
-                f"a {tag.kind} round message must travel as {'Aggregate' if want_aggregate else 'Push'}",
-                peer=self.peer,
-            )
-        if isinstance(msg, Aggregate) and msg.sites != tag.sites:
+        if isinstance(msg, Aggregate) and (tag.kind not in FINAL_KINDS or msg.sites != tag.sites):
+            # accepted from gateways that still send results as Aggregate, if it agrees with its tag
             raise RemoteProtocolError(
                 "Aggregate.sites disagrees with the tag's contribution ids", peer=self.peer, value=msg.sites
             )

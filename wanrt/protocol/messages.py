@@ -32,6 +32,7 @@ from wanrt.protocol.checks import (
     check_count,
     check_float,
     check_name,
+    check_names,
     check_scalar_map,
     check_text,
     check_uint,
@@ -405,7 +406,7 @@ class Aggregate(Push):
         if not isinstance(self.sites, (tuple, list)):
             raise LocalProtocolError("sites must be a sequence of site names")
         check_count(len(self.sites), "sites", "MAX_SITES", MAX_SITES)
-        sites = tuple(check_name(s, "site") for s in self.sites)
+        sites = check_names(self.sites, "site")
         if not sites or len(set(sites)) != len(sites):
             raise LocalProtocolError("sites must be a non-empty list of distinct names", value=sites)
         _set(self, "sites", sites)
