@@ -22,7 +22,7 @@ from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import ConvergenceModel
 from scheduler.control.decision import Decision
 from scheduler.control.policy import SchedulerPolicy
-from scheduler.wire import SITE_BATCH_PREFIX
+from scheduler.wire import SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
 
 __all__ = ["AdaptivePolicy"]
 
@@ -100,9 +100,15 @@ class AdaptivePolicy:
             return None
         self._pending = d
         values: dict[str, Any] = {"density": float(d.density), "staleness": int(d.staleness)}
+        per_rank = {}
         for rank, site_batch in zip(d.ranks, d.batch_sizes, strict=True):
             site = self.sites[rank]
-            values[SITE_BATCH_PREFIX + site] = max(1, round(site_batch / self._world.get(site, 1)))
+            per_rank[site] = max(1, round(site_batch / self._world.get(site, 1)))
+            values[SITE_BATCH_PREFIX + site] = per_rank[site]
+        samples = {s: b * self._world.get(s, 1) for s, b in per_rank.items()}
+        total = sum(samples.values())
+        for site, n in samples.items():  # so the sum across sites averages samples, not sites
+            values[SITE_WEIGHT_PREFIX + site] = n * len(samples) / total
         log.info("decision (%s): %s at %.3g Mbit/s", d.reason, values, d.bandwidth_bps / 1e6)
         return values
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeAlias
 
 from gateways.wire.config_update import trainer_config_update
 from scheduler.daemon_config import SchedulerDaemonConfig
-from scheduler.wire import SITE_BATCH_PREFIX, Announce, AnnounceReply, site_values
+from scheduler.wire import Announce, AnnounceReply, site_values
 from wanrt.errors import ConfigError, RemoteProtocolError
 from wanrt.protocol import Message, Telemetry
 
@@ -246,11 +246,7 @@ class SchedulerNode:
         schema, then announced like any decision. Returns what was done."""
         for site in self.gateways:
             trainer_config_update(site_values(values, site), 0)  # ConfigError naming the bad key
-        unknown = [
-            k
-            for k in values
-            if k.startswith(SITE_BATCH_PREFIX) and k[len(SITE_BATCH_PREFIX) :] not in self.gateways
-        ]
+        unknown = [k for k in values if "@" in k and k.split("@", 1)[1] not in self.gateways]
         if unknown:
             raise ConfigError(f"{unknown[0]}: no such site in this job", key=unknown[0])
         self._want(dict(values), "request", now)

@@ -26,21 +26,33 @@ from wanrt.protocol import CORE_REGISTRY, Message
 from wanrt.protocol.checks import check_scalar_map, check_uint
 from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER
 
-__all__ = ["PHASES", "SCHEDULER_REGISTRY", "SITE_BATCH_PREFIX", "Announce", "AnnounceReply", "site_values"]
+__all__ = [
+    "PHASES",
+    "SCHEDULER_REGISTRY",
+    "SITE_BATCH_PREFIX",
+    "SITE_WEIGHT_PREFIX",
+    "Announce",
+    "AnnounceReply",
+    "site_values",
+]
 
 PHASES: Final = ("prepare", "commit", "abort")
 
 #: A per-site batch size in a decision's values: ``batch_size@<site>`` = per-rank batch at that site.
 SITE_BATCH_PREFIX: Final = "batch_size@"
+#: A per-site gradient weight: ``batch_weight@<site>`` = the site's share of the samples × the site count.
+SITE_WEIGHT_PREFIX: Final = "batch_weight@"
+_PER_SITE: Final = {SITE_BATCH_PREFIX: "batch_size", SITE_WEIGHT_PREFIX: "batch_weight"}
 
 
 def site_values(values: Mapping[str, Any], site: str) -> dict[str, Any]:
-    """A decision's values as site ``site``'s trainers take them: its own ``batch_size@<site>`` becomes
-    ``batch_size``, the other sites' are dropped."""
-    out = {k: v for k, v in values.items() if not k.startswith(SITE_BATCH_PREFIX)}
-    own = values.get(SITE_BATCH_PREFIX + site)
-    if own is not None:
-        out["batch_size"] = own
+    """A decision's values as site ``site``'s trainers take them: its own ``batch_size@<site>`` and
+    ``batch_weight@<site>`` become ``batch_size`` and ``batch_weight``, the other sites' are dropped."""
+    out = {k: v for k, v in values.items() if "@" not in k}
+    for prefix, key in _PER_SITE.items():
+        own = values.get(prefix + site)
+        if own is not None:
+            out[key] = own
     return out
 
 

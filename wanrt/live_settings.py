@@ -1,4 +1,5 @@
-"""The settings a running job may change (density, staleness bound, batch size), and their bounds: one
+"""The settings a running job may change (density, staleness bound, batch size and the site's share of the
+job's samples), and their bounds: one
 schema shared by the trainer client, the gateway and the scheduler, so a value one of them accepts is never
 refused (or worse, crashes a trainer) at another.
 """
@@ -10,11 +11,12 @@ from typing import Any, Final
 
 from wanrt.config import check
 from wanrt.errors import ConfigError
+from wanrt.protocol.limits import MAX_SITES
 
 __all__ = ["LIVE_KEYS", "MAX_BATCH_SIZE", "MAX_STALENESS", "check_live_settings"]
 
 #: Keys a ConfigUpdate may carry for the trainers.
-LIVE_KEYS: Final = ("density", "staleness", "batch_size")
+LIVE_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight")
 
 #: StellaTrain §3.3 bounds staleness by 1; a little more is allowed for experiments, but an unbounded value
 #: would let a slow site's updates pile up in the leader's memory without limit.
@@ -34,6 +36,9 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         if key == "density":
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             check(number and 0 < value <= 1, key, value, "a number in (0, 1]")
+        elif key == "batch_weight":
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            check(number and 0 < value <= MAX_SITES, key, value, f"a number in (0, {MAX_SITES}]")
         elif key == "staleness":
             check(
                 type(value) is int and 0 <= value <= MAX_STALENESS,

@@ -93,6 +93,7 @@ class Context:
         self._broken: BaseException | None = None
         self._timer = StepTimer()  # leader: compute / idle per iteration for the scheduler
         self._batch_size: int | None = None
+        self._batch_weight = 1.0
 
     # -- what the user sees ------------------------------------------------------------------------------
 
@@ -185,7 +186,9 @@ class Context:
         if work is not None:
             work.wait()
         flat = grad.detach().reshape(-1).to("cpu", torch.float32).numpy()
-        avg = flat * np.float32(1.0 / self.world_size)
+        # the site's mean gradient, weighted by the site's share of the job's samples (unequal batch sizes)
+        # (changed only at the end of a step, after the step's pushes were drained: see _switch_config)
+        avg = flat * np.float32(self._batch_weight / self.world_size)
         assert self._compressor is not None and self._link is not None
         self._link.push(iteration, layer, self._compressor.compress(layer, avg))
 
@@ -354,6 +357,8 @@ class Context:
             self._config = self._config.with_changes(**updates)
             if self._compressor is not None:
                 self._compressor.set_density(self._config.density)
+            if change.batch_weight is not None:
+                self._batch_weight = change.batch_weight
             if change.batch_size is not None:
                 self._batch_size = change.batch_size
                 for cb in self._batch_callbacks:

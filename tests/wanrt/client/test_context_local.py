@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -150,4 +151,20 @@ def test_the_leader_reports_each_iterations_timing(secret_file: Path) -> None:
     assert any(m["idle_s"] > 0 for _, m in seen)  # layer a's update is late: the leader waited for it
     with pytest.raises(Exception, match="positive integer"):
         opt.ctx.set_batch_size(0)
+    opt.ctx.close()
+
+
+def test_a_sites_batch_weight_scales_what_it_pushes_from_its_iteration_on(secret_file: Path) -> None:
+    model, opt, link = make(secret_file, {}, ClientConfig.dense_baseline(staleness=0, update_deadline_s=5.0))
+    link.announce(ConfigChange(effective_iteration=2, batch_weight=0.5))
+    for t in range(3):
+        model.loss(*coeffs(t)).backward()
+        opt.step()
+        opt.zero_grad()
+    pushed = {(it, layer): p for it, layer, p in link.pushed}
+    for t in range(3):
+        c, d = coeffs(t)  # the gradient of each layer is exactly its coefficient
+        want = 0.5 if t >= 2 else 1.0
+        np.testing.assert_allclose(pushed[(t, 0)].to_dense(), want * c.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(pushed[(t, 1)].to_dense(), want * d.numpy(), rtol=1e-6)
     opt.ctx.close()

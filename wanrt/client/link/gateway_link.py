@@ -66,7 +66,7 @@ __all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
 log = logging.getLogger(__name__)
 
 #: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
-CONFIG_KEYS: Final = ("density", "batch_size", "staleness")
+CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight")
 _STOP: Final = object()
 
 
@@ -82,7 +82,11 @@ def _config_change(msg: ConfigUpdate) -> ConfigChange:
         return kind(x)
 
     return ConfigChange(
-        msg.effective_iteration, num("density", float), num("batch_size", int), num("staleness", int)
+        msg.effective_iteration,
+        num("density", float),
+        num("batch_size", int),
+        num("staleness", int),
+        num("batch_weight", float),
     )
 
 

@@ -39,7 +39,8 @@ __all__ = [
 MAGIC: Final = 0x57414E52  # "WANR": a rank that joined the wrong collective sequence fails loudly
 HEADER_LEN: Final = 8
 UPDATE_FIELDS: Final = 6  # iteration, layer, dense_len, block_size, nnz_blocks, n_sites
-CONFIG_FIELDS: Final = 4  # effective_iteration, density bits (NaN = unchanged), batch_size, staleness (-1)
+#: effective_iteration, density bits (NaN = unchanged), batch_size, staleness (-1), batch_weight bits (NaN)
+CONFIG_FIELDS: Final = 5
 #: an error message longer than this is cut: it is for humans, and it must not size an allocation
 MAX_ERROR_BYTES: Final = 4096
 #: at most this many configuration changes per step; the scheduler announces a handful per minute
@@ -54,6 +55,9 @@ class ConfigChange:
     density: float | None = None
     batch_size: int | None = None
     staleness: int | None = None
+    #: this site's share of the job's samples × the number of sites (1 = an equal share): its gradient is
+    #: scaled by it before the sum across sites, so the job's update averages samples, not sites
+    batch_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,12 +93,19 @@ def encode(
     values = [u.payload.values_f32() for u in ups]
     cfg = np.zeros((len(decision.config_changes), CONFIG_FIELDS), dtype=np.int64)
     for row, c in zip(cfg, decision.config_changes, strict=True):
-        density = np.array([np.nan if c.density is None else c.density], dtype=np.float64)
+        floats = np.array(
+            [
+                np.nan if c.density is None else c.density,
+                np.nan if c.batch_weight is None else c.batch_weight,
+            ],
+            dtype=np.float64,
+        ).view(np.int64)
         row[:] = (
             c.effective_iteration,
-            int(density.view(np.int64)[0]),
+            int(floats[0]),
             -1 if c.batch_size is None else c.batch_size,
             -1 if c.staleness is None else c.staleness,
+            int(floats[1]),
         )
     err = b""
     if decision.error is not None:
@@ -153,12 +164,14 @@ def decode_body(
     changes = []
     for row in body[pos : pos + n_cfg * CONFIG_FIELDS].reshape(n_cfg, CONFIG_FIELDS):
         density = float(row[1:2].view(np.float64)[0])
+        weight = float(row[4:5].view(np.float64)[0])
         changes.append(
             ConfigChange(
                 int(row[0]),
                 None if np.isnan(density) else density,
                 None if row[2] < 0 else int(row[2]),
                 None if row[3] < 0 else int(row[3]),
+                None if np.isnan(weight) else weight,
             )
         )
     pos += n_cfg * CONFIG_FIELDS
