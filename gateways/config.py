@@ -43,6 +43,7 @@ __all__ = [
     "GatewayConfig",
     "PeerShape",
     "RateConfig",
+    "check_secret_choice",
     "load_gateway_config",
     "read_secret_file",
 ]
@@ -140,20 +141,7 @@ class GatewayConfig:
     def _check_identity(self) -> None:
         check(bool(_SITE_NAME.match(self.site)), "site", self.site, "letters, digits, _ . - (max 63)")
         check(bool(_SITE_NAME.match(self.job)), "job", self.job, "letters, digits, _ . - (max 63)")
-        check(
-            (self.secret is None) != (self.secret_file is None),
-            "secret_file",
-            self.secret_file,
-            "set exactly one of secret_file (preferred) or secret",
-        )
-        if self.secret is not None:
-            check(
-                MIN_SECRET_BYTES <= len(self.secret.encode()) <= MAX_SECRET_BYTES,
-                "secret",
-                "<hidden>",
-                f"must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes",
-            )
-        check(self.secret_file != "", "secret_file", self.secret_file, "must be a file path")
+        check_secret_choice(self.secret, self.secret_file)
 
     def _check_endpoints(self) -> None:
         _check_url("listen", self.listen, listening=True)
@@ -228,6 +216,24 @@ class GatewayConfig:
             return self.secret.encode()
         assert self.secret_file is not None  # __post_init__ guarantees exactly one
         return read_secret_file(self.secret_file, "gateway.secret_file")
+
+
+def check_secret_choice(secret: str | None, secret_file: str | None) -> None:
+    """Exactly one of ``secret_file`` (preferred) or an inline ``secret`` of the protocol's length bounds."""
+    check(
+        (secret is None) != (secret_file is None),
+        "secret_file",
+        secret_file,
+        "set exactly one of secret_file (preferred) or secret",
+    )
+    if secret is not None:
+        check(
+            MIN_SECRET_BYTES <= len(secret.encode()) <= MAX_SECRET_BYTES,
+            "secret",
+            "<hidden>",
+            f"must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes",
+        )
+    check(secret_file != "", "secret_file", secret_file, "must be a file path")
 
 
 def read_secret_file(path_text: str, key: str) -> bytes:

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from gateways.config import read_secret_file
+from gateways.config import check_secret_choice, read_secret_file
 from scheduler.control.config import SchedulerConfig
 from transports.timeouts import Timeouts
 from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
 from wanrt.errors import ConfigError
-from wanrt.protocol.limits import MAX_SECRET_BYTES, MAX_SITES, MIN_SECRET_BYTES
+from wanrt.protocol.limits import MAX_SITES
 
 __all__ = ["POLICIES", "SchedulerDaemonConfig", "load_scheduler_config"]
 
@@ -69,19 +69,7 @@ class SchedulerDaemonConfig:
         check(len(set(self.sites)) == len(self.sites), "sites", self.sites, "names must be distinct")
         for s in self.sites:
             check(isinstance(s, str) and bool(_NAME.match(s)), "sites", s, "letters, digits, _ . - (max 63)")
-        check(
-            (self.secret is None) != (self.secret_file is None),
-            "secret_file",
-            self.secret_file,
-            "set exactly one of secret_file (preferred) or secret",
-        )
-        if self.secret is not None:
-            check(
-                MIN_SECRET_BYTES <= len(self.secret.encode()) <= MAX_SECRET_BYTES,
-                "secret",
-                "<hidden>",
-                f"must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes",
-            )
+        check_secret_choice(self.secret, self.secret_file)
         try:
             parse_url(self.listen)
         except ConfigError as exc:

@@ -19,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Module names a sans-IO module may not import (time: a clock; the node and policies get ``now``).
-FORBIDDEN = frozenset({"asyncio", "socket", "ssl", "selectors", "threading", "time", "uvloop", "aiohttp"})
+FORBIDDEN = frozenset(
+    {"asyncio", "socket", "ssl", "selectors", "threading", "time", "uvloop", "aiohttp", "subprocess"}
+)
 
 #: Packages and modules whose code must stay sans-IO. Service code lives in the excluded folders.
 SANS_IO = (

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from transports.http_control import MAX_BODY, ControlRefused, check_control_request, parse_json_body
+from transports.http_control import ControlRefused, HttpEndpoint, check_control_request, parse_json_body
 from wanrt.errors import ConfigError, LocalProtocolError
 
 __all__ = ["HttpOwner", "MetricsServer"]
@@ -42,37 +42,19 @@ class HttpOwner(Protocol):
     def scheduler_url(self) -> str | None: ...
 
 
-class MetricsServer:
-    """The aiohttp application and its runner; :attr:`url` is the bound address once started."""
+class MetricsServer(HttpEndpoint):
+    """The gateway's endpoint (see the module docstring)."""
 
     def __init__(self, owner: HttpOwner, host: str, port: int) -> None:
+        super().__init__(host, port)
         self._owner = owner
-        self._host = host
-        self._port = port
-        self._runner: web.AppRunner | None = None
-        self.url: str | None = None
 
-    async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/status", self._status)
-        app.router.add_post("/config", self._config)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port)
-        try:
-            await site.start()
-        except OSError:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self.url = f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
-
-    async def aclose(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    def routes(self) -> list[tuple[str, str, Any]]:
+        return [
+            ("GET", "/metrics", self._metrics),
+            ("GET", "/status", self._status),
+            ("POST", "/config", self._config),
+        ]
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=self._owner.metrics_text(), content_type="text/plain", charset="utf-8")

@@ -8,11 +8,11 @@ content of ``control_token_file``; off when unset), JSON only, bounded in size a
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from transports.http_control import MAX_BODY, ControlRefused, check_control_request, parse_json_body
+from transports.http_control import ControlRefused, HttpEndpoint, check_control_request, parse_json_body
 from wanrt.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -23,34 +23,19 @@ __all__ = ["SchedulerHttp"]
 log = logging.getLogger(__name__)
 
 
-class SchedulerHttp:
+class SchedulerHttp(HttpEndpoint):
+    """The scheduler's endpoint (see the module docstring)."""
+
     def __init__(self, owner: SchedulerDaemon, host: str, port: int) -> None:
+        super().__init__(host, port)
         self._owner = owner
-        self._host, self._port = host, port
-        self._runner: web.AppRunner | None = None
-        self.url: str | None = None
 
-    async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_get("/status", self._status)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/config", self._config)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port)
-        try:
-            await site.start()
-        except OSError:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self.url = f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
-
-    async def aclose(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    def routes(self) -> list[tuple[str, str, Any]]:
+        return [
+            ("GET", "/status", self._status),
+            ("GET", "/metrics", self._metrics),
+            ("POST", "/config", self._config),
+        ]
 
     async def _status(self, request: web.Request) -> web.Response:
         return web.json_response(self._owner.status())
