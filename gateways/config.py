@@ -97,6 +97,10 @@ class GatewayConfig:
     ``POST /config``); the gateway reports to it every ``telemetry_interval_s``. ``POST /config`` needs
     the token in ``control_token_file`` (unset: no changes over HTTP) and is refused when a scheduler is
     configured (changes go to the scheduler, which gives them one job-wide effective iteration).
+
+    ``non_finite`` — a payload holding NaN or ±Inf from a peer or the trainer would poison every site's
+    aggregate: ``reject_link`` (default) closes that connection with the reason; ``drop_payload`` keeps
+    the connection, counts the message with an empty payload and reports it (/status, the log).
     """
 
     site: str
@@ -124,6 +128,7 @@ class GatewayConfig:
     scheduler: str | None = None
     telemetry_interval_s: float = 1.0
     control_token_file: str | None = None
+    non_finite: str = "reject_link"
     # Which peers this gateway expects a link to: "all" (a full mesh, the default) or "plan" (only its
     # neighbours in the round plan: parent and children in a tree, ring neighbours). Added for the
     # simulator's 1 000-site trees, where a mesh would be 500k links (issue 8 part 3; see docs/sim.md).
@@ -179,6 +184,12 @@ class GatewayConfig:
         check(1.0 <= self.reconnect_factor <= 10.0, "reconnect_factor", self.reconnect_factor, "in [1, 10]")
         positive("shutdown_deadline_s", self.shutdown_deadline_s, 3600.0)
         positive("telemetry_interval_s", self.telemetry_interval_s, 3600.0)
+        check(
+            self.non_finite in ("reject_link", "drop_payload"),
+            "non_finite",
+            self.non_finite,
+            "reject_link (close the sender's connection) or drop_payload (count it as empty, report it)",
+        )
 
     def _check_rates(self) -> None:
         check(self.links in ("all", "plan"), "links", self.links, "'all' (full mesh) or 'plan'")

@@ -63,6 +63,7 @@ class GatewayStats:
         self.trainer_connections = 0
         self.aggregates_delivered = 0
         self.rejected_connections = 0
+        self.non_finite_dropped = 0  # payloads with NaN/Inf counted as empty (non_finite = drop_payload)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_ROUNDS)
 
     def round_closed(self, rc: RoundClosed) -> None:
@@ -119,6 +120,7 @@ class GatewayStats:
             "trainer_connections": self.trainer_connections,
             "aggregates_delivered": self.aggregates_delivered,
             "rejected_connections": self.rejected_connections,
+            "non_finite_dropped": self.non_finite_dropped,
         }
 
 

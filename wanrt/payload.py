@@ -92,6 +92,12 @@ class SparsePayload:
             return self.values.astype(np.float32)
         return bf16_to_fp32(self.values)
 
+    def is_finite(self) -> bool:
+        """True unless a value is NaN or ±Inf (bf16: exponent bits all ones). One pass, no copy."""
+        if self.value_dtype == "bf16":
+            return not bool(np.any((self.values & 0x7F80) == 0x7F80))
+        return bool(np.isfinite(self.values).all())
+
     def validate(self, *, peer: str | None = None) -> None:
         """Check every invariant; raise :class:`MalformedPayload` naming the first one that fails.
 

@@ -24,6 +24,7 @@ simulated gateway makes exactly the decisions a real one makes.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from collections import deque
@@ -51,6 +52,7 @@ from scheduler.wire import Announce, AnnounceReply, site_values
 from wanrt.errors import (
     AuthError,
     LocalProtocolError,
+    MalformedPayload,
     ProtocolError,
     RemoteProtocolError,
     WanrtError,
@@ -522,6 +524,8 @@ class GatewayNode:
         assert engine is not None and ledger is not None  # a link is up only once the engine exists
         if self._on_message is not None:
             self._on_message(ch.peer, msg)
+        if msg.payload is not None and not msg.payload.is_finite():
+            msg = dataclasses.replace(msg, payload=self._non_finite(msg.payload, ch.peer))
         if msg.kind == "outcome":
             self._send_push_acks(ledger.on_outcome(msg.layer, msg.step, msg.iteration, msg.sites))
         self._apply(engine.peer_message(ch.peer, msg, now), now)
@@ -692,7 +696,10 @@ class GatewayNode:
                 "push names another job or site", peer="trainer", value=(push.job, push.sender)
             )
         self.stats.trainer_pushes += 1
-        verdict = ledger.on_push(push.iteration, push.layer, push.payload)
+        payload = push.payload
+        if not payload.is_finite():
+            payload = self._non_finite(payload, "trainer")
+        verdict = ledger.on_push(push.iteration, push.layer, payload)
         if verdict.acks:
             self._send_push_acks(verdict.acks, session)
         if verdict.push is not None:
@@ -711,6 +718,14 @@ class GatewayNode:
         if msg.iteration > self._trainer_iteration:
             self._trainer_iteration = msg.iteration
             self._trainer_metrics = dict(msg.metrics)
+
+    def _non_finite(self, p: SparsePayload, who: str) -> SparsePayload:
+        """A payload with NaN/Inf values (``non_finite`` setting): refused, or counted as empty."""
+        if self.cfg.non_finite == "reject_link":
+            raise MalformedPayload(f"layer {p.layer}: NaN or Inf values", peer=who, value=p.layer)
+        self.stats.non_finite_dropped += 1
+        log.error("layer %d from %s holds NaN or Inf values: counted as an empty contribution", p.layer, who)
+        return SparsePayload.empty(p.layer, p.dense_len, p.block_size, p.value_dtype)
 
     def trainer_ack(self, ack: Ack) -> None:
         if self.ledger is not None:
