@@ -124,6 +124,7 @@ class GatewayNode:
         self._item_ids = itertools.count(1)
         self._trainer: int | None = None  # the current trainer session
         self._trainer_model: ModelSignature | None = None
+        self._trainer_run: str | None = None
         self._config_update: ConfigUpdate | None = None
         self._scheduler_up = False
         self._next_report: float | None = None
@@ -647,7 +648,11 @@ class GatewayNode:
         return info
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
-        """Why this trainer's model is not the job's (None: fine; its signature may be adopted)."""
+        """Why this trainer may not train here (None: fine): another run is being served, or its model is
+        not the job's (its signature may be adopted)."""
+        problem = self._run_problem(info.get("run"))
+        if problem is not None:
+            return problem
         try:
             sig = ModelSignature.from_info(info, site=self.site, peer="trainer")
         except RemoteProtocolError as exc:
@@ -665,6 +670,26 @@ class GatewayNode:
                 ch.send_control(JobModel(self.model.info()))
         self._trainer_model = sig
         return None
+
+    def _run_problem(self, run: Any) -> str | None:
+        """A trainer of a new run (another ``wanrt.init``) against a gateway that already counted pushes of
+        an earlier run would have its pushes taken for that run's re-sends and hang: refuse it, saying
+        what to do. A reconnect of the same run, or a first run, is fine."""
+        if not isinstance(run, str) or not run:
+            return None  # a client that does not say its run: nothing to compare
+        if self._trainer_run is None or run == self._trainer_run:
+            self._trainer_run = run
+            return None
+        served = self.stats.trainer_pushes > 0
+        if not served:
+            self._trainer_run = run
+            return None
+        frontier = -1 if self.engine is None else self.engine.frontier
+        return (
+            f"this gateway already serves another training run (run {self._trainer_run}, job at iteration "
+            f"{frontier}); a new run needs fresh gateways: restart `wanrt gateway` at every site, or start "
+            "the new run under another job name"
+        )
 
     def trainer_connected(self, session: int) -> None:
         """Trainer session ``session`` passed its handshake; it replaces any earlier one."""

@@ -19,6 +19,7 @@ from its broadcasts, so a failure on the leader stops the whole site with a mess
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -91,6 +92,7 @@ class Context:
         self._tracker: StalenessTracker[SiteUpdate] | None = None
         self._closed = False
         self._broken: BaseException | None = None
+        self._run = os.urandom(8).hex()  # this training run, as the gateway tells runs apart
         self._timer = StepTimer()  # leader: compute / idle per iteration for the scheduler
         self._batch_size: int | None = None
         self._batch_weight = 1.0
@@ -149,7 +151,9 @@ class Context:
             failure: BaseException | None = None
             try:
                 assert self._secret is not None
-                spec = LinkSpec(self.gateway, self.site, self.job, self._secret, sig, self._config)
+                spec = LinkSpec(
+                    self.gateway, self.site, self.job, self._secret, sig, self._config, run=self._run
+                )
                 self._link = self._link_factory(spec)
             except Exception as exc:
                 failure = exc

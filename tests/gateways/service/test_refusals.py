@@ -50,3 +50,33 @@ async def test_connections_that_never_authenticate_are_capped() -> None:
             for t in (*idle, extra):
                 await t.close()
             await b.wait_for(lambda: not b._peer_links._preauth)  # every slot given back
+
+
+@pytest.mark.timeout(60)
+async def test_a_second_training_run_is_refused_with_what_to_do_not_hung() -> None:
+    from tests.gateways.service.daemon_cluster import trainers_for
+    from tests.gateways.service.daemon_trainer import signature_info
+
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "a", rounds=ROUNDS)
+        async with running(configs) as cluster:
+            first = trainers_for(cluster, layers=2, iterations=3, info={**signature_info(2), "run": "run-1"})[
+                "a"
+            ]
+            await first.connect()
+            await first.run()
+            await first.wait_all(3)
+            await first.close()
+            again = trainers_for(cluster, layers=2, iterations=3, info={**signature_info(2), "run": "run-1"})[
+                "a"
+            ]
+            await again.connect()  # the same run reconnecting is served
+            await again.close()
+            second = trainers_for(
+                cluster, layers=2, iterations=3, info={**signature_info(2), "run": "run-2"}
+            )["a"]
+            await second.connect()
+            async with asyncio.timeout(10):
+                await second.wait(lambda: bool(second.errors))
+            assert "another training run" in second.errors[0] and "restart" in second.errors[0]
+            await second.close()

@@ -43,6 +43,9 @@ class LinkSpec:
     secret: bytes
     signature: LayerSignature
     config: ClientConfig
+    #: this training run's id (random per ``wanrt.init``): a gateway still serving another run refuses
+    #: the connection with a message instead of taking the new pushes for the old run's re-sends
+    run: str = ""
 
 
 class Link(Protocol):

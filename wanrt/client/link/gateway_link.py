@@ -197,7 +197,10 @@ class GatewayLink:
         self._conn = conn
         try:
             async with asyncio.timeout(self._cfg.connect_timeout_s):
-                await transport.send([conn.hello(info=spec.signature.info())])
+                info = spec.signature.info()
+                if spec.run:
+                    info["run"] = spec.run
+                await transport.send([conn.hello(info=info)])
                 welcome = await self._handshake_reply()
                 diff = compare_info(spec.signature, dict(welcome.info))
                 if diff is not None:
