@@ -79,19 +79,24 @@ def _same_full_range(payloads: Sequence[SparsePayload]) -> bool:
     return True
 
 
-def _f32_operand(p: SparsePayload) -> npt.NDArray[Any]:
-    """Values NumPy can add in fp32 directly (fp16 is widened exactly inside the ufunc loop, no temporary);
-    bf16 bit patterns are integers to NumPy and must be widened first."""
-    return p.values if p.value_dtype in ("fp32", "fp16") else p.values_f32()
+def _f32(p: SparsePayload) -> npt.NDArray[np.float32]:
+    """A payload's values as fp32 for adding: the array itself when it is fp32, else one widened copy
+    (``astype`` is NumPy's fastest fp16 path, ~2x faster than widening inside ``np.add(..., dtype=)``)."""
+    return p.values if p.value_dtype == "fp32" else p.values_f32()
 
 
 def _aggregate_dense(payloads: Sequence[SparsePayload]) -> SparsePayload:
     """Plain vector adds in input order — the order the general paths add each block in, so the result is
     bit-identical to theirs — with the shared indices reused (no union, no sort, no scratch)."""
     first = payloads[0]
-    out = np.add(_f32_operand(first), _f32_operand(payloads[1]), dtype=np.float32)
-    for p in payloads[2:]:
-        np.add(out, _f32_operand(p), out=out, dtype=np.float32)
+    if first.value_dtype == "fp32":
+        out = np.add(first.values, _f32(payloads[1]))
+        rest = payloads[2:]
+    else:
+        out = first.values_f32()  # a new array: the sum is built in place in it
+        rest = payloads[1:]
+    for p in rest:
+        np.add(out, _f32(p), out=out)
     return SparsePayload(first.layer, first.dense_len, first.block_size, first.indices, out, "fp32")
 
 

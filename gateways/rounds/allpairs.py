@@ -17,7 +17,22 @@ the same bytes can leave on all N-1 links at once:
   round's result (:func:`~gateways.rounds.ring.ring_result`), so every member assembles the same bytes.
 
 Each member sends 2(N-1) messages per round, two to every peer; a round costs two message latencies
-instead of the ring's 2(N-1). The owner waits for every member's slice like the ring waits for its
+instead of the ring's 2(N-1).
+
+**Direct rounds (one hop) for sparse contributions.** A member whose contribution is sparse sends it
+*whole* to every other member instead of cutting it (``segment`` = -1). Per link that costs the whole
+contribution |C| instead of a slice |C|/N plus a finished segment |U|/N (U = the union of the sites'
+blocks); at the ~1 % densities wanrt runs at the sites' blocks barely overlap, |U| ≈ N·|C|, so the bytes are
+about the same — and the all-gather, a whole message latency plus an encode and a decode at every member, is
+saved: when *every* member sent its contribution whole, each member has all N of them and computes every
+segment itself, exactly as its owner would (the same inputs summed in the same core order, bounded per
+segment, narrowed per segment), so every site still ends with the same bytes, and each member keeps only
+the residual of its own segment, as the owner would. Whether all members went direct is known to every
+member once it has everybody's message, so all take the same path; if any member cut its contribution,
+the round runs the two-hop exchange (an owner takes its slice out of a whole contribution). A member goes
+direct when N·(N-1)·nnz ≤ n_blocks (:func:`sends_whole`): the densities up to which the bytes stay about
+the same even when the sites' blocks overlap (for blocks drawn independently the break-even is ~2/N²);
+``direct = False`` turns it off. The owner waits for every member's slice like the ring waits for its
 predecessor (no x-order inside the core: STAR §IV-B moves stragglers out of it and attaches them to a
 parent, as under parent–child); a silent member is reported (``PeerSuspect``) so the daemon can declare it
 lost, which re-runs the round without it.
@@ -32,6 +47,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from gateways.rounds.aggregate import aggregate, segment_bounds, split_segments
 from gateways.rounds.messages import ContribId, RoundMsg
 from gateways.rounds.ring import Bound
@@ -40,12 +57,24 @@ from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
 
 __all__ = [
+    "WHOLE",
     "allpairs_reduce",
     "allpairs_start",
     "allpairs_waiting_on",
+    "sends_whole",
     "take_part",
     "take_segment_final",
 ]
+
+#: ``segment`` of a part that carries a member's whole contribution (a direct round).
+WHOLE = -1
+
+
+def sends_whole(contrib: SparsePayload | None, n: int) -> bool:
+    """A contribution sparse enough to go to every member whole (see the module docstring)."""
+    if contrib is None:
+        return True
+    return n * (n - 1) * contrib.nnz_blocks <= n_blocks(contrib.dense_len, contrib.block_size)
 
 
 def allpairs_start(
@@ -54,8 +83,11 @@ def allpairs_start(
     contrib: SparsePayload | None,
     ids: tuple[ContribId, ...],
     shape: tuple[int, int] | None,
+    *,
+    direct: bool = True,
 ) -> list[tuple[str, RoundMsg]]:
-    """Cut this member's contribution into segments and send each to its owner (all at once)."""
+    """Send this member's contribution on, all at once: each segment to its owner, or (``direct`` and
+    sparse) the whole contribution to every other member."""
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     if contrib is None and shape is not None:
@@ -66,6 +98,10 @@ def allpairs_start(
         bounds = segment_bounds(n_blocks(contrib.dense_len, contrib.block_size), n)
         r.ring_slices = list(split_segments(contrib, bounds, keep_dtype=True))
     r.ring_ids = ids
+    r.whole = direct and sends_whole(contrib, n)
+    if r.whole:
+        whole = RoundMsg("segment", r.iteration, r.layer, plan.plan_id, contrib, ids, 0, WHOLE)
+        return [(owner, whole) for owner in plan.core if owner != site]
     return [
         (owner, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, r.ring_slices[g], ids, 0, g))
         for g, owner in enumerate(plan.core)
@@ -88,6 +124,42 @@ def take_segment_final(peer: str, r: OpenRound, m: RoundMsg) -> None:
     r.seg_finals[m.segment] = m
 
 
+def _slice(m: RoundMsg, g: int, n: int) -> SparsePayload | None:
+    """Segment ``g`` of a received part: the part itself, or cut out of a whole contribution."""
+    p = m.payload
+    if m.segment != WHOLE or p is None:
+        return p
+    bounds = segment_bounds(n_blocks(p.dense_len, p.block_size), n)
+    a, b = (int(x) for x in np.searchsorted(p.indices, bounds[g : g + 2]))
+    bs = p.block_size
+    return SparsePayload(p.layer, p.dense_len, bs, p.indices[a:b], p.values[a * bs : b * bs], p.value_dtype)
+
+
+def _finish(
+    r: OpenRound,
+    g: int,
+    parts: list[SparsePayload | None],
+    ids: tuple[ContribId, ...],
+    shape: tuple[int, int] | None,
+    bound: Bound,
+    narrow: Callable[[RoundMsg], RoundMsg],
+    keep_residual: bool,
+) -> RoundMsg:
+    """Segment ``g``'s result: the parts summed in core order, bounded, narrowed once."""
+    n = len(r.plan.core)
+    acc = aggregate(parts, peers=[r.plan.core[q] for q in range(n)])
+    scope = None
+    if shape is not None:
+        b = segment_bounds(n_blocks(*shape), n)
+        scope = int(b[g + 1] - b[g])
+    kept, rest = bound(acc, scope)
+    if rest is not None and keep_residual:
+        r.residuals[r.plan.plan_id] = rest
+    fin = narrow(RoundMsg("segment_final", r.iteration, r.layer, r.plan.plan_id, kept, ids, 0, g))
+    r.seg_finals[g] = fin
+    return fin
+
+
 def allpairs_reduce(
     r: OpenRound,
     site: str,
@@ -95,29 +167,27 @@ def allpairs_reduce(
     bound: Bound,
     narrow: Callable[[RoundMsg], RoundMsg],
 ) -> list[tuple[str, RoundMsg]]:
-    """Once every slice of the owned segment is here: sum them in core order, bound the sum, and send the
-    finished segment to every other member (narrowed once, here, so the owner keeps the very bytes the
-    others get). Returns the messages to send (none before that)."""
+    """Once every member's part is here: if all came whole, compute every segment here (a direct round,
+    nothing more to send); else sum the slices of the owned segment in core order, bound the sum, and send
+    the finished segment to every other member (narrowed once, here, so the owner keeps the very bytes
+    the others get). Returns the messages to send."""
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     slices = r.ring_slices
     if slices is None or r.ring_step or len(r.ring_recv) < n - 1:
         return []
     recv = r.ring_recv
-    parts = [slices[p] if q == p else recv[q].payload for q in range(n)]
-    acc = aggregate(parts, peers=[None if q == p else plan.core[q] for q in range(n)])
     ids = merge_ids(r.ring_ids, *(recv[q].sites for q in range(n) if q != p))
-    scope = None
-    if shape is not None:
-        b = segment_bounds(n_blocks(*shape), n)
-        scope = int(b[p + 1] - b[p])
-    kept, rest = bound(acc, scope)
-    if rest is not None:
-        r.residuals[plan.plan_id] = rest
-    fin = narrow(RoundMsg("segment_final", r.iteration, r.layer, plan.plan_id, kept, ids, 0, p))
-    r.seg_finals[p] = fin
-    recv.clear()  # the slices are summed: drop them now (a dense round holds N of them)
     r.ring_step = 1
+    if r.whole and all(m.segment == WHOLE for m in recv.values()):
+        for g in range(n):
+            parts = [slices[g] if q == p else _slice(recv[q], g, n) for q in range(n)]
+            _finish(r, g, parts, ids, shape, bound, narrow, keep_residual=g == p)
+        recv.clear()
+        return []
+    parts = [slices[p] if q == p else _slice(recv[q], p, n) for q in range(n)]
+    fin = _finish(r, p, parts, ids, shape, bound, narrow, keep_residual=True)
+    recv.clear()  # the slices are summed: drop them now (a dense round holds N of them)
     return [(q, fin) for q in plan.core if q != site]
 
 

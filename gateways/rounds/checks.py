@@ -96,11 +96,16 @@ def check_allpairs_message(
     peer: str, plan: Plan, site: str, m: RoundMsg, shape: tuple[int, int] | None
 ) -> None:
     """All-pairs: a ``segment`` (a slice for the reduce-scatter) must come from another core member and
-    carry only blocks of the segment this member owns; a ``segment_final`` only from that segment's owner,
-    with only blocks of that segment."""
+    carry only blocks of the segment this member owns, or be that member's whole contribution (``segment``
+    -1, a direct round); a ``segment_final`` only from that segment's owner, with only blocks of that
+    segment."""
     n = len(plan.core)
     if n < 2 or not plan.in_core(site) or not plan.in_core(peer) or peer == site:
         raise RemoteProtocolError("all-pairs message from a site outside the core", peer=peer)
+    if m.kind == "segment" and m.segment == -1:  # a whole contribution (a direct round): any block
+        if m.step != 0:
+            raise RemoteProtocolError("malformed whole all-pairs part", peer=peer, value=m.step)
+        return
     _check_blocks(peer, m, n, shape)
     if m.kind == "segment":
         if m.segment != plan.ring_position(site) or m.step != 0:

@@ -757,7 +757,9 @@ class RoundEngine:
         out: list[Action],
     ) -> None:
         if r.plan.all_pairs:
-            for to, msg in allpairs_start(r, self.site, contrib, ids, self._shapes.get(r.layer)):
+            shape = self._shapes.get(r.layer)
+            direct = self.config.allpairs_direct
+            for to, msg in allpairs_start(r, self.site, contrib, ids, shape, direct=direct):
                 self._send(out, to, msg)
             r.wait_since, r.wait_reason = now, "ring"
             return

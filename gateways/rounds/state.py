@@ -77,6 +77,7 @@ class OpenRound:
     ring_ids: tuple[ContribId, ...] = ()
     ring_recv: dict[int, RoundMsg] = field(default_factory=dict)
     ring_step: int = 0
+    whole: bool = False  # all-pairs: this member sent its contribution whole (a direct round if all did)
     seg_finals: dict[int, RoundMsg] = field(default_factory=dict)
     residuals: dict[int, SparsePayload] = field(default_factory=dict)
     wait_peer: str | None = None
@@ -99,6 +100,7 @@ class OpenRound:
         self.ring_ids = ()
         self.ring_recv.clear()
         self.ring_step = 0
+        self.whole = False
         self.seg_finals.clear()
         self.wait_peer = None
         self.suspected = False

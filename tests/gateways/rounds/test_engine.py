@@ -623,3 +623,82 @@ def test_allpairs_with_a_straggler_child_accounts_everything() -> None:
     finals = assert_accounted(net)
     assert any(s == "d" for s, _, _ in _folded(finals))  # folded into later rounds, not waited for
     assert max(c.duration for c in net.closed["b"] if c.iteration < 40) < 0.4
+
+
+# --------------------------------------------------------------------------------------------------------
+# all-pairs direct rounds: sparse contributions go whole to every member, one hop, same bytes everywhere
+# --------------------------------------------------------------------------------------------------------
+def _sparse_payload(site: str, iteration: int, layer: int, dense: bool = False) -> SparsePayload:
+    """1/12 of the layer's blocks (4 sites: 4 * 3 * nnz <= n_blocks, so direct), or every block."""
+    dense_len, bs = layer_shape(layer)
+    nb = -(-dense_len // bs)
+    rng = np.random.default_rng([ord(site), iteration, layer])
+    idx = np.arange(nb) if dense else np.sort(rng.choice(nb, size=nb // 12, replace=False))
+    values = rng.integers(-4, 5, size=dense_len).astype(np.float32)
+    return SparsePayload.from_dense_blocks(layer, values, idx.astype(np.int64), bs)
+
+
+@pytest.mark.parametrize("policy", ["exact", "cap"])
+def test_allpairs_direct_rounds_take_one_hop_and_account_everything(policy: str) -> None:
+    cfg = RoundConfig(forward_policy=policy, forward_density=0.02)  # type: ignore[arg-type]
+    net = Net(SITES, PlanSpec.make("allpairs"), cfg)
+    sent: list[tuple[str, Send]] = []
+    net.listeners.append(lambda site, a: sent.append((site, a)) if isinstance(a, Send) else None)
+    _run(net, 30, 9, payload=_sparse_payload)
+    assert not net.errors
+    finals = assert_accounted(net)  # with "cap", every residual is held exactly once
+    assert len(finals) == 270 and all(len(d.sites) == 4 for d in finals.values())
+    if policy == "exact":
+        assert {a.kind for _, a in sent} == {"segment"} and {a.msg.segment for _, a in sent} == {-1}
+        for s in SITES:  # N - 1 messages per member and round, one to every peer
+            assert len([a for site, a in sent if site == s]) == 3 * 270
+    else:  # a held residual joins the next contribution; rounds that grow too dense take two hops
+        assert any(a.msg.segment == -1 for _, a in sent)
+        assert any(p is not None and p.nnz_blocks for e in net.engines.values() for p, _ in e.held(8))
+
+
+def test_allpairs_direct_result_is_the_two_hop_result_bit_for_bit() -> None:
+    results = []
+    for direct in (True, False):
+        net = Net(SITES, PlanSpec.make("allpairs"), RoundConfig(allpairs_direct=direct))
+        rng = np.random.default_rng(3)
+        for s in SITES:
+            p = _sparse_payload(s, 0, 8)
+            vals = (rng.standard_normal(p.nnz) * 10.0 ** rng.integers(-4, 4, p.nnz)).astype(np.float32)
+            net.push(s, 0, 8, SparsePayload(8, p.dense_len, p.block_size, p.indices, vals))
+        net.run()
+        assert not net.errors
+        got = [net.delivered[s][(0, 8)].payload for s in SITES]
+        assert len({q.values.tobytes() + q.indices.tobytes() for q in got if q is not None}) == 1
+        results.append(got[0])
+    assert results[0] is not None and results[1] is not None
+    assert results[0].values.tobytes() == results[1].values.tobytes()
+
+
+def test_allpairs_one_dense_member_makes_the_round_two_hop() -> None:
+    net = Net(SITES, PlanSpec.make("allpairs"), RoundConfig())
+    sent: list[tuple[str, Send]] = []
+    net.listeners.append(lambda site, a: sent.append((site, a)) if isinstance(a, Send) else None)
+    pushed = {s: _sparse_payload(s, 0, 8, dense=s == "c") for s in SITES}
+    for s in SITES:
+        net.push(s, 0, 8, pushed[s])
+    net.run()
+    assert not net.errors
+    assert_accounted(net)
+    whole = {site for site, a in sent if a.kind == "segment" and a.msg.segment == -1}
+    assert whole == {"a", "b", "d"}  # c cut its dense contribution; the others sent theirs whole
+    assert {site for site, a in sent if a.kind == "segment_final"} == set(SITES)  # so: all-gather
+    exact = sum(p.to_dense() for p in pushed.values())
+    got = net.delivered["a"][(0, 8)].payload
+    assert got is not None
+    np.testing.assert_array_equal(got.to_dense(), exact)
+
+
+def test_allpairs_whole_part_must_be_well_formed() -> None:
+    e = _engine("b", "allpairs")
+    pid = e.plan_for(0).plan_id
+    p = _sparse_payload("a", 0, 8)
+    e.local_push(0, 8, _sparse_payload("b", 0, 8), now=0.0)
+    with pytest.raises(RemoteProtocolError):
+        e.peer_message("a", RoundMsg("segment", 0, 8, pid, p, (("a", 0),), 1, -1), now=0.0)
+    assert e.peer_message("a", RoundMsg("segment", 0, 8, pid, p, (("a", 0),), 0, -1), now=0.0) == []
