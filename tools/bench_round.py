@@ -68,6 +68,7 @@ from wanrt.payload import SparsePayload, n_blocks  # noqa: E402
 JOB = "bench-round"
 BLOCK = 16
 GATEWAY_PORT = 7700
+RAW_PORT = 7800
 METRICS_PORT = 9464
 SITES = ("a", "b", "c")
 #: Each round starts at one instant, this far ahead, at every trainer (the monotonic clock is system-wide):
@@ -118,30 +119,33 @@ def encoded_bytes(p: SparsePayload, *, with_index: bool) -> int:
     )
 
 
-def link_limit_s(payloads: Sequence[SparsePayload], rate_bps: float) -> tuple[float, float]:
-    """(seconds, bytes per site) of the all-pairs lower bound, links in parallel: the slower directed link
-    decides. Two-hop: link p -> q carries p's slice of q's segment plus p's finished segment (the sum of
-    every site's slice of it). A sparse exchange may instead send each contribution whole (one hop, link
-    p -> q carries C_p): the smaller of the two counts. Dense: values only (the index is a 0.4 % bitmap)."""
+def link_limit_s(payloads: Sequence[SparsePayload], rate_bps: float) -> tuple[float, float, list[int]]:
+    """(seconds, bytes per site, bytes per link in each phase) of the all-pairs lower bound, links in
+    parallel: the slowest directed link decides. Two-hop: link p -> q carries p's slice of q's segment,
+    then p's finished segment (the sum of every site's slice of it). A sparse exchange may instead send
+    each contribution whole (one hop, link p -> q carries C_p): the smaller of the two counts. Dense: values
+    only (the index is a 0.4 % bitmap)."""
     n = len(payloads)
     first = payloads[0]
     bounds = segment_bounds(n_blocks(first.dense_len, first.block_size), n)
     dense = all(p.nnz_blocks == n_blocks(p.dense_len, p.block_size) for p in payloads)
     slices = [split_segments(p, bounds, keep_dtype=True) for p in payloads]
     worst, per_site = 0.0, 0.0
+    phases = [0, 0]
     for p in range(n):
         total = aggregate([slices[q][p] for q in range(n)])
         assert total is not None
         fin = total if first.value_dtype == "fp32" else _narrowed(total, first.value_dtype)
         fin_bytes = encoded_bytes(fin, with_index=not dense)
-        links = [encoded_bytes(slices[p][q], with_index=not dense) + fin_bytes for q in range(n) if q != p]
-        worst = max(worst, *links)
-        per_site = max(per_site, sum(links))
+        parts = [encoded_bytes(slices[p][q], with_index=not dense) for q in range(n) if q != p]
+        worst = max(worst, *(b + fin_bytes for b in parts))
+        per_site = max(per_site, sum(b + fin_bytes for b in parts))
+        phases = [max(phases[0], *parts), max(phases[1], fin_bytes)]
     if not dense:
         whole = [encoded_bytes(p, with_index=True) for p in payloads]
         if max(whole) < worst:
-            worst, per_site = max(whole), (n - 1) * max(whole)
-    return worst * 8 / rate_bps, per_site
+            worst, per_site, phases = max(whole), (n - 1) * max(whole), [max(whole)]
+    return worst * 8 / rate_bps, per_site, phases
 
 
 def _narrowed(p: SparsePayload, dtype: str) -> SparsePayload:
@@ -223,6 +227,8 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 
+    raw = RawMesh()
+    await raw.listen()
     reply({"event": "ready"})
     while line := await stdin.readline():
         cmd = json.loads(line)
@@ -260,17 +266,80 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
                     "sites": list(last.sites),
                 }
             )
+        elif op == "raw_connect":
+            await raw.connect(cmd["peers"])
+            reply({"event": "raw_connected"})
+        elif op == "raw":
+            await asyncio.sleep(max(0.0, cmd["at"] - time.monotonic()))
+            t0 = time.monotonic()
+            await raw.exchange(cmd["phases"])
+            reply({"event": "raw", "t_start": t0, "t_end": time.monotonic()})
         elif op == "stats":
             status = await asyncio.to_thread(_http_json, f"http://127.0.0.1:{cmd['port']}/status")
             reply({"event": "stats", "counters": status["counters"], "engine": status.get("engine", {})})
         elif op == "quit":
             break
+    await raw.close()
     with contextlib.suppress(Exception):
         await transport.send([conn.send(Bye("done"))])
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await transport.close()
     return 0
+
+
+class RawMesh:
+    """The baseline: plain asyncio TCP streams between the trainers' namespaces, over the same shaped links,
+    moving the bytes a round must move in the same phases, with no framing, codec or round logic."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []  # per accepted peer connection, bytes so far
+        self.done = 0  # bytes per connection counted by finished exchanges
+        self.more = asyncio.Event()
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+        self.buf = memoryview(bytearray(1 << 16))
+
+    async def listen(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "0.0.0.0", RAW_PORT)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        k = len(self.received)
+        self.received.append(0)
+        while data := await reader.read(1 << 20):
+            self.received[k] += len(data)
+            self.more.set()
+        writer.close()
+
+    async def connect(self, peers: list[str]) -> None:
+        for host in peers:
+            _, w = await asyncio.open_connection(host, RAW_PORT)
+            self.writers.append(w)
+
+    async def _send(self, w: asyncio.StreamWriter, n: int) -> None:
+        while n > 0:
+            k = min(n, len(self.buf))
+            w.write(self.buf[:k])
+            n -= k
+            await w.drain()
+
+    async def exchange(self, phases: list[int]) -> None:
+        """Per phase: ``b`` bytes to every peer at once, then wait for ``b`` from every peer (a peer that
+        started earlier may have sent some already: counts are per connection and cumulative)."""
+        want = self.done
+        for b in phases:
+            await asyncio.gather(*(self._send(w, b) for w in self.writers))
+            want += b
+            while len(self.received) < len(self.writers) or min(self.received) < want:
+                self.more.clear()
+                await self.more.wait()
+        self.done = want
+
+    async def close(self) -> None:
+        for w in self.writers:
+            w.close()
+        if self.server is not None:
+            self.server.close()
 
 
 def _http_json(url: str) -> dict[str, Any]:
@@ -484,6 +553,12 @@ async def session(
             s.trainers[site] = Proc(proc, f"trainer {site}", log)
         for t in s.trainers.values():
             await t.expect("ready", timeout=60)
+        for site, t in s.trainers.items():
+            i = SITES.index(site)
+            peers = [emu.address(j, i) for j in range(len(SITES)) if j != i]
+            await t.send({"op": "raw_connect", "peers": peers})
+        for t in s.trainers.values():
+            await t.expect("raw_connected", timeout=60)
         yield s
     finally:
         for t in s.trainers.values():
@@ -548,6 +623,13 @@ async def settle(s: Session, timeout: float = 90.0) -> float:
     return time.monotonic() - t0
 
 
+async def raw_round(s: Session, phases: list[int]) -> float:
+    at = time.monotonic() + START_LEAD_S
+    await asyncio.gather(*(t.send({"op": "raw", "phases": phases, "at": at}) for t in s.trainers.values()))
+    got = [await t.expect("raw") for t in s.trainers.values()]
+    return float(max(g["t_end"] for g in got) - min(g["t_start"] for g in got))
+
+
 async def bytes_sent(s: Session) -> dict[str, int]:
     for t in s.trainers.values():
         await t.send({"op": "stats", "port": METRICS_PORT})
@@ -558,7 +640,7 @@ async def bytes_sent(s: Session) -> dict[str, int]:
 
 
 async def run_row(
-    s: Session, row: Row, elements: int, warmup: int, measure: int, rate_bps: float
+    s: Session, row: Row, elements: int, warmup: int, measure: int, rate_bps: float, with_raw: bool
 ) -> dict[str, Any]:
     for t in s.trainers.values():
         await t.send(
@@ -574,11 +656,12 @@ async def run_row(
     for t in s.trainers.values():
         await t.expect("prepared")
     payloads = [make_payload(i, row, elements) for i in range(len(SITES))]
-    limit, ideal_bytes = link_limit_s(payloads, rate_bps)
+    limit, ideal_bytes, phases = link_limit_s(payloads, rate_bps)
     ref, scale = expected_sum(payloads)
     for _ in range(warmup):
         await one_round(s, row)
     await settle(s)
+    raw = [await raw_round(s, phases) for _ in range(measure)] if with_raw else []
     before = await bytes_sent(s)
     cpu0 = cpu_seconds(s)
     rounds = [await one_round(s, row) for _ in range(measure)]
@@ -601,6 +684,9 @@ async def run_row(
         "push_skew_s": max(r["push_skew"] for r in rounds),
         "link_limit_s": limit,
         "vs_link_limit": median / limit,
+        "raw_tcp_s": statistics.median(raw) if raw else None,
+        "raw_tcp_vs_link_limit": statistics.median(raw) / limit if raw else None,
+        "vs_raw_tcp": median / statistics.median(raw) if raw else None,
         "wire_bytes_per_site": max(per_site.values()),
         "wire_bytes_per_site_by_site": per_site,
         "ideal_bytes_per_site": ideal_bytes,
@@ -623,7 +709,15 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
         pace = args.pace_bps or args.rate
         async with session(emu, work, topology, pace, args.profile, args.trace, not args.no_direct) as s:
             for row in rows:
-                res = await run_row(s, row, args.elements, args.warmup, args.measure, args.rate)
+                res = await run_row(
+                    s,
+                    row,
+                    args.elements,
+                    args.warmup,
+                    args.measure,
+                    args.rate,
+                    topology == args.topologies[0],
+                )
                 out.append(res)
                 mine.append(res)
                 print(
@@ -712,14 +806,21 @@ def hivemind_arm() -> str:
 def table(results: list[dict[str, Any]]) -> str:
     head = (
         f"{'topology':9s} {'row':17s} {'median s':>9s} {'min s':>7s} {'limit s':>8s} {'x limit':>8s} "
-        f"{'wire MB/site':>12s} {'x ideal':>8s} {'ok':>3s}"
+        f"{'raw TCP s':>9s} {'raw x lim':>9s} {'x raw':>6s} {'wire MB/site':>12s} {'x ideal':>8s} {'ok':>3s}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
+        raw = r.get("raw_tcp_s")
+        raw_cols = (
+            f"{raw:9.3f} {r['raw_tcp_vs_link_limit']:9.2f} {r['vs_raw_tcp']:6.2f}"
+            if raw is not None
+            else f"{'':9s} {'':9s} {'':6s}"
+        )
         lines.append(
             f"{r['topology']:9s} {r['row']:17s} {r['median_s']:9.3f} {r['min_s']:7.3f} "
-            f"{r['link_limit_s']:8.3f} {r['vs_link_limit']:8.2f} {r['wire_bytes_per_site'] / 1e6:12.2f} "
-            f"{r['wire_vs_ideal']:8.3f} {'yes' if r['correct_and_identical'] else 'NO':>3s}"
+            f"{r['link_limit_s']:8.3f} {r['vs_link_limit']:8.2f} {raw_cols} "
+            f"{r['wire_bytes_per_site'] / 1e6:12.2f} {r['wire_vs_ideal']:8.3f} "
+            f"{'yes' if r['correct_and_identical'] else 'NO':>3s}"
         )
     return "\n".join(lines)
 
@@ -803,10 +904,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     t0 = time.monotonic()
-    with (
-        tempfile.TemporaryDirectory(prefix="wbr") as tmp,
-        Emulation(3, shape=Shape(rate_bps=args.rate)) as emu,
-    ):
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise SystemExit(f"signal {signum}: cleaning up")  # unwinds through every finally and with-exit
+
+    signal.signal(signal.SIGTERM, terminated)
+    keep = os.environ.get("WANRT_BENCH_KEEP")  # a directory: configs, logs and traces stay there
+    tmp_ctx: Any = contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory(prefix="wbr")
+    with tmp_ctx as tmp, Emulation(len(SITES), shape=Shape(rate_bps=args.rate)) as emu:
         results = asyncio.run(bench(args, emu, Path(tmp)))
     hm = hivemind_arm()
     print()
