@@ -138,16 +138,15 @@ def _slice(m: RoundMsg, g: int, n: int) -> SparsePayload | None:
 def _finish(
     r: OpenRound,
     g: int,
-    parts: list[SparsePayload | None],
+    acc: SparsePayload | None,
     ids: tuple[ContribId, ...],
     shape: tuple[int, int] | None,
     bound: Bound,
     narrow: Callable[[RoundMsg], RoundMsg],
     keep_residual: bool,
 ) -> RoundMsg:
-    """Segment ``g``'s result: the parts summed in core order, bounded, narrowed once."""
+    """Segment ``g``'s result from its sum: bounded, narrowed once."""
     n = len(r.plan.core)
-    acc = aggregate(parts, peers=[r.plan.core[q] for q in range(n)])
     scope = None
     if shape is not None:
         b = segment_bounds(n_blocks(*shape), n)
@@ -160,6 +159,29 @@ def _finish(
     return fin
 
 
+def _absorb(r: OpenRound, p: int, n: int) -> None:
+    """Add every slice of the owned segment that is here to the running sum, in core order: the sum is
+    built while later slices are still on the wire, so the last arrival costs one addition, not N - 1.
+    ``aggregate`` of a prefix and the next slice adds each block in the order a single ``aggregate`` of
+    all N would (the first addend lands unchanged, the others in input order), so the bits are the same."""
+    while r.ap_next < n:
+        q = r.ap_next
+        if q == p:
+            if r.ring_slices is None:
+                return
+            part = r.ring_slices[p]
+        else:
+            m = r.ring_recv.get(q)
+            if m is None:
+                return
+            part = _slice(m, p, n)
+        peer = None if q == p else r.plan.core[q]
+        r.ap_sum = (
+            aggregate([part], peers=[peer]) if q == 0 else aggregate([r.ap_sum, part], peers=[None, peer])
+        )
+        r.ap_next += 1
+
+
 def allpairs_reduce(
     r: OpenRound,
     site: str,
@@ -168,25 +190,32 @@ def allpairs_reduce(
     narrow: Callable[[RoundMsg], RoundMsg],
 ) -> list[tuple[str, RoundMsg]]:
     """Once every member's part is here: if all came whole, compute every segment here (a direct round,
-    nothing more to send); else sum the slices of the owned segment in core order, bound the sum, and send
-    the finished segment to every other member (narrowed once, here, so the owner keeps the very bytes
-    the others get). Returns the messages to send."""
+    nothing more to send); else finish the sum of the owned segment (built in core order as the slices
+    came, :func:`_absorb`), bound it, and send the finished segment to every other member (narrowed once,
+    here, so the owner keeps the very bytes the others get). Returns the messages to send."""
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     slices = r.ring_slices
-    if slices is None or r.ring_step or len(r.ring_recv) < n - 1:
+    if r.ring_step:
+        return []
+    _absorb(r, p, n)
+    if slices is None or len(r.ring_recv) < n - 1:
         return []
     recv = r.ring_recv
     ids = merge_ids(r.ring_ids, *(recv[q].sites for q in range(n) if q != p))
     r.ring_step = 1
+    own, r.ap_sum = r.ap_sum, None
     if r.whole and all(m.segment == WHOLE for m in recv.values()):
         for g in range(n):
-            parts = [slices[g] if q == p else _slice(recv[q], g, n) for q in range(n)]
-            _finish(r, g, parts, ids, shape, bound, narrow, keep_residual=g == p)
+            if g == p:
+                acc = own
+            else:
+                parts = [slices[g] if q == p else _slice(recv[q], g, n) for q in range(n)]
+                acc = aggregate(parts, peers=[plan.core[q] for q in range(n)])
+            _finish(r, g, acc, ids, shape, bound, narrow, keep_residual=g == p)
         recv.clear()
         return []
-    parts = [slices[p] if q == p else _slice(recv[q], p, n) for q in range(n)]
-    fin = _finish(r, p, parts, ids, shape, bound, narrow, keep_residual=True)
+    fin = _finish(r, p, own, ids, shape, bound, narrow, keep_residual=True)
     recv.clear()  # the slices are summed: drop them now (a dense round holds N of them)
     return [(q, fin) for q in plan.core if q != site]
 

@@ -276,3 +276,37 @@ def test_merge_and_scratch_paths_agree_on_signed_zeros(monkeypatch: pytest.Monke
     assert merged is not None and scratch is not None
     assert merged.values.tobytes() == scratch.values.tobytes()
     assert np.signbit(scratch.values).all()  # -0.0 + -0.0 is -0.0, as IEEE addition says
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    k=st.integers(2, 5),
+    cut=st.integers(1, 4),
+    density=st.floats(0.0, 1.0),
+    dtype=st.sampled_from(["fp32", "fp16"]),
+    seed=st.integers(0, 2**31),
+)
+def test_summing_a_prefix_first_gives_the_same_bits(
+    k: int, cut: int, density: float, dtype: str, seed: int
+) -> None:
+    """What the all-pairs owner relies on to add slices as they arrive: aggregate(prefix) + the rest, one
+    at a time, equals aggregate(all) bit for bit (signed zeros included), whatever paths are taken."""
+    rng = np.random.default_rng(seed)
+    ps: list[SparsePayload | None] = []
+    for _ in range(k):
+        if rng.random() < 0.15:
+            ps.append(None)
+            continue
+        p = _payload(rng, 400, 16, density, dtype)
+        vals = _signed(rng, p.nnz)
+        ps.append(SparsePayload(0, 400, 16, p.indices, vals.astype(p.values.dtype), dtype))
+    whole = aggregate(ps)
+    acc = aggregate(ps[: min(cut, k)])
+    for p in ps[min(cut, k) :]:
+        acc = aggregate([acc, p])
+    if whole is None:
+        assert acc is None
+        return
+    assert acc is not None
+    np.testing.assert_array_equal(acc.indices, whole.indices)
+    assert acc.values.tobytes() == whole.values.tobytes()
