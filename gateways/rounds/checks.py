@@ -14,7 +14,7 @@ from gateways.rounds.topology import Plan
 from wanrt.errors import LimitExceeded, MalformedPayload, RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
 
-__all__ = ["check_message", "check_ring_message"]
+__all__ = ["check_allpairs_message", "check_message", "check_ring_message"]
 
 
 def check_message(
@@ -70,6 +70,16 @@ def check_message(
             raise RemoteProtocolError("outcome lists foreign or out-of-range ids", peer=peer)
 
 
+def _check_blocks(peer: str, m: RoundMsg, n: int, shape: tuple[int, int] | None) -> None:
+    if not 0 <= m.segment < n:
+        raise RemoteProtocolError("segment out of range", peer=peer, value=m.segment)
+    if m.payload is not None and m.payload.indices.shape[0] and shape is not None:
+        bounds = segment_bounds(n_blocks(*shape), n)
+        idx = m.payload.indices
+        if idx[0] < bounds[m.segment] or idx[-1] >= bounds[m.segment + 1]:
+            raise MalformedPayload("segment holds blocks outside its range", peer=peer, value=m.segment)
+
+
 def check_ring_message(
     peer: str, plan: Plan, site: str, m: RoundMsg, shape: tuple[int, int] | None
 ) -> tuple[int, int]:
@@ -78,11 +88,29 @@ def check_ring_message(
     n = len(plan.core)
     if n < 2 or not plan.in_core(site) or plan.ring_prev(site) != peer:
         raise RemoteProtocolError("ring message from a site that is not our ring predecessor", peer=peer)
-    if not 0 <= m.segment < n:
-        raise RemoteProtocolError("ring segment out of range", peer=peer, value=m.segment)
-    if m.payload is not None and m.payload.indices.shape[0] and shape is not None:
-        bounds = segment_bounds(n_blocks(*shape), n)
-        idx = m.payload.indices
-        if idx[0] < bounds[m.segment] or idx[-1] >= bounds[m.segment + 1]:
-            raise MalformedPayload("ring segment holds blocks outside its range", peer=peer, value=m.segment)
+    _check_blocks(peer, m, n, shape)
     return n, plan.ring_position(site)
+
+
+def check_allpairs_message(
+    peer: str, plan: Plan, site: str, m: RoundMsg, shape: tuple[int, int] | None
+) -> None:
+    """All-pairs: a ``segment`` (a slice for the reduce-scatter) must come from another core member and
+    carry only blocks of the segment this member owns, or be that member's whole contribution (``segment``
+    -1, a direct round); a ``segment_final`` only from that segment's owner, with only blocks of that
+    segment."""
+    n = len(plan.core)
+    if n < 2 or not plan.in_core(site) or not plan.in_core(peer) or peer == site:
+        raise RemoteProtocolError("all-pairs message from a site outside the core", peer=peer)
+    if m.kind == "segment" and m.segment == -1:  # a whole contribution (a direct round): any block
+        if m.step != 0:
+            raise RemoteProtocolError("malformed whole all-pairs part", peer=peer, value=m.step)
+        return
+    _check_blocks(peer, m, n, shape)
+    if m.kind == "segment":
+        if m.segment != plan.ring_position(site) or m.step != 0:
+            raise RemoteProtocolError(
+                "all-pairs part for a segment this member does not own", peer=peer, value=m.segment
+            )
+    elif plan.core[m.segment] != peer:
+        raise RemoteProtocolError("finished segment not from its owner", peer=peer, value=m.segment)

@@ -56,6 +56,10 @@ class RoundConfig:
       the trainers' own); ``fp32``: keep partial sums in fp32 on the WAN (twice the bytes of fp16, exact
       sums of the pushed values). Sums are computed in fp32 either way, and every site gets the same
       bit-identical result.
+    * ``allpairs_direct`` — under the ``allpairs`` topology, a round whose contributions are all sparse
+      (density ≤ 1/(N(N-1)) at every core member) sends each contribution whole to every member and is
+      finished in one hop, without the all-gather (see :mod:`gateways.rounds.allpairs`); ``false`` always
+      runs the two-hop reduce-scatter + all-gather.
     * ``topology`` / ``tree_arity`` — the default :class:`~gateways.rounds.topology.PlanSpec` (see
     :meth:`spec`).
     """
@@ -74,6 +78,7 @@ class RoundConfig:
     topology: TopologyKind = "tree"
     tree_arity: int = 2
     partial_sums: str = "wire"
+    allpairs_direct: bool = True
 
     def __post_init__(self) -> None:
         check(0 < self.round_deadline_s <= 3600, "round_deadline_s", self.round_deadline_s, "0 < s <= 3600")
@@ -95,6 +100,9 @@ class RoundConfig:
         check(self.topology in TOPOLOGY_KINDS, "topology", self.topology, f"one of {TOPOLOGY_KINDS}")
         check(1 <= self.tree_arity <= 1024, "tree_arity", self.tree_arity, "1..1024")
         check(self.partial_sums in ("wire", "fp32"), "partial_sums", self.partial_sums, "wire or fp32")
+        check(
+            isinstance(self.allpairs_direct, bool), "allpairs_direct", self.allpairs_direct, "true or false"
+        )
 
     def spec(self) -> PlanSpec:
         """The plan inputs this config asks for, before any cost estimate or straggler is known."""

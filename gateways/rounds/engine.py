@@ -51,7 +51,14 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from gateways.rounds.aggregate import aggregate, aggregate_cap, per_site_cap, top_blocks
-from gateways.rounds.checks import check_message, check_ring_message
+from gateways.rounds.allpairs import (
+    allpairs_reduce,
+    allpairs_start,
+    allpairs_waiting_on,
+    take_part,
+    take_segment_final,
+)
+from gateways.rounds.checks import check_allpairs_message, check_message, check_ring_message
 from gateways.rounds.config import MAX_LAYERS, RoundConfig
 from gateways.rounds.messages import (
     Action,
@@ -135,6 +142,9 @@ class RoundEngine:
         self._history: dict[int, list[tuple[int, tuple[ContribId, ...]]]] = {}
         self._history_since = start_iteration
         self._floor = start_iteration - self.config.max_lag  # iterations below are settled here
+        # with partial sums in the wire dtype, a contribution that is not summed with anything travels
+        # in the dtype it came in (no widening to fp32 and narrowing back, which give the same bits)
+        self._pass_dtype = self.config.partial_sums == "wire"
 
     # ------------------------------------------------------------------------------------------------
     # public events
@@ -443,7 +453,7 @@ class RoundEngine:
             ids = merge_ids(ids, carry.ids)
         if not ids:
             return  # nothing attributable: a residual alone waits for the next real contribution
-        own = aggregate([r.local, None if carry is None else carry.payload])
+        own = aggregate([r.local, None if carry is None else carry.payload], keep_dtype=self._pass_dtype)
         rest: SparsePayload | None = None
         if own is not None and self.config.forward_policy == "per_site":
             cap = per_site_cap(
@@ -465,6 +475,7 @@ class RoundEngine:
         contrib = aggregate(
             [r.own] + [r.inputs[s].payload for s in senders] + [r.extras_in[s][0] for s in extras],
             peers=[None, *senders, *extras],
+            keep_dtype=self._pass_dtype,
         )
         ids = merge_ids(
             r.own_ids, *(r.inputs[s].sites for s in senders), *(r.extras_in[s][1] for s in extras)
@@ -720,15 +731,23 @@ class RoundEngine:
             )
 
     def _on_segment(self, peer: str, r: OpenRound, m: RoundMsg, now: float, out: list[Action]) -> None:
-        n, p = check_ring_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
-        take_segment_step(peer, r, m, n, p)
+        if r.plan.all_pairs:
+            check_allpairs_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
+            take_part(peer, r, m)
+        else:
+            n, p = check_ring_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
+            take_segment_step(peer, r, m, n, p)
         self._advance(r, now, out)
 
     def _on_segment_final(self, peer: str, r: OpenRound, m: RoundMsg, now: float, out: list[Action]) -> None:
-        n, _ = check_ring_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
-        for to, fwd in take_segment_result(peer, r, m, self.site, n):
-            self._send(out, to, fwd)
-        r.wait_since = now
+        if r.plan.all_pairs:
+            check_allpairs_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
+            take_segment_final(peer, r, m)
+        else:
+            n, _ = check_ring_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
+            for to, fwd in take_segment_result(peer, r, m, self.site, n):
+                self._send(out, to, fwd)
+            r.wait_since = now
         self._advance(r, now, out)
 
     def _ring_start(
@@ -739,16 +758,32 @@ class RoundEngine:
         now: float,
         out: list[Action],
     ) -> None:
+        if r.plan.all_pairs:
+            shape = self._shapes.get(r.layer)
+            direct = self.config.allpairs_direct
+            for to, msg in allpairs_start(r, self.site, contrib, ids, shape, direct=direct):
+                self._send(out, to, msg)
+            r.wait_since, r.wait_reason = now, "ring"
+            return
         to, msg = ring_start(r, self.site, contrib, ids, self._shapes.get(r.layer))
         self._send(out, to, msg)
         r.wait_peer, r.wait_since, r.wait_reason = r.plan.ring_prev(self.site), now, "ring"
 
     def _ring_progress(self, r: OpenRound, now: float, out: list[Action]) -> None:
-        sends = ring_steps(r, self.site, self._shapes.get(r.layer), self._bound)
-        for to, msg in sends:
-            self._send(out, to, msg)
-        if sends:
-            r.wait_since = now
+        if r.plan.all_pairs:
+            shape = self._shapes.get(r.layer)
+            for to, msg in allpairs_reduce(r, self.site, shape, self._bound, self._narrow):
+                self._send(out, to, msg)
+            # wait on the first member still missing; a new wait (progress) restarts the suspect clock
+            waiting = allpairs_waiting_on(r, self.site)
+            if waiting != r.wait_peer:
+                r.wait_peer, r.wait_since, r.suspected = waiting, now, False
+        else:
+            sends = ring_steps(r, self.site, self._shapes.get(r.layer), self._bound, self._narrow)
+            for to, msg in sends:
+                self._send(out, to, msg)
+            if sends:
+                r.wait_since = now
         final = ring_result(r)
         if final is not None:
             self._close(r, self._narrow(final), None, now, out)

@@ -65,9 +65,16 @@ def take_segment_step(peer: str, r: OpenRound, m: RoundMsg, n: int, p: int) -> N
 
 
 def ring_steps(
-    r: OpenRound, site: str, shape: tuple[int, int] | None, bound: Bound
+    r: OpenRound,
+    site: str,
+    shape: tuple[int, int] | None,
+    bound: Bound,
+    narrow: Callable[[RoundMsg], RoundMsg] | None = None,
 ) -> list[tuple[str, RoundMsg]]:
-    """Run every reduce-scatter step whose input has arrived; returns the messages to send on."""
+    """Run every reduce-scatter step whose input has arrived; returns the messages to send on.
+
+    ``narrow`` puts a finished segment in the wire dtype once, where it is made, so its owner keeps the
+    very bytes the others receive (and the result's concatenation needs no conversion)."""
     plan = r.plan
     n = len(plan.core)
     slices = r.ring_slices
@@ -92,6 +99,8 @@ def ring_steps(
             if rest is not None:
                 r.residuals[plan.plan_id] = rest
             fin = RoundMsg("segment_final", r.iteration, r.layer, plan.plan_id, kept, ids, 0, g)
+            if narrow is not None:
+                fin = narrow(fin)
             r.seg_finals[g] = fin
             sends.append((nxt, fin))
         r.ring_step += 1

@@ -77,6 +77,9 @@ class OpenRound:
     ring_ids: tuple[ContribId, ...] = ()
     ring_recv: dict[int, RoundMsg] = field(default_factory=dict)
     ring_step: int = 0
+    whole: bool = False  # all-pairs: this member sent its contribution whole (a direct round if all did)
+    ap_sum: SparsePayload | None = None  # all-pairs: running sum of the owned segment, in core order ...
+    ap_next: int = 0  # ... over core positions below this one
     seg_finals: dict[int, RoundMsg] = field(default_factory=dict)
     residuals: dict[int, SparsePayload] = field(default_factory=dict)
     wait_peer: str | None = None
@@ -99,6 +102,9 @@ class OpenRound:
         self.ring_ids = ()
         self.ring_recv.clear()
         self.ring_step = 0
+        self.whole = False
+        self.ap_sum = None
+        self.ap_next = 0
         self.seg_finals.clear()
         self.wait_peer = None
         self.suspected = False

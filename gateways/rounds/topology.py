@@ -1,13 +1,14 @@
-"""Who sends what to whom in a WAN round: star, k-ary tree, ring and parent–child plans as plain frozen data.
+"""Who sends what to whom in a WAN round: star, k-ary tree, ring, all-pairs and parent–child plans as plain
+frozen data.
 
 Every plan has the same shape, so one round engine runs them all:
 
-* a **core** — the sites that finish the reduction: one root (star, tree) or a ring of sites that run a
-  sparse reduce-scatter + all-gather among themselves (ring, parent–child);
+* a **core** — the sites that finish the reduction: one root (star, tree) or a group of sites that run a
+  sparse reduce-scatter + all-gather among themselves (ring, all-pairs, parent–child);
 * **attachments** — every other site has a parent; it sends the partial aggregate of its subtree up and
   receives the final result back down.
 
-Why these four (the source papers are listed in docs/architecture.md):
+Why these five (the source papers are listed in docs/architecture.md):
 
 * *star* — one root aggregates and broadcasts; the simplest plan, best for a handful of well-connected sites.
 * *tree* — STAR §IV-D2 "Amortizing communication overhead": sites with longer latencies are placed in lower
@@ -17,6 +18,12 @@ Why these four (the source papers are listed in docs/architecture.md):
   optionally matching each level to parents by pairwise link cost.
 * *ring* — reduce-scatter + all-gather over sparse payloads: the block-index space is split into N
   contiguous segments, so every link carries about 2(N-1)/N of a payload instead of the root's N-fold load.
+* *allpairs* — the "butterfly" reduce-scatter + all-gather: the same N segments as the ring, but each member
+  sends segment g straight to its owner (member g) and each owner sends its finished segment straight to
+  every other member, all links at once. Every site sends the ring's 2(N-1)/N of a payload, but over its
+  N-1 links in parallel instead of one link at a time, and a round takes 2 message latencies instead of
+  2(N-1) — the right plan when every pair of sites has its own WAN path (a full mesh of site links).
+  Stragglers attach to core members exactly as under parent–child.
 * *parent–child* — STAR §IV-B (all-reduce architecture): straggling sites are removed from the ring and
   attached to a well-connected ring member (their parent), which waits ``t_w`` after its own computation
   for them before joining the ring; STAR §IV-D1 balances parents by letting each child pick the ring
@@ -46,8 +53,8 @@ __all__ = [
     "build_plan",
 ]
 
-TopologyKind: TypeAlias = Literal["star", "tree", "ring", "parent_child"]
-TOPOLOGY_KINDS: tuple[TopologyKind, ...] = ("star", "tree", "ring", "parent_child")
+TopologyKind: TypeAlias = Literal["star", "tree", "ring", "parent_child", "allpairs"]
+TOPOLOGY_KINDS: tuple[TopologyKind, ...] = ("star", "tree", "ring", "parent_child", "allpairs")
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,8 @@ class PlanSpec:
 class Plan:
     """One round's communication plan. Build with :func:`build_plan`; fields are canonical and sorted.
 
-    ``core`` is the ring order (a single root for star and tree); ``parents`` lists (child, parent) for every
+    ``core`` is the ring order (a single root for star and tree; for all-pairs, member ``g`` owns segment
+    ``g`` and sums are taken in this order); ``parents`` lists (child, parent) for every
     member outside the core; ``waits_tw`` are the children whose parent waits only ``t_w`` for them.
     """
 
@@ -195,6 +203,11 @@ class Plan:
     def in_core(self, site: str) -> bool:
         return site in self._pos
 
+    @property
+    def all_pairs(self) -> bool:
+        """The core runs the all-pairs exchange (every member talks to every other) instead of a ring."""
+        return self.spec.kind == "allpairs"
+
     def ring_position(self, site: str) -> int:
         return self._pos[site]
 
@@ -211,7 +224,10 @@ class Plan:
         if p is not None:
             out.add(p)
         if site in self._pos and len(self.core) > 1:
-            out.update((self.ring_next(site), self.ring_prev(site)))
+            if self.all_pairs:
+                out.update(self.core)
+            else:
+                out.update((self.ring_next(site), self.ring_prev(site)))
         out.discard(site)
         return tuple(sorted(out))
 
@@ -279,6 +295,8 @@ def build_plan(spec: PlanSpec, members: Iterable[str]) -> Plan:
             parents.update({s: root for s in normal[1:]})
         else:
             parents.update(_tree_parents(spec, normal))
+    elif spec.kind == "allpairs":
+        core = tuple(sorted(normal))  # every pair talks anyway: names fix segment owners and sum order
     else:
         core = _ring_order(spec, normal)
     if stragglers:

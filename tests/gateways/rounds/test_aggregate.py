@@ -182,3 +182,131 @@ def test_segments_roundtrip(total: int, n: int, seed: int) -> None:
     joined = concat_segments(parts)
     np.testing.assert_array_equal(joined.indices, p.indices)
     np.testing.assert_array_equal(joined.values, p.values)
+
+
+def _general(monkeypatch: pytest.MonkeyPatch, ps: list[SparsePayload], scratch: bool) -> SparsePayload:
+    """The sum by the sparse paths (dense detection off): merge (``scratch`` False) or scratch."""
+    monkeypatch.setattr(agg, "_same_full_range", lambda _: False)
+    monkeypatch.setattr(agg, "_DENSE_SCRATCH_FACTOR", 10**9 if scratch else 0)
+    out = aggregate(ps)
+    monkeypatch.undo()
+    assert out is not None
+    return out
+
+
+def _signed(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Arbitrary fp32 values, with signed zeros and magnitudes whose sums round differently by order."""
+    v = (rng.standard_normal(n) * 10.0 ** rng.integers(-6, 4, n)).astype(np.float32)  # finite in fp16
+    v[rng.random(n) < 0.1] = -0.0
+    v[rng.random(n) < 0.05] = 0.0
+    return v
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dense_len=st.integers(1, 300),
+    bs=st.sampled_from([1, 4, 16]),
+    k=st.integers(2, 6),
+    dtype=st.sampled_from(["fp32", "fp16", "bf16"]),
+    segment=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_dense_inputs_add_as_vectors_bit_identical_to_the_sparse_paths(
+    dense_len: int, bs: int, k: int, dtype: str, segment: bool, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    nb = n_blocks(dense_len, bs)
+    lo, hi = (0, nb) if not segment else sorted(rng.integers(0, nb + 1, 2).tolist())
+    if hi == lo:
+        hi = lo + 1 if lo < nb else lo
+        lo = hi - 1
+    idx = np.arange(lo, hi, dtype=np.int64)
+    ps = []
+    for _ in range(k):
+        dense = _signed(rng, dense_len)
+        p = SparsePayload.from_dense_blocks(0, dense, idx, bs)
+        if dtype == "fp16":
+            p = SparsePayload(0, dense_len, bs, p.indices, p.values.astype(np.float16), "fp16")
+        elif dtype == "bf16":
+            p = SparsePayload(0, dense_len, bs, p.indices, fp32_to_bf16(p.values), "bf16")
+        ps.append(p)
+    mp = pytest.MonkeyPatch()
+    out = aggregate(ps)
+    assert out is not None and agg._same_full_range(ps)
+    out.validate()
+    for scratch in (False, True):
+        ref = _general(mp, ps, scratch)
+        np.testing.assert_array_equal(out.indices, ref.indices)
+        assert out.values.tobytes() == ref.values.tobytes()  # signed zeros included
+    assert np.shares_memory(out.indices, ps[0].indices)  # indices reused, not rebuilt
+
+
+def test_dense_detection_is_exact() -> None:
+    full = SparsePayload(0, 64, 16, np.arange(4, dtype=np.int64), np.ones(64, np.float32))
+    gap = SparsePayload(0, 64, 16, np.array([0, 1, 3], np.int64), np.ones(48, np.float32))
+    other = SparsePayload(0, 64, 16, np.arange(1, 4, dtype=np.int64), np.ones(48, np.float32))
+    assert agg._same_full_range([full, full])
+    assert not agg._same_full_range([full, gap])  # same count would need the same ends
+    assert not agg._same_full_range([gap, gap])  # not contiguous
+    assert not agg._same_full_range([other, gap])
+    out = aggregate([full, gap])
+    assert out is not None
+    np.testing.assert_array_equal(out.to_dense(), full.to_dense() + gap.to_dense())
+
+
+def test_keep_dtype_passes_a_lone_input_through() -> None:
+    p = SparsePayload(0, 64, 16, np.arange(2, dtype=np.int64), np.ones(32, np.float16), "fp16")
+    assert aggregate([p, None], keep_dtype=True) is p
+    assert aggregate([p]).value_dtype == "fp32"  # type: ignore[union-attr]
+    parts = split_segments(p, segment_bounds(4, 2), keep_dtype=True)
+    assert [q.value_dtype for q in parts] == ["fp16", "fp16"] and np.shares_memory(parts[0].values, p.values)
+    joined = concat_segments(parts)  # fp16 segments join in fp16; an empty part does not widen them
+    assert joined.value_dtype == "fp16" and joined.values.tobytes() == p.values.tobytes()
+    mixed = concat_segments([parts[0], SparsePayload.empty(0, 64, 16)])
+    assert mixed.value_dtype == "fp16"
+
+
+def test_merge_and_scratch_paths_agree_on_signed_zeros(monkeypatch: pytest.MonkeyPatch) -> None:
+    a = SparsePayload(0, 32, 16, np.array([0, 1], np.int64), np.full(32, -0.0, np.float32))
+    b = SparsePayload(0, 32, 16, np.array([1], np.int64), np.full(16, -0.0, np.float32))
+    monkeypatch.setattr(agg, "_DENSE_SCRATCH_FACTOR", 0)
+    merged = aggregate([a, b])
+    monkeypatch.setattr(agg, "_DENSE_SCRATCH_FACTOR", 10**9)
+    scratch = aggregate([a, b])
+    assert merged is not None and scratch is not None
+    assert merged.values.tobytes() == scratch.values.tobytes()
+    assert np.signbit(scratch.values).all()  # -0.0 + -0.0 is -0.0, as IEEE addition says
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    k=st.integers(2, 5),
+    cut=st.integers(1, 4),
+    density=st.floats(0.0, 1.0),
+    dtype=st.sampled_from(["fp32", "fp16"]),
+    seed=st.integers(0, 2**31),
+)
+def test_summing_a_prefix_first_gives_the_same_bits(
+    k: int, cut: int, density: float, dtype: str, seed: int
+) -> None:
+    """What the all-pairs owner relies on to add slices as they arrive: aggregate(prefix) + the rest, one
+    at a time, equals aggregate(all) bit for bit (signed zeros included), whatever paths are taken."""
+    rng = np.random.default_rng(seed)
+    ps: list[SparsePayload | None] = []
+    for _ in range(k):
+        if rng.random() < 0.15:
+            ps.append(None)
+            continue
+        p = _payload(rng, 400, 16, density, dtype)
+        vals = _signed(rng, p.nnz)
+        ps.append(SparsePayload(0, 400, 16, p.indices, vals.astype(p.values.dtype), dtype))
+    whole = aggregate(ps)
+    acc = aggregate(ps[: min(cut, k)])
+    for p in ps[min(cut, k) :]:
+        acc = aggregate([acc, p])
+    if whole is None:
+        assert acc is None
+        return
+    assert acc is not None
+    np.testing.assert_array_equal(acc.indices, whole.indices)
+    assert acc.values.tobytes() == whole.values.tobytes()

@@ -19,7 +19,7 @@ from wanrt.errors import ConfigError, LimitExceeded, LocalProtocolError, Malform
 from wanrt.payload import SparsePayload
 
 SITES = "abcd"
-KINDS = ["star", "tree", "ring", "parent_child"]
+KINDS = ["star", "tree", "ring", "parent_child", "allpairs"]
 
 
 def _run(net: Net, iterations: int, layers: int, **kw: object) -> Trainers:
@@ -55,7 +55,7 @@ def test_every_topology_sums_exactly_and_identically(kind: str) -> None:
         assert len(e._finals) <= (e.config.retain_finals + 1) * 10
 
 
-@pytest.mark.parametrize("kind", ["tree", "ring"])
+@pytest.mark.parametrize("kind", ["tree", "ring", "allpairs"])
 @pytest.mark.parametrize("policy", ["per_site", "cap"])
 def test_bounded_forwarding_keeps_all_mass(kind: str, policy: str) -> None:
     cfg = RoundConfig(forward_policy=policy, forward_density=0.1)  # type: ignore[arg-type]
@@ -66,8 +66,8 @@ def test_bounded_forwarding_keeps_all_mass(kind: str, policy: str) -> None:
     for (_, layer), d in finals.items():
         assert d.payload is not None
         dense_len, bs = layer_shape(layer)
-        if policy == "cap":  # a ring caps each of its 4 segments, rounding each up
-            bound = aggregate_cap(dense_len, bs, 0.1) + (4 if kind == "ring" else 0)
+        if policy == "cap":  # a ring (all-pairs) caps each of its 4 segments, rounding each up
+            bound = aggregate_cap(dense_len, bs, 0.1) + (4 if kind != "tree" else 0)
         else:
             bound = 4 * per_site_cap(dense_len, bs, 0.1, 4)
         assert d.payload.nnz_blocks <= bound
@@ -140,7 +140,8 @@ def test_straggler_under_parent_child_does_not_slow_the_ring() -> None:
 # failures: a site goes silent and comes back; the root is lost; the plan changes mid-run
 # --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "kind,silent", [("star", "c"), ("star", "a"), ("tree", "b"), ("ring", "c"), ("parent_child", "d")]
+    "kind,silent",
+    [("star", "c"), ("star", "a"), ("tree", "b"), ("ring", "c"), ("parent_child", "d"), ("allpairs", "b")],
 )
 def test_silent_site_comes_back_and_everything_is_accounted(kind: str, silent: str) -> None:
     cfg = RoundConfig(round_deadline_s=0.3, suspect_after_s=0.5)
@@ -449,7 +450,7 @@ def _fuzzed(fields: tuple[Any, ...], plan_ids: list[int]) -> tuple[str, RoundMsg
     return _PEERS[peer], RoundMsg(_KINDS[kind], it, layer, plan_id, payload, sites, step, seg)
 
 
-@pytest.mark.parametrize("kind", ["star", "ring", "parent_child"])
+@pytest.mark.parametrize("kind", ["star", "ring", "parent_child", "allpairs"])
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_peer_messages_never_crash_the_engine(kind: str, data: st.DataObject) -> None:
@@ -517,3 +518,187 @@ def test_fp16_pushes_travel_every_hop_in_fp16(kind: str, partial_sums: str) -> N
 def test_partial_sums_setting_is_checked() -> None:
     with pytest.raises(ConfigError):
         RoundConfig(partial_sums="fp8")
+
+
+# --------------------------------------------------------------------------------------------------------
+# all-pairs: the message pattern, bit-reproducible sums in core order, who may send what
+# --------------------------------------------------------------------------------------------------------
+def _random_payload(rng: np.random.Generator, layer: int) -> SparsePayload:
+    """Values whose fp32 sums depend on the order they are added in (unlike make_payload's integers)."""
+    dense_len, bs = layer_shape(layer)
+    nb = -(-dense_len // bs)
+    idx = np.flatnonzero(rng.random(nb) < 0.6).astype(np.int64)
+    dense = (rng.standard_normal(dense_len) * 10.0 ** rng.integers(-4, 4, dense_len)).astype(np.float32)
+    return SparsePayload.from_dense_blocks(layer, dense, idx, bs)
+
+
+def _allpairs_round(seed: int) -> tuple[Net, list[tuple[str, Send]], dict[str, SparsePayload]]:
+    net = Net(SITES, PlanSpec.make("allpairs"), RoundConfig())
+    sent: list[tuple[str, Send]] = []
+    net.listeners.append(lambda site, a: sent.append((site, a)) if isinstance(a, Send) else None)
+    rng = np.random.default_rng(seed)
+    pushed = {s: _random_payload(rng, 3) for s in SITES}
+    for s in SITES:
+        net.push(s, 0, 3, pushed[s])
+    net.run()
+    return net, sent, pushed
+
+
+def test_allpairs_sends_two_messages_to_every_peer_per_round() -> None:
+    net, sent, _ = _allpairs_round(1)
+    assert not net.errors
+    n = len(SITES)
+    for s in SITES:
+        mine = [a for site, a in sent if site == s]
+        assert len(mine) == 2 * (n - 1)
+        for peer in SITES:
+            if peer == s:
+                continue
+            kinds = sorted(a.kind for a in mine if a.peer == peer)
+            assert kinds == ["segment", "segment_final"]
+            (part,) = [a for a in mine if a.peer == peer and a.kind == "segment"]
+            (fin,) = [a for a in mine if a.peer == peer and a.kind == "segment_final"]
+            assert part.msg.segment == SITES.index(peer) and fin.msg.segment == SITES.index(s)
+    # 2 message latencies per round (10 ms links): a part, then a finished segment
+    assert max(net.delivered_at[s][(0, 3)] for s in SITES) < 0.025
+
+
+def test_allpairs_sums_in_core_order_bit_for_bit_and_reproducibly() -> None:
+    net, _, pushed = _allpairs_round(7)
+    again, _, _ = _allpairs_round(7)
+    results = [n.delivered[s][(0, 3)].payload for n in (net, again) for s in SITES]
+    assert all(p is not None for p in results)
+    assert len({p.values.tobytes() + p.indices.tobytes() for p in results if p is not None}) == 1
+    ref = np.zeros(layer_shape(3)[0], np.float32)
+    for s in SITES:  # core order a, b, c, d, one fp32 rounding per addition
+        ref = ref + pushed[s].to_dense()
+    got = results[0]
+    assert got is not None and got.to_dense().tobytes() == ref.tobytes()
+    assert net.delivered["a"][(0, 3)].sites == tuple((s, 0) for s in SITES)
+
+
+def test_allpairs_rejects_misplaced_parts_and_foreign_finals() -> None:
+    spec = PlanSpec.make("allpairs", stragglers=["d"])  # core a, b, c; d is a's child
+    e = RoundEngine("b", SITES, spec, RoundConfig())
+    pid = e.plan_for(0).plan_id
+    e.local_push(0, 0, make_payload("b", 0, 0), now=0.0)
+    dense_len, bs = layer_shape(0)  # 3 blocks: segment g of 3 is block g
+    block = lambda g: SparsePayload.from_dense_blocks(0, np.ones(dense_len, np.float32), np.array([g]), bs)  # noqa: E731
+    with pytest.raises(RemoteProtocolError):  # b owns segment 1, not 0
+        e.peer_message("a", RoundMsg("segment", 0, 0, pid, block(0), (("a", 0),), 0, 0), now=0.0)
+    with pytest.raises(MalformedPayload):  # a part of segment 1 holding a block of segment 2
+        e.peer_message("a", RoundMsg("segment", 0, 0, pid, block(2), (("a", 0),), 0, 1), now=0.0)
+    with pytest.raises(RemoteProtocolError):  # d is not in the core
+        e.peer_message("d", RoundMsg("segment", 0, 0, pid, block(1), (("d", 0),), 0, 1), now=0.0)
+    with pytest.raises(RemoteProtocolError):  # segment 2's result comes only from its owner c
+        e.peer_message("a", RoundMsg("segment_final", 0, 0, pid, block(2), (("a", 0),), 0, 2), now=0.0)
+    e.peer_message("a", RoundMsg("segment", 0, 0, pid, block(1), (("a", 0),), 0, 1), now=0.0)
+    with pytest.raises(RemoteProtocolError):  # one part per member and round
+        e.peer_message("a", RoundMsg("segment", 0, 0, pid, block(1), (("a", 0),), 0, 1), now=0.0)
+    out = e.peer_message("c", RoundMsg("segment", 0, 0, pid, block(1), (("c", 0),), 0, 1), now=0.0)
+    fins = [a for a in out if isinstance(a, Send)]
+    assert sorted(a.peer for a in fins) == ["a", "c"] and {a.kind for a in fins} == {"segment_final"}
+    assert fins[0].sites == (("a", 0), ("b", 0), ("c", 0))
+
+
+def test_allpairs_member_suspects_whoever_it_still_waits_for() -> None:
+    e = _engine("b", "allpairs", suspect_after_s=2.0)
+    out = e.local_push(0, 0, make_payload("b", 0, 0), now=0.0)
+    assert sorted((a.peer, a.kind) for a in out if isinstance(a, Send)) == [
+        ("a", "segment"),
+        ("c", "segment"),
+        ("d", "segment"),
+    ]
+    sus = [a for a in e.tick(2.0) if isinstance(a, PeerSuspect)]
+    assert [(s.peer, s.reason) for s in sus] == [("a", "ring")]
+    assert e.tick(10.0) == []
+
+
+def test_allpairs_with_a_straggler_child_accounts_everything() -> None:
+    compute = {"a": 0.05, "b": 0.05, "c": 0.05, "d": 0.4}
+    cfg = RoundConfig(round_deadline_s=1.0, t_w_s=0.02)
+    net = Net(SITES, PlanSpec.make("allpairs", stragglers=["d"]), cfg)
+    _run(net, 40, 3, compute=compute)
+    assert not net.errors
+    finals = assert_accounted(net)
+    assert any(s == "d" for s, _, _ in _folded(finals))  # folded into later rounds, not waited for
+    assert max(c.duration for c in net.closed["b"] if c.iteration < 40) < 0.4
+
+
+# --------------------------------------------------------------------------------------------------------
+# all-pairs direct rounds: sparse contributions go whole to every member, one hop, same bytes everywhere
+# --------------------------------------------------------------------------------------------------------
+def _sparse_payload(site: str, iteration: int, layer: int, dense: bool = False) -> SparsePayload:
+    """1/12 of the layer's blocks (4 sites: 4 * 3 * nnz <= n_blocks, so direct), or every block."""
+    dense_len, bs = layer_shape(layer)
+    nb = -(-dense_len // bs)
+    rng = np.random.default_rng([ord(site), iteration, layer])
+    idx = np.arange(nb) if dense else np.sort(rng.choice(nb, size=nb // 12, replace=False))
+    values = rng.integers(-4, 5, size=dense_len).astype(np.float32)
+    return SparsePayload.from_dense_blocks(layer, values, idx.astype(np.int64), bs)
+
+
+@pytest.mark.parametrize("policy", ["exact", "cap"])
+def test_allpairs_direct_rounds_take_one_hop_and_account_everything(policy: str) -> None:
+    cfg = RoundConfig(forward_policy=policy, forward_density=0.02)  # type: ignore[arg-type]
+    net = Net(SITES, PlanSpec.make("allpairs"), cfg)
+    sent: list[tuple[str, Send]] = []
+    net.listeners.append(lambda site, a: sent.append((site, a)) if isinstance(a, Send) else None)
+    _run(net, 30, 9, payload=_sparse_payload)
+    assert not net.errors
+    finals = assert_accounted(net)  # with "cap", every residual is held exactly once
+    assert len(finals) == 270 and all(len(d.sites) == 4 for d in finals.values())
+    if policy == "exact":
+        assert {a.kind for _, a in sent} == {"segment"} and {a.msg.segment for _, a in sent} == {-1}
+        for s in SITES:  # N - 1 messages per member and round, one to every peer
+            assert len([a for site, a in sent if site == s]) == 3 * 270
+    else:  # a held residual joins the next contribution; rounds that grow too dense take two hops
+        assert any(a.msg.segment == -1 for _, a in sent)
+        assert any(p is not None and p.nnz_blocks for e in net.engines.values() for p, _ in e.held(8))
+
+
+def test_allpairs_direct_result_is_the_two_hop_result_bit_for_bit() -> None:
+    results = []
+    for direct in (True, False):
+        net = Net(SITES, PlanSpec.make("allpairs"), RoundConfig(allpairs_direct=direct))
+        rng = np.random.default_rng(3)
+        for s in SITES:
+            p = _sparse_payload(s, 0, 8)
+            vals = (rng.standard_normal(p.nnz) * 10.0 ** rng.integers(-4, 4, p.nnz)).astype(np.float32)
+            net.push(s, 0, 8, SparsePayload(8, p.dense_len, p.block_size, p.indices, vals))
+        net.run()
+        assert not net.errors
+        got = [net.delivered[s][(0, 8)].payload for s in SITES]
+        assert len({q.values.tobytes() + q.indices.tobytes() for q in got if q is not None}) == 1
+        results.append(got[0])
+    assert results[0] is not None and results[1] is not None
+    assert results[0].values.tobytes() == results[1].values.tobytes()
+
+
+def test_allpairs_one_dense_member_makes_the_round_two_hop() -> None:
+    net = Net(SITES, PlanSpec.make("allpairs"), RoundConfig())
+    sent: list[tuple[str, Send]] = []
+    net.listeners.append(lambda site, a: sent.append((site, a)) if isinstance(a, Send) else None)
+    pushed = {s: _sparse_payload(s, 0, 8, dense=s == "c") for s in SITES}
+    for s in SITES:
+        net.push(s, 0, 8, pushed[s])
+    net.run()
+    assert not net.errors
+    assert_accounted(net)
+    whole = {site for site, a in sent if a.kind == "segment" and a.msg.segment == -1}
+    assert whole == {"a", "b", "d"}  # c cut its dense contribution; the others sent theirs whole
+    assert {site for site, a in sent if a.kind == "segment_final"} == set(SITES)  # so: all-gather
+    exact = sum(p.to_dense() for p in pushed.values())
+    got = net.delivered["a"][(0, 8)].payload
+    assert got is not None
+    np.testing.assert_array_equal(got.to_dense(), exact)
+
+
+def test_allpairs_whole_part_must_be_well_formed() -> None:
+    e = _engine("b", "allpairs")
+    pid = e.plan_for(0).plan_id
+    p = _sparse_payload("a", 0, 8)
+    e.local_push(0, 8, _sparse_payload("b", 0, 8), now=0.0)
+    with pytest.raises(RemoteProtocolError):
+        e.peer_message("a", RoundMsg("segment", 0, 8, pid, p, (("a", 0),), 1, -1), now=0.0)
+    assert e.peer_message("a", RoundMsg("segment", 0, 8, pid, p, (("a", 0),), 0, -1), now=0.0) == []

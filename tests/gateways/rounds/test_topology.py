@@ -109,7 +109,7 @@ def test_invalid_specs_and_plans() -> None:
 
 @given(
     n=st.integers(1, 40),
-    kind=st.sampled_from(["star", "tree", "ring", "parent_child"]),
+    kind=st.sampled_from(["star", "tree", "ring", "parent_child", "allpairs"]),
     arity=st.integers(1, 5),
     seed=st.integers(0, 2**31),
 )
@@ -134,3 +134,14 @@ def test_every_plan_is_valid(n: int, kind: str, arity: int, seed: int) -> None:
             normal_children = [c for c in plan.children_of(s) if c not in plan.waits_tw]
             assert len(normal_children) <= arity
     assert build_plan(spec, reversed(members)).plan_id == plan.plan_id
+
+
+def test_allpairs_core_talks_to_every_member_and_hosts_stragglers() -> None:
+    plan = build_plan(PlanSpec.make("allpairs", stragglers=["e"], costs={"e": 9.0}), "edcba")
+    assert plan.core == ("a", "b", "c", "d") and plan.all_pairs
+    assert plan.parent_of("e") == "a" and plan.waits_tw == {"e"}
+    assert plan.neighbours("a") == ("b", "c", "d", "e")
+    assert plan.neighbours("c") == ("a", "b", "d")
+    assert plan.neighbours("e") == ("a",)
+    ring = build_plan(PlanSpec.make("ring"), "abcd")
+    assert not ring.all_pairs and ring.plan_id != build_plan(PlanSpec.make("allpairs"), "abcd").plan_id

@@ -1,0 +1,944 @@
+"""One WAN round at the link limit: 3 sites in network namespaces, real gateway daemons, real trainers.
+
+What runs (all real, nothing in-process): ``sims.netns`` builds 3 network namespaces joined pairwise by
+veths (a full mesh), every direction shaped by a kernel ``tbf`` at ``--rate`` (100 Mbit/s). This kernel
+has no ``netem``, so there is **no added delay**: the links are rate-limited only (sub-millisecond RTT).
+Each namespace runs one ``wanrt gateway`` daemon (``python -m wanrt gateway --config ...``, a subprocess)
+and one trainer (this file with ``--trainer``, a subprocess in the same namespace) that speaks the real
+trainer protocol over the gateway's unix socket, pushes a payload when told to and timestamps the
+aggregate's arrival. The parent times rounds: each round, all trainers push (iteration i) at once, and the
+round time is the last aggregate's arrival minus the first push, on the one system-wide monotonic clock.
+
+Rows: a 5 M-element fp32 tensor (``--elements``) exchanged dense in fp16, dense in fp32, and 1 % sparse
+(16-float blocks, different blocks per site) in fp16 on the wire; topology ``allpairs``, and ``ring`` for
+comparison. Median round time after ``--warmup`` rounds.
+
+**Link limit**: the bytes each site must send divided by its links' rate, all N-1 links in parallel. For a
+dense tensor of P bytes that is the all-reduce lower bound 2(N-1)/N·P bytes over N-1 links, i.e. each
+directed link carries 2P/N: its slice of the receiver's segment and the sender's finished segment. For the
+sparse row the same per-link bytes are computed from the actual payloads (each site's slice for the peer
+plus the owner's finished segment, which is the union of the sites' blocks; values and the codec's index
+bytes). The limit is a property of the network, so the ring row is compared with the same number (a ring
+uses one of its N-1 links at a time, so it cannot get below (N-1)× the limit). TCP/IP and Ethernet headers
+(~4 % at a 1500-byte MTU) are inside tbf's rate and outside the limit.
+
+**Wire bytes**: from the gateways' own counters (``/status`` → ``counters.bytes_sent``, every frame written
+to every peer link: round tags, payloads, chunk envelopes, acks, heartbeats), read by each trainer from its
+namespace's gateway before and after the measured rounds; per site and round.
+
+hivemind's DecentralizedAverager is run beside it only where ``import hivemind`` works (it is not a
+dependency of the project); otherwise "hivemind not installed: skipped".
+
+``--profile DIR`` runs each gateway under cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``);
+``--rows`` and ``--topologies`` select what runs. Needs root (namespaces, tc); every namespace and process
+is removed on exit, also on an error or Ctrl-C.
+
+Usage: sudo python tools/bench_round.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: import this checkout, not whatever wanrt is installed
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from gateways.rounds.aggregate import aggregate, segment_bounds, split_segments  # noqa: E402
+from wanrt import codec  # noqa: E402
+from wanrt.payload import SparsePayload, n_blocks  # noqa: E402
+
+JOB = "bench-round"
+BLOCK = 16
+GATEWAY_PORT = 7700
+RAW_PORT = 7800
+METRICS_PORT = 9464
+SITES = ("a", "b", "c")
+#: Each round starts at one instant, this far ahead, at every trainer (the monotonic clock is system-wide):
+#: far enough for every trainer to have read its command, so the push skew is a timer's, not a scheduler's.
+START_LEAD_S = 0.02
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    density: float
+    dtype: str
+    layer: int
+
+
+ROWS: tuple[Row, ...] = (
+    Row("dense_fp16", 1.0, "fp16", 0),
+    Row("dense_fp32", 1.0, "fp32", 1),
+    Row("sparse_1pct_fp16", 0.01, "fp16", 2),
+)
+
+
+# -- payloads (the same function in the parent and in every trainer) ---------------------------------------
+
+
+def make_payload(site: int, row: Row, elements: int) -> SparsePayload:
+    """Site ``site``'s push for ``row``: standard-normal values; a sparse row picks its own random blocks."""
+    rng = np.random.default_rng(1000 * row.layer + site)
+    nb = n_blocks(elements, BLOCK)
+    if row.density >= 1.0:
+        idx = np.arange(nb, dtype=np.int64)
+    else:
+        k = max(1, round(row.density * nb))
+        idx = np.sort(rng.choice(nb, size=k, replace=False)).astype(np.int64)
+    values = rng.standard_normal(idx.shape[0] * BLOCK).astype(np.float32)
+    if elements % BLOCK and int(idx[-1]) == nb - 1:
+        values[(idx.shape[0] - 1) * BLOCK + elements % BLOCK :] = 0.0
+    if row.dtype == "fp16":
+        return SparsePayload(row.layer, elements, BLOCK, idx, values.astype(np.float16), "fp16")
+    return SparsePayload(row.layer, elements, BLOCK, idx, values)
+
+
+def encoded_bytes(p: SparsePayload, *, with_index: bool) -> int:
+    """What the codec puts on the wire for ``p`` (values, plus the chosen index encoding if asked)."""
+    _, buffers = codec.encode_payload(p)
+    return len(memoryview(buffers[0]).cast("B")) + (
+        len(memoryview(buffers[1]).cast("B")) if with_index else 0
+    )
+
+
+def link_limit_s(payloads: Sequence[SparsePayload], rate_bps: float) -> tuple[float, float, list[int]]:
+    """(seconds, bytes per site, bytes per link in each phase) of the all-pairs lower bound, links in
+    parallel: the slowest directed link decides. Two-hop: link p -> q carries p's slice of q's segment,
+    then p's finished segment (the sum of every site's slice of it). A sparse exchange may instead send
+    each contribution whole (one hop, link p -> q carries C_p): the smaller of the two counts. Dense: values
+    only (the index is a 0.4 % bitmap)."""
+    n = len(payloads)
+    first = payloads[0]
+    bounds = segment_bounds(n_blocks(first.dense_len, first.block_size), n)
+    dense = all(p.nnz_blocks == n_blocks(p.dense_len, p.block_size) for p in payloads)
+    slices = [split_segments(p, bounds, keep_dtype=True) for p in payloads]
+    worst, per_site = 0.0, 0.0
+    phases = [0, 0]
+    for p in range(n):
+        total = aggregate([slices[q][p] for q in range(n)])
+        assert total is not None
+        fin = total if first.value_dtype == "fp32" else _narrowed(total, first.value_dtype)
+        fin_bytes = encoded_bytes(fin, with_index=not dense)
+        parts = [encoded_bytes(slices[p][q], with_index=not dense) for q in range(n) if q != p]
+        worst = max(worst, *(b + fin_bytes for b in parts))
+        per_site = max(per_site, sum(b + fin_bytes for b in parts))
+        phases = [max(phases[0], *parts), max(phases[1], fin_bytes)]
+    if not dense:
+        whole = [encoded_bytes(p, with_index=True) for p in payloads]
+        if max(whole) < worst:
+            worst, per_site, phases = max(whole), (n - 1) * max(whole), [max(whole)]
+    return worst * 8 / rate_bps, per_site, phases
+
+
+def _narrowed(p: SparsePayload, dtype: str) -> SparsePayload:
+    from wanrt.codec.value_casts import in_wire_dtype
+
+    return in_wire_dtype(p, dtype)
+
+
+def expected_sum(payloads: Sequence[SparsePayload]) -> tuple[float, float]:
+    """(Σ of the exact sum's values, Σ |values|): the reference a delivered aggregate is checked against."""
+    total = sum(float(p.values_f32().astype(np.float64).sum()) for p in payloads)
+    scale = sum(float(np.abs(p.values_f32().astype(np.float64)).sum()) for p in payloads)
+    return total, scale
+
+
+# -- the trainer (runs inside a namespace: --trainer) ------------------------------------------------------
+
+
+async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
+    """Commands on stdin, one JSON object per line; one JSON reply per command on stdout."""
+    from transports import connect
+    from wanrt.protocol import (
+        NEED_DATA,
+        Ack,
+        Aggregate,
+        Bye,
+        Connection,
+        ConnectionClosed,
+        Error,
+        Push,
+        Welcome,
+    )
+
+    transport = await connect(url)
+    conn = Connection("trainer", site, JOB, secret, side="client", peer=url)
+
+    async def next_event() -> Any:
+        while True:
+            event = conn.next_event()
+            if event is not NEED_DATA:
+                return event
+            data = await transport.recv()
+            conn.receive_data(data)
+            if not data:
+                return conn.next_event()
+
+    await transport.send([conn.hello({})])
+    if not isinstance(await next_event(), Welcome):
+        raise RuntimeError(f"trainer {site}: no Welcome from its gateway")
+    await transport.send([conn.authenticate()])
+    arrived: dict[tuple[int, int], tuple[float, Aggregate]] = {}
+    changed = asyncio.Event()
+    failed: list[str] = []
+
+    async def reader() -> None:
+        try:
+            while True:
+                event = await next_event()
+                if isinstance(event, Aggregate):
+                    arrived[(event.iteration, event.layer)] = (time.monotonic(), event)
+                    await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
+                    changed.set()
+                elif isinstance(event, (Bye, Error, ConnectionClosed)):
+                    failed.append(repr(event))
+                    changed.set()
+                    return
+        except Exception as exc:  # reported to the parent, which fails the run with it
+            failed.append(repr(exc))
+            changed.set()
+
+    task = asyncio.get_running_loop().create_task(reader())
+    loop = asyncio.get_running_loop()
+    stdin = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    payloads: dict[int, SparsePayload] = {}
+    last: Aggregate | None = None
+
+    def reply(obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    raw = RawMesh()
+    await raw.listen()
+    reply({"event": "ready"})
+    while line := await stdin.readline():
+        cmd = json.loads(line)
+        op = cmd["op"]
+        if op == "prepare":
+            row = Row(cmd["name"], cmd["density"], cmd["dtype"], cmd["layer"])
+            payloads[row.layer] = make_payload(index, row, cmd["elements"])
+            reply({"event": "prepared"})
+        elif op == "round":
+            it, layer = cmd["iteration"], cmd["layer"]
+            await asyncio.sleep(max(0.0, cmd["at"] - time.monotonic()))  # every site starts at once
+            t0 = time.monotonic()
+            await transport.send(conn.send_parts(Push(JOB, it, layer, 0, site, payloads[layer])))
+            t_sent = time.monotonic()
+            async with asyncio.timeout(cmd.get("timeout", 300.0)):
+                while (it, layer) not in arrived:
+                    if failed:
+                        raise RuntimeError(f"trainer {site}: {failed[-1]}")
+                    changed.clear()
+                    await changed.wait()
+            t1, last = arrived.pop((it, layer))
+            reply({"event": "round", "t_push": t0, "t_sent": t_sent, "t_arrive": t1})
+        elif op == "check":  # after every site's round ended: hashing 10 MB must not steal the round's CPU
+            assert last is not None
+            vals = last.payload.values_f32().astype(np.float64)
+            digest = hashlib.blake2b(last.payload.values.tobytes(), digest_size=8)
+            digest.update(last.payload.indices.tobytes())
+            reply(
+                {
+                    "event": "check",
+                    "sum": float(vals.sum()),
+                    "nnz_blocks": last.payload.nnz_blocks,
+                    "dtype": last.payload.value_dtype,
+                    "digest": digest.hexdigest(),
+                    "sites": list(last.sites),
+                }
+            )
+        elif op == "raw_connect":
+            await raw.connect(cmd["peers"])
+            reply({"event": "raw_connected"})
+        elif op == "raw":
+            await asyncio.sleep(max(0.0, cmd["at"] - time.monotonic()))
+            t0 = time.monotonic()
+            await raw.exchange(cmd["phases"])
+            reply({"event": "raw", "t_start": t0, "t_end": time.monotonic()})
+        elif op == "stats":
+            status = await asyncio.to_thread(_http_json, f"http://127.0.0.1:{cmd['port']}/status")
+            reply({"event": "stats", "counters": status["counters"], "engine": status.get("engine", {})})
+        elif op == "quit":
+            break
+    await raw.close()
+    with contextlib.suppress(Exception):
+        await transport.send([conn.send(Bye("done"))])
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await transport.close()
+    return 0
+
+
+class RawMesh:
+    """The baseline: plain asyncio TCP streams between the trainers' namespaces, over the same shaped links,
+    moving the bytes a round must move in the same phases, with no framing, codec or round logic."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []  # per accepted peer connection, bytes so far
+        self.done = 0  # bytes per connection counted by finished exchanges
+        self.more = asyncio.Event()
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+        self.buf = memoryview(bytearray(1 << 16))
+
+    async def listen(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "0.0.0.0", RAW_PORT)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        k = len(self.received)
+        self.received.append(0)
+        while data := await reader.read(1 << 20):
+            self.received[k] += len(data)
+            self.more.set()
+        writer.close()
+
+    async def connect(self, peers: list[str]) -> None:
+        for host in peers:
+            _, w = await asyncio.open_connection(host, RAW_PORT)
+            self.writers.append(w)
+
+    async def _send(self, w: asyncio.StreamWriter, n: int) -> None:
+        while n > 0:
+            k = min(n, len(self.buf))
+            w.write(self.buf[:k])
+            n -= k
+            await w.drain()
+
+    async def exchange(self, phases: list[int]) -> None:
+        """Per phase: ``b`` bytes to every peer at once, then wait for ``b`` from every peer (a peer that
+        started earlier may have sent some already: counts are per connection and cumulative)."""
+        want = self.done
+        for b in phases:
+            await asyncio.gather(*(self._send(w, b) for w in self.writers))
+            want += b
+            while len(self.received) < len(self.writers) or min(self.received) < want:
+                self.more.clear()
+                await self.more.wait()
+        self.done = want
+
+    async def close(self) -> None:
+        for w in self.writers:
+            w.close()
+        if self.server is not None:
+            self.server.close()
+
+
+def _http_json(url: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        out: dict[str, Any] = json.loads(resp.read())
+        return out
+
+
+# -- the observed gateway (runs inside a namespace: --gateway, with --trace) --------------------------------
+
+
+def gateway_main(config: str, ready_file: str, stats_file: str, trace_file: str) -> int:
+    """``wanrt gateway``'s daemon class, unchanged, with the node's observation hooks timestamping every
+    round-engine action and every round message handed to the engine (on the system-wide monotonic
+    clock the trainers use): what ``--trace`` breaks a round down with."""
+    from gateways.config import load_gateway_config
+    from gateways.rounds.messages import Action, Deliver, Send
+    from gateways.service.cli import write_json_atomically
+    from gateways.service.daemon import GatewayDaemon
+    from transports import install_uvloop
+
+    events: list[tuple[float, str, str, str, int]] = []
+
+    def on_action(a: Action) -> None:
+        if isinstance(a, Send):
+            events.append((time.monotonic(), "send", a.msg.kind, a.peer, a.msg.iteration))
+        elif isinstance(a, Deliver):
+            events.append((time.monotonic(), "deliver", "final", "", a.iteration))
+
+    def on_message(peer: str, m: Any) -> None:
+        events.append((time.monotonic(), "recv", m.kind, peer, m.iteration))
+
+    daemon = GatewayDaemon(load_gateway_config(config), on_action=on_action, on_message=on_message)
+    install_uvloop()
+
+    async def serve() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, daemon.request_stop)
+        return await daemon.run(on_ready=lambda: write_json_atomically(Path(ready_file), daemon.ready_info()))
+
+    stats = asyncio.run(serve())
+    write_json_atomically(Path(stats_file), stats)
+    Path(trace_file).write_text(json.dumps(events))
+    return 0
+
+
+# -- processes in the namespaces ----------------------------------------------------------------------------
+
+
+class Proc:
+    """A subprocess started inside a namespace; stdout lines are JSON replies (trainers)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, label: str, log: Path) -> None:
+        self.proc, self.label, self.log = proc, label, log
+
+    async def send(self, obj: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(obj).encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def expect(self, event: str, timeout: float = 300.0) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(timeout):
+            while line := await self.proc.stdout.readline():
+                msg: dict[str, Any] = json.loads(line)
+                if msg.get("event") == event:
+                    return msg
+        rc = await self.proc.wait()
+        raise RuntimeError(f"{self.label} exited ({rc}) before {event!r}; log: {self.tail()}")
+
+    def tail(self, n: int = 2000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return "<no log>"
+
+    async def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        """Signal the process (by its own pid), wait, kill it if it does not exit in time."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.proc.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                await self.proc.wait()
+        return self.proc.returncode
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def gateway_toml(
+    site: str, emu: Any, sock_dir: Path, topology: str, secret_file: Path, rate_bps: float, direct: bool
+) -> str:
+    i = SITES.index(site)
+    peers = "\n".join(
+        f'{p} = "tcp://{emu.address(j, i)}:{GATEWAY_PORT}"' for j, p in enumerate(SITES) if p != site
+    )
+    # Every deadline is far beyond a measured round: a loaded 2-core machine must never make a gateway
+    # skip a site or declare a peer lost mid-measurement.
+    return f"""
+[gateway]
+site = "{site}"
+job = "{JOB}"
+secret_file = "{secret_file}"
+listen = "tcp://0.0.0.0:{GATEWAY_PORT}"
+trainer_listen = "unix://{sock_dir}/t{site}.sock"
+metrics_port = {METRICS_PORT}
+reconnect_initial_s = 0.05
+reconnect_max_s = 0.5
+shutdown_deadline_s = 5.0
+link_rate_bps = {rate_bps}
+
+[gateway.peers]
+{peers}
+
+[gateway.rounds]
+topology = "{topology}"
+round_deadline_s = 120.0
+t_w_s = 120.0
+suspect_after_s = 120.0
+allpairs_direct = {"true" if direct else "false"}
+
+[gateway.rates]
+enabled = false
+
+[gateway.timeouts]
+send = 120.0
+heartbeat_interval = 5.0
+heartbeat_misses = 12
+"""
+
+
+@dataclass
+class Session:
+    topology: str
+    gateways: dict[str, Proc] = field(default_factory=dict)
+    trainers: dict[str, Proc] = field(default_factory=dict)
+    stats_files: dict[str, Path] = field(default_factory=dict)
+    trace_files: dict[str, Path] = field(default_factory=dict)
+    iteration: int = 0
+
+
+@contextlib.asynccontextmanager
+async def session(
+    emu: Any,
+    work: Path,
+    topology: str,
+    rate_bps: float,
+    profile: Path | None,
+    trace: Path | None = None,
+    direct: bool = True,
+) -> AsyncIterator[Session]:
+    """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit."""
+    s = Session(topology)
+    secret = work / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    try:
+        for site in SITES:
+            i = SITES.index(site)
+            cfg = work / f"{topology}-{site}.toml"
+            cfg.write_text(gateway_toml(site, emu, work, topology, secret, rate_bps, direct))
+            ready = work / f"{topology}-{site}.ready"
+            ready.unlink(missing_ok=True)
+            s.stats_files[site] = work / f"{topology}-{site}.stats.json"
+            argv = [sys.executable]
+            if profile is not None:
+                argv += ["-m", "cProfile", "-o", str(profile / f"{topology}-{site}.prof")]
+            if trace is None:
+                argv += ["-m", "wanrt", "gateway", "--config", str(cfg), "--ready-file", str(ready)]
+                argv += ["--stats-file", str(s.stats_files[site]), "--log-level", "WARNING"]
+            else:
+                s.trace_files[site] = trace / f"{topology}-{site}.trace.json"
+                argv += [str(Path(__file__).resolve()), "--gateway", str(cfg), "--ready-file", str(ready)]
+                argv += ["--stats-file", str(s.stats_files[site]), "--trace-file", str(s.trace_files[site])]
+            log = work / f"{topology}-{site}.gateway.log"
+            with log.open("wb") as fh:
+                proc = await asyncio.create_subprocess_exec(
+                    *emu.exec_argv(i, argv), stdout=fh, stderr=fh, env=_env(), cwd=ROOT
+                )
+            s.gateways[site] = Proc(proc, f"gateway {site}", log)
+        for site, g in s.gateways.items():
+            ready = work / f"{topology}-{site}.ready"
+            deadline = time.monotonic() + 60
+            while not ready.exists():  # the daemon writes it atomically once listening
+                if g.proc.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"gateway {site} did not start: {g.tail()}")
+                await asyncio.sleep(0.05)
+        for site in SITES:
+            i = SITES.index(site)
+            argv = [sys.executable, str(Path(__file__).resolve()), "--trainer", f"unix://{work}/t{site}.sock"]
+            argv += ["--site", site, "--index", str(i), "--secret-file", str(secret)]
+            log = work / f"{topology}-{site}.trainer.log"
+            with log.open("wb") as fh:
+                proc = await asyncio.create_subprocess_exec(
+                    *emu.exec_argv(i, argv),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=fh,
+                    env=_env(),
+                    cwd=ROOT,
+                )
+            s.trainers[site] = Proc(proc, f"trainer {site}", log)
+        for t in s.trainers.values():
+            await t.expect("ready", timeout=60)
+        for site, t in s.trainers.items():
+            i = SITES.index(site)
+            peers = [emu.address(j, i) for j in range(len(SITES)) if j != i]
+            await t.send({"op": "raw_connect", "peers": peers})
+        for t in s.trainers.values():
+            await t.expect("raw_connected", timeout=60)
+        yield s
+    finally:
+        for t in s.trainers.values():
+            with contextlib.suppress(Exception):
+                await t.send({"op": "quit"})
+        for t in s.trainers.values():
+            await t.stop(signal.SIGTERM, timeout=10)
+        for g in s.gateways.values():
+            await g.stop(signal.SIGTERM, timeout=15)
+
+
+async def one_round(s: Session, row: Row) -> dict[str, Any]:
+    it = s.iteration
+    s.iteration += 1
+    at = time.monotonic() + START_LEAD_S
+    await asyncio.gather(
+        *(t.send({"op": "round", "iteration": it, "layer": row.layer, "at": at}) for t in s.trainers.values())
+    )
+    got = await asyncio.gather(*(t.expect("round") for t in s.trainers.values()))
+    for t in s.trainers.values():
+        await t.send({"op": "check"})
+    checks = [await t.expect("check") for t in s.trainers.values()]
+    return {
+        "iteration": it,
+        "t_push": {site: g["t_push"] for site, g in zip(s.trainers, got, strict=True)},
+        "t_arrive": {site: g["t_arrive"] for site, g in zip(s.trainers, got, strict=True)},
+        "seconds": max(g["t_arrive"] for g in got) - min(g["t_push"] for g in got),
+        "push_skew": max(g["t_push"] for g in got) - min(g["t_push"] for g in got),
+        "identical": len({c["digest"] for c in checks}) == 1,
+        "sum": checks[0]["sum"],
+        "dtype": checks[0]["dtype"],
+        "sites": checks[0]["sites"],
+    }
+
+
+def cpu_seconds(s: Session) -> dict[str, float]:
+    """CPU time (user + system) used so far by each gateway and trainer process (``/proc/<pid>/stat``;
+    ``ip netns exec`` execs its command, so the pid is the Python process itself)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for role, procs in (("gateway", s.gateways), ("trainer", s.trainers)):
+        for site, p in procs.items():
+            try:
+                fields = Path(f"/proc/{p.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[f"{role} {site}"] = (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                out[f"{role} {site}"] = float("nan")
+    return out
+
+
+async def settle(s: Session, timeout: float = 90.0) -> float:
+    """Wait until every gateway and trainer is idle (< 5 % of a core over half a second): the codec
+    compiles its fused kernels in a background thread after the first large payload, which takes seconds
+    of CPU in every process and must not land in timed rounds. Returns the seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        a = cpu_seconds(s)
+        await asyncio.sleep(0.5)
+        b = cpu_seconds(s)
+        if all(b[k] - a[k] < 0.025 for k in a):
+            break
+    return time.monotonic() - t0
+
+
+async def raw_round(s: Session, phases: list[int]) -> float:
+    at = time.monotonic() + START_LEAD_S
+    await asyncio.gather(*(t.send({"op": "raw", "phases": phases, "at": at}) for t in s.trainers.values()))
+    got = [await t.expect("raw") for t in s.trainers.values()]
+    return float(max(g["t_end"] for g in got) - min(g["t_start"] for g in got))
+
+
+async def bytes_sent(s: Session) -> dict[str, int]:
+    for t in s.trainers.values():
+        await t.send({"op": "stats", "port": METRICS_PORT})
+    out = {}
+    for site, t in s.trainers.items():
+        out[site] = int((await t.expect("stats"))["counters"]["bytes_sent"])
+    return out
+
+
+async def run_row(
+    s: Session, row: Row, elements: int, warmup: int, measure: int, rate_bps: float, with_raw: bool
+) -> dict[str, Any]:
+    for t in s.trainers.values():
+        await t.send(
+            {
+                "op": "prepare",
+                "name": row.name,
+                "density": row.density,
+                "dtype": row.dtype,
+                "layer": row.layer,
+                "elements": elements,
+            }
+        )
+    for t in s.trainers.values():
+        await t.expect("prepared")
+    payloads = [make_payload(i, row, elements) for i in range(len(SITES))]
+    limit, ideal_bytes, phases = link_limit_s(payloads, rate_bps)
+    ref, scale = expected_sum(payloads)
+    for _ in range(warmup):
+        await one_round(s, row)
+    await settle(s)
+    raw = [await raw_round(s, phases) for _ in range(measure)] if with_raw else []
+    before = await bytes_sent(s)
+    cpu0 = cpu_seconds(s)
+    rounds = [await one_round(s, row) for _ in range(measure)]
+    cpu1 = cpu_seconds(s)
+    after = await bytes_sent(s)
+    cpu = {k: (cpu1[k] - cpu0[k]) / measure for k in cpu0}
+    per_site = {site: (after[site] - before[site]) / measure for site in SITES}
+    secs = [r["seconds"] for r in rounds]
+    tol = 2e-3 * scale if row.dtype == "fp16" else 1e-5 * scale
+    ok = all(r["identical"] and abs(r["sum"] - ref) <= tol and len(r["sites"]) == len(SITES) for r in rounds)
+    median = statistics.median(secs)
+    return {
+        "topology": s.topology,
+        "row": row.name,
+        "elements": elements,
+        "median_s": median,
+        "min_s": min(secs),
+        "max_s": max(secs),
+        "rounds_s": secs,
+        "push_skew_s": max(r["push_skew"] for r in rounds),
+        "link_limit_s": limit,
+        "vs_link_limit": median / limit,
+        "raw_tcp_s": statistics.median(raw) if raw else None,
+        "raw_tcp_vs_link_limit": statistics.median(raw) / limit if raw else None,
+        "vs_raw_tcp": median / statistics.median(raw) if raw else None,
+        "wire_bytes_per_site": max(per_site.values()),
+        "wire_bytes_per_site_by_site": per_site,
+        "ideal_bytes_per_site": ideal_bytes,
+        "wire_vs_ideal": max(per_site.values()) / ideal_bytes,
+        "result_dtype": rounds[0]["dtype"],
+        "cpu_s_per_round": cpu,  # includes the trainers' result checks (outside the timed span)
+        "timeline": [{k: r[k] for k in ("iteration", "t_push", "t_arrive")} for r in rounds],
+        "correct_and_identical": ok,
+    }
+
+
+# -- main -----------------------------------------------------------------------------------------------
+
+
+async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str, Any]]:
+    rows = [r for r in ROWS if r.name in args.rows]
+    out = []
+    for topology in args.topologies:
+        mine: list[dict[str, Any]] = []
+        pace = args.pace_bps or args.rate
+        async with session(emu, work, topology, pace, args.profile, args.trace, not args.no_direct) as s:
+            for row in rows:
+                # sparse rounds take milliseconds and a loaded machine's noise is of that size: 3x as many
+                measure = args.measure * (3 if row.density < 1 else 1)
+                first = topology == args.topologies[0]
+                res = await run_row(s, row, args.elements, args.warmup, measure, args.rate, first)
+                out.append(res)
+                mine.append(res)
+                print(
+                    f"  {topology:9s} {row.name:17s} median {res['median_s']:.3f} s  "
+                    f"limit {res['link_limit_s']:.3f} s  x{res['vs_link_limit']:.2f}  "
+                    f"wire {res['wire_vs_ideal']:.3f}x ideal  ok={res['correct_and_identical']}",
+                    flush=True,
+                )
+                cpu = res["cpu_s_per_round"]
+                print("    cpu s/round: " + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items()), flush=True)
+        if s.trace_files and topology == "allpairs":  # written by the gateways as they stopped
+            traces = {site: json.loads(f.read_text()) for site, f in s.trace_files.items()}
+            for res in mine:
+                res["breakdown_s"] = breakdown(res, traces)
+                phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in res["breakdown_s"].items())
+                print(f"  {res['row']}: {phases}", flush=True)
+    return out
+
+
+#: Phases of a two-hop all-pairs round at one site, between the marks ``breakdown`` reads from the traces.
+PHASES = (
+    ("push in", "trainer push -> its gateway sends the first part"),
+    ("reduce-scatter", "first part sent -> the last part for its own segment received"),
+    ("reduce", "last part received -> its finished segment sent"),
+    ("all-gather", "finished segment sent -> the last finished segment received"),
+    ("assemble", "last finished segment received -> result delivered to the node"),
+    ("deliver out", "result delivered -> the trainer has the Aggregate"),
+)
+#: ... and of a direct (one-hop) round: every contribution whole to every member, each member sums.
+DIRECT_PHASES = (
+    ("push in", "trainer push -> its gateway sends its contribution"),
+    ("exchange", "contribution sent -> the last member's contribution received"),
+    ("sum", "last contribution received -> result delivered to the node"),
+    ("deliver out", "result delivered -> the trainer has the Aggregate"),
+)
+
+
+def _site_marks(events: list[list[Any]], it: int) -> tuple[tuple[tuple[str, str], ...], list[float]] | None:
+    mine = [e for e in events if e[4] == it]
+
+    def at(what: str, kind: str, pick: Any) -> float:
+        return float(pick(e[0] for e in mine if e[1] == what and e[2] == kind))
+
+    try:
+        if any(e[1] == "send" and e[2] == "segment_final" for e in mine):
+            return PHASES, [
+                at("send", "segment", min),
+                at("recv", "segment", max),
+                at("send", "segment_final", min),
+                at("recv", "segment_final", max),
+                at("deliver", "final", min),
+            ]
+        return DIRECT_PHASES, [
+            at("send", "segment", min),
+            at("recv", "segment", max),
+            at("deliver", "final", min),
+        ]
+    except ValueError:  # an event is missing (not an all-pairs round): no breakdown
+        return None
+
+
+def breakdown(row: dict[str, Any], traces: dict[str, list[list[Any]]]) -> dict[str, float]:
+    """Median over rounds of the site-averaged phase durations (PHASES or DIRECT_PHASES), from the traces."""
+    per_phase: dict[str, list[float]] = {}
+    for rnd in row["timeline"]:
+        sums: dict[str, float] = {}
+        for site, events in traces.items():
+            got = _site_marks(events, rnd["iteration"])
+            if got is None:
+                return {}
+            phases, marks = got
+            marks = [rnd["t_push"][site], *marks, rnd["t_arrive"][site]]
+            for (name, _), a, b in zip(phases, marks, marks[1:], strict=False):
+                sums[name] = sums.get(name, 0.0) + (b - a) / len(traces)
+        for name, v in sums.items():
+            per_phase.setdefault(name, []).append(v)
+    return {name: statistics.median(v) for name, v in per_phase.items()}
+
+
+def hivemind_arm() -> str:
+    if importlib.util.find_spec("hivemind") is None:
+        return "hivemind not installed: skipped"
+    return "hivemind installed, but its DecentralizedAverager arm is not implemented here: skipped"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'topology':9s} {'row':17s} {'median s':>9s} {'min s':>7s} {'limit s':>8s} {'x limit':>8s} "
+        f"{'raw TCP s':>9s} {'raw x lim':>9s} {'x raw':>6s} {'wire MB/site':>12s} {'x ideal':>8s} {'ok':>3s}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        raw = r.get("raw_tcp_s")
+        raw_cols = (
+            f"{raw:9.3f} {r['raw_tcp_vs_link_limit']:9.2f} {r['vs_raw_tcp']:6.2f}"
+            if raw is not None
+            else f"{'':9s} {'':9s} {'':6s}"
+        )
+        lines.append(
+            f"{r['topology']:9s} {r['row']:17s} {r['median_s']:9.3f} {r['min_s']:7.3f} "
+            f"{r['link_limit_s']:8.3f} {r['vs_link_limit']:8.2f} {raw_cols} "
+            f"{r['wire_bytes_per_site'] / 1e6:12.2f} {r['wire_vs_ideal']:8.3f} "
+            f"{'yes' if r['correct_and_identical'] else 'NO':>3s}"
+        )
+    return "\n".join(lines)
+
+
+def keys(results: list[dict[str, Any]], elements: int) -> dict[str, Any]:
+    by = {(r["topology"], r["row"]): r for r in results}
+    out: dict[str, Any] = {}
+    fp16 = by.get(("allpairs", "dense_fp16"))
+    if fp16 is not None:
+        n = len(SITES)
+        out["dense_fp16_vs_link_limit"] = fp16["vs_link_limit"]
+        out["dense_fp16_wire_bytes_per_site"] = fp16["wire_bytes_per_site"]
+        out["dense_fp16_wire_bytes_vs_ideal"] = fp16["wire_bytes_per_site"] / (2 * (n - 1) / n * elements * 2)
+        ring = by.get(("ring", "dense_fp16"))
+        if ring is not None:
+            out["dense_fp16_ring_vs_allpairs"] = ring["median_s"] / fp16["median_s"]
+    sparse = by.get(("allpairs", "sparse_1pct_fp16"))
+    if sparse is not None:
+        out["sparse_round_vs_link_limit"] = sparse["vs_link_limit"]
+        out["sparse_round_s"] = sparse["median_s"]
+    fp32 = by.get(("allpairs", "dense_fp32"))
+    if fp32 is not None:
+        out["dense_fp32_vs_link_limit"] = fp32["vs_link_limit"]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 M elements, fewer rounds (< 60 s)")
+    ap.add_argument("--json", type=Path, help="write results here")
+    ap.add_argument("--elements", type=int, help="tensor length (default 5 M, --quick 1 M)")
+    ap.add_argument("--warmup", type=int, help="rounds skipped per row (default 2, --quick 1)")
+    ap.add_argument(
+        "--measure",
+        type=int,
+        help="rounds timed per dense row, 3x that per sparse row (default 7, --quick 3)",
+    )
+    ap.add_argument("--rate", type=float, default=100e6, help="tbf rate of every direction, bit/s")
+    ap.add_argument(
+        "--pace-bps", type=float, help="the gateways' link_rate_bps (their own pacing; default: --rate)"
+    )
+    ap.add_argument("--topologies", nargs="+", default=["allpairs", "ring"])
+    ap.add_argument(
+        "--no-direct", action="store_true", help="all-pairs always two-hop ([gateway.rounds] allpairs_direct)"
+    )
+    ap.add_argument("--rows", nargs="+", default=[r.name for r in ROWS], choices=[r.name for r in ROWS])
+    ap.add_argument("--profile", type=Path, help="run each gateway under cProfile, .prof files here")
+    # the trainer subprocess (internal)
+    ap.add_argument(
+        "--trace", type=Path, help="run the gateways with timestamped round events; a breakdown per row"
+    )
+    ap.add_argument("--trainer", help=argparse.SUPPRESS)
+    ap.add_argument("--gateway", help=argparse.SUPPRESS)
+    ap.add_argument("--ready-file", help=argparse.SUPPRESS)
+    ap.add_argument("--stats-file", help=argparse.SUPPRESS)
+    ap.add_argument("--trace-file", help=argparse.SUPPRESS)
+    ap.add_argument("--site", help=argparse.SUPPRESS)
+    ap.add_argument("--index", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--secret-file", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.gateway:
+        return gateway_main(args.gateway, args.ready_file, args.stats_file, args.trace_file)
+    if args.trainer:
+        secret = Path(args.secret_file).read_bytes().strip()
+        return asyncio.run(trainer_main(args.trainer, args.site, args.index, secret))
+    args.elements = args.elements or (1_000_000 if args.quick else 5_000_000)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    args.measure = args.measure or (3 if args.quick else 7)
+    for d in (args.profile, args.trace):
+        if d is not None:
+            d.mkdir(parents=True, exist_ok=True)
+
+    from sims.netns import Emulation, Shape, cleanup_stale, probe
+
+    reason = probe().skip_reason()
+    if reason is not None:
+        print(f"cannot emulate the WAN here: {reason}", file=sys.stderr)
+        return 2
+    cleanup_stale()
+    netem = probe().netem
+    print(
+        f"3 sites, full mesh of veths, tbf {args.rate / 1e6:g} Mbit/s per direction, "
+        f"{'netem present (no delay configured)' if netem else 'no netem on this kernel: no added delay'}; "
+        f"{args.elements:,} elements, {args.warmup} warm-up + {args.measure} timed rounds per row",
+        flush=True,
+    )
+    t0 = time.monotonic()
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise SystemExit(f"signal {signum}: cleaning up")  # unwinds through every finally and with-exit
+
+    signal.signal(signal.SIGTERM, terminated)
+    keep = os.environ.get("WANRT_BENCH_KEEP")  # a directory: configs, logs and traces stay there
+    tmp_ctx: Any = contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory(prefix="wbr")
+    with tmp_ctx as tmp, Emulation(len(SITES), shape=Shape(rate_bps=args.rate)) as emu:
+        results = asyncio.run(bench(args, emu, Path(tmp)))
+    hm = hivemind_arm()
+    print()
+    print(table(results))
+    print(hm)
+    k = keys(results, args.elements)
+    for name, value in k.items():
+        print(f"{name} = {value:.4g}")
+    if args.json:
+        doc = {
+            "config": {
+                "sites": len(SITES),
+                "elements": args.elements,
+                "rate_bps": args.rate,
+                "warmup": args.warmup,
+                "measure": args.measure,
+                "netem": netem,
+                "delay_s": 0.0,
+                "quick": args.quick,
+                "wall_s": time.monotonic() - t0,
+            },
+            "rows": results,
+            "hivemind": hm,
+            **k,
+        }
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
