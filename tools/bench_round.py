@@ -640,7 +640,14 @@ async def bytes_sent(s: Session) -> dict[str, int]:
 
 
 async def run_row(
-    s: Session, row: Row, elements: int, warmup: int, measure: int, rate_bps: float, with_raw: bool
+    s: Session,
+    row: Row,
+    elements: int,
+    warmup: int,
+    measure: int,
+    rate_bps: float,
+    with_raw: bool,
+    settle_s: float = 90.0,
 ) -> dict[str, Any]:
     for t in s.trainers.values():
         await t.send(
@@ -660,7 +667,7 @@ async def run_row(
     ref, scale = expected_sum(payloads)
     for _ in range(warmup):
         await one_round(s, row)
-    await settle(s)
+    await settle(s, timeout=settle_s)
     raw = [await raw_round(s, phases) for _ in range(measure)] if with_raw else []
     before = await bytes_sent(s)
     cpu0 = cpu_seconds(s)
@@ -707,12 +714,15 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
     for topology in args.topologies:
         mine: list[dict[str, Any]] = []
         pace = args.pace_bps or args.rate
+        t_start = time.monotonic()
         async with session(emu, work, topology, pace, args.profile, args.trace, not args.no_direct) as s:
+            print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
                 # sparse rounds take milliseconds and a loaded machine's noise is of that size: 3x as many
                 measure = args.measure * (3 if row.density < 1 else 1)
                 first = topology == args.topologies[0]
-                res = await run_row(s, row, args.elements, args.warmup, measure, args.rate, first)
+                settle_s = 10.0 if args.quick else 90.0  # --quick must stay under a minute
+                res = await run_row(s, row, args.elements, args.warmup, measure, args.rate, first, settle_s)
                 out.append(res)
                 mine.append(res)
                 print(
