@@ -83,9 +83,12 @@ class DemoConfig:
     #: how often each gateway reports to the scheduler (the daemon's default 1 s, scaled like the above: the
     #: policy reads a sample of the trainers' iterations, and needs a few per decision)
     telemetry_interval_s: float = 0.25
-    #: iterations between the newest frontier a gateway reported and a decision's effective iteration (the
-    #: daemon's default)
-    announce_margin: int = 8
+    #: iterations between the newest frontier a gateway reported and a decision's effective iteration: the
+    #: least a gateway accepts (its rounds' window of 3 + 2) plus one for a report up to one telemetry
+    #: interval old; a gateway further ahead refuses and the scheduler prepares again (a round trip). The
+    #: daemon's default of 8 costs seconds per decision when an iteration takes 0.5–1 s (the estimate does
+    #: not move while a decision waits for its iteration)
+    announce_margin: int = 6
     #: the scheduler's density warm-up, in epochs of the training split (Deep Gradient Compression's "first
     #: four epochs"; the controller counts iterations, and its default of 200 is longer than a whole demo
     #: run: an epoch here is ~7.5 iterations); 0: no warm-up
