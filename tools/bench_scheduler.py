@@ -18,9 +18,15 @@ Three measurements, each computed in this run:
 3. **Bandwidth estimate.** The policy in the toy closed loop (``scheduler.control.toy_sim``: iteration time
    = max(compute, bytes / rate), idle = 1 − compute / iteration) through 100 → 30 → 100 Mbit/s; the worst
    relative error of the estimate from the 10th decision after each step until the next step.
+4. **Real daemons** (``--daemons``, :mod:`bench_scheduler_daemons`): ``adaptive_vs_fixed_tta``,
+   ``iters_to_target_ratio``, ``bw_estimate_error`` and ``comm_overhead_ratio_100mbit`` with ``wanrt
+   scheduler``, ``wanrt gateway`` and gloo trainers through the demo's machinery.
 
-Usage: ``python tools/bench_scheduler.py [--quick] [--json PATH]`` (``--quick``: smaller probes and grid,
-under a minute; the full run takes about two).
+Usage: ``python tools/bench_scheduler.py [--quick] [--json PATH] [--daemons | --no-daemons]``. The full
+run includes the real-daemon part (about 15 minutes in all on two shared cores). ``--quick`` (under a
+minute) leaves it out: the real-daemon keys are then listed under ``not_measured``; ``--quick --daemons``
+adds its reduced form (one seed of ``wanrt demo --quick``, a smaller model, shorter phases: about three
+more minutes).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import itertools
 import json
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,8 +62,13 @@ VIT_PARAMS = 88_000_000
 TABLE2_VIT = {"RTX 4090": (28.0, 300.0), "RTX 2080 Ti": (20.0, 99.0)}
 GPUS = [TABLE2_VIT["RTX 4090"]] * 2 + [TABLE2_VIT["RTX 2080 Ti"]] * 2
 BANDWIDTHS = (50e6, 100e6, 200e6, 500e6, 1e9, 2e9)
-#: keys that need the real daemons (gateways + scheduler service); measured by a later benchmark
-NEEDS_DAEMONS = ("bw_estimate_error_daemon",)
+#: keys that need the real daemons (gateways + scheduler service): measured by the --daemons part
+NEEDS_DAEMONS = (
+    "adaptive_vs_fixed_tta",
+    "iters_to_target_ratio",
+    "bw_estimate_error",
+    "comm_overhead_ratio_100mbit",
+)
 
 
 def _plan(conv: ConvergenceModel, bw: float) -> Plan:
@@ -134,7 +146,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller probes and grid (< 60 s)")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument(
+        "--daemons",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the real-daemon part (default: on in the full run, off with --quick)",
+    )
+    ap.add_argument("--seeds", type=int, help="seeds of the time-to-target comparison (default 2; quick 1)")
+    ap.add_argument("--out", type=Path, help="logs of the real-daemon part (default: a new temp dir)")
     args = ap.parse_args()
+    daemons = (not args.quick) if args.daemons is None else bool(args.daemons)
     t_start = time.perf_counter()
     if args.quick:
         pcfg = QUICK
@@ -150,6 +171,12 @@ def main() -> int:
     pg = profile_vs_grid(pcfg, r_grid, x_grid)
     measured = fig14a(pg["profile"])
     bw = bandwidth_sim(seed=3)
+    real: dict[str, Any] | None = None
+    if daemons:
+        import bench_scheduler_daemons as bd
+
+        out = args.out or Path(tempfile.mkdtemp(prefix="wanrt-bench-scheduler-"))
+        real = bd.measure(bd.make_plan(args.quick, args.seeds), out)
 
     res: dict[str, Any] = {
         "fig14a_batch_ratio": stand_in["ratio"],
@@ -179,8 +206,14 @@ def main() -> int:
         "bw_estimate_error_sim_at_10": bw["error_at_10"],
         "bw_decisions": bw["decisions"],
         "quick": bool(args.quick),
-        "not_measured": {k: "needs daemons: not measured here" for k in NEEDS_DAEMONS},
+        "daemons": daemons,
     }
+    if real is None:
+        res["not_measured"] = {
+            k: "needs daemons: run without --quick or with --daemons" for k in NEEDS_DAEMONS
+        }
+    else:
+        res.update(real)
     p1, p100 = stand_in["plans"][1e9], stand_in["plans"][100e6]
     rows = [
         ("fig14a_batch_ratio (stand-in ḡ)", f"{res['fig14a_batch_ratio']:.3f}", "1.45–2.05 (paper 1.75)"),
@@ -219,7 +252,10 @@ def main() -> int:
         ("  at exactly +10 decisions", f"{bw['error_at_10']:.4f}", ""),
         ("  decisions announced / rounds", f"{bw['decisions']} / {bw['rounds']}", ""),
     ]
-    rows += [(k, "needs daemons: not measured here", "") for k in NEEDS_DAEMONS]
+    if real is None:
+        rows += [(k, "needs daemons: not measured (--daemons)", "") for k in NEEDS_DAEMONS]
+    else:
+        rows += bd.rows(real)
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     mode = "quick" if args.quick else "full"

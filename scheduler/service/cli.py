@@ -1,4 +1,5 @@
-"""``wanrt scheduler --config job.toml [--ready-file PATH] [--log-level L]``: the job's scheduler daemon.
+"""``wanrt scheduler --config job.toml [--ready-file PATH] [--decisions-file PATH] [--log-level L]``: the
+job's scheduler daemon.
 
 Exit codes as ``wanrt gateway``: 0 after a clean stop (SIGTERM/SIGINT), 2 for a bad configuration (the
 message names the key), 1 when it cannot start.
@@ -32,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ready-file", metavar="PATH", help="write JSON {pid, job, listen, metrics_url} here once listening"
     )
     parser.add_argument(
+        "--decisions-file",
+        metavar="PATH",
+        help="append a JSON line per committed decision and per decide tick (values, bandwidth estimate)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -53,15 +59,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     install_uvloop()
     try:
-        asyncio.run(_serve(cfg, args.ready_file))
+        decisions = getattr(args, "decisions_file", None)
+        asyncio.run(_serve(cfg, args.ready_file, None if decisions is None else Path(decisions)))
     except WanrtError as exc:
         print(f"wanrt scheduler: cannot run: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-async def _serve(cfg: SchedulerDaemonConfig, ready_file: str | None) -> None:
-    daemon = SchedulerDaemon(cfg, policy=make_policy(cfg))
+async def _serve(
+    cfg: SchedulerDaemonConfig, ready_file: str | None, decisions_file: Path | None = None
+) -> None:
+    daemon = SchedulerDaemon(cfg, policy=make_policy(cfg), decisions_file=decisions_file)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.request_stop)

@@ -5,17 +5,25 @@ Gateways dial it (role ``gateway``, the job's HMAC handshake; only the job's sit
 connection each; what they send goes to the node with the loop's time, what the node sends goes out. The
 HTTP endpoint serves ``GET /status`` (JSON), ``GET /metrics`` (Prometheus) and ``POST /config`` (a manual
 change, announced like any decision).
+
+With a decisions file (``wanrt scheduler --decisions-file PATH``) the daemon appends one JSON line per
+committed (or adopted) decision and one per decide tick, so what the scheduler chose and what it believed
+about the WAN can be plotted against the link afterwards (``wanrt demo`` does): see :class:`DecisionsFile`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import math
 import os
+import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.node import DecisionPolicy, SchedulerNode, SendTo
@@ -36,7 +44,7 @@ from wanrt.protocol import (
     Role,
 )
 
-__all__ = ["SchedulerDaemon"]
+__all__ = ["DecisionsFile", "SchedulerDaemon"]
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +72,75 @@ class _Session:
             await self.transport.send(parts)
 
 
+class DecisionsFile:
+    """JSON lines of what the scheduler decided and believed, for plots and benchmarks.
+
+    Each line: ``time`` (epoch s), ``monotonic`` (the system's monotonic clock, comparable with other
+    processes' ``time.monotonic()`` on this host), ``kind`` (``commit``: every connected gateway committed
+    it; ``adopted``: a restarted scheduler took over what the gateways run; ``tick``: the policy was asked to
+    decide), ``decision``, ``effective_iteration``, ``values`` (commits only) and
+    ``bandwidth_estimate_bps``: the adaptive policy's estimate once it has built its controller (None
+    before, and for policies without one). A tick also says what the estimator's last update did
+    (``bandwidth_step``: raise/lower/hold) when it updated since the previous line, so a reader can count
+    estimator updates ("decisions" of §4.1's loop) rather than ticks. Lines are flushed as written: a reader
+    may follow the file while the daemon runs, and a killed daemon leaves every line but the last whole.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._fh: IO[str] | None = path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot open the decisions file {path}: {exc.strerror}", key="--decisions-file"
+            ) from None
+        self._last_step: object = None
+
+    def write(self, node: SchedulerNode, policy: DecisionPolicy | None, kind: str) -> None:
+        if self._fh is None:
+            return
+        cur = node.current
+        controller = getattr(policy, "policy", None)
+        estimate = getattr(controller, "bandwidth_estimate_bps", None)
+        rec: dict[str, Any] = {
+            "time": time.time(),
+            "monotonic": time.monotonic(),
+            "kind": kind,
+            "decision": None if cur is None else cur.id,
+            "effective_iteration": None if cur is None else cur.effective_iteration,
+            "bandwidth_estimate_bps": (
+                float(estimate) if isinstance(estimate, (int, float)) and math.isfinite(estimate) else None
+            ),
+        }
+        if kind != "tick" and cur is not None:
+            rec["values"] = dict(cur.values)
+        step = getattr(controller, "last_bandwidth_step", None)
+        if step is not None and step is not self._last_step:
+            self._last_step = step
+            rec["bandwidth_step"] = str(getattr(step, "kind", ""))
+        self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
 class SchedulerDaemon:
     """See the module docstring."""
 
-    def __init__(self, cfg: SchedulerDaemonConfig, *, policy: DecisionPolicy | None = None) -> None:
+    def __init__(
+        self,
+        cfg: SchedulerDaemonConfig,
+        *,
+        policy: DecisionPolicy | None = None,
+        decisions_file: Path | None = None,
+    ) -> None:
         self.cfg = cfg
+        self._decisions = None if decisions_file is None else DecisionsFile(decisions_file)
+        self._logged: object = None  # the Decision last written to the decisions file
+        self._committed_logged = 0  # decisions_committed when it was written
         self._secret = cfg.secret_bytes()
         self._policy = policy
         self.node = SchedulerNode(cfg, 0.0, policy=policy)
@@ -134,6 +206,8 @@ class SchedulerDaemon:
             await self._listener.aclose()
         if self._http is not None:
             await self._http.aclose()
+        if self._decisions is not None:
+            self._decisions.close()
 
     async def wait_for(self, predicate: Callable[[], bool]) -> None:
         """Until ``predicate()`` holds, re-checked whenever the node changed (tests, tools)."""
@@ -149,6 +223,13 @@ class SchedulerDaemon:
                 session = self._sessions.get(action.site)
                 if session is not None:
                     session.send(action.msg)
+        cur = self.node.current
+        if self._decisions is not None and cur is not None and cur is not self._logged:
+            committed = self.node.stats.decisions_committed
+            kind = "commit" if committed > self._committed_logged else "adopted"
+            self._committed_logged = committed
+            self._logged = cur
+            self._decisions.write(self.node, self._policy, kind)
         self._timer_wake.set()
         self._progress.set()
 
@@ -161,6 +242,8 @@ class SchedulerDaemon:
             if delay is not None and delay <= 0:
                 self.node.tick(loop.time())
                 self._after()
+                if self._decisions is not None:
+                    self._decisions.write(self.node, self._policy, "tick")
                 continue
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):

@@ -2,17 +2,20 @@
 
 S sites × R trainer processes (one gloo process group per site) and one real gateway daemon per site, joined
 by shaped unix-socket links (rate, RTT, jitter, one site on a fluctuating bandwidth trace), train an MLP on
-scikit-learn's digits twice: once with the client's dense baseline (what DDP would send: every element in
-fp32, synchronous) and once with wanrt (compressed sparse exchange, error feedback, partial staleness).
-The parent prints progress bars, a side-by-side summary and ratios, writes a loss-vs-time plot and JSON.
+scikit-learn's digits three times: with the client's dense baseline (what DDP would send: every element in
+fp32, synchronous), with wanrt at fixed settings (compressed sparse exchange, error feedback, partial
+staleness) and with wanrt under the job's scheduler (``wanrt scheduler``: density, per-site batch sizes and
+staleness decided from telemetry). The parent prints progress bars, a side-by-side summary and ratios,
+writes a plot (loss against time; the link, the scheduler's estimate and its choices) and JSON.
 
-Public names (what ``wanrt demo`` and ``tools/bench_e2e.py`` use)::
+Public names (what ``wanrt demo`` and the benchmarks in ``tools/`` use)::
 
     with Demo(QUICK, out_dir) as demo:            # wanrt.demo.runner: spawn, run, stop every child
-        dense, sparse = demo.run("dense"), demo.run("wanrt")
-    print(format_table(compare(dense, sparse)))   # wanrt.demo.results
+        runs = [demo.run(mode) for mode in ARMS]  # "dense", "wanrt", "adaptive"
+    print(format_table(compare(*runs)))           # wanrt.demo.results
 
-* :class:`Demo`, :data:`MODES`, ``Mode`` (:mod:`~wanrt.demo.runner`): one comparison, its two modes.
+* :class:`Demo`, :data:`MODES`, :data:`ARMS`, ``Mode`` (:mod:`~wanrt.demo.runner`): one comparison, the
+  fixed-setting modes, the demo's three arms.
 * :class:`DemoConfig`, :data:`DEFAULT`, :data:`QUICK` (:mod:`~wanrt.demo.config`): flags → frozen config.
 * :class:`RunResult`, :class:`Comparison`, :func:`compare`, :func:`format_table`, :func:`write_json`
   (:mod:`~wanrt.demo.results`) and :func:`plot_loss_vs_time` (:mod:`~wanrt.demo.plot`): what is reported.
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from wanrt.demo.failures import DemoFailed
     from wanrt.demo.plot import plot_loss_vs_time
     from wanrt.demo.results import Comparison, RunResult, compare, format_table, write_json
-    from wanrt.demo.runner import MODES, Demo, Mode
+    from wanrt.demo.runner import ARMS, MODES, Demo, Mode
 
 #: public name -> module that defines it
 EXPORTS: dict[str, str] = {
@@ -50,12 +53,14 @@ EXPORTS: dict[str, str] = {
     "compare": "wanrt.demo.results",
     "format_table": "wanrt.demo.results",
     "write_json": "wanrt.demo.results",
+    "ARMS": "wanrt.demo.runner",
     "MODES": "wanrt.demo.runner",
     "Demo": "wanrt.demo.runner",
     "Mode": "wanrt.demo.runner",
 }
 
 __all__ = [
+    "ARMS",
     "DEFAULT",
     "MODES",
     "QUICK",

@@ -1,4 +1,4 @@
-"""``wanrt demo``: flags, the two runs, the printed summary, the plot and the JSON.
+"""``wanrt demo``: flags, the runs (dense, wanrt fixed, wanrt adaptive), the printed summary, the plot, JSON.
 
 Every flag defaults to ``None`` so :func:`~wanrt.demo.config.config_from_args` can tell "not given" (keep
 the preset's value, ``--quick`` or the default) from a value the user typed; validation happens there, so a
@@ -66,6 +66,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch", type=int, help=f"samples per rank and iteration (default {DEFAULT.batch})")
     p.add_argument(
+        "--scheduler",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also train with the job's scheduler deciding density, batch sizes and staleness "
+        "(default on; --no-scheduler: the dense and the fixed wanrt run only)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="JSON",
+        help="the scheduler's convergence profile (from `wanrt profile`; default: its analytic stand-in)",
+    )
+    p.add_argument(
         "--target-loss",
         dest="target_loss",
         type=float,
@@ -98,6 +110,7 @@ def _describe(cfg: DemoConfig, parameters: int, sep: str = "; ") -> str:
         f"{cfg.rtt_s * 1e3:g} ms RTT{trace}, {cfg.topology} topology{sep}"
         f"MLP {parameters / 1e6:.2f} M params, wanrt density {cfg.density:g}, "
         f"staleness {cfg.staleness}, target loss {cfg.target_loss:g}"
+        + (", adaptive: the scheduler decides" if cfg.scheduler else "")
     )
 
 
@@ -111,11 +124,12 @@ def run(args: argparse.Namespace) -> int:
             print(_describe(cfg, demo.parameters), flush=True)
             dense = demo.run("dense")
             wanrt = demo.run("wanrt")
+            adaptive = demo.run("adaptive") if cfg.scheduler else None
             parameters = demo.parameters
     except KeyboardInterrupt:
         print(f"\nwanrt demo: interrupted; every child process was stopped (logs in {out})", file=sys.stderr)
         return 130
-    c = compare(dense, wanrt)
+    c = compare(dense, wanrt, adaptive)
     print()
     print(format_table(c))
     png = plot_loss_vs_time(c, out / "loss_vs_time.png", title=_describe(cfg, parameters, "\n"))
@@ -127,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(Path(args.json), data)
     print(f"results: {out / 'results.json'}" + (f" and {args.json}" if args.json else ""))
-    for r in (dense, wanrt):
+    for r in c.arms:
         if not r.reached:
             print(
                 f"note: the {r.mode} run stopped at --max-iters {r.iterations} before reaching loss "

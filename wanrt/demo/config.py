@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from gateways.rounds.topology import TOPOLOGY_KINDS, TopologyKind
@@ -73,6 +74,30 @@ class DemoConfig:
     round_deadline_s: float = 30.0
     #: no progress from any trainer for this long stops the run with the trainers' log tails
     stall_timeout_s: float = 120.0
+    #: also train with the scheduler (``wanrt scheduler``, adaptive policy) deciding density, per-site batch
+    #: sizes and staleness: the third arm; ``--no-scheduler`` leaves the two fixed-setting arms
+    scheduler: bool = True
+    #: how often the scheduler asks its policy (the daemon's default of 5 s suits jobs of hours; a demo run
+    #: lasts 5–30 s at 10–25 iterations/s, where 5 s would mean one or two decisions per run)
+    decide_interval_s: float = 0.5
+    #: how often each gateway reports to the scheduler (the daemon's default 1 s, scaled like the above: the
+    #: policy reads a sample of the trainers' iterations, and needs a few per decision)
+    telemetry_interval_s: float = 0.25
+    #: iterations between the newest frontier a gateway reported and a decision's effective iteration: the
+    #: least a gateway accepts (its rounds' window of 3 + 2) plus one for a report up to one telemetry
+    #: interval old; a gateway further ahead refuses and the scheduler prepares again (a round trip). The
+    #: daemon's default of 8 costs seconds per decision when an iteration takes 0.5–1 s (the estimate does
+    #: not move while a decision waits for its iteration)
+    announce_margin: int = 6
+    #: the scheduler's density warm-up, in epochs of the training split (Deep Gradient Compression's "first
+    #: four epochs"; the controller counts iterations, and its default of 200 is longer than a whole demo
+    #: run: an epoch here is ~7.5 iterations); 0: no warm-up
+    warmup_epochs: float = 4.0
+    #: the scheduler's convergence profile ḡ (JSON from ``wanrt profile``); None: its analytic stand-in
+    profile: str | None = None
+    #: stop a run after this many seconds of training even before the target (0: only the target and
+    #: ``max_iters`` stop it); benchmarks that follow a bandwidth trace for a fixed time use it
+    max_train_s: float = 0.0
 
     def __post_init__(self) -> None:
         check(2 <= self.sites <= MAX_SITES, "sites", self.sites, f"must be in 2..{MAX_SITES}")
@@ -106,6 +131,16 @@ class DemoConfig:
         check(0 <= self.seed < 2**31, "seed", self.seed, "must be in 0..2**31-1")
         check(0.1 <= self.round_deadline_s <= 3600, "round_deadline_s", self.round_deadline_s, "0.1..3600 s")
         check(1.0 <= self.stall_timeout_s <= 3600, "stall_timeout_s", self.stall_timeout_s, "1..3600 s")
+        check(0.01 <= self.decide_interval_s <= 60, "decide_interval_s", self.decide_interval_s, "0.01..60 s")
+        check(
+            0.01 <= self.telemetry_interval_s <= 60,
+            "telemetry_interval_s",
+            self.telemetry_interval_s,
+            "must be in 0.01..60 s",
+        )
+        check(1 <= self.announce_margin <= 10_000, "announce_margin", self.announce_margin, "1..10000")
+        check(0.0 <= self.warmup_epochs <= 1000, "warmup_epochs", self.warmup_epochs, "must be in 0..1000")
+        check(0.0 <= self.max_train_s <= 86_400, "max_train_s", self.max_train_s, "0 (off) .. 86400 s")
 
     @property
     def world(self) -> int:
@@ -146,6 +181,8 @@ FLAG_OF: Final = {
     "max_iters": "--max-iters",
     "eval_every": "--eval-every",
     "seed": "--seed",
+    "scheduler": "--scheduler",
+    "profile": "--profile",
 }
 
 
@@ -181,6 +218,11 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         value = getattr(args, name, None)
         if value is not None:
             changes[name] = value
+    if changes.get("profile") is not None:
+        profile = Path(str(changes["profile"])).expanduser()
+        if not profile.is_file():
+            raise ConfigError(f"--profile: no such file: {profile}", key="--profile", value=str(profile))
+        changes["profile"] = str(profile.resolve())  # the scheduler's config lives in another directory
     if "optimizer" in changes and "lr" not in changes:
         changes["lr"] = DEFAULT_LR.get(str(changes["optimizer"]), base.lr)
     try:

@@ -1,8 +1,13 @@
-"""What one demo run measured, the dense-vs-wanrt comparison, the printed table and the JSON.
+"""What one demo run measured, the comparison of the arms, the printed table and the JSON.
 
-Ratios are oriented so that bigger is better for wanrt, except ``final_loss_ratio`` (wanrt over dense,
-≈ 1 means the same quality): ``tta_speedup`` = dense time-to-target / wanrt's, ``iter_speedup`` = wanrt
-iterations per second / dense's, ``bytes_ratio`` = dense WAN bytes / wanrt's (both to their stop).
+Three arms: ``dense`` (what DDP would send), ``wanrt`` (compressed exchange at fixed settings: the
+scheduler off) and ``adaptive`` (the same trainers and gateways with the job's scheduler deciding density,
+per-site batch sizes and staleness; absent with ``--no-scheduler``). Ratios are oriented so that bigger is
+better for wanrt, except ``final_loss_ratio`` and the iteration ratios (wanrt over dense, ≈ 1 means the
+same quality): ``tta_speedup`` = dense time-to-target / wanrt's, ``iter_speedup`` = wanrt iterations per
+second / dense's, ``bytes_ratio`` = dense WAN bytes / wanrt's (both to their stop). The adaptive arm's
+ratios carry an ``adaptive_`` prefix, and ``adaptive_vs_fixed_tta`` = the fixed arm's time-to-target over
+the adaptive arm's (> 1: the scheduler helped).
 """
 
 from __future__ import annotations
@@ -11,11 +16,23 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["Comparison", "CurvePoint", "RunResult", "compare", "format_table", "write_json"]
+__all__ = [
+    "ARM_LABELS",
+    "Comparison",
+    "CurvePoint",
+    "DecisionPoint",
+    "RunResult",
+    "compare",
+    "format_table",
+    "write_json",
+]
+
+#: how the table and the plot name each run
+ARM_LABELS: Final = {"dense": "dense (DDP-like)", "wanrt": "wanrt fixed", "adaptive": "wanrt adaptive"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +43,25 @@ class CurvePoint:
     iteration: int
     loss: float
     accuracy: float
+
+
+@dataclass(frozen=True)
+class DecisionPoint:
+    """One line of the scheduler's decisions file, ``t`` seconds after the run's start.
+
+    ``kind``: ``commit`` (every gateway committed ``values`` from ``effective_iteration`` on), ``adopted``,
+    or ``tick`` (the policy was asked; ``bandwidth_estimate_bps`` is what it believed then, None before
+    it had telemetry). ``bandwidth_step`` (raise/lower/hold) when the estimator updated since the line
+    before.
+    """
+
+    t: float
+    kind: str
+    decision: int | None
+    effective_iteration: int | None
+    values: Mapping[str, Any] | None
+    bandwidth_estimate_bps: float | None
+    bandwidth_step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,10 +85,44 @@ class RunResult:
     rounds_completed: Mapping[str, int]
     #: how many different final parameter sets the S × R trainers ended with (1 = all identical)
     distinct_final_models: int
+    #: what the trainers started with: ``density``, ``staleness``, ``batch`` (per rank)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    #: per site, the per-rank batch its data loaders drew at the end (what actually reached them)
+    final_batch: Mapping[str, int] = field(default_factory=dict)
+    #: samples trained on, summed over every rank
+    samples: int = 0
+    #: the scheduler's decisions file (adaptive arm only)
+    decisions: tuple[DecisionPoint, ...] = ()
+    #: the fluctuating link's rate as (seconds since the start, bit/s) steps, from the trace the demo wrote
+    link_trace: tuple[tuple[float, float], ...] = ()
 
     @property
     def iters_per_s(self) -> float:
         return self.iterations / self.train_s if self.train_s > 0 else 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.train_s if self.train_s > 0 else 0.0
+
+    @property
+    def commits(self) -> tuple[DecisionPoint, ...]:
+        """Committed decisions that took effect within the run (the last may have come too late)."""
+        return tuple(
+            d
+            for d in self.decisions
+            if d.kind in ("commit", "adopted")
+            and d.values is not None
+            and d.effective_iteration is not None
+            and d.effective_iteration < self.iterations
+        )
+
+    @property
+    def final_settings(self) -> dict[str, Any]:
+        """The settings in force at the last iteration: the start's, updated by every commit in effect."""
+        out = dict(self.settings)
+        for d in self.commits:
+            out.update(d.values or {})
+        return out
 
     def steady_iteration_s(self, warmup: int) -> float:
         """Mean seconds per iteration after the first ``warmup`` iterations (connection set-up, first
@@ -77,8 +147,15 @@ class RunResult:
         out["step_times"] = [list(s) for s in self.step_times]
         out["bytes_sent_per_site"] = dict(self.bytes_sent_per_site)
         out["rounds_completed"] = dict(self.rounds_completed)
+        out["settings"] = dict(self.settings)
+        out["final_batch"] = dict(self.final_batch)
+        out["decisions"] = [dataclasses.asdict(d) for d in self.decisions]
+        out["link_trace"] = [list(p) for p in self.link_trace]
         out["iters_per_s"] = self.iters_per_s
+        out["samples_per_s"] = self.samples_per_s
         out["reached_target"] = self.reached
+        out["final_settings"] = self.final_settings
+        out["decisions_committed"] = len(self.commits)
         return out
 
 
@@ -88,10 +165,22 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
+def _its(r: RunResult | None) -> float | None:
+    return None if r is None or r.iters_to_target is None else float(r.iters_to_target)
+
+
 @dataclass(frozen=True)
 class Comparison:
     dense: RunResult
     wanrt: RunResult
+    #: the run with the scheduler (None: ``--no-scheduler``)
+    adaptive: RunResult | None = None
+
+    @property
+    def arms(self) -> tuple[RunResult, ...]:
+        return (self.dense, self.wanrt) if self.adaptive is None else (self.dense, self.wanrt, self.adaptive)
+
+    # -- fixed wanrt vs dense (the demo's original keys) ---------------------------------------------
 
     @property
     def tta_speedup(self) -> float | None:
@@ -111,14 +200,54 @@ class Comparison:
 
     @property
     def bytes_per_iter_ratio(self) -> float | None:
-        d = _ratio(float(self.dense.wan_bytes_sent), float(self.dense.iterations))
-        w = _ratio(float(self.wanrt.wan_bytes_sent), float(self.wanrt.iterations))
-        return _ratio(d, w)
+        return _bytes_per_iter_ratio(self.dense, self.wanrt)
 
     @property
     def iters_to_target_ratio(self) -> float | None:
-        w, d = self.wanrt.iters_to_target, self.dense.iters_to_target
-        return _ratio(None if w is None else float(w), None if d is None else float(d))
+        return _ratio(_its(self.wanrt), _its(self.dense))
+
+    # -- the adaptive arm ------------------------------------------------------------------------------
+
+    @property
+    def adaptive_vs_fixed_tta(self) -> float | None:
+        """The fixed arm's time-to-target over the adaptive arm's: > 1 when the scheduler helped."""
+        a = self.adaptive
+        return None if a is None else _ratio(self.wanrt.tta_s, a.tta_s)
+
+    @property
+    def adaptive_vs_fixed_iters(self) -> float | None:
+        """Adaptive iterations to target over the fixed arm's."""
+        return _ratio(_its(self.adaptive), _its(self.wanrt))
+
+    @property
+    def adaptive_tta_speedup(self) -> float | None:
+        a = self.adaptive
+        return None if a is None else _ratio(self.dense.tta_s, a.tta_s)
+
+    @property
+    def adaptive_iter_speedup(self) -> float | None:
+        a = self.adaptive
+        return None if a is None else _ratio(a.iters_per_s, self.dense.iters_per_s)
+
+    @property
+    def adaptive_final_loss_ratio(self) -> float | None:
+        a = self.adaptive
+        return None if a is None else _ratio(a.final_loss, self.dense.final_loss)
+
+    @property
+    def adaptive_bytes_ratio(self) -> float | None:
+        a = self.adaptive
+        return None if a is None else _ratio(float(self.dense.wan_bytes_sent), float(a.wan_bytes_sent))
+
+    @property
+    def adaptive_bytes_per_iter_ratio(self) -> float | None:
+        a = self.adaptive
+        return None if a is None else _bytes_per_iter_ratio(self.dense, a)
+
+    @property
+    def adaptive_iters_to_target_ratio(self) -> float | None:
+        """Adaptive iterations to target over dense's."""
+        return _ratio(_its(self.adaptive), _its(self.dense))
 
     def to_json(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -128,15 +257,30 @@ class Comparison:
             "bytes_ratio": self.bytes_ratio,
             "bytes_per_iter_ratio": self.bytes_per_iter_ratio,
             "iters_to_target_ratio": self.iters_to_target_ratio,
+            "adaptive_vs_fixed_tta": self.adaptive_vs_fixed_tta,
+            "adaptive_vs_fixed_iters": self.adaptive_vs_fixed_iters,
+            "adaptive_tta_speedup": self.adaptive_tta_speedup,
+            "adaptive_iter_speedup": self.adaptive_iter_speedup,
+            "adaptive_final_loss_ratio": self.adaptive_final_loss_ratio,
+            "adaptive_bytes_ratio": self.adaptive_bytes_ratio,
+            "adaptive_bytes_per_iter_ratio": self.adaptive_bytes_per_iter_ratio,
+            "adaptive_iters_to_target_ratio": self.adaptive_iters_to_target_ratio,
             "dense": self.dense.to_json(),
             "wanrt": self.wanrt.to_json(),
+            "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
         }
         out.update(extra or {})
         return out
 
 
-def compare(dense: RunResult, wanrt: RunResult) -> Comparison:
-    return Comparison(dense, wanrt)
+def _bytes_per_iter_ratio(dense: RunResult, other: RunResult) -> float | None:
+    d = _ratio(float(dense.wan_bytes_sent), float(dense.iterations))
+    w = _ratio(float(other.wan_bytes_sent), float(other.iterations))
+    return _ratio(d, w)
+
+
+def compare(dense: RunResult, wanrt: RunResult, adaptive: RunResult | None = None) -> Comparison:
+    return Comparison(dense, wanrt, adaptive)
 
 
 def _bytes(n: float) -> str:
@@ -150,9 +294,25 @@ def _x(r: float | None, better: str) -> str:
     return "n/a" if r is None else f"{r:.2f}× {better}"
 
 
+def _settings(r: RunResult) -> str:
+    """``density, batch/rank`` in force at the end: one batch for all sites, or each site's."""
+    st = r.final_settings
+    density = st.get("density")
+    per_site = {k.split("@", 1)[1]: v for k, v in st.items() if k.startswith("batch_size@")}
+    batches = dict(r.final_batch) or per_site
+    if batches and len(set(batches.values())) > 1:
+        batch = " ".join(f"{site} {b}" for site, b in sorted(batches.items()))
+    elif batches:
+        batch = str(next(iter(batches.values())))
+    else:
+        batch = str(st.get("batch", "?"))
+    return f"{density:.3g}, {batch}" if isinstance(density, (int, float)) else batch
+
+
 def format_table(c: Comparison) -> str:
-    """The side-by-side summary the demo prints."""
-    d, w = c.dense, c.wanrt
+    """The side-by-side summary the demo prints: a column per arm, ratios against dense, and with the
+    scheduler's arm a last row comparing it with the fixed one."""
+    d, a = c.dense, c.adaptive
 
     def tta(r: RunResult) -> str:
         return f"{r.tta_s:.1f} s" if r.tta_s is not None else f"not reached ({r.iterations} it)"
@@ -160,28 +320,79 @@ def format_table(c: Comparison) -> str:
     def its(r: RunResult) -> str:
         return str(r.iters_to_target) if r.iters_to_target is not None else "—"
 
+    def same(r: RunResult) -> str:
+        return "yes" if r.distinct_final_models == 1 else f"no ({r.distinct_final_models})"
+
+    def per_it(r: RunResult) -> str:
+        return _bytes(r.wan_bytes_sent / max(r.iterations, 1))
+
+    arms = c.arms
+
+    def row(label: str, cell: Any, ratios: tuple[str, ...]) -> tuple[str, ...]:
+        return (label, *(cell(r) for r in arms), *ratios)
+
+    two = a is None
     rows = [
-        (f"time to loss ≤ {d.target_loss:g}", tta(d), tta(w), _x(c.tta_speedup, "faster")),
-        ("iterations to target", its(d), its(w), _x(c.iters_to_target_ratio, "(wanrt/dense)")),
-        ("iterations / s", f"{d.iters_per_s:.2f}", f"{w.iters_per_s:.2f}", _x(c.iter_speedup, "faster")),
-        ("WAN bytes sent", _bytes(d.wan_bytes_sent), _bytes(w.wan_bytes_sent), _x(c.bytes_ratio, "fewer")),
-        (
+        row(
+            f"time to loss ≤ {d.target_loss:g}",
+            tta,
+            (_x(c.tta_speedup, "faster"),) + (() if two else (_x(c.adaptive_tta_speedup, "faster"),)),
+        ),
+        row(
+            "iterations to target",
+            its,
+            (_x(c.iters_to_target_ratio, "(wanrt/dense)" if two else ""),)
+            + (() if two else (_x(c.adaptive_iters_to_target_ratio, ""),)),
+        ),
+        row(
+            "iterations / s",
+            lambda r: f"{r.iters_per_s:.2f}",
+            (_x(c.iter_speedup, "faster"),) + (() if two else (_x(c.adaptive_iter_speedup, "faster"),)),
+        ),
+        row(
+            "WAN bytes sent",
+            lambda r: _bytes(r.wan_bytes_sent),
+            (_x(c.bytes_ratio, "fewer"),) + (() if two else (_x(c.adaptive_bytes_ratio, "fewer"),)),
+        ),
+        row(
             "WAN bytes / iteration",
-            _bytes(d.wan_bytes_sent / max(d.iterations, 1)),
-            _bytes(w.wan_bytes_sent / max(w.iterations, 1)),
-            _x(c.bytes_per_iter_ratio, "fewer"),
+            per_it,
+            (_x(c.bytes_per_iter_ratio, "fewer"),)
+            + (() if two else (_x(c.adaptive_bytes_per_iter_ratio, "fewer"),)),
         ),
-        ("final train loss", f"{d.final_loss:.4f}", f"{w.final_loss:.4f}", _x(c.final_loss_ratio, "")),
-        ("held-out accuracy", f"{100 * d.final_accuracy:.1f} %", f"{100 * w.final_accuracy:.1f} %", ""),
-        (
-            "identical final models",
-            "yes" if d.distinct_final_models == 1 else f"no ({d.distinct_final_models})",
-            "yes" if w.distinct_final_models == 1 else f"no ({w.distinct_final_models})",
-            "",
+        row(
+            "final train loss",
+            lambda r: f"{r.final_loss:.4f}",
+            (_x(c.final_loss_ratio, ""),) + (() if two else (_x(c.adaptive_final_loss_ratio, ""),)),
         ),
+        row("held-out accuracy", lambda r: f"{100 * r.final_accuracy:.1f} %", ("",) * (1 if two else 2)),
+        row("identical final models", same, ("",) * (1 if two else 2)),
     ]
-    head = ("", "dense (DDP-like)", "wanrt", "wanrt vs dense")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    if a is None:
+        head: tuple[str, ...] = ("", ARM_LABELS["dense"], "wanrt", "wanrt vs dense")
+    else:
+        head = ("", *(ARM_LABELS[r.mode] for r in arms), "fixed vs dense", "adaptive vs dense")
+        rows.append(row("density, batch / rank (end)", _settings, ("", "")))
+        rows.append(
+            row(
+                "scheduler decisions",
+                lambda r: f"{len(r.commits)} committed" if r is a else "—",
+                ("", ""),
+            )
+        )
+        vs = c.adaptive_vs_fixed_tta
+        rows.append(
+            (
+                "adaptive vs fixed: time",
+                "",
+                "",
+                "n/a" if vs is None else (f"{vs:.2f}× faster" if vs >= 1 else f"{1 / vs:.2f}× slower"),
+                "",
+                "",
+            )
+        )
+    n = len(head)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(n)]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(head)).rstrip()]
     lines.append("  ".join("-" * wd for wd in widths))
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]

@@ -1,4 +1,4 @@
-"""One demo comparison: spawn the trainers once, then per mode start the gateways, train, stop, collect.
+"""One demo comparison: spawn the trainers once, then per mode start the daemons, train, stop, collect.
 
 The parent is a supervisor and a display, never a participant: it waits on every trainer pipe, every trainer
 process sentinel and every gateway pidfd at once (:func:`multiprocessing.connection.wait`), so a message or
@@ -6,38 +6,54 @@ the death of any child wakes it immediately. Any failure stops the run with :cla
 child and showing its log; leaving the :class:`Demo` context (normally, on error, on Ctrl-C) stops every
 child and reaps it.
 
-Timeline of one mode: write configs → start S gateways and wait for their ready files → send each trainer a
-:class:`RunOrder` → wait until all are connected (:class:`Ready`) → :class:`Go` starts the clock → the
-evaluator's losses arrive; at the first one ≤ target the :class:`StopControl` fixes the last iteration →
-all :class:`Finished` → SIGTERM the gateways, which write their stats (WAN bytes) → :class:`RunResult`.
+Timeline of one mode: write configs → (``adaptive``: start the job's scheduler) → start S gateways and
+wait for every ready file → send each trainer a :class:`RunOrder` → wait until all are connected
+(:class:`Ready`) → :class:`Go` starts the clock → the evaluator's losses arrive; at the first one ≤ target
+the :class:`StopControl` fixes the last iteration → all :class:`Finished` → SIGTERM the gateways, which
+write their stats (WAN bytes), then the scheduler → its decisions file and the trace → :class:`RunResult`.
+
+Modes: ``dense`` and ``wanrt`` (:data:`MODES`, fixed settings), ``adaptive`` (the scheduler decides; the
+demo's third arm, :data:`ARMS`), and ``local``: no gateways and no wanrt, each trainer on its own gradient
+(the compute-only reference benchmarks divide by).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import multiprocessing.connection
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from transports.traces import BandwidthTrace
 from wanrt.client.config import ClientConfig
-from wanrt.demo.config import DemoConfig
+from wanrt.demo.config import DemoConfig, site_names
 from wanrt.demo.failures import DemoFailed
-from wanrt.demo.results import CurvePoint, RunResult
-from wanrt.demo.sites.config_files import fluctuating_trace, write_run_files, write_secret
+from wanrt.demo.results import CurvePoint, DecisionPoint, RunResult
+from wanrt.demo.sites.config_files import (
+    fluctuating_trace,
+    trace_in_run,
+    write_run_files,
+    write_scheduler_files,
+    write_secret,
+)
 from wanrt.demo.sites.gateway_processes import (
     GATEWAY_COMMAND,
+    DaemonProcess,
     GatewayProcess,
     read_stats,
     start_gateways,
+    stop_daemon,
     stop_gateways,
     wait_ready,
 )
+from wanrt.demo.sites.scheduler_process import SCHEDULER_COMMAND, read_decisions, start_scheduler
 from wanrt.demo.trainers.messages import (
     Booted,
     Evaluated,
@@ -59,10 +75,15 @@ from wanrt.demo.trainers.processes import (
 from wanrt.demo.trainers.stop_control import StopControl
 from wanrt.demo.workload.data import load_split
 
-__all__ = ["MODES", "Demo", "Mode"]
+__all__ = ["ALL_MODES", "ARMS", "MODES", "Demo", "Mode"]
 
-Mode = Literal["dense", "wanrt"]
+Mode = Literal["dense", "wanrt", "adaptive", "local"]
+#: the two fixed-setting modes: the dense baseline and wanrt with the scheduler off
 MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt")
+#: what ``wanrt demo`` compares: the fixed-setting modes and wanrt with the job's scheduler
+ARMS: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive")
+#: every mode a :class:`Demo` can run (each has its own stop-control slot)
+ALL_MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive", "local")
 
 #: starting S gateway daemons (Python imports, listeners) on a busy 2-core machine
 GATEWAY_READY_TIMEOUT_S: Final = 60.0
@@ -95,6 +116,9 @@ class _RunState:
     curve: list[CurvePoint] = field(default_factory=list)
     #: (iteration, seconds since Go) at the end of each step of the first site's leader
     steps: list[tuple[int, float]] = field(default_factory=list)
+    #: the trace the fluctuating site's links follow, and when its gateway started playing it (monotonic)
+    trace: BandwidthTrace | None = None
+    trace_origin: float | None = None
     tta_s: float | None = None
     iters_to_target: int | None = None
     stop_at: int | None = None
@@ -115,6 +139,7 @@ class Demo:
         progress: bool = True,
         on_line: Callable[[str], None] = print,
         gateway_command: Sequence[str] = GATEWAY_COMMAND,
+        scheduler_command: Sequence[str] = SCHEDULER_COMMAND,
     ) -> None:
         self.cfg = cfg
         self.out_dir = out_dir
@@ -122,11 +147,14 @@ class Demo:
         self._say = on_line
         self._t0 = time.monotonic()
         self.gateway_command = tuple(gateway_command)
+        self.scheduler_command = tuple(scheduler_command)
         self.parameters = 0
+        self.train_samples = 0
         self._mp = multiprocessing.get_context("spawn")
-        self._stops = StopControl(self._mp, len(MODES))
+        self._stops = StopControl(self._mp, len(ALL_MODES))
         self._trainers: list[TrainerProcess] = []
         self._gateways: list[GatewayProcess] = []
+        self._scheduler: DaemonProcess | None = None
         self._sock_dir: Path | None = None
         self._secret: Path | None = None
 
@@ -157,6 +185,7 @@ class Demo:
         self.say(f"starting {len(specs)} trainer processes ({self.cfg.sites} sites × {self.cfg.ranks} ranks)")
         self._trainers = start_trainers(self._mp, specs, self._stops)
         data = load_split(self.cfg.seed)  # while the trainers import torch
+        self.train_samples = len(data.y_train)
         for t in self._trainers:
             t.conn.send(data)
         booted: set[tuple[int, int]] = set()
@@ -180,25 +209,62 @@ class Demo:
                 stop_gateways(self._gateways)
             finally:
                 self._gateways = []
-                if self._sock_dir is not None:
-                    shutil.rmtree(self._sock_dir, ignore_errors=True)
-                    self._sock_dir = None
+                try:
+                    if self._scheduler is not None:
+                        stop_daemon(self._scheduler)
+                finally:
+                    self._scheduler = None
+                    if self._sock_dir is not None:
+                        shutil.rmtree(self._sock_dir, ignore_errors=True)
+                        self._sock_dir = None
 
     # -- one mode ------------------------------------------------------------------------------------
 
     @staticmethod
-    def client_config(mode: Mode, cfg: DemoConfig) -> ClientConfig:
-        """The only difference between the two runs: the trainers' client configuration."""
+    def client_config(mode: Mode, cfg: DemoConfig) -> ClientConfig | None:
+        """What the trainers start with: the dense baseline, wanrt's settings (the adaptive arm starts
+        from the same ones and the scheduler takes over), or nothing (``local``: no wanrt)."""
+        if mode == "local":
+            return None
         if mode == "dense":
             return ClientConfig.dense_baseline()
         return ClientConfig(density=cfg.density, staleness=cfg.staleness)
 
-    def run(self, mode: Mode, *, label: str | None = None, links: DemoConfig | None = None) -> RunResult:
-        """Train once in ``mode`` against freshly started gateways (identical links for both modes).
+    def scheduler_control(self, cfg: DemoConfig) -> dict[str, Any]:
+        """The controller knobs the demo sets, both about scale rather than policy.
 
-        ``links`` may change what the gateways and the stop rule see (bandwidth, RTT, trace, target,
-        iteration cap) for this run; what the trainers were started with (model, data, sites, ranks,
-        optimizer) must stay the same. ``label`` names the run's directory (default: the mode).
+        * ``bytes_per_element``: what wanrt's codec sends per kept element — the wire dtype's bytes plus
+          its block-index stream (≤ 1 byte per 16-element block; 4.03–4.07 bytes measured at fp32), not the
+          controller's default 8 (StellaTrain's COO: fp32 value + int32 index per element). Eq. 6 and the
+          bandwidth estimate turn bytes into seconds with it.
+        * ``warmup_iterations``: ``warmup_epochs`` of the training split at the configured global batch.
+        """
+        client = ClientConfig(density=cfg.density, staleness=cfg.staleness)
+        value_bytes = 4.0 if client.wire_dtype == "fp32" else 2.0
+        per_epoch = self.train_samples / max(1, cfg.batch * cfg.world)
+        return {
+            "bytes_per_element": value_bytes + 1.0 / client.block_size,
+            "warmup_iterations": math.ceil(cfg.warmup_epochs * per_epoch),
+        }
+
+    def run(
+        self,
+        mode: Mode,
+        *,
+        label: str | None = None,
+        links: DemoConfig | None = None,
+        trace: BandwidthTrace | None = None,
+        scheduler_control: Mapping[str, Any] | None = None,
+        batch: Mapping[str, int] | None = None,
+    ) -> RunResult:
+        """Train once in ``mode`` against freshly started daemons (identical links for every mode).
+
+        ``links`` may change what the daemons and the stop rule see (bandwidth, RTT, trace, target,
+        iteration cap, scheduler intervals) for this run; what the trainers were started with (model, data,
+        sites, ranks, optimizer) must stay the same. ``label`` names the run's directory (default: the
+        mode). ``trace`` replaces the fluctuating site's generated trace (its links follow it even with
+        ``fluctuating`` off). ``scheduler_control`` sets ``[scheduler.control]`` knobs of the adaptive
+        mode's scheduler. ``batch`` gives sites a per-rank batch other than the configured one.
         """
         assert self._sock_dir is not None and self._secret is not None
         cfg = self.cfg if links is None else links
@@ -206,37 +272,62 @@ class Demo:
         if changed:
             raise ValueError(f"links= may not change the trainers' settings: {', '.join(changed)}")
         label = label or mode
-        slot = MODES.index(mode)
+        slot = ALL_MODES.index(mode)
         job = f"wanrt-demo-{mode}"
-        trace: Path | None = None
-        if cfg.fluctuating:
-            trace = self.out_dir / label / "fluctuating-site.csv"
-            trace.parent.mkdir(parents=True, exist_ok=True)
-            fluctuating_trace(cfg).save(trace)
-        files = write_run_files(
-            cfg,
-            job=job,
-            run_dir=self.out_dir / label,
-            sock_dir=self._sock_dir / label,
-            secret_file=self._secret,
-            trace_file=trace,
-        )
-        self._gateways = start_gateways(files, command=self.gateway_command)
-        wait_ready(self._gateways, timeout_s=GATEWAY_READY_TIMEOUT_S)
-        self.say(f"{label}: {len(files)} gateways listening; trainers connecting")
-        self._stops.arm(slot, cfg.max_iters)
+        run_dir, sock_dir = self.out_dir / label, self._sock_dir / label
         state = _RunState(mode, slot, cfg)
+        files = []
+        sched_files = None
+        if mode != "local":
+            trace_file: Path | None = None
+            if trace is not None or cfg.fluctuating:
+                state.trace = trace if trace is not None else fluctuating_trace(cfg)
+                trace_file = run_dir / "fluctuating-site.csv"
+                trace_file.parent.mkdir(parents=True, exist_ok=True)
+                state.trace.save(trace_file)
+            scheduler_url = None
+            if mode == "adaptive":
+                sched_files = write_scheduler_files(
+                    cfg,
+                    job=job,
+                    run_dir=run_dir,
+                    sock_dir=sock_dir,
+                    secret_file=self._secret,
+                    control={**self.scheduler_control(cfg), **(scheduler_control or {})},
+                )
+                scheduler_url = sched_files.listen_url
+                self._scheduler = start_scheduler(sched_files, command=self.scheduler_command)
+            files = write_run_files(
+                cfg,
+                job=job,
+                run_dir=run_dir,
+                sock_dir=sock_dir,
+                secret_file=self._secret,
+                trace_file=trace_file,
+                scheduler_url=scheduler_url,
+            )
+            self._gateways = start_gateways(files, command=self.gateway_command)
+            daemons: list[DaemonProcess] = [*self._gateways]
+            if self._scheduler is not None:
+                daemons.append(self._scheduler)
+            wait_ready(daemons, timeout_s=GATEWAY_READY_TIMEOUT_S)
+            if state.trace is not None:
+                state.trace_origin = self._gateways[-1].ready_written()
+            with_scheduler = " and the scheduler" if self._scheduler is not None else ""
+            self.say(f"{label}: {len(files)} gateways{with_scheduler} listening; trainers connecting")
+        self._stops.arm(slot, cfg.max_iters)
         client = self.client_config(mode, cfg)
         for t in self._trainers:
-            url = files[t.spec.site_index].trainer_url
-            t.conn.send(RunOrder(mode, slot, url, job, client, cfg.eval_every))
+            url = files[t.spec.site_index].trainer_url if files else ""
+            own = None if batch is None else batch.get(t.spec.site)
+            t.conn.send(RunOrder(mode, slot, url, job, client, cfg.eval_every, own))
         self._pump(
             lambda m: self._on_message(state, m, None),
             lambda: len(state.ready) == len(self._trainers),
             cfg.stall_timeout_s,
             f"{mode}: connecting to the gateways",
         )
-        with self._bar(mode, cfg.max_iters) as bar:
+        with self._bar(label, cfg.max_iters) as bar:
             state.t_go = time.monotonic()
             for t in self._trainers:
                 t.conn.send(Go())
@@ -246,29 +337,33 @@ class Demo:
                 cfg.stall_timeout_s,
                 f"{mode}: training",
             )
-        self.say(
-            f"{label}: {max(f.iterations for f in state.finished.values())} iterations; stopping gateways"
-        )
+        iterations = max(f.iterations for f in state.finished.values())
+        self.say(f"{label}: {iterations} iterations; stopping " + ("gateways" if files else "trainers"))
         codes = stop_gateways(self._gateways, one_by_one=True)
         gateways, self._gateways = self._gateways, []
         for g in gateways:
             if codes[g.files.site] != 0:
                 # training is over and its results are in; a gateway's unclean exit is reported, and only
                 # fails the run if it also lost the stats (read_stats below)
-                self.say(
-                    f"warning: {g.name} exited with code {codes[g.files.site]} at shutdown; see {g.files.log}"
-                )
+                self.say(f"warning: {g.name} exited with code {codes[g.files.site]} at shutdown; see {g.log}")
+        decisions: list[dict[str, Any]] = []
+        if self._scheduler is not None and sched_files is not None:
+            sched, self._scheduler = self._scheduler, None
+            code = stop_daemon(sched)
+            if code != 0:
+                self.say(f"warning: the scheduler exited with code {code} at shutdown; see {sched.log}")
+            decisions = read_decisions(sched_files.decisions)
         stats = {g.files.site: read_stats(g) for g in gateways}
-        return self._result(state, stats)
+        return self._result(state, stats, decisions, batch)
 
     @contextlib.contextmanager
-    def _bar(self, mode: Mode, max_iters: int) -> Iterator[Any]:
+    def _bar(self, label: str, max_iters: int) -> Iterator[Any]:
         if not self.progress:
             yield None
             return
         from tqdm import tqdm
 
-        bar = tqdm(total=max_iters, desc=f"{mode:>5}", unit="it", dynamic_ncols=True, leave=True)
+        bar = tqdm(total=max_iters, desc=f"{label:>8}", unit="it", dynamic_ncols=True, leave=True)
         try:
             yield bar
         finally:
@@ -281,6 +376,10 @@ class Demo:
             s.site_iteration[msg.site_index] = msg.iteration
             if msg.site_index == 0:
                 s.steps.append((msg.iteration, msg.t - s.t_go))
+            if s.cfg.max_train_s > 0 and s.stop_at is None and msg.t - s.t_go >= s.cfg.max_train_s:
+                s.stop_at = self._stops.stop_soon(s.slot)
+                if bar is not None:
+                    bar.total = s.stop_at
             if bar is not None and len(s.site_iteration) == self.cfg.sites:
                 done = min(s.site_iteration.values())
                 bar.update(done - bar.n)
@@ -297,10 +396,17 @@ class Demo:
         elif isinstance(msg, Finished) and msg.run == s.mode:
             s.finished[(msg.site_index, msg.rank)] = msg
 
-    def _result(self, s: _RunState, stats: dict[str, dict[str, Any]]) -> RunResult:
+    def _result(
+        self,
+        s: _RunState,
+        stats: dict[str, dict[str, Any]],
+        decisions: list[dict[str, Any]],
+        batch: Mapping[str, int] | None,
+    ) -> RunResult:
         fin = list(s.finished.values())
         evaluator = next(f for f in fin if f.site_index == 0 and f.rank == self.cfg.ranks - 1)
         iterations = max(f.iterations for f in fin)
+        train_s = max(f.t_last_step for f in fin) - s.t_go
         sent: dict[str, int] = {}
         received = 0
         for site, st in stats.items():
@@ -311,13 +417,24 @@ class Demo:
             else:
                 sent[site] = int(st.get("bytes_sent", 0))
                 received += int(st.get("bytes_received", 0))
+        names = site_names(self.cfg.sites)
+        client = self.client_config(s.mode, s.cfg)
+        settings: dict[str, Any] = {"batch": s.cfg.batch}
+        if batch:
+            settings.update({f"batch_size@{site}": b for site, b in batch.items()})
+        if client is not None:
+            settings.update(density=client.density, staleness=client.staleness)
+        link_trace: tuple[tuple[float, float], ...] = ()
+        if s.trace is not None:
+            origin = s.trace_origin if s.trace_origin is not None else s.t_go
+            link_trace = tuple(trace_in_run(s.trace, s.t_go - origin, train_s))
         return RunResult(
             mode=s.mode,
             iterations=iterations,
             target_loss=s.cfg.target_loss,
             tta_s=s.tta_s,
             iters_to_target=s.iters_to_target,
-            train_s=max(f.t_last_step for f in fin) - s.t_go,
+            train_s=train_s,
             final_loss=evaluator.final_loss,
             final_accuracy=evaluator.final_accuracy,
             curve=tuple(s.curve),
@@ -327,6 +444,11 @@ class Demo:
             bytes_sent_per_site=sent,
             rounds_completed={site: int(st.get("rounds_completed", 0)) for site, st in stats.items()},
             distinct_final_models=len({f.digest for f in fin}),
+            settings=settings,
+            final_batch={names[f.site_index]: f.batch for f in fin if f.rank == 0},
+            samples=sum(f.samples for f in fin),
+            decisions=tuple(_decision_point(rec, s.t_go) for rec in decisions),
+            link_trace=link_trace,
         )
 
     # -- supervision ---------------------------------------------------------------------------------
@@ -341,12 +463,15 @@ class Demo:
         """Handle trainer messages until ``done()``; any child's death or a stall raises DemoFailed."""
         by_conn: dict[Any, TrainerProcess] = {t.conn: t for t in self._trainers}
         by_sentinel: dict[Any, TrainerProcess] = {t.process.sentinel: t for t in self._trainers}
-        pidfds = [g.pidfd for g in self._gateways if g.pidfd is not None]
+        daemons: list[DaemonProcess] = [*self._gateways]
+        if self._scheduler is not None:
+            daemons.append(self._scheduler)
+        pidfds = [d.pidfd for d in daemons if d.pidfd is not None]
         last = time.monotonic()
         while not done():
             ready = multiprocessing.connection.wait([*by_conn, *by_sentinel, *pidfds], timeout=WAKE_S)
-            for g in self._gateways:
-                g.check_alive()  # also covers a missing pidfd
+            for d in daemons:
+                d.check_alive()  # also covers a missing pidfd
             for obj in ready:
                 if obj in by_conn:
                     self._receive(by_conn[obj], handle)
@@ -379,3 +504,24 @@ class Demo:
             self._receive(t, handle)
         t.process.join(5.0)
         raise t.failed("exited unexpectedly")
+
+
+def _decision_point(rec: Mapping[str, Any], t_go: float) -> DecisionPoint:
+    """A decisions-file line on the run's clock (the daemon writes this host's monotonic time)."""
+
+    def num(key: str) -> float | None:
+        v = rec.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    decision, effective = num("decision"), num("effective_iteration")
+    values = rec.get("values")
+    step = rec.get("bandwidth_step")
+    return DecisionPoint(
+        t=(num("monotonic") or t_go) - t_go,
+        kind=str(rec.get("kind", "")),
+        decision=None if decision is None else int(decision),
+        effective_iteration=None if effective is None else int(effective),
+        values=dict(values) if isinstance(values, Mapping) else None,
+        bandwidth_estimate_bps=num("bandwidth_estimate_bps"),
+        bandwidth_step=None if step is None else str(step),
+    )

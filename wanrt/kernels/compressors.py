@@ -177,6 +177,10 @@ class ThresholdV(Compressor):
         if sel is None or sel.dense_len != n or type(sel.idx_buf) is not type(x):
             sel = _LayerSel(n, None, xp.empty(t.buffer, dtype=xp.int64), xp.empty(t.buffer, dtype=xp.float32))
             self._layers[layer] = sel
+        elif int(sel.idx_buf.shape[0]) != t.buffer:
+            # the density changed (a scheduler decision): the buffers follow it, the threshold state stays
+            sel.idx_buf = xp.empty(t.buffer, dtype=xp.int64)
+            sel.sum_buf = xp.empty(t.buffer, dtype=xp.float32)
         return sel
 
     def _first_v(self, layer: int, x: Array, k: ReferenceKernels, t: aimd.SelectionTargets) -> float | None:

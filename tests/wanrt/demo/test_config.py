@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +67,36 @@ def test_sites_times_ranks_is_bounded() -> None:
     with pytest.raises(ConfigError) as info:
         DemoConfig(sites=8, ranks=8)
     assert info.value.fields["key"] == "ranks"
+
+
+def test_the_scheduler_arm_is_on_by_default_and_no_scheduler_turns_it_off() -> None:
+    assert DEFAULT.scheduler and QUICK.scheduler
+    assert config_from_args(parse("--no-scheduler")).scheduler is False
+    assert config_from_args(parse("--quick", "--no-scheduler")) == dataclasses.replace(QUICK, scheduler=False)
+    assert config_from_args(parse("--scheduler")).scheduler is True
+    # the scheduler decides often enough for runs of seconds, and gateways report several times a decision
+    assert DEFAULT.decide_interval_s <= 1.0 and DEFAULT.telemetry_interval_s < DEFAULT.decide_interval_s
+
+
+def test_a_profile_must_exist_and_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_args(parse("--profile", str(tmp_path / "missing.json")))
+    assert info.value.fields["key"] == "--profile"
+    (tmp_path / "p.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert config_from_args(parse("--profile", "p.json")).profile == str(tmp_path / "p.json")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("decide_interval_s", 0.0),
+        ("telemetry_interval_s", 100.0),
+        ("announce_margin", 0),
+        ("warmup_epochs", -1.0),
+    ],
+)
+def test_scheduler_settings_are_validated(field: str, value: float) -> None:
+    with pytest.raises(ConfigError) as info:
+        DemoConfig(**{field: value})  # type: ignore[arg-type]
+    assert info.value.fields["key"] == field

@@ -65,3 +65,99 @@ def test_steady_iteration_time_skips_the_warm_up() -> None:
     assert r.steady_iteration_s(warmup=2) == pytest.approx(0.5)  # (7.5 - 6.0) / 3, not 7.5 / 5
     with pytest.raises(ValueError, match="warm-up"):
         r.steady_iteration_s(warmup=5)
+
+
+def _adaptive(tta: float | None, its: int, train_s: float, sent: int) -> RunResult:
+    from wanrt.demo.results import DecisionPoint
+
+    base = result("adaptive", tta=tta, its=its, train_s=train_s, sent=sent, loss=0.1)
+    decisions = (
+        DecisionPoint(0.5, "tick", None, None, None, None),
+        DecisionPoint(1.0, "commit", 1, 10, {"density": 0.1, "batch_size@a": 48, "staleness": 1}, 1e8, None),
+        DecisionPoint(1.5, "tick", 1, 10, None, 6e7, "lower"),
+        DecisionPoint(2.0, "commit", 2, 20, {"density": 0.05, "batch_size@a": 40, "staleness": 1}, 6e7),
+        # committed too late: its iteration was never reached
+        DecisionPoint(2.5, "commit", 3, its + 5, {"density": 0.5, "batch_size@a": 8, "staleness": 0}, 6e7),
+    )
+    return dataclasses.replace(
+        base,
+        settings={"density": 0.02, "staleness": 1, "batch": 32},
+        final_batch={"a": 40, "b": 32},
+        decisions=decisions,
+    )
+
+
+def test_three_arms_add_the_adaptive_column_its_ratios_and_the_adaptive_vs_fixed_row(tmp_path: Path) -> None:
+    dense = result("dense", tta=60.0, its=100, train_s=60.0, sent=1_000_000, loss=0.1)
+    fixed = result("wanrt", tta=20.0, its=120, train_s=20.0, sent=10_000, loss=0.09)
+    fixed = dataclasses.replace(fixed, settings={"density": 0.02, "staleness": 1, "batch": 32})
+    adaptive = _adaptive(16.0, 110, 16.0, 40_000)
+    c = compare(dense, fixed, adaptive)
+    assert c.adaptive_vs_fixed_tta == pytest.approx(20.0 / 16.0)
+    assert c.adaptive_tta_speedup == pytest.approx(60.0 / 16.0)
+    assert c.adaptive_iters_to_target_ratio == pytest.approx(1.1)
+    assert c.adaptive_vs_fixed_iters == pytest.approx(110 / 120)
+    assert c.adaptive_bytes_ratio == pytest.approx(25.0)
+    assert c.tta_speedup == pytest.approx(3.0)  # the fixed arm's keys are unchanged
+    table = format_table(c)
+    head, rule, *rows = table.splitlines()
+    assert "wanrt fixed" in head and "wanrt adaptive" in head and "adaptive vs dense" in head
+    assert len(rule.split()) == 6  # label, three arms, two ratio columns
+    last = rows[-1]
+    assert last.startswith("adaptive vs fixed") and "1.25× faster" in last
+    assert "3.75× faster" in table  # adaptive vs dense, time to target
+    settings = next(r for r in rows if r.startswith("density, batch"))
+    assert "0.05, a 40 b 32" in settings and "0.02, 32" in settings  # the late commit is not in force
+    assert "2 committed" in table
+    data = c.to_json({"config": {}})
+    for key in (
+        "adaptive_vs_fixed_tta",
+        "adaptive_tta_speedup",
+        "adaptive_iters_to_target_ratio",
+        "adaptive_bytes_ratio",
+        "adaptive",
+        "tta_speedup",
+        "iters_to_target_ratio",
+    ):
+        assert key in data, key
+    a = data["adaptive"]
+    assert a["decisions_committed"] == 2 and a["final_settings"]["density"] == 0.05
+    assert a["decisions"][2]["bandwidth_step"] == "lower"
+    write_json(tmp_path / "r.json", data)  # every value is JSON
+    assert json.loads((tmp_path / "r.json").read_text())["adaptive"]["final_batch"] == {"a": 40, "b": 32}
+
+
+def test_an_adaptive_arm_slower_than_the_fixed_one_says_so() -> None:
+    dense = result("dense", tta=60.0, its=100, train_s=60.0, sent=1_000_000, loss=0.1)
+    fixed = result("wanrt", tta=10.0, its=120, train_s=10.0, sent=10_000, loss=0.09)
+    c = compare(dense, fixed, _adaptive(15.0, 130, 15.0, 40_000))
+    assert c.adaptive_vs_fixed_tta == pytest.approx(10.0 / 15.0)
+    assert "1.50× slower" in format_table(c).splitlines()[-1]
+    missed = compare(dense, fixed, _adaptive(None, 400, 40.0, 40_000))
+    assert missed.adaptive_vs_fixed_tta is None and "n/a" in format_table(missed).splitlines()[-1]
+
+
+def test_without_the_scheduler_the_table_keeps_its_two_run_form() -> None:
+    dense = result("dense", tta=60.0, its=100, train_s=60.0, sent=1_000_000, loss=0.1)
+    fixed = result("wanrt", tta=20.0, its=120, train_s=20.0, sent=10_000, loss=0.09)
+    c = compare(dense, fixed)
+    head = format_table(c).splitlines()[0]
+    assert "wanrt vs dense" in head and "adaptive" not in format_table(c)
+    data = c.to_json()
+    assert data["adaptive"] is None and data["adaptive_vs_fixed_tta"] is None
+
+
+def test_the_plot_maps_decisions_to_the_time_their_iteration_began(tmp_path: Path) -> None:
+    from wanrt.demo.plot import plot_loss_vs_time, settings_over_time
+
+    adaptive = dataclasses.replace(
+        _adaptive(16.0, 110, 16.0, 40_000), link_trace=((0.0, 1e8), (5.0, 3e7)), final_batch={}
+    )
+    timeline = settings_over_time(adaptive)
+    # step_times: iteration i ends at 16 * i / 110 s; iteration 10 begins when step 10 ends
+    assert [round(t, 3) for t, _ in timeline] == [0.0, round(16 * 10 / 110, 3), round(16 * 20 / 110, 3)]
+    assert timeline[0][1]["density"] == 0.02 and timeline[-1][1]["batch_size@a"] == 40
+    dense = result("dense", tta=60.0, its=100, train_s=60.0, sent=1_000_000, loss=0.1)
+    fixed = result("wanrt", tta=20.0, its=120, train_s=20.0, sent=10_000, loss=0.09)
+    png = plot_loss_vs_time(compare(dense, fixed, adaptive), tmp_path / "p.png", title="t")
+    assert png.stat().st_size > 10_000

@@ -229,3 +229,22 @@ def test_state_dict_round_trip_continues_identically() -> None:
 
 def test_n_blocks_helper_agrees() -> None:
     assert make_compressor("threshold_v_block", density=1.0).targets(33).n_blocks == n_blocks(33, 16)
+
+
+@pytest.mark.parametrize("path", CPU_PATHS)
+def test_a_density_change_resizes_the_selection_buffers(path: str) -> None:
+    """A scheduler may raise the density of a running job: the per-layer buffers sized for the old one
+    must grow with it (they once stayed, and more passing blocks than they hold broke the selection)."""
+    n = 16 * 160
+    with forced_path(path):
+        c = make_compressor("threshold_v_block", density=0.05)
+        for step in range(3):
+            c.compress(0, _gauss(step, n))
+        c.density = 0.25
+        for step in range(4):
+            p = c.compress(0, _gauss(10 + step, n, 3.0))  # larger: more blocks pass the old v
+            p.validate()
+            assert 1 <= p.nnz_blocks <= c.targets(n).cap
+        c.density = 0.01
+        p = c.compress(0, _gauss(20, n))
+        assert 1 <= p.nnz_blocks <= c.targets(n).cap

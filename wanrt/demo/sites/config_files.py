@@ -1,5 +1,6 @@
-"""The files one demo run needs: the job secret, the fluctuating site's bandwidth trace and a gateway TOML
-config per site, in the format of :mod:`gateways.config` (docs/examples/site-a.toml).
+"""The files one demo run needs: the job secret, the fluctuating site's bandwidth trace, a gateway TOML
+config per site, in the format of :mod:`gateways.config` (docs/examples/site-a.toml), and for a run with the
+scheduler its ``job.toml`` (:mod:`scheduler.daemon_config`), which every gateway's ``scheduler`` names.
 
 Every link is a unix socket (``unix:///tmp/wanrt-XXXX/<run>/gw-a.sock``), so nothing races for ports, and
 each gateway shapes what it sends to each peer (``[gateway.shaping.PEER]``: rate, one-way delay = RTT/2,
@@ -25,7 +26,16 @@ import numpy as np
 from transports.traces import BandwidthTrace
 from wanrt.demo.config import DemoConfig, site_names
 
-__all__ = ["SiteFiles", "fluctuating_trace", "toml_text", "write_run_files", "write_secret"]
+__all__ = [
+    "SchedulerFiles",
+    "SiteFiles",
+    "fluctuating_trace",
+    "toml_text",
+    "trace_in_run",
+    "write_run_files",
+    "write_scheduler_files",
+    "write_secret",
+]
 
 #: the trace repeats after this many steps, so a run of any length keeps fluctuating
 TRACE_STEPS: Final = 60
@@ -51,6 +61,18 @@ class SiteFiles:
     trainer_url: str
 
 
+@dataclass(frozen=True)
+class SchedulerFiles:
+    """Where the scheduler of one run gets its config and leaves its traces."""
+
+    config: Path
+    ready: Path
+    log: Path
+    #: JSON lines of its decisions and bandwidth estimates (``wanrt scheduler --decisions-file``)
+    decisions: Path
+    listen_url: str
+
+
 def write_secret(path: Path) -> Path:
     """A fresh random job secret, readable by its owner only (the gateways and site leaders read it)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -72,6 +94,29 @@ def fluctuating_trace(cfg: DemoConfig) -> BandwidthTrace:
     return BandwidthTrace.from_pairs(steps, period=TRACE_STEPS * cfg.trace_step_s)
 
 
+def trace_in_run(trace: BandwidthTrace, offset_s: float, horizon_s: float) -> list[tuple[float, float]]:
+    """The rate steps a run saw, as (seconds since the run's start, bit/s), for ``[0, horizon_s]``.
+
+    ``offset_s``: how long the trace had been playing when the run started (gateways start their traces
+    when they start, seconds before the trainers begin).
+    """
+    first = trace.rate_at(max(0.0, offset_s))
+    out = [(0.0, float(first if first is not None else trace.steps[0][1]))]
+    period = trace.period
+    cycle = int(offset_s // period) if period is not None else 0
+    while True:
+        base = cycle * period if period is not None else 0.0
+        for t, bps in trace.steps:
+            at = base + t - offset_s
+            if at > horizon_s:
+                return out
+            if at > 0:
+                out.append((at, float(bps)))
+        if period is None:
+            return out
+        cycle += 1
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -83,6 +128,8 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
 
@@ -111,10 +158,12 @@ def write_run_files(
     sock_dir: Path,
     secret_file: Path,
     trace_file: Path | None,
+    scheduler_url: str | None = None,
 ) -> list[SiteFiles]:
     """Write ``gw-<site>.toml`` for every site into ``run_dir``; sockets go into ``sock_dir``.
 
-    ``trace_file`` (if given) drives both directions of every link of the last site.
+    ``trace_file`` (if given) drives both directions of every link of the last site. With
+    ``scheduler_url`` every gateway dials that scheduler and reports every ``cfg.telemetry_interval_s``.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     sock_dir.mkdir(parents=True, exist_ok=True)
@@ -142,6 +191,11 @@ def write_run_files(
                 "trainer_listen": files.trainer_url,
                 "link_rate_bps": float(cfg.bandwidth_bps),
                 **RECONNECT,
+                **(
+                    {}
+                    if scheduler_url is None
+                    else {"scheduler": scheduler_url, "telemetry_interval_s": float(cfg.telemetry_interval_s)}
+                ),
             },
             "gateway.peers": {p: listen[p] for p in peers},
             "gateway.rounds": {
@@ -164,3 +218,46 @@ def write_run_files(
         )
         out.append(files)
     return out
+
+
+def write_scheduler_files(
+    cfg: DemoConfig,
+    *,
+    job: str,
+    run_dir: Path,
+    sock_dir: Path,
+    secret_file: Path,
+    control: Mapping[str, Any] | None = None,
+) -> SchedulerFiles:
+    """Write ``scheduler.toml`` (policy ``adaptive`` over every site) into ``run_dir``.
+
+    ``control`` sets knobs of the controller (``[scheduler.control]``, :class:`SchedulerConfig` fields);
+    the demo itself sets none: it runs the controller with its paper defaults.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sock_dir.mkdir(parents=True, exist_ok=True)
+    files = SchedulerFiles(
+        config=run_dir / "scheduler.toml",
+        ready=run_dir / "scheduler.ready.json",
+        log=run_dir / "scheduler.log",
+        decisions=run_dir / "scheduler.decisions.jsonl",
+        listen_url=_check_socket_path(sock_dir / "sched.sock"),
+    )
+    table: dict[str, Any] = {
+        "job": job,
+        "sites": list(site_names(cfg.sites)),
+        "secret_file": str(secret_file),
+        "listen": files.listen_url,
+        "policy": "adaptive",
+        "decide_interval_s": float(cfg.decide_interval_s),
+        "announce_margin": int(cfg.announce_margin),
+    }
+    if cfg.profile is not None:
+        table["profile"] = cfg.profile
+    tables: dict[str, Mapping[str, Any]] = {"scheduler": table}
+    if control:
+        tables["scheduler.control"] = dict(control)
+    files.config.write_text(
+        "# wanrt demo: the job's scheduler (written by wanrt.demo.sites.config_files)\n" + toml_text(tables)
+    )
+    return files

@@ -18,12 +18,13 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Any, Final
 
 from wanrt.demo.failures import DemoFailed
 from wanrt.demo.sites.config_files import SiteFiles
 
-__all__ = ["GatewayProcess", "start_gateways", "stop_gateways", "wait_ready"]
+__all__ = ["DaemonProcess", "GatewayProcess", "start_gateways", "stop_daemon", "stop_gateways", "wait_ready"]
 
 #: how a gateway daemon is started (``python -m wanrt gateway``); the config/ready/stats flags are appended
 GATEWAY_COMMAND: Final = (sys.executable, "-m", "wanrt", "gateway")
@@ -43,23 +44,24 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-class GatewayProcess:
-    """One gateway daemon child: its files, its ``Popen``, and a pidfd that becomes readable on exit."""
+class DaemonProcess:
+    """One daemon child (a gateway, the scheduler): its ``Popen``, its ready file and log, and a pidfd
+    that becomes readable on exit."""
 
-    def __init__(self, files: SiteFiles, proc: subprocess.Popen[bytes]) -> None:
-        self.files = files
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], *, ready: Path, log: Path) -> None:
+        self.name = name
         self.proc = proc
+        self.ready_path = ready
+        self.log = log
         self.pidfd = _pidfd(proc.pid)
         self.ready: dict[str, Any] | None = None
-
-    @property
-    def name(self) -> str:
-        return f"gateway {self.files.site}"
+        #: time.monotonic() when the parent first saw the ready file
+        self.ready_seen: float | None = None
 
     def failed(self, what: str) -> DemoFailed:
         code = self.proc.poll()
         status = "is running" if code is None else f"exited with code {code}"
-        return DemoFailed(f"{self.name} {what} ({status})", child=self.name, log=self.files.log)
+        return DemoFailed(f"{self.name} {what} ({status})", child=self.name, log=self.log)
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
@@ -70,16 +72,34 @@ class GatewayProcess:
         if self.ready is not None:
             return True
         try:
-            self.ready = json.loads(self.files.ready.read_text())
+            self.ready = json.loads(self.ready_path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return False
+        self.ready_seen = time.monotonic()
         return True
+
+    def ready_written(self) -> float | None:
+        """When the daemon wrote its ready file, on this host's monotonic clock (from the file's mtime):
+        the daemon's own start-up instant, give or take its last start-up step."""
+        try:
+            mtime = self.ready_path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        return time.monotonic() - (time.time() - mtime)
 
     def close_fd(self) -> None:
         if self.pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self.pidfd)
             self.pidfd = None
+
+
+class GatewayProcess(DaemonProcess):
+    """One gateway daemon child and its files."""
+
+    def __init__(self, files: SiteFiles, proc: subprocess.Popen[bytes]) -> None:
+        super().__init__(f"gateway {files.site}", proc, ready=files.ready, log=files.log)
+        self.files = files
 
 
 def start_gateways(
@@ -113,8 +133,8 @@ def start_gateways(
     return out
 
 
-def wait_ready(gateways: Sequence[GatewayProcess], *, timeout_s: float) -> None:
-    """Block until every gateway wrote its ready file; a gateway that exits first fails the run."""
+def wait_ready(gateways: Sequence[DaemonProcess], *, timeout_s: float) -> None:
+    """Block until every daemon wrote its ready file; a daemon that exits first fails the run."""
     deadline = time.monotonic() + timeout_s
     while True:
         pending = [g for g in gateways if not g.read_ready()]
@@ -135,13 +155,13 @@ def _wait_exit(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
     return None
 
 
-def _terminate(g: GatewayProcess) -> None:
+def _terminate(g: DaemonProcess) -> None:
     if g.proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             g.proc.send_signal(signal.SIGTERM)
 
 
-def _reap(g: GatewayProcess, deadline: float) -> int:
+def _reap(g: DaemonProcess, deadline: float) -> int:
     code = _wait_exit(g.proc, deadline)
     if code is None:
         with contextlib.suppress(ProcessLookupError):
@@ -174,6 +194,12 @@ def stop_gateways(
     for g in gateways:
         codes[g.files.site] = _reap(g, deadline)
     return codes
+
+
+def stop_daemon(d: DaemonProcess, *, timeout_s: float = STOP_TIMEOUT_S) -> int:
+    """SIGTERM one daemon, SIGKILL it after ``timeout_s``; returns its exit code (``-9`` if killed)."""
+    _terminate(d)
+    return _reap(d, time.monotonic() + timeout_s)
 
 
 def read_stats(g: GatewayProcess) -> dict[str, Any]:

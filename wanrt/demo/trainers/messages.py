@@ -33,9 +33,12 @@ class RunOrder:
     slot: int
     gateway_url: str
     job: str
-    client: ClientConfig
+    #: None: train on the local gradient alone, no wanrt and no gateway (the compute-only reference)
+    client: ClientConfig | None
     #: the evaluating rank computes the training-split loss every this many iterations; 0 = never
     eval_every: int
+    #: samples per rank and iteration at the start (None: the trainer's configured batch)
+    batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ class Progress:
     iteration: int
     loss: float
     t: float
+    #: samples this rank drew for that iteration (the scheduler may change it)
+    batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,9 @@ class Finished:
     final_loss: float
     final_accuracy: float
     digest: str
+    #: the batch this rank drew for its last iteration, and the samples it trained on in all
+    batch: int = 0
+    samples: int = 0
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,21 @@
 
     ctx = wanrt.init(gateway_url, site=..., job=..., secret_file=..., config=ClientConfig(...))
     opt = wanrt.SparseOptimizer(model.named_parameters(), "sgd", lr=..., ctx=ctx)
+    ctx.set_batch_size(batch); ctx.on_batch_size(sampler.set_batch)   # the scheduler may resize batches
     loss.backward(); opt.step(); opt.zero_grad()
     ctx.close()
 
-The dense baseline and the wanrt run execute this very code; only the :class:`ClientConfig` differs
-(``ClientConfig.dense_baseline()``: every element in fp32, no error feedback, staleness 0). Each run starts
-from the same initial parameters and draws the same batches, so the curves differ only by the exchange.
+The dense baseline and the wanrt runs execute this very code; only the :class:`ClientConfig` differs
+(``ClientConfig.dense_baseline()``: every element in fp32, no error feedback, staleness 0) and, with the
+scheduler, the gateways' settings. Each run starts from the same initial parameters and draws the same
+batches (a function of the iteration and the batch size), so the curves differ only by the exchange and by
+the batch sizes the scheduler chose. A batch-size change arrives through ``ctx.on_batch_size`` at the
+decision's effective iteration, the same at every rank of every site, and the sampler draws the new size
+from that iteration on.
+
+Without a client configuration (``RunOrder.client`` None) the loop trains on its own gradient with the
+matching ``torch.optim`` optimizer and no wanrt at all: the compute-only reference that benchmarks divide
+by (``tools/bench_scheduler.py``: communication overhead).
 """
 
 from __future__ import annotations
@@ -60,6 +69,18 @@ def warm_up(optimizer: str, lr: float) -> None:
     fused_loader().wait()  # the dense payload started the codec's background load: let it finish now
 
 
+def _local_optimizer(kind: str, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+    """The dense ``torch.optim`` counterpart of the sparse optimizer ``kind`` (same defaults)."""
+    params = model.parameters()
+    if kind == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr)
+
+
 class Trainer:
     """Joins the site's process group and loads the data once; :meth:`run` trains one run."""
 
@@ -87,18 +108,27 @@ class Trainer:
 
     def run(self, order: RunOrder) -> None:
         spec = self.spec
-        ctx = wanrt.init(
-            order.gateway_url,
-            site=spec.site,
-            job=order.job,
-            secret_file=spec.secret_file,
-            config=order.client,
-        )
-        model = build_mlp(spec.hidden, spec.seed)
-        opt = SparseOptimizer(model.named_parameters(), spec.optimizer, lr=spec.lr, ctx=ctx)
+        batch = order.batch if order.batch is not None else spec.batch
         sampler = demo_data.Sampler(
-            self.data, index=spec.global_rank, world=spec.world, batch=spec.batch, seed=spec.seed
+            self.data, index=spec.global_rank, world=spec.world, batch=batch, seed=spec.seed
         )
+        ctx: wanrt.Context | None = None
+        opt: SparseOptimizer | torch.optim.Optimizer
+        if order.client is None:
+            model = build_mlp(spec.hidden, spec.seed)
+            opt = _local_optimizer(spec.optimizer, model, spec.lr)
+        else:
+            ctx = wanrt.init(
+                order.gateway_url,
+                site=spec.site,
+                job=order.job,
+                secret_file=spec.secret_file,
+                config=order.client,
+            )
+            model = build_mlp(spec.hidden, spec.seed)
+            opt = SparseOptimizer(model.named_parameters(), spec.optimizer, lr=spec.lr, ctx=ctx)
+            ctx.set_batch_size(batch)
+            ctx.on_batch_size(sampler.set_batch)
         evaluating = spec.evaluator and order.eval_every > 0
         initial = evaluate(model, self.x_train, self.y_train) if evaluating else None
         self.conn.send(Ready(order.run, spec.site_index, spec.rank))
@@ -106,23 +136,28 @@ class Trainer:
         if not isinstance(go, Go):
             raise TypeError(f"expected Go, got {go!r}")
         iteration = 0
+        samples = 0
+        drawn = sampler.batch
         t_last = time.monotonic()
         if initial is not None:
             _, test_acc = evaluate(model, self.x_test, self.y_test)
             self.conn.send(Evaluated(order.run, 0, initial[0], test_acc, t_last))
         while self.stops.may_start(order.slot, iteration):
-            x, y = sampler.next()
+            drawn = sampler.batch  # opt.step() may change it for the next iteration
+            x, y = sampler.at(iteration)
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad()
             iteration += 1
+            samples += drawn
             t_last = time.monotonic()
             if spec.rank == 0:
-                self.conn.send(Progress(order.run, spec.site_index, 0, iteration, loss.item(), t_last))
+                self.conn.send(Progress(order.run, spec.site_index, 0, iteration, loss.item(), t_last, drawn))
             if evaluating and iteration % order.eval_every == 0:
                 self._evaluate(order.run, model, iteration, t_last)
-        ctx.close()  # applies every update still outstanding: all ranks of all sites end in the same place
+        if ctx is not None:
+            ctx.close()  # applies every update still outstanding: all ranks of all sites end in one place
         final_loss, final_acc = math.nan, math.nan
         if order.eval_every > 0:
             final_loss, _ = evaluate(model, self.x_train, self.y_train)
@@ -137,6 +172,8 @@ class Trainer:
                 final_loss,
                 final_acc,
                 parameter_digest(model),
+                drawn,
+                samples,
             )
         )
 

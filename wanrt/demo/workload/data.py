@@ -4,8 +4,9 @@
 rank samples from and a held-out split for accuracy. The parent loads it once (:func:`load_split`, the only
 place that imports scikit-learn, which costs seconds) and ships the arrays to the trainers. The training
 split is dealt round-robin into one shard per rank of the whole job (sites × ranks), so each trainer sees
-its own data, like data-parallel training over a sharded dataset; minibatches are drawn from the shard with
-a per-rank generator, so the dense and the wanrt run see exactly the same batches in the same order.
+its own data, like data-parallel training over a sharded dataset; the minibatch of each iteration is drawn
+from the shard by a generator seeded with (seed, shard, iteration), so every run sees exactly the same
+batches in the same order, whatever batch sizes the scheduler gives it.
 torch is imported on use only: the trainer processes import this module before they pin their threads.
 """
 
@@ -62,7 +63,14 @@ def load_split(seed: int) -> DigitsSplit:
 
 
 class Sampler:
-    """Minibatches from one rank's shard: the ``index``-th of ``world`` round-robin training slices."""
+    """Minibatches from one rank's shard: the ``index``-th of ``world`` round-robin training slices.
+
+    The batch of iteration ``i`` depends only on (seed, shard, ``i``, batch size), not on what was drawn
+    before: the scheduler may change a site's batch size at any iteration, and every rank of every run must
+    still draw reproducible batches, so the runs' curves differ only by what the exchange (and the batch
+    sizes the scheduler chose) did. A larger batch extends the smaller one (the first ``b`` indices of a
+    ``b' > b`` draw are the ``b`` draw), so a batch change adds samples rather than replacing them.
+    """
 
     def __init__(self, data: DigitsSplit, *, index: int, world: int, batch: int, seed: int) -> None:
         import torch
@@ -72,15 +80,36 @@ class Sampler:
         rows = np.arange(index, len(data.y_train), world, dtype=np.int64)
         self._x = torch.from_numpy(data.x_train[rows])
         self._y = torch.from_numpy(data.y_train[rows])
-        self._batch = batch
-        self._gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
+        self._seed = seed
+        self._index = index
+        self.batch = 1
+        self.set_batch(batch)
+        self._iteration = 0
 
     @property
     def shard_size(self) -> int:
         return len(self._y)
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def set_batch(self, batch: int) -> None:
+        """Draw ``batch`` samples per iteration from now on (``ctx.on_batch_size`` calls this)."""
+        if type(batch) is not int or batch < 1:
+            raise ValueError(f"batch size must be a positive integer, got {batch!r}")
+        self.batch = batch
+
+    def indices(self, iteration: int) -> npt.NDArray[np.int64]:
+        """Rows of the shard that iteration ``iteration`` trains on."""
+        rng = np.random.default_rng((self._seed, self._index, iteration))
+        return rng.integers(0, len(self._y), size=self.batch, dtype=np.int64)
+
+    def at(self, iteration: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch of iteration ``iteration`` at the current batch size."""
         import torch
 
-        pick = torch.randint(len(self._y), (self._batch,), generator=self._gen)
+        pick = torch.from_numpy(self.indices(iteration))
         return self._x[pick], self._y[pick]
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch of the next iteration (counting from 0)."""
+        out = self.at(self._iteration)
+        self._iteration += 1
+        return out

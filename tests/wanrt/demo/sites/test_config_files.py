@@ -88,3 +88,47 @@ def test_toml_text_round_trips_through_tomllib() -> None:
     assert tomllib.loads(toml_text(tables)) == {
         "x": {"s": 'a "quoted" \\ path', "f": 1.5e-3, "i": 7, "b": True, "y": {"inf": float("inf")}}
     }
+
+
+def test_a_run_with_the_scheduler_writes_a_scheduler_config_its_loader_accepts(tmp_path: Path) -> None:
+    from scheduler.daemon_config import load_scheduler_config
+    from wanrt.demo.sites.config_files import write_scheduler_files
+
+    cfg = DemoConfig(sites=3, decide_interval_s=0.4, telemetry_interval_s=0.2, announce_margin=6)
+    secret = write_secret(tmp_path / "job.secret")
+    sched = write_scheduler_files(
+        cfg,
+        job="j2",
+        run_dir=tmp_path / "run",
+        sock_dir=tmp_path / "socks",
+        secret_file=secret,
+        control={"bytes_per_element": 4.0625, "warmup_iterations": 30},
+    )
+    sc = load_scheduler_config(sched.config)
+    assert sc.job == "j2" and sc.sites == ("a", "b", "c") and sc.policy == "adaptive"
+    assert sc.listen == sched.listen_url and sc.decide_interval_s == 0.4 and sc.announce_margin == 6
+    assert sc.control.bytes_per_element == 4.0625 and sc.control.warmup_iterations == 30
+    assert sc.profile is None
+    files = write_run_files(
+        cfg,
+        job="j2",
+        run_dir=tmp_path / "run",
+        sock_dir=tmp_path / "socks",
+        secret_file=secret,
+        trace_file=None,
+        scheduler_url=sched.listen_url,
+    )
+    for f in files:
+        gw = load_gateway_config(f.config)
+        assert gw.scheduler == sched.listen_url and gw.telemetry_interval_s == 0.2
+
+
+def test_the_trace_a_run_saw_starts_where_the_gateway_had_got_to(tmp_path: Path) -> None:
+    from wanrt.demo.sites.config_files import trace_in_run
+
+    trace = BandwidthTrace.from_pairs([(0.0, 100e6), (2.0, 30e6), (4.0, 60e6)], period=6.0)
+    # the gateway had played it for 3 s when the run started: 30 Mbit/s until 4 s (1 s into the run), ...
+    assert trace_in_run(trace, 3.0, 8.0) == [(0.0, 30e6), (1.0, 60e6), (3.0, 100e6), (5.0, 30e6), (7.0, 60e6)]
+    assert trace_in_run(trace, 0.0, 1.5) == [(0.0, 100e6)]
+    once = BandwidthTrace.from_pairs([(0.0, 100e6), (5.0, 30e6)])
+    assert trace_in_run(once, 1.0, 100.0) == [(0.0, 100e6), (4.0, 30e6)]

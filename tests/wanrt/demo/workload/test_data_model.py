@@ -35,6 +35,26 @@ def test_shards_partition_the_training_split_and_batches_are_reproducible() -> N
         Sampler(d, index=6, world=world, batch=8, seed=1)
 
 
+def test_a_batch_change_keeps_batches_a_function_of_the_iteration() -> None:
+    """The scheduler may resize a site's batch at any iteration; the draw of later iterations must not
+    depend on when that happened, and a grown batch starts with the samples of the smaller one."""
+    d = load_split(seed=0)
+    steady = Sampler(d, index=1, world=3, batch=8, seed=2)
+    changed = Sampler(d, index=1, world=3, batch=8, seed=2)
+    for _ in range(3):
+        steady.next()
+        changed.next()
+    changed.set_batch(24)
+    xb, yb = changed.next()
+    xs, ys = steady.next()
+    assert xb.shape == (24, FEATURES) and torch.equal(xb[:8], xs) and torch.equal(yb[:8], ys)
+    assert np.array_equal(changed.indices(9)[:8], steady.indices(9))
+    changed.set_batch(8)
+    assert torch.equal(changed.at(7)[0], steady.at(7)[0])
+    with pytest.raises(ValueError):
+        changed.set_batch(0)
+
+
 def test_same_seed_same_model_and_the_size_formula() -> None:
     a, b = build_mlp(512, seed=0), build_mlp(512, seed=0)
     assert parameter_digest(a) == parameter_digest(b)
