@@ -180,7 +180,7 @@ class GatewayDaemon:
             "listen": self._peer_links.url,
             "trainer_listen": None if self._trainer_listener is None else self._trainer_listener.url,
             "metrics_url": None if self._http is None else self._http.url,
-            "t0_monotonic": self.node.t0,  # the loop's clock when the node started (bandwidth traces start here)
+            "t0_monotonic": self.node.t0,  # the loop clock at the node start (bandwidth traces start here)
         }
 
     def request_stop(self) -> None:
