@@ -24,7 +24,7 @@ from gateways.service.daemon import GatewayDaemon
 from transports import install_uvloop
 from wanrt.errors import ConfigError, WanrtError
 
-__all__ = ["add_arguments", "run", "write_json_atomically"]
+__all__ = ["add_arguments", "add_log_level", "run", "setup_logging", "write_json_atomically"]
 
 log = logging.getLogger("wanrt.gateway")
 
@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stats-file", metavar="PATH", help="write the final counters here (JSON) at shutdown"
     )
+    add_log_level(parser)
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """``--log-level``, as every daemon command has it."""
     parser.add_argument(
         "--log-level",
         default="INFO",
@@ -48,12 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def setup_logging(level: str) -> None:
+    """Daemon logs: one line per event on stderr, with time, level and the module that says it."""
     logging.basicConfig(
-        level=getattr(logging, args.log_level),
+        level=getattr(logging, level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level)
     try:
         cfg = load_gateway_config(args.config)
     except ConfigError as exc:

@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from gateways.service.cli import write_json_atomically
+from gateways.service.cli import add_log_level, setup_logging, write_json_atomically
 from scheduler.daemon_config import SchedulerDaemonConfig, load_scheduler_config
 from scheduler.service.daemon import SchedulerDaemon
 from scheduler.service.policies import make_policy
@@ -37,21 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="append a JSON line per committed decision and per decide tick (values, bandwidth estimate)",
     )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        type=str.upper,
-        help="log verbosity (default INFO)",
-    )
+    add_log_level(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    setup_logging(args.log_level)
     try:
         cfg = load_scheduler_config(args.config)
     except ConfigError as exc:
