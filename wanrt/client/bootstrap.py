@@ -73,7 +73,7 @@ def init(
     if (secret is None) == (secret_file is None):
         raise ConfigError("pass exactly one of secret_file= or secret=", key="secret_file")
     cfg = config if config is not None else ClientConfig()
-    ensure_process_group()
+    created = ensure_process_group()
     rank = dist.get_rank(group)
     key: bytes | None = None
     if rank == 0:
@@ -91,4 +91,5 @@ def init(
         group=group,
         link_factory=link_factory,
         device=comm_device(group),
+        owns_group=created and group is None,
     )

@@ -66,6 +66,7 @@ class Context:
         group: dist.ProcessGroup | None,
         link_factory: LinkFactory,
         device: torch.device,
+        owns_group: bool = False,
     ) -> None:
         self.gateway = gateway
         self.site = site
@@ -73,6 +74,7 @@ class Context:
         self._secret = secret
         self._config = config
         self._group = group
+        self._owns_group = owns_group  # wanrt created the default group (not the user): close() ends it
         self._link_factory = link_factory
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
@@ -371,7 +373,8 @@ class Context:
     # -- shutdown ----------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Collective: apply every outstanding update, then close the link. Idempotent.
+        """Collective: apply every outstanding update, then close the link (and the default process
+        group if :func:`wanrt.init` created it; one the user created is left as it was). Idempotent.
 
         After a failed step only local resources are released: the ranks are no longer in step, and a
         collective now could hang.
@@ -389,6 +392,10 @@ class Context:
                 self._pipeline.close()
             if self._link is not None:
                 self._link.close(self._config.close_timeout_s)
+            if self._owns_group and dist.is_initialized():
+                # a process group left to the interpreter's exit can abort it ("terminate called without
+                # an active exception", gloo's threads); one the user created stays theirs to end
+                dist.destroy_process_group()
 
     def __enter__(self) -> Context:
         return self

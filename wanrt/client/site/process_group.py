@@ -26,10 +26,11 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def ensure_process_group(env: Mapping[str, str] | None = None, *, timeout_s: float = 600.0) -> None:
-    """Initialise the default group from ``env`` (torchrun's variables) unless it already exists."""
+def ensure_process_group(env: Mapping[str, str] | None = None, *, timeout_s: float = 600.0) -> bool:
+    """Initialise the default group from ``env`` (torchrun's variables) unless it already exists; True if
+    this call created it (then :meth:`Context.close` destroys it again: the user never had it)."""
     if dist.is_initialized():
-        return
+        return False
     env = os.environ if env is None else env
     missing = [k for k in REQUIRED_ENV if not env.get(k)]
     if missing:
@@ -38,6 +39,7 @@ def ensure_process_group(env: Mapping[str, str] | None = None, *, timeout_s: flo
     if backend == "nccl" and env.get("LOCAL_RANK"):
         torch.cuda.set_device(int(env["LOCAL_RANK"]))
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    return True
 
 
 def comm_device(group: dist.ProcessGroup | None) -> torch.device:
