@@ -1,0 +1,106 @@
+"""Writing a local job: what `wanrt job init` puts in its directory.
+
+Every value is validated by loading the written files back with the daemons' own loaders, so a job that
+`wanrt job init` writes is one `wanrt gateway` and `wanrt scheduler` accept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateways.config import load_gateway_config
+from scheduler.daemon_config import load_scheduler_config
+from wanrt.demo.sites.config_files import toml_text
+from wanrt.errors import ConfigError
+
+__all__ = ["JobFiles", "write_job"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    directory: Path
+    secret: Path
+    control_token: Path
+    gateways: dict[str, Path]  # site -> its gateway config
+    trainer_urls: dict[str, str]  # site -> where its trainers connect (wanrt.init(gateway=...))
+    scheduler: Path | None
+
+
+def _private(path: Path, text: str) -> Path:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return path
+
+
+def write_job(
+    directory: Path,
+    *,
+    job: str,
+    sites: list[str],
+    base_port: int = 7700,
+    host: str = "127.0.0.1",
+    with_scheduler: bool = True,
+    topology: str = "tree",
+) -> JobFiles:
+    """Write the job's files into ``directory`` (created); ConfigError names a bad setting."""
+    if not _NAME.match(job):
+        raise ConfigError("job names are letters, digits, _ . - (max 63)", key="job", value=job)
+    if len(sites) < 1 or len(set(sites)) != len(sites) or not all(_NAME.match(s) for s in sites):
+        raise ConfigError("sites must be distinct names of letters, digits, _ . -", key="sites", value=sites)
+    if not 1024 <= base_port <= 65535 - len(sites) - 2:
+        raise ConfigError("base port out of range", key="base_port", value=base_port)
+    directory.mkdir(parents=True, exist_ok=True)
+    secret = _private(directory / "job.secret", secrets.token_hex(32) + "\n")
+    token = _private(directory / "control.token", secrets.token_hex(24) + "\n")
+    ports = {s: base_port + i for i, s in enumerate(sorted(sites))}
+    scheduler_url = f"tcp://{host}:{base_port + len(sites)}"
+    gateways: dict[str, Path] = {}
+    trainer_urls: dict[str, str] = {}
+    for site in sorted(sites):
+        trainer_url = f"unix:///tmp/wanrt-{job}-{site}.sock"
+        gateway: dict[str, Any] = {
+            "site": site,
+            "job": job,
+            "secret_file": secret.name,
+            "listen": f"tcp://{host}:{ports[site]}",
+            "trainer_listen": trainer_url,
+            "control_token_file": token.name,
+        }
+        if with_scheduler:
+            gateway["scheduler"] = scheduler_url
+        tables: dict[str, dict[str, Any]] = {
+            "gateway": gateway,
+            "gateway.peers": {p: f"tcp://{host}:{ports[p]}" for p in sorted(sites) if p != site},
+            "gateway.rounds": {"topology": topology},
+        }
+        path = directory / f"gw-{site}.toml"
+        path.write_text(toml_text(tables))
+        load_gateway_config(path)  # the daemon's own validation
+        gateways[site] = path
+        trainer_urls[site] = trainer_url
+    sched: Path | None = None
+    if with_scheduler:
+        sched = directory / "job.toml"
+        sched.write_text(
+            toml_text(
+                {
+                    "scheduler": {
+                        "job": job,
+                        "sites": sorted(sites),
+                        "secret_file": secret.name,
+                        "listen": scheduler_url,
+                        "control_token_file": token.name,
+                    }
+                }
+            )
+        )
+        load_scheduler_config(sched)
+    return JobFiles(directory, secret, token, gateways, trainer_urls, sched)
