@@ -64,13 +64,28 @@ class GatewayStats:
         self.aggregates_delivered = 0
         self.rejected_connections = 0
         self.non_finite_dropped = 0  # payloads with NaN/Inf counted as empty (non_finite = drop_payload)
+        #: per site, how many rounds in a row closed here without its contribution (a site whose gateway is
+        #: up but whose trainer is not running, or too slow for every round): /status "missing_rounds"
+        self.missing_streak: dict[str, int] = {}
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_ROUNDS)
 
-    def round_closed(self, rc: RoundClosed) -> None:
+    def round_closed(self, rc: RoundClosed) -> list[tuple[str, int]]:
+        """Count one closed round; returns the sites whose run of missed rounds just reached a length
+        worth a warning (3, then every 100)."""
         if rc.delivered:
             self.rounds_completed += 1
         else:
             self.rounds_settled += 1
+        warn: list[tuple[str, int]] = []
+        if rc.delivered:
+            present = {s for s, _ in rc.sites}
+            for site in list(self.missing_streak):
+                if site in present:
+                    del self.missing_streak[site]
+            for site in rc.missing:
+                n = self.missing_streak[site] = self.missing_streak.get(site, 0) + 1
+                if n == 3 or n % 100 == 0:
+                    warn.append((site, n))
         self.late_contributions += sum(1 for _, it in rc.sites if it < rc.iteration)
         self.late_children += len(rc.late)
         self.recent.append(
@@ -84,6 +99,7 @@ class GatewayStats:
                 "delivered": rc.delivered,
             }
         )
+        return warn
 
     def peer_state(self, peer: str, state: str, now: float, reason: str = "") -> None:
         st = self.peers[peer]

@@ -278,7 +278,13 @@ class GatewayNode:
                     self._deliver(action)
                 elif isinstance(action, RoundClosed):
                     self._times_dirty = True
-                    self.stats.round_closed(action)
+                    for site, n in self.stats.round_closed(action):
+                        log.warning(
+                            "rounds complete without site %s (%d in a row): is its trainer running? "
+                            "The job trains on without its data (x-order); /status shows missing_rounds",
+                            site,
+                            n,
+                        )
                     if not action.delivered:
                         self._answer_empty(action.iteration, action.layer)
                 elif isinstance(action, PeerSuspect):
@@ -893,6 +899,7 @@ class GatewayNode:
             "join_at": self.join_at,
             "open_rounds": 0 if engine is None else len(engine.open_rounds()),
             "live": sorted(live),
+            "missing_rounds": dict(sorted(self.stats.missing_streak.items())),
             "peers": peers,
             "queue": {"items": queue.queued_items, "bytes": queue.queued_bytes},
             "rates": {

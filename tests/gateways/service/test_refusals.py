@@ -80,3 +80,26 @@ async def test_a_second_training_run_is_refused_with_what_to_do_not_hung() -> No
                 await second.wait(lambda: bool(second.errors))
             assert "another training run" in second.errors[0] and "restart" in second.errors[0]
             await second.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_site_whose_trainer_is_missing_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    from tests.gateways.service.daemon_cluster import trainers_for
+
+    fast = RoundConfig(topology="star", round_deadline_s=0.2, suspect_after_s=20.0)
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "abc", rounds=fast, root="a")
+        async with running(configs) as cluster:
+            trainers = trainers_for(cluster, layers=1, iterations=5)
+            del trainers["b"]  # b's gateway is up, its trainer never comes
+            for t in trainers.values():
+                await t.connect()
+            async with asyncio.timeout(30):
+                await asyncio.gather(*(t.run() for t in trainers.values()))
+                for t in trainers.values():
+                    await t.wait_all(5)
+            a = cluster.daemons["a"]
+            assert a.status()["missing_rounds"].get("b", 0) >= 3
+            assert any("without site b" in r.getMessage() for r in caplog.records)
+            for t in trainers.values():
+                await t.close()
