@@ -69,6 +69,7 @@ class BandwidthEstimator:
         self._raise_step = self.cfg.bw_raise_initial
         self._hold = 0
         self._goodput: tuple[float, float] | None = None  # (bps, time)
+        self._points: list[tuple[float, float]] = []  # (bytes per iteration, exchange s) while lowering
 
     @property
     def estimate_bps(self) -> float:
@@ -89,6 +90,24 @@ class BandwidthEstimator:
         if self._goodput is None or now - self._goodput[1] > self.cfg.goodput_max_age_s:
             return None
         return self._goodput[0]
+
+    def _fit(self, nbytes: float, comm: float) -> float | None:
+        """Seconds per byte of the exchange, from a least-squares line comm = a + slope·bytes over the recent
+        lowering observations (None while they hold fewer than two payload sizes)."""
+        window = self.cfg.bw_fit_window
+        if window == 0:
+            return None
+        self._points.append((nbytes, comm))
+        del self._points[:-window]
+        xs = [b for b, _ in self._points]
+        if max(xs) <= min(xs) * 1.05:
+            return None  # one payload size: bytes and latency cannot be told apart
+        n = len(xs)
+        mx = sum(xs) / n
+        my = sum(c for _, c in self._points) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        sxy = sum((x - mx) * (c - my) for x, c in self._points)
+        return sxy / sxx
 
     def update(
         self,
@@ -122,12 +141,23 @@ class BandwidthEstimator:
             comm = iteration_s if overlapped else idle * iteration_s
             if bytes_per_iteration is not None and bytes_per_iteration > 0 and comm > 0:
                 evidence = 8.0 * bytes_per_iteration / comm
+                slope = self._fit(bytes_per_iteration, comm)
+                if slope is not None:
+                    # the exchange's bytes-dependent part only (latency is not bandwidth)
+                    evidence = 8.0 / slope if slope > 0 else math.inf
             else:
                 evidence = before * (1.0 - idle)
             new = evidence / (1.0 - cfg.bw_target_idle)
-            new = min(before, max(new, before * (1.0 - cfg.bw_lower_max)))
-            self._raise_step = cfg.bw_raise_initial
-            self._hold = cfg.bw_raise_hold
+            if new > before:
+                # idle, but the fit says the link carries more than we thought (the idle is latency or
+                # CPU): move up towards it as a raise would, undoing an earlier misreading
+                kind = "raise"
+                new = min(new, before * (1.0 + self._raise_step))
+                self._raise_step = min(self._raise_step * cfg.bw_raise_growth, cfg.bw_raise_max)
+            else:
+                new = max(new, before * (1.0 - cfg.bw_lower_max))
+                self._raise_step = cfg.bw_raise_initial
+                self._hold = cfg.bw_raise_hold
         else:
             need = None
             if bytes_per_iteration is not None and compute_s > 0:
@@ -140,6 +170,7 @@ class BandwidthEstimator:
                 self._hold -= 1
             else:
                 kind = "raise"
+                self._points.clear()  # the link may have changed: fit afresh
                 new = before * (1.0 + self._raise_step)
                 self._raise_step = min(self._raise_step * cfg.bw_raise_growth, cfg.bw_raise_max)
         clamped = ""

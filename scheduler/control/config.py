@@ -61,6 +61,10 @@ class SchedulerConfig:
     bw_raise_hold: int = 2
     #: the largest single lowering (to 20 % of the estimate): one noisy idle sample cannot crash the estimate
     bw_lower_max: float = 0.8
+    #: lowering observations fitted as exchange = latency + bytes / bandwidth (0: the paper's rule alone).
+    #: When payloads change but exchange time does not, the idle is latency or CPU, not bandwidth, and the
+    #: estimate is held instead of lowered — else it spirals down on a latency-bound link (seen in the demo).
+    bw_fit_window: int = 4
     #: raise only if the payload in flight needed at least this fraction of the estimate during the compute
     #: time; otherwise a low idle says nothing about the estimate (a small payload hides behind any link)
     bw_raise_min_utilisation: float = 0.5
@@ -163,6 +167,7 @@ class SchedulerConfig:
             "must be an integer in 0..100",
         )
         check(0 < self.bw_lower_max < 1, "bw_lower_max", self.bw_lower_max, "must be in (0, 1)")
+        check(0 <= self.bw_fit_window <= 64, "bw_fit_window", self.bw_fit_window, "must be in [0, 64]")
         check(
             0 <= self.bw_raise_min_utilisation <= 1,
             "bw_raise_min_utilisation",

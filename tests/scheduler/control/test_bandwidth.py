@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -149,3 +150,40 @@ def test_converges_after_100_30_100_steps_in_the_simple_iteration_model(goodput:
         )
     for step in (30, 60):
         assert max(errors[step + 10 : step + 30]) <= 0.20, errors[step:]
+
+
+def _drive(exchange: Callable[[float], float], sizes: list[float], rounds: int = 40) -> BandwidthEstimator:
+    est = BandwidthEstimator(SchedulerConfig(bw_initial_bps=100e6))
+    for i in range(rounds):
+        nbytes = sizes[i % len(sizes)]
+        comm = exchange(nbytes)
+        compute = 0.02
+        wall = max(compute, comm)
+        est.update(
+            idle=1 - compute / wall,
+            iteration_s=wall,
+            compute_s=compute,
+            bytes_per_iteration=nbytes,
+            overlapped=True,
+            now=float(i),
+        )
+    return est
+
+
+def test_a_latency_bound_exchange_does_not_drag_the_estimate_down() -> None:
+    # 50 ms of round trip whatever the payload: more bandwidth would not help, so the estimate holds
+    est = _drive(lambda b: 0.05 + 8 * b / 1e9, [20e3, 40e3, 80e3])
+    assert est.estimate_bps > 50e6
+    paper = BandwidthEstimator(SchedulerConfig(bw_initial_bps=100e6, bw_fit_window=0))
+    for i in range(40):  # the paper's rule alone reads the latency as bandwidth and spirals down
+        b = [20e3, 40e3, 80e3][i % 3]
+        paper.update(
+            idle=0.6, iteration_s=0.05, compute_s=0.02, bytes_per_iteration=b, overlapped=True, now=i
+        )
+    assert paper.estimate_bps < 20e6
+
+
+def test_a_bandwidth_bound_exchange_is_read_through_its_latency() -> None:
+    # 10 ms latency + 30 Mbit/s: the fitted bandwidth is the link's, not bytes / (latency + transfer)
+    est = _drive(lambda b: 0.01 + 8 * b / 30e6, [200e3, 400e3, 800e3])
+    assert 25e6 <= est.estimate_bps <= 45e6
