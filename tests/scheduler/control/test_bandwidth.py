@@ -153,7 +153,7 @@ def test_converges_after_100_30_100_steps_in_the_simple_iteration_model(goodput:
 
 
 def _drive(exchange: Callable[[float], float], sizes: list[float], rounds: int = 40) -> BandwidthEstimator:
-    est = BandwidthEstimator(SchedulerConfig(bw_initial_bps=100e6))
+    est = BandwidthEstimator(SchedulerConfig(bw_initial_bps=100e6, bw_fit_window=4))
     for i in range(rounds):
         nbytes = sizes[i % len(sizes)]
         comm = exchange(nbytes)
