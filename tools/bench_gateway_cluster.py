@@ -180,6 +180,9 @@ class BenchTrainer:
     def done_through(self, iteration: int, layers: int) -> bool:
         return all((iteration, layer) in self.arrived for layer in range(layers))
 
+    def on_aggregate(self, event: Aggregate) -> None:
+        """Each Aggregate as it arrives, before it is acknowledged (subclasses keep more of it)."""
+
     async def _read(self) -> None:
         conn, transport = self._conn, self._transport
         assert conn is not None and transport is not None
@@ -188,6 +191,7 @@ class BenchTrainer:
                 event = await _next(conn, transport)
                 if isinstance(event, Aggregate):
                     self.arrived.setdefault((event.iteration, event.layer), now())
+                    self.on_aggregate(event)
                     await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
                     self._progress.set()
                 elif isinstance(event, (Bye, Error, ConnectionClosed)):

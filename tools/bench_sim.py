@@ -42,8 +42,7 @@ from bench_gateway_cluster import BenchTrainer, running, short_dir, star_configs
 from sims.des.payloads import make_payload, payload_digest
 from sims.des.scenario import Scenario, load_scenario
 from sims.des.world import Simulation
-from wanrt.errors import PeerLost
-from wanrt.protocol import Ack, Aggregate, Bye, ConnectionClosed, Error
+from wanrt.protocol import Aggregate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "sims" / "scenarios"
@@ -109,27 +108,8 @@ class DigestTrainer(BenchTrainer):
         super().__init__(url, site)
         self.digests: dict[tuple[int, int], str] = {}
 
-    async def _read(self) -> None:
-        from bench_gateway_cluster import _next
-
-        conn, transport = self._conn, self._transport
-        assert conn is not None and transport is not None
-        try:
-            while True:
-                event = await _next(conn, transport)
-                if isinstance(event, Aggregate):
-                    key = (event.iteration, event.layer)
-                    self.digests.setdefault(key, payload_digest(event.payload))
-                    self.arrived.setdefault(key, time.monotonic())
-                    await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
-                    self._progress.set()
-                elif isinstance(event, (Bye, Error, ConnectionClosed)):
-                    self.errors.append(repr(event))
-                    self._progress.set()
-                    return
-        except (PeerLost, OSError, ConnectionError) as exc:
-            self.errors.append(repr(exc))
-            self._progress.set()
+    def on_aggregate(self, event: Aggregate) -> None:
+        self.digests.setdefault((event.iteration, event.layer), payload_digest(event.payload))
 
 
 async def daemons_digests(sc: Scenario) -> tuple[dict[tuple[str, int, int], str], float]:
