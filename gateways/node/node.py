@@ -231,7 +231,6 @@ class GatewayNode:
         """Phase 3 of a shutdown: Bye on every link (after what is queued for it) and to the trainer."""
         for ch in self._channels.values():
             if not ch.ended:
-                ch.closing = True
                 ch.send_control(Bye(reason[:200]))
         if self._trainer is not None:
             self._out.append(ToTrainer(self._trainer, Bye(reason[:200])))
@@ -295,7 +294,7 @@ class GatewayNode:
 
     def _send_round(self, peer: str, msg: RoundMsg, now: float) -> None:
         ch = self._by_peer.get(peer)
-        if ch is not None and not ch.ended and not ch.closing:
+        if ch is not None and not ch.ended and not ch.bye_sent:
             try:
                 ch.send_round(msg)
             except ProtocolError as exc:
@@ -605,12 +604,6 @@ class GatewayNode:
         else:
             self.stats.peer_state(peer, "down", now, reason)
             log.warning("link to %s down: %s", peer, reason)
-
-    def forget_link(self, link_id: int) -> None:
-        """The driver closed link ``link_id``'s transport: drop its channel."""
-        ch = self._channels.pop(link_id, None)
-        if ch is not None:
-            ch.ended = True
 
     def _offer_model(self, sig: ModelSignature, established: bool, *, source: PeerChannel | None) -> None:
         before = self.model.current

@@ -25,9 +25,9 @@ from gateways.sending.edf_queue import SendQueue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.stats import LinkCounters
-from gateways.wire.round_frames import AckWindow, RoundInbox, RoundTag, encode_round
+from gateways.wire.round_frames import SEQ_MODULUS, AckWindow, RoundInbox, RoundTag, encode_round
 from wanrt.errors import LocalProtocolError
-from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message
+from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message, Push
 
 __all__ = ["WRITE_BATCH_BYTES", "PeerChannel", "SendOut"]
 
@@ -78,7 +78,6 @@ class PeerChannel:
         self._seq = 0
         self._held: tuple[list[memoryview], float] | None = None  # a paced frame and when it may leave
         self.bye_sent = False
-        self.closing = False  # the node asked this link to end (Bye queued or abort requested)
         self.ended = False
         self.last_rx = now
         self.next_beat = now
@@ -197,16 +196,14 @@ class PeerChannel:
     def on_tag(self, tag: RoundTag) -> RoundMsg | None:
         return self._inbox.on_tag(tag)
 
-    def on_payload(self, msg: object) -> tuple[RoundTag, RoundMsg]:
-        return self._inbox.on_payload(msg)  # type: ignore[arg-type]
+    def on_payload(self, msg: Push) -> tuple[RoundTag, RoundMsg]:
+        return self._inbox.on_payload(msg)
 
     def taken(self, tag: RoundTag) -> None:
         self._acks.taken(tag)
 
     def acked_seq(self, ack: Ack) -> int:
         """Our sequence number an ack names: the newest message we sent that is congruent to it."""
-        from gateways.wire.round_frames import SEQ_MODULUS
-
         last = self._seq - 1
         return last - (last - ack.round) % SEQ_MODULUS
 

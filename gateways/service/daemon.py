@@ -414,8 +414,7 @@ class GatewayDaemon:
         self._after()
 
     def link_down(self, link: PeerLink) -> None:
-        self._links.pop(link.link_id, None)
-        self.node.forget_link(link.link_id)
+        self._links.pop(link.link_id, None)  # the node let go of it in link_finished
 
     def rejected(self, who: str, why: str, site: str | None = None) -> None:
         self.node.rejected(who, why, site, self._now())

@@ -384,7 +384,6 @@ class Simulation:
         d = self._dirs.get((site, action.link_id))
         node = self.nodes[site]
         node.link_closed(action.link_id, action.reason, self.loop.now)
-        node.forget_link(action.link_id)
         if d is None:
             return
         d.done = True
@@ -393,7 +392,6 @@ class Simulation:
     def _peer_closed(self, d: _Dir, reason: str) -> None:
         peer = self.nodes[d.dst]
         peer.link_closed(d.dst_link, f"connection closed by {d.site}: {reason}", self.loop.now)
-        peer.forget_link(d.dst_link)
         back = self._dirs.get((d.dst, d.dst_link))
         if back is not None:
             back.done = True
