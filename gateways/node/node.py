@@ -709,16 +709,20 @@ class GatewayNode:
             self._trainer = None
         log.info("trainer disconnected: %s", reason)
 
+    def check_trainer_push(self, push: Push) -> None:
+        """A push must name this job and this site (RemoteProtocolError: the trainer's connection ends)."""
+        if push.job != self.job or push.sender != self.site:
+            raise RemoteProtocolError(
+                "push names another job or site", peer="trainer", value=(push.job, push.sender)
+            )
+
     def trainer_push(self, session: int, push: Push, now: float) -> None:
         """A push from the trainer. Rounds start once this gateway has joined the job: the driver holds
         pushes until :attr:`joined` (flow control, so the trainer's connection backs up meanwhile)."""
         engine, ledger = self.engine, self.ledger
         if engine is None or ledger is None:
             raise LocalProtocolError("trainer push handed to the node before it joined the job")
-        if push.job != self.job or push.sender != self.site:
-            raise RemoteProtocolError(
-                "push names another job or site", peer="trainer", value=(push.job, push.sender)
-            )
+        self.check_trainer_push(push)
         self.stats.trainer_pushes += 1
         payload = push.payload
         if not payload.is_finite():

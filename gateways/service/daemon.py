@@ -450,6 +450,7 @@ class GatewayDaemon:
         log.info("trainer %s disconnected: %s", session.peer, reason)
 
     async def trainer_push(self, session: TrainerSession, push: Push) -> None:
+        self.node.check_trainer_push(push)  # refused at once, not after the join
         await self._joined.wait()  # flow control: the node runs rounds once it has joined the job
         self.node.trainer_push(session.session_id, push, self._now())
         self._after()

@@ -232,11 +232,7 @@ async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
     while True:
         event = await next_event(conn, transport)
         if isinstance(event, Push) and not isinstance(event, Aggregate):
-            if event.job != owner.job or event.sender != owner.site:
-                raise RemoteProtocolError(
-                    "push names another job or site", peer="trainer", value=(event.job, event.sender)
-                )
-            await owner.trainer_push(session, event)
+            await owner.trainer_push(session, event)  # checked by the node (job, site, values)
         elif isinstance(event, Ack):
             owner.trainer_ack(session, event)
         elif isinstance(event, Telemetry):
