@@ -17,7 +17,7 @@ from wanrt.config import check
 
 __all__ = ["SECTION", "Eq6Time", "SchedulerConfig"]
 
-SECTION: Final = "scheduler"
+SECTION: Final = "scheduler.control"  # the table inside job.toml ([scheduler] is the daemon's)
 
 #: which per-rank compute time Eq. 6 must cover: every rank's (the paper's literal "r ≥ 1 − B/m · x_i/f_i"
 #: for each i), or only the slowest rank's (what a pipeline that starts the exchange when the last rank of
