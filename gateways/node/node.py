@@ -35,6 +35,7 @@ from typing import Any, Final
 from gateways.config import GatewayConfig
 from gateways.membership.job_model import JobModelState, ModelSignature
 from gateways.membership.joining import LinkInfo, initial_live, join_iteration, lost_on_suspect, rounds_digest
+from gateways.membership.site_faults import SiteFaults
 from gateways.membership.trainer_ledger import TrainerLedger
 from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.node.peer_channel import PeerChannel, SendOut
@@ -48,6 +49,7 @@ from gateways.sending.rate_allocator import RateAllocator
 from gateways.stats import GatewayStats, peer_view, render_prometheus
 from gateways.wire.config_update import trainer_config_update
 from gateways.wire.round_frames import JobModel, RoundTag
+from gateways.wire.site_fault import SiteFault
 from scheduler.wire import Announce, AnnounceReply, site_values
 from wanrt.errors import (
     AuthError,
@@ -70,6 +72,7 @@ from wanrt.protocol import (
     Heartbeat,
     Hello,
     Message,
+    Notice,
     Push,
     Role,
     Telemetry,
@@ -111,6 +114,7 @@ class GatewayNode:
         self.ledger: TrainerLedger | None = None
         self.join_at: int | None = None
         self.model = JobModelState()
+        self.faults = SiteFaults(self.site)
         self.stats = GatewayStats(self.site, list(cfg.peers))
         self.queue = make_send_queue(cfg.edf)
         self.allocator = RateAllocator(cfg.peers, cfg.base_rates_bps(), cfg.rates)
@@ -511,6 +515,8 @@ class GatewayNode:
             if sig is None:
                 raise RemoteProtocolError("JobModel without a signature", peer=ch.peer)
             self._offer_model(sig, event.info.get("model_established") is True, source=ch)
+        elif isinstance(event, SiteFault):
+            self._on_site_fault(ch, event)
         elif isinstance(event, Bye):
             ch.send_control(Bye("bye"))
             self._end_link(ch, f"peer closed the link: {event.reason or 'no reason given'}", now)
@@ -561,16 +567,25 @@ class GatewayNode:
         ch = self._by_peer.get(peer)
         return None if ch is None or ch.ended else ch.link_id
 
-    def rejected(self, who: str, why: str, site: str | None = None, now: float | None = None) -> None:
+    def rejected(
+        self, who: str, why: str, site: str | None = None, now: float | None = None, *, kind: str = "config"
+    ) -> None:
         """A connection was refused (wrong secret, other round settings, a race, a flood): counted, logged,
-        and, when the peer site is known, shown as its ``reason`` in /status."""
+        and, when the peer site is known, shown as its ``reason`` in /status and told to this site's trainer
+        as a warning (``kind`` "auth" or "config")."""
         self.stats.rejected_connections += 1
         log.warning("connection from %s rejected: %s", who, why)
         st = self.stats.peers.get(site) if site is not None else None
-        if st is not None and st.state != "up":
+        if site is not None and st is not None and st.state != "up":
             st.reason = f"refused: {why}"
             if now is not None:
                 st.since = now
+            self._warn_trainer(
+                site,
+                kind,
+                f"the link to site {site}'s gateway was refused: {why}",
+                self.t0 if now is None else now,
+            )
 
     def _end_link(
         self,
@@ -629,12 +644,47 @@ class GatewayNode:
             and not cur.same_model(self._trainer_model)
         ):
             log.error("this site's trainer runs a different model than the job's; closing its connection")
+            problem = f"this site's model differs from the job's model (as trained by site {cur.site})"
+            self._own_model_fault(self._trainer_model, cur)
+            # the job's signature lets the trainer name the first differing layer (ModelMismatch)
             self._out.append(
-                RefuseTrainer(
-                    self._trainer,
-                    f"this site's model differs from the job's model (as trained by site {cur.site})",
-                )
+                ToTrainer(self._trainer, Notice(self.site, "model", problem, True, self.model.info()))
             )
+            self._out.append(RefuseTrainer(self._trainer, problem))
+
+    # ------------------------------------------------------------------------------------------------
+    # site faults (gateways.membership.site_faults)
+    # ------------------------------------------------------------------------------------------------
+
+    def _own_model_fault(self, sig: ModelSignature, job: ModelSignature) -> None:
+        """This site's trainer presented another model than the job's: every other site hears of it."""
+        fault = SiteFault(
+            self.site,
+            "model",
+            f"site {self.site}'s trainer runs a different model than the job's (trained by site {job.site})",
+            sig.info(established=False),
+        )
+        if self.faults.own(fault):
+            for ch in self._by_peer.values():
+                ch.send_control(fault)
+
+    def _on_site_fault(self, ch: PeerChannel, fault: SiteFault) -> None:
+        live = {p for p, c in self._by_peer.items() if not c.ended}
+        if not self.faults.accept(
+            fault, from_peer=ch.peer, live_peers=live, fatal=not self.model.established
+        ):
+            return
+        log.error("site %s reports: %s", fault.site, fault.message)
+        for other in self._by_peer.values():
+            if other is not ch:
+                other.send_control(fault)
+        if self._trainer is not None:
+            self._out.append(ToTrainer(self._trainer, self.faults.notice(fault)))
+
+    def _warn_trainer(self, site: str, kind: str, message: str, now: float) -> None:
+        notice = self.faults.warn(site, kind, message, now)
+        if notice is not None and self._trainer is not None:
+            self._out.append(ToTrainer(self._trainer, notice))
 
     # ------------------------------------------------------------------------------------------------
     # the trainer
@@ -663,6 +713,7 @@ class GatewayNode:
         if outcome == "kept":
             cur = self.model.current
             assert cur is not None
+            self._own_model_fault(sig, cur)
             return f"this site's model differs from the job's model (as trained by site {cur.site})"
         if outcome != "same" or before is None:
             for ch in self._by_peer.values():
@@ -703,6 +754,8 @@ class GatewayNode:
                 self._out.append(ToTrainer(session, msg))
         if self._config_update is not None:
             self._out.append(ToTrainer(session, self._config_update))
+        for notice in self.faults.replay():
+            self._out.append(ToTrainer(session, notice))
 
     def trainer_disconnected(self, session: int, reason: str) -> None:
         if self._trainer == session:
@@ -918,6 +971,7 @@ class GatewayNode:
                 "established": self.model.established,
                 "conflicts": [list(c) for c in self.model.conflicts[-8:]],
             },
+            "faults": self.faults.status(),
             "counters": self.stats.counters(),
         }
 

@@ -416,8 +416,8 @@ class GatewayDaemon:
     def link_down(self, link: PeerLink) -> None:
         self._links.pop(link.link_id, None)  # the node let go of it in link_finished
 
-    def rejected(self, who: str, why: str, site: str | None = None) -> None:
-        self.node.rejected(who, why, site, self._now())
+    def rejected(self, who: str, why: str, site: str | None = None, *, kind: str = "config") -> None:
+        self.node.rejected(who, why, site, self._now(), kind=kind)
         self._progress.set()
 
     # ------------------------------------------------------------------------------------------------

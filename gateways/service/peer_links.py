@@ -67,7 +67,7 @@ class LinksOwner(Protocol):
 
     def link_down(self, link: PeerLink) -> None: ...
 
-    def rejected(self, who: str, why: str, site: str | None = None) -> None: ...
+    def rejected(self, who: str, why: str, site: str | None = None, *, kind: str = "config") -> None: ...
 
 
 class PeerLinks:
@@ -196,7 +196,9 @@ class PeerLinks:
             self._owner.rejected(transport.peer, "handshake not finished in time")
             await abort_and_close(conn, transport, None, grace=self.cfg.timeouts.close)
         except (ProtocolError, AuthError) as exc:
-            self._owner.rejected(transport.peer, str(exc), site)
+            self._owner.rejected(
+                transport.peer, str(exc), site, kind="auth" if isinstance(exc, AuthError) else "config"
+            )
             await abort_and_close(conn, transport, exc, grace=self.cfg.timeouts.close)
         except (TransportError, WanrtTimeout) as exc:
             log.info("gateway connection from %s ended during the handshake: %s", transport.peer, exc)
@@ -256,7 +258,9 @@ class PeerLinks:
             log.warning("gateway %s at %s: handshake not finished in time", peer, url)
             await abort_and_close(conn, transport, None, grace=cfg.timeouts.close)
         except (ProtocolError, AuthError) as exc:
-            self._owner.rejected(f"{peer} ({url})", str(exc), peer)
+            self._owner.rejected(
+                f"{peer} ({url})", str(exc), peer, kind="auth" if isinstance(exc, AuthError) else "config"
+            )
             await abort_and_close(conn, transport, exc, grace=cfg.timeouts.close)
         except (TransportError, WanrtTimeout) as exc:
             (log.debug if quiet else log.info)("gateway %s at %s: handshake failed: %s", peer, url, exc)

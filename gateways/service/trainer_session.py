@@ -130,7 +130,10 @@ class TrainerSession:
         while True:
             self._wake.clear()
             if self._refusal is not None:
-                await self.transport.send([self.conn.abort(RemoteProtocolError(self._refusal))])
+                # what was queued before the refusal (a Notice saying why) goes out first
+                parts = [p for frame in self._out for p in frame]
+                self._out.clear()
+                await self.transport.send([*parts, self.conn.abort(RemoteProtocolError(self._refusal))])
                 self._drained.set()
                 return self._refusal
             if not self._out:

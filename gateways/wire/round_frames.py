@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Self
 
 from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
+from gateways.wire.site_fault import SiteFault
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from wanrt.protocol.checks import check_count, check_names, check_scalar_map, check_uint
 from wanrt.protocol.limits import MAX_COUNTER, MAX_INFO_KEYS, MAX_LAYER_ID, MAX_SITES
@@ -170,8 +171,8 @@ class JobModel(Message):
         )
 
 
-#: The protocol spoken between gateways: the core messages plus the two above.
-GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(RoundTag, JobModel)
+#: The protocol spoken between gateways: the core messages plus the two above and a site's fault.
+GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(RoundTag, JobModel, SiteFault)
 
 
 def encode_round(msg: RoundMsg, *, seq: int, job: str, site: str) -> tuple[RoundTag, Push | None]:

@@ -16,6 +16,7 @@ __all__ = [
     "GatewayUnreachable",
     "LeaderFailed",
     "ModelMismatch",
+    "SiteFailed",
     "StepWithoutBackward",
 ]
 
@@ -78,4 +79,16 @@ class LeaderFailed(WanrtError):
             f"site leader (rank 0) failed with {kind}: {message}",
             kind=kind,
             hint="see rank 0's traceback for the cause",
+        )
+
+
+class SiteFailed(WanrtError):
+    """Another site cannot train as configured (its gateway said why); the job cannot go on as it is."""
+
+    def __init__(self, site: str, kind: str, message: str) -> None:
+        super().__init__(
+            f"site {site} failed ({kind}): {message}",
+            site=site,
+            kind=kind,
+            hint=f"fix site {site} (see its gateway's log) and restart the job",
         )

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 from wanrt import codec
 from wanrt.errors import (
@@ -53,6 +53,7 @@ from wanrt.protocol.limits import (
 )
 
 __all__ = [
+    "NOTICE_KINDS",
     "Ack",
     "Aggregate",
     "Auth",
@@ -66,6 +67,7 @@ __all__ = [
     "Hello",
     "Message",
     "MsgType",
+    "Notice",
     "Push",
     "Reject",
     "Role",
@@ -104,6 +106,7 @@ class MsgType(IntEnum):
     CHUNK_CANCEL = 0x14
     TELEMETRY = 0x20
     CONFIG_UPDATE = 0x21
+    NOTICE = 0x22
 
 
 class ErrorCode(IntEnum):
@@ -511,6 +514,42 @@ class ConfigUpdate(Message):
     def __post_init__(self) -> None:
         _set(self, "values", check_scalar_map(self.values, "values", "MAX_CONFIG_KEYS", MAX_CONFIG_KEYS))
         check_uint(self.effective_iteration, "effective_iteration", MAX_COUNTER)
+
+
+#: What a :class:`Notice` is about: a site's trainer runs another model, a connection failed to
+#: authenticate, a gateway was refused for its settings, a site's trainer went away.
+NOTICE_KINDS: Final = ("model", "auth", "config", "trainer")
+
+
+@dataclass(frozen=True, slots=True)
+class Notice(Message):
+    """Gateway → trainer: something at site ``site`` that this trainer should know of without waiting for a
+    timeout (reliability: a site's fatal error reaches every site's trainers with its reason).
+
+    ``fatal``: the job cannot go on as configured (a site trains another model) and the trainer raises;
+    otherwise it logs a warning and keeps training. ``info`` may carry a model signature (``kind="model"``)
+    so the trainer can name the first differing layer itself."""
+
+    TYPE: ClassVar[int] = MsgType.NOTICE
+    STREAM: ClassVar[bool] = True
+    site: str
+    kind: str
+    message: str
+    fatal: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_name(self.site, "site")
+        if self.kind not in NOTICE_KINDS:
+            raise LocalProtocolError("unknown notice kind", value=str(self.kind)[:32])
+        check_text(self.message, "message")
+        if type(self.fatal) is not bool:
+            raise LocalProtocolError("fatal must be true or false")
+        _set(
+            self,
+            "info",
+            check_scalar_map(self.info, "info", "MAX_INFO_KEYS", MAX_INFO_KEYS, allow_bytes=True),
+        )
 
 
 # ----------------------------------------------------------------------------------------------- decoding

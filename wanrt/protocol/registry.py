@@ -26,6 +26,7 @@ from wanrt.protocol.messages import (
     Heartbeat,
     Hello,
     Message,
+    Notice,
     Push,
     Reject,
     Telemetry,
@@ -60,6 +61,7 @@ CORE_MESSAGES: Final[tuple[type[Message], ...]] = (
     ChunkCancel,
     Telemetry,
     ConfigUpdate,
+    Notice,
 )
 
 

@@ -27,6 +27,7 @@ from wanrt.protocol import (
     ConnectionClosed,
     Error,
     Heartbeat,
+    Notice,
     Push,
     Welcome,
 )
@@ -66,6 +67,7 @@ class FakeTrainer:
         self.aggregates: dict[Key, Aggregate] = {}
         self.duplicates = 0
         self.configs: list[ConfigUpdate] = []
+        self.notices: list[Notice] = []
         self.welcome: Welcome | None = None
         self.skip_below = 0  # iterations below never get aggregates (the gateway joined later)
         self.next_it = 0
@@ -147,6 +149,9 @@ class FakeTrainer:
                     self._progress.set()
                 elif isinstance(event, ConfigUpdate):
                     self.configs.append(event)
+                    self._progress.set()
+                elif isinstance(event, Notice):
+                    self.notices.append(event)
                     self._progress.set()
                 elif isinstance(event, Heartbeat):
                     continue

@@ -27,6 +27,7 @@ from wanrt.protocol import (
     Heartbeat,
     Hello,
     Message,
+    Notice,
     Push,
     Reject,
     Side,
@@ -58,6 +59,7 @@ SAMPLES: dict[int, Message] = {
     MsgType.CHUNK_CANCEL: ChunkCancel(1),
     MsgType.TELEMETRY: Telemetry("x", 1, {"rate": 1.0}),
     MsgType.CONFIG_UPDATE: ConfigUpdate({"r": 0.01}, 5),
+    MsgType.NOTICE: Notice("x", "model", "differs", True, {"model": b"abc"}),
 }
 
 

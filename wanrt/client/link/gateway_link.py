@@ -31,6 +31,7 @@ from transports.connection_io import next_event
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import GatewayUnreachable, ModelMismatch
 from wanrt.client.link.api import LinkEvent, LinkSpec, UpdateArrived
+from wanrt.client.link.notices import notice_error
 from wanrt.client.link.signature import compare_info
 from wanrt.client.site.decision import ConfigChange
 from wanrt.codec.value_casts import in_wire_dtype
@@ -55,6 +56,7 @@ from wanrt.protocol.messages import (
     ErrorCode,
     Heartbeat,
     Message,
+    Notice,
     Push,
     Reject,
     Telemetry,
@@ -169,6 +171,8 @@ class GatewayLink:
         try:
             if self._error is None:
                 self._call(self._close(timeout), timeout + 1.0)
+            elif self._tasks:  # the link died: stop its tasks and let go of the socket, nothing to flush
+                self._call(self._discard(), timeout + 1.0)
         finally:
             self._shutdown_thread()
 
@@ -210,8 +214,13 @@ class GatewayLink:
                         layer=diff[0],
                         name=spec.signature.names[diff[0]] if diff[0] < len(spec.signature.names) else None,
                     )
+                    # authenticated first, so the gateway can believe what it checks next (this model
+                    # differs) and tell the other sites, whose trainers would otherwise wait for us
                     await transport.send(
-                        [conn.abort(mismatch, code=int(ErrorCode.PROTOCOL), message=mismatch.message)]
+                        [
+                            conn.authenticate(),
+                            conn.abort(mismatch, code=int(ErrorCode.PROTOCOL), message=mismatch.message),
+                        ]
                     )
                     raise mismatch
                 await transport.send([conn.authenticate()])
@@ -263,6 +272,10 @@ class GatewayLink:
                     await self._send(Ack(event.iteration, event.layer, event.round))
                 elif isinstance(event, ConfigUpdate):
                     self._events.put(_config_change(event))
+                elif isinstance(event, Notice):
+                    err = notice_error(self.spec, event)
+                    if err is not None:
+                        raise err
                 elif isinstance(event, (Ack, Heartbeat)):
                     continue
                 elif isinstance(event, Bye):
@@ -319,6 +332,14 @@ class GatewayLink:
             raise
         except Exception as exc:
             self._fail(exc)
+
+    async def _discard(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._transport is not None:
+            with contextlib.suppress(Exception):
+                await self._transport.close()
 
     async def _close(self, timeout: float) -> None:
         assert self._pushes is not None and self._transport is not None and self._conn is not None
