@@ -34,6 +34,7 @@ from transports.tls import TLSConfig
 from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
 from wanrt.errors import ConfigError
+from wanrt.keys import Credentials, load_keys_file
 from wanrt.protocol.limits import MAX_SECRET_BYTES, MAX_SITES, MIN_SECRET_BYTES
 
 __all__ = [
@@ -107,6 +108,7 @@ class GatewayConfig:
     job: str
     secret: str | None = field(default=None, repr=False)
     secret_file: str | None = None
+    keys_file: str | None = None
     listen: str = "tcp://127.0.0.1:7700"
     trainer_listen: str = "unix:///tmp/wanrt-gateway.sock"
     metrics_port: int = 0
@@ -146,7 +148,7 @@ class GatewayConfig:
     def _check_identity(self) -> None:
         check(bool(_SITE_NAME.match(self.site)), "site", self.site, "letters, digits, _ . - (max 63)")
         check(bool(_SITE_NAME.match(self.job)), "job", self.job, "letters, digits, _ . - (max 63)")
-        check_secret_choice(self.secret, self.secret_file)
+        check_secret_choice(self.secret, self.secret_file, self.keys_file)
 
     def _check_endpoints(self) -> None:
         _check_url("listen", self.listen, listening=True)
@@ -225,18 +227,29 @@ class GatewayConfig:
         """The job secret; read from ``secret_file`` (trailing newline stripped) at each call."""
         if self.secret is not None:
             return self.secret.encode()
-        assert self.secret_file is not None  # __post_init__ guarantees exactly one
+        if self.secret_file is None:
+            raise ConfigError(
+                "this gateway uses per-site keys (keys_file), not one job secret", key="keys_file"
+            )
         return read_secret_file(self.secret_file, "gateway.secret_file")
 
+    def credentials(self) -> Credentials:
+        """What this gateway proves with: per-site keys from ``keys_file``, else the one job secret."""
+        if self.keys_file is not None:
+            return load_keys_file(self.keys_file, job=self.job, site=self.site, key="gateway.keys_file")
+        return Credentials(shared=self.secret_bytes())
 
-def check_secret_choice(secret: str | None, secret_file: str | None) -> None:
-    """Exactly one of ``secret_file`` (preferred) or an inline ``secret`` of the protocol's length bounds."""
+
+def check_secret_choice(secret: str | None, secret_file: str | None, keys_file: str | None = None) -> None:
+    """Exactly one of ``keys_file`` (per-site keys, :mod:`wanrt.keys`), ``secret_file`` or an inline
+    ``secret`` of the protocol's length bounds."""
     check(
-        (secret is None) != (secret_file is None),
+        sum(x is not None for x in (secret, secret_file, keys_file)) == 1,
         "secret_file",
         secret_file,
-        "set exactly one of secret_file (preferred) or secret",
+        "set exactly one of keys_file (per-site keys), secret_file or secret",
     )
+    check(keys_file != "", "keys_file", keys_file, "must be a file path")
     if secret is not None:
         check(
             MIN_SECRET_BYTES <= len(secret.encode()) <= MAX_SECRET_BYTES,
@@ -298,6 +311,8 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
     changes: dict[str, Any] = {}
     if cfg.secret_file is not None:
         changes["secret_file"] = _resolve(base, cfg.secret_file)
+    if cfg.keys_file is not None:
+        changes["keys_file"] = _resolve(base, cfg.keys_file)
     if cfg.control_token_file is not None:
         changes["control_token_file"] = _resolve(base, cfg.control_token_file)
     if tls is not None:
@@ -315,5 +330,5 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
         shaping[name] = shape
     changes["shaping"] = shaping
     cfg = dataclasses.replace(cfg, **changes)
-    cfg.secret_bytes()
+    cfg.credentials()
     return cfg

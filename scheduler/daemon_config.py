@@ -19,6 +19,7 @@ from transports.timeouts import Timeouts
 from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
 from wanrt.errors import ConfigError
+from wanrt.keys import Credentials, load_keys_file
 from wanrt.protocol.limits import MAX_SITES
 
 __all__ = ["POLICIES", "SchedulerDaemonConfig", "load_scheduler_config"]
@@ -50,6 +51,7 @@ class SchedulerDaemonConfig:
     sites: tuple[str, ...]
     secret: str | None = field(default=None, repr=False)
     secret_file: str | None = None
+    keys_file: str | None = None
     control_token_file: str | None = None
     listen: str = "tcp://127.0.0.1:7800"
     metrics_host: str = "127.0.0.1"
@@ -69,7 +71,7 @@ class SchedulerDaemonConfig:
         check(len(set(self.sites)) == len(self.sites), "sites", self.sites, "names must be distinct")
         for s in self.sites:
             check(isinstance(s, str) and bool(_NAME.match(s)), "sites", s, "letters, digits, _ . - (max 63)")
-        check_secret_choice(self.secret, self.secret_file)
+        check_secret_choice(self.secret, self.secret_file, self.keys_file)
         try:
             parse_url(self.listen)
         except ConfigError as exc:
@@ -86,11 +88,18 @@ class SchedulerDaemonConfig:
             return None
         return read_secret_file(self.control_token_file, "scheduler.control_token_file").decode()
 
-    def secret_bytes(self) -> bytes:
+    def credentials(self) -> Credentials:
+        """The one job secret, or per-site keys (``keys_file``: one key per site, :mod:`wanrt.keys`)."""
+        if self.keys_file is not None:
+            creds = load_keys_file(self.keys_file, job=self.job, site=None, key="scheduler.keys_file")
+            missing = sorted(set(self.sites) - set(creds.sites))
+            if missing:
+                raise ConfigError(f"keys_file has no key for site {missing[0]!r}", key="scheduler.keys_file")
+            return creds
         if self.secret is not None:
-            return self.secret.encode()
+            return Credentials(shared=self.secret.encode())
         assert self.secret_file is not None
-        return read_secret_file(self.secret_file, "scheduler.secret_file")
+        return Credentials(shared=read_secret_file(self.secret_file, "scheduler.secret_file"))
 
 
 def load_scheduler_config(path: str | Path) -> SchedulerDaemonConfig:
@@ -115,8 +124,9 @@ def load_scheduler_config(path: str | Path) -> SchedulerDaemonConfig:
     cfg = dataclasses.replace(
         cfg,
         secret_file=resolve(cfg.secret_file),
+        keys_file=resolve(cfg.keys_file),
         control_token_file=resolve(cfg.control_token_file),
         profile=resolve(cfg.profile),
     )
-    cfg.secret_bytes()
+    cfg.credentials()
     return cfg

@@ -53,7 +53,7 @@ class GatewayDaemon:
         self.cfg = cfg
         self.site = cfg.site
         self.job = cfg.job
-        self._secret = cfg.secret_bytes()
+        self._creds = cfg.credentials()
         self._on_action = on_action
         self._on_message = on_message
         self._traces = {
@@ -63,7 +63,7 @@ class GatewayDaemon:
             cfg, 0.0, on_action=on_action, on_message=on_message
         )  # re-made at start() with the loop's time
         self._links: dict[int, PeerLink] = {}
-        self._peer_links = PeerLinks(cfg, self, self._secret)
+        self._peer_links = PeerLinks(cfg, self, self._creds)
         self._trainer_listener: Listener | None = None
         self._sessions: dict[int, TrainerSession] = {}
         self._session_ids = itertools.count(1)
@@ -151,7 +151,7 @@ class GatewayDaemon:
             if self.cfg.scheduler is not None:
                 self._scheduler = SchedulerLink(
                     self.cfg,
-                    self._secret,
+                    self._creds.for_scheduler(),
                     on_up=self._scheduler_up,
                     on_down=self._scheduler_down,
                     on_message=self._scheduler_message,
@@ -425,7 +425,8 @@ class GatewayDaemon:
     # ------------------------------------------------------------------------------------------------
 
     def secret(self) -> bytes:
-        return self._secret
+        """What this site's trainer proves with (its own key with per-site keys, not a gateway's)."""
+        return self._creds.for_trainer()
 
     def trainer_welcome_info(self) -> dict[str, Any]:
         return self.node.trainer_welcome_info()

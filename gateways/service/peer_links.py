@@ -32,6 +32,7 @@ from gateways.wire.round_frames import GATEWAY_REGISTRY
 from transports import Listener, ShapedTransport, Transport, connect, listen, parse_url
 from transports.connection_io import abort_and_close, next_event
 from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, TransportError, WanrtTimeout
+from wanrt.keys import Credentials
 from wanrt.protocol import Auth, Connection, Error, ErrorCode, Hello, Reject, Role, Welcome
 
 __all__ = ["MAX_PREAUTH_PER_HOST", "MAX_PREAUTH_TOTAL", "LinksOwner", "PeerLinks"]
@@ -73,10 +74,10 @@ class LinksOwner(Protocol):
 class PeerLinks:
     """The peer listener and the dial loops of one gateway (see the module docstring)."""
 
-    def __init__(self, cfg: GatewayConfig, owner: LinksOwner, secret: bytes) -> None:
+    def __init__(self, cfg: GatewayConfig, owner: LinksOwner, creds: Credentials) -> None:
         self.cfg = cfg
         self._owner = owner
-        self._secret = secret
+        self._creds = creds
         self._listener: Listener | None = None
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._serving: set[asyncio.Task[Any]] = set()
@@ -131,12 +132,15 @@ class PeerLinks:
 
     # -- accepting ----------------------------------------------------------------------------------
 
-    def _connection(self, side: str, label: str) -> Connection:
+    def _connection(self, side: str, label: str, peer: str | None = None) -> Connection:
+        """With per-site keys, a dialer proves with the key of the pair it dials; a listener picks the pair
+        key once the Hello names the dialer (``accept(secret=...)``)."""
+        key = self._creds.for_peer(peer) if peer is not None else None
         return Connection(
             Role.GATEWAY,
             self.cfg.site,
             self.cfg.job,
-            self._secret,
+            key if key is not None else self._creds.placeholder(),
             side=side,
             registry=GATEWAY_REGISTRY,
             peer=label,
@@ -182,7 +186,10 @@ class PeerLinks:
                         await transport.send([conn.reject(ErrorCode.SHUTDOWN, "gateway shutting down")])
                         raise TransportError("refused: shutting down", peer=hello.site)
                     ours = self._owner.link_info(hello.site)
-                    await transport.send([conn.accept(ours)])
+                    key = self._creds.for_peer(hello.site)
+                    if key is None:  # dialer_problem refused non-peers already
+                        raise AuthError(f"no key for site {hello.site!r}", peer=hello.site)
+                    await transport.send([conn.accept(ours, secret=key)])
                     auth = await next_event(conn, transport)
                     _expect_auth(auth, hello.site)
                     site = hello.site  # authenticated: from here on it is that site speaking
@@ -239,7 +246,7 @@ class PeerLinks:
         except (TransportError, WanrtTimeout, OSError) as exc:
             (log.debug if quiet else log.info)("cannot reach gateway %s at %s: %s", peer, url, exc)
             return None
-        conn = self._connection("client", peer)
+        conn = self._connection("client", peer, peer)
         try:
             async with asyncio.timeout(cfg.timeouts.handshake), self._owner.handshake_gate():
                 if self._stop.is_set():

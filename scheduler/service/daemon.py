@@ -141,7 +141,7 @@ class SchedulerDaemon:
         self._decisions = None if decisions_file is None else DecisionsFile(decisions_file)
         self._logged: object = None  # the Decision last written to the decisions file
         self._committed_logged = 0  # decisions_committed when it was written
-        self._secret = cfg.secret_bytes()
+        self._creds = cfg.credentials()
         self._policy = policy
         self.node = SchedulerNode(cfg, 0.0, policy=policy)
         self._sessions: dict[str, _Session] = {}
@@ -285,7 +285,7 @@ class SchedulerDaemon:
             Role.SCHEDULER,
             "scheduler",
             self.cfg.job,
-            self._secret,
+            self._creds.placeholder(),
             side="server",
             registry=SCHEDULER_REGISTRY,
             peer=transport.peer,
@@ -301,7 +301,10 @@ class SchedulerDaemon:
                 if problem is not None:
                     await transport.send([conn.reject(ErrorCode.AUTH, problem)])
                     raise AuthError(problem, peer=hello.site)
-                await transport.send([conn.accept({})])
+                key = self._creds.for_site(hello.site)
+                if key is None:  # gateway_problem refused sites outside the job already
+                    raise AuthError(f"no key for site {hello.site!r}", peer=hello.site)
+                await transport.send([conn.accept({}, secret=key)])
                 auth = await next_event(conn, transport)
                 if not isinstance(auth, Auth):
                     raise TransportError("left before authenticating", peer=hello.site)

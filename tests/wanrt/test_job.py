@@ -19,10 +19,52 @@ def test_a_job_the_daemons_accept(tmp_path: Path) -> None:
     assert sorted(files.gateways) == ["a", "b", "c"]
     a = load_gateway_config(files.gateways["a"])
     assert set(a.peers) == {"b", "c"} and a.scheduler == "tcp://127.0.0.1:7903"
-    assert a.secret_bytes() == load_gateway_config(files.gateways["c"]).secret_bytes()
-    assert files.scheduler is not None and load_scheduler_config(files.scheduler).sites == ("a", "b", "c")
-    for secret in (files.secret, files.control_token):
-        assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    c = load_gateway_config(files.gateways["c"])
+    ka, kc = a.credentials(), c.credentials()
+    assert ka.for_peer("c") == kc.for_peer("a")  # the pair's key, held by both ends
+    assert ka.for_peer("b") != kc.for_peer("b")  # c cannot prove a's pair key with b
+    assert ka.for_trainer() not in (ka.for_peer("b"), ka.for_peer("c"), kc.for_trainer())
+    assert files.trainer_secrets["a"].read_bytes().strip() == ka.for_trainer()
+    assert files.scheduler is not None
+    sched = load_scheduler_config(files.scheduler)
+    assert sched.sites == ("a", "b", "c") and sched.credentials().for_site("a") == ka.for_scheduler()
+    assert files.secret is None
+    private = [files.control_token, *files.trainer_secrets.values(), files.directory / "job.master"]
+    for path in private + list((files.directory / "keys").glob("*.json")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_a_shared_secret_job(tmp_path: Path) -> None:
+    files = write_job(tmp_path / "j", job="run-1", sites=["a", "b"], keys="shared")
+    a, b = (load_gateway_config(files.gateways[s]) for s in "ab")
+    assert files.secret is not None and a.secret_bytes() == b.secret_bytes()
+    assert a.credentials().for_trainer() == a.credentials().for_peer("b")
+    assert stat.S_IMODE(files.secret.stat().st_mode) == 0o600
+
+
+def test_rotating_keys_changes_every_key(tmp_path: Path) -> None:
+    files = write_job(tmp_path / "j", job="run-1", sites=["a", "b"], base_port=7950)
+    before = load_gateway_config(files.gateways["a"]).credentials()
+    args = ["job", "init", "--keys-only", "--sites", "a,b", "--dir", str(files.directory), "--job", "run-1"]
+    assert main(args) == 0
+    after = load_gateway_config(files.gateways["a"]).credentials()
+    assert after.for_peer("b") != before.for_peer("b") and after.for_trainer() != before.for_trainer()
+
+
+def test_a_keys_file_for_another_site_or_job_is_refused(tmp_path: Path) -> None:
+    from wanrt.keys import load_keys_file
+
+    files = write_job(tmp_path / "j", job="run-1", sites=["a", "b"], base_port=7960)
+    keys_a = str(files.directory / "keys" / "a.json")
+    with pytest.raises(ConfigError, match="for site 'a', not 'b'"):
+        load_keys_file(keys_a, job="run-1", site="b")
+    with pytest.raises(ConfigError, match="not 'other'"):
+        load_keys_file(keys_a, job="other", site="a")
+    (tmp_path / "bad.json").write_text(
+        '{"format": "wanrt-keys-1", "job": "run-1", "site": "a", "trainer": "x"}'
+    )
+    with pytest.raises(ConfigError, match="64 hex"):
+        load_keys_file(str(tmp_path / "bad.json"), job="run-1", site="a")
 
 
 def test_bad_settings_name_their_key(tmp_path: Path) -> None:

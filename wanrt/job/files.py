@@ -17,8 +17,9 @@ from gateways.config import load_gateway_config
 from scheduler.daemon_config import load_scheduler_config
 from wanrt.demo.sites.config_files import toml_text
 from wanrt.errors import ConfigError
+from wanrt.keys import site_keys, write_keys_file
 
-__all__ = ["JobFiles", "write_job"]
+__all__ = ["JobFiles", "write_job", "write_keys"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -26,11 +27,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 @dataclass(frozen=True)
 class JobFiles:
     directory: Path
-    secret: Path
+    #: the one job secret (``keys="shared"``), else None: every site has its own keys (wanrt.keys)
+    secret: Path | None
     control_token: Path
     gateways: dict[str, Path]  # site -> its gateway config
     trainer_urls: dict[str, str]  # site -> where its trainers connect (wanrt.init(gateway=...))
     scheduler: Path | None
+    #: site -> the secret file its trainers pass (wanrt.init(secret_file=...))
+    trainer_secrets: dict[str, Path]
 
 
 def _private(path: Path, text: str) -> Path:
@@ -49,8 +53,15 @@ def write_job(
     host: str = "127.0.0.1",
     with_scheduler: bool = True,
     topology: str = "tree",
+    keys: str = "per-site",
 ) -> JobFiles:
-    """Write the job's files into ``directory`` (created); ConfigError names a bad setting."""
+    """Write the job's files into ``directory`` (created); ConfigError names a bad setting.
+
+    ``keys="per-site"`` (default): each site gets only its own keys (:mod:`wanrt.keys`: a trainer key, the
+    key of each gateway pair, its key at the scheduler), so one leaked trainer key cannot act as a
+    gateway or as another site; ``"shared"``: one job secret for everyone."""
+    if keys not in ("per-site", "shared"):
+        raise ConfigError("keys is 'per-site' or 'shared'", key="keys", value=keys)
     if not _NAME.match(job):
         raise ConfigError("job names are letters, digits, _ . - (max 63)", key="job", value=job)
     if len(sites) < 1 or len(set(sites)) != len(sites) or not all(_NAME.match(s) for s in sites):
@@ -58,7 +69,16 @@ def write_job(
     if not 1024 <= base_port <= 65535 - len(sites) - 2:
         raise ConfigError("base port out of range", key="base_port", value=base_port)
     directory.mkdir(parents=True, exist_ok=True)
-    secret = _private(directory / "job.secret", secrets.token_hex(32) + "\n")
+    secret: Path | None = None
+    if keys == "shared":
+        secret = _private(directory / "job.secret", secrets.token_hex(32) + "\n")
+        credentials = {s: {"secret_file": secret.name} for s in sites}
+        trainer_secrets = {s: secret for s in sites}
+        sched_credential = {"secret_file": secret.name}
+    else:
+        site_files, sched_file, trainer_secrets = write_keys(directory, job=job, sites=sites)
+        credentials = {s: {"keys_file": str(f.relative_to(directory))} for s, f in site_files.items()}
+        sched_credential = {"keys_file": str(sched_file.relative_to(directory))}
     token = _private(directory / "control.token", secrets.token_hex(24) + "\n")
     ports = {s: base_port + i for i, s in enumerate(sorted(sites))}
     scheduler_url = f"tcp://{host}:{base_port + len(sites)}"
@@ -69,7 +89,7 @@ def write_job(
         gateway: dict[str, Any] = {
             "site": site,
             "job": job,
-            "secret_file": secret.name,
+            **credentials[site],
             "listen": f"tcp://{host}:{ports[site]}",
             "trainer_listen": trainer_url,
             "control_token_file": token.name,
@@ -95,7 +115,7 @@ def write_job(
                     "scheduler": {
                         "job": job,
                         "sites": sorted(sites),
-                        "secret_file": secret.name,
+                        **sched_credential,
                         "listen": scheduler_url,
                         "control_token_file": token.name,
                     }
@@ -103,4 +123,24 @@ def write_job(
             )
         )
         load_scheduler_config(sched)
-    return JobFiles(directory, secret, token, gateways, trainer_urls, sched)
+    return JobFiles(directory, secret, token, gateways, trainer_urls, sched, trainer_secrets)
+
+
+def write_keys(
+    directory: Path, *, job: str, sites: list[str]
+) -> tuple[dict[str, Path], Path, dict[str, Path]]:
+    """Per-site keys from a fresh master (also how keys are rotated: call again, restart the daemons).
+
+    Writes ``keys/<site>.json`` (the site's gateway), ``keys/<site>.trainer`` (its trainers' secret file),
+    ``keys/scheduler.json`` and ``job.master`` (keep it offline: only needed to add a site later), all
+    mode 600. Returns (site -> gateway keys file, scheduler keys file, site -> trainer secret file)."""
+    master = secrets.token_bytes(32)
+    _private(directory / "job.master", master.hex() + "\n")
+    kdir = directory / "keys"
+    kdir.mkdir(mode=0o700, exist_ok=True)
+    per_site, sched = site_keys(master, job, sites)
+    site_files = {s: write_keys_file(kdir / f"{s}.json", content) for s, content in per_site.items()}
+    trainers = {
+        s: _private(kdir / f"{s}.trainer", content["trainer"] + "\n") for s, content in per_site.items()
+    }
+    return site_files, write_keys_file(kdir / "scheduler.json", sched), trainers

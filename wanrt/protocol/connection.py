@@ -219,10 +219,19 @@ class Connection:
         )
         return self.send(msg)
 
-    def accept(self, info: Mapping[str, Any] | None = None) -> bytes:
-        """Server, after a Hello event: the Welcome frame with our proof and the negotiated version."""
+    def accept(self, info: Mapping[str, Any] | None = None, *, secret: bytes | None = None) -> bytes:
+        """Server, after a Hello event: the Welcome frame with our proof and the negotiated version.
+
+        ``secret``: the key for the peer the Hello names (per-site keys, :mod:`wanrt.keys`); it replaces
+        the one given at construction for the whole handshake."""
         if self.state is not State.HELLO or self._hello is None or self._chosen is None:
             raise LocalProtocolError("accept() needs a received Hello", value=str(self.state))
+        if secret is not None:
+            if not isinstance(secret, bytes) or not MIN_SECRET_BYTES <= len(secret) <= MAX_SECRET_BYTES:
+                raise ConfigError(
+                    f"secret must be {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes", key="secret"
+                )
+            self._secret = secret
         unsigned = Welcome(
             self.job,
             self.site,
