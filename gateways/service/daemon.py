@@ -415,6 +415,7 @@ class GatewayDaemon:
 
     def link_down(self, link: PeerLink) -> None:
         self._links.pop(link.link_id, None)  # the node let go of it in link_finished
+        self._progress.set()  # its buffers are released now (tests wait for this)
 
     def rejected(self, who: str, why: str, site: str | None = None, *, kind: str = "config") -> None:
         self.node.rejected(who, why, site, self._now(), kind=kind)

@@ -60,9 +60,8 @@ async def test_each_key_proves_only_its_own_place() -> None:
             )
             assert error
             # site a's trainer key at site b's trainer socket
-            stranger = FakeTrainer(
-                configs["b"].trainer_listen, "b", JOB, per_site["a"]["trainer"].encode(), layers=2, iterations=1
-            )
+            key_a = per_site["a"]["trainer"].encode()
+            stranger = FakeTrainer(configs["b"].trainer_listen, "b", JOB, key_a, layers=2, iterations=1)
             with pytest.raises(AuthError):
                 await stranger.connect()
             # and the real link a—b is still the one in use
