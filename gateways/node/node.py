@@ -124,6 +124,10 @@ class GatewayNode:
         self._link_ids = itertools.count(1)
         self._backlog: dict[str, list[RoundMsg]] = {}
         self._contacted: set[str] = set()
+        #: changes whenever what link_info() says matters and could change (a link came up before the
+        #: join, the join itself): a handshake whose info predates a change is refused and redone
+        #: (gateways.service.peer_links); after the join handshakes are not serialised, as before
+        self.link_epoch = 0
         self._no_link_deadline: dict[str, float] = {}
         self._item_ids = itertools.count(1)
         self._trainer: int | None = None  # the current trainer session
@@ -253,6 +257,7 @@ class GatewayNode:
         self.engine = RoundEngine(self.site, self.sites, plan, rc, start_iteration=start)
         self.ledger = TrainerLedger(self.site, start)
         self.join_at = start
+        self.link_epoch += 1
         self.state = "running"
         log.info("joined job %s at iteration %d with members %s", self.job, start, ", ".join(sorted(live)))
         # a member that never links is as silent as one whose heartbeats stopped: every gateway gives it
@@ -452,6 +457,8 @@ class GatewayNode:
         self._channels[ch.link_id] = ch
         self._by_peer[peer] = ch
         self._contacted.add(peer)
+        if self.engine is None:  # after the join, handshakes are not serialised (see link_epoch)
+            self.link_epoch += 1
         self._no_link_deadline.pop(peer, None)
         self.stats.peer_state(peer, "up", now)
         log.info("link to gateway %s up", peer)

@@ -385,6 +385,9 @@ class GatewayDaemon:
     def link_info(self, peer: str) -> dict[str, Any]:
         return self.node.link_info(peer)
 
+    def link_epoch(self) -> int:
+        return self.node.link_epoch
+
     def link_up(
         self, peer: str, conn: Connection, transport: Transport, ours: dict[str, Any], theirs: dict[str, Any]
     ) -> PeerLink:

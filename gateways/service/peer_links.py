@@ -60,6 +60,10 @@ class LinksOwner(Protocol):
         """Our handshake ``info`` for ``peer`` (kept by the caller: the join rule uses what was sent)."""
         ...
 
+    def link_epoch(self) -> int:
+        """Changes whenever ``link_info`` could (a handshake that straddles a change is redone)."""
+        ...
+
     def link_up(
         self, peer: str, conn: Connection, transport: Transport, ours: dict[str, Any], theirs: dict[str, Any]
     ) -> PeerLink:
@@ -181,18 +185,27 @@ class PeerLinks:
                 if problem is not None:
                     await transport.send([conn.reject(ErrorCode.AUTH, problem)])
                     raise AuthError(problem, peer=hello.site)
+                # The gate (held only before this gateway joined) is never held while waiting for an
+                # unauthenticated dialer: what we tell it is fixed under the gate, and if another link
+                # came up before its Auth arrived, what we told it is stale and it must dial again.
                 async with self._owner.handshake_gate():
                     if self._stop.is_set():
                         await transport.send([conn.reject(ErrorCode.SHUTDOWN, "gateway shutting down")])
                         raise TransportError("refused: shutting down", peer=hello.site)
                     ours = self._owner.link_info(hello.site)
+                    epoch = self._owner.link_epoch()
                     key = self._creds.for_peer(hello.site)
                     if key is None:  # dialer_problem refused non-peers already
                         raise AuthError(f"no key for site {hello.site!r}", peer=hello.site)
                     await transport.send([conn.accept(ours, secret=key)])
-                    auth = await next_event(conn, transport)
-                    _expect_auth(auth, hello.site)
-                    site = hello.site  # authenticated: from here on it is that site speaking
+                auth = await next_event(conn, transport)
+                _expect_auth(auth, hello.site)
+                site = hello.site  # authenticated: from here on it is that site speaking
+                async with self._owner.handshake_gate():
+                    if self._owner.link_epoch() != epoch:
+                        raise TransportError(
+                            "another link came up during this handshake; the dialer tries again", peer=site
+                        )
                     return self._owner.link_up(
                         hello.site, conn, self.shaped(hello.site, transport), ours, dict(hello.info)
                     )

@@ -103,3 +103,35 @@ async def test_a_site_whose_trainer_is_missing_is_reported(caplog: pytest.LogCap
             assert any("without site b" in r.getMessage() for r in caplog.records)
             for t in trainers.values():
                 await t.close()
+
+
+@pytest.mark.timeout(60)
+async def test_unauthenticated_hellos_naming_a_peer_do_not_delay_its_join() -> None:
+    """Reliability item 10: a Hello naming site a that never authenticates held b's pre-join handshake
+    gate for the whole handshake timeout (a's rejoin went from 2.8 s to 12–26 s)."""
+    from tests.gateways.service.daemon_cluster import JOB, Cluster
+    from tests.gateways.service.daemon_fakes import FakePeer
+    from wanrt.protocol import Connection
+
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=ROUNDS)
+        for s, cfg in configs.items():  # far longer than the join may take
+            configs[s] = dataclasses.replace(cfg, timeouts=dataclasses.replace(cfg.timeouts, handshake=30.0))
+        cluster = Cluster(configs)
+        try:
+            b = await cluster.start("b")
+            stallers = []
+            for _ in range(3):
+                t = await connect(configs["b"].listen)
+                conn = Connection("gateway", "a", JOB, b"x" * 32, side="client")
+                await t.send([conn.hello(FakePeer("a", JOB, b"x" * 32, ROUNDS).info())])
+                stallers.append(t)  # ... and never authenticates
+            assert await stallers[0].recv()  # b answered the first (its Welcome) and waits for its Auth
+            await cluster.start("a")
+            async with asyncio.timeout(10):  # a third of one handshake timeout
+                await b.wait_for(lambda: b.status()["peers"]["a"]["state"] == "up")
+            for t in stallers:
+                await t.close()
+            await cluster.stop_all()
+        finally:
+            await cluster.aclose()
