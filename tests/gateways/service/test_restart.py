@@ -106,7 +106,8 @@ async def test_killed_gateway_rejoins_and_every_push_is_counted_once() -> None:
         assert all(not t.unacked for t in trainers.values())
         for s in survivors:
             st = cluster.stats[s]
-            assert st["peers_lost"] >= 1 and st["per_peer"]["d"]["connects"] == 2
+            # 2, or 3 when d's first handshake after the restart straddled another link's and was redone
+            assert st["peers_lost"] >= 1 and st["per_peer"]["d"]["connects"] in (2, 3)
         # d's push of K was sent again and, counted nowhere, folded into a later push of the same layer
         assert unacked_before >= LAYERS
         ledger = cluster.daemons["d"].status()["trainer"]["ledger"]
