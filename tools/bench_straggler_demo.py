@@ -72,7 +72,9 @@ def emulated_straggler(quick: bool, out_dir: Path | None = None) -> dict[str, An
     reached = all(t is not None for t in offs + ons)
     gain = None
     if reached:
-        gain = statistics.mean(t for t in offs if t is not None) / statistics.mean(t for t in ons if t is not None)
+        gain = statistics.mean(t for t in offs if t is not None) / statistics.mean(
+            t for t in ons if t is not None
+        )
     off_its = [c.off.iters_to_target for c in rows]
     on_its = [c.on.iters_to_target for c in rows]
     its_ratio = None

@@ -160,15 +160,21 @@ class DemoConfig:
             names = site_names(self.sites)
             check(self.straggler.site in names, "straggler", str(self.straggler), f"a site of {names}")
         check(0.0 < self.straggler_sleep_s <= 60, "straggler_sleep_s", self.straggler_sleep_s, "(0, 60] s")
-        check(0.1 <= self.straggler_period_s <= 3600, "straggler_period_s", self.straggler_period_s, "0.1..3600")
-        check(0.0 < self.straggler_short_s <= 3600, "straggler_short_s", self.straggler_short_s, "(0, 3600] s")
+        check(
+            0.1 <= self.straggler_period_s <= 3600, "straggler_period_s", self.straggler_period_s, "0.1..3600"
+        )
+        check(
+            0.0 < self.straggler_short_s <= 3600, "straggler_short_s", self.straggler_short_s, "(0, 3600] s"
+        )
         check(
             self.straggler_short_s <= self.straggler_long_s <= 3600,
             "straggler_long_s",
             self.straggler_long_s,
             "must be in [straggler_short_s, 3600] s",
         )
-        check(1.3 <= self.straggler_slowness <= 100, "straggler_slowness", self.straggler_slowness, "[1.3, 100]")
+        check(
+            1.3 <= self.straggler_slowness <= 100, "straggler_slowness", self.straggler_slowness, "[1.3, 100]"
+        )
 
     @property
     def world(self) -> int:

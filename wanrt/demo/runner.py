@@ -36,7 +36,6 @@ from wanrt.client.config import ClientConfig
 from wanrt.demo.config import DemoConfig, site_names
 from wanrt.demo.failures import DemoFailed
 from wanrt.demo.results import CurvePoint, DecisionPoint, RunResult
-from wanrt.demo.straggler import Slowdown
 from wanrt.demo.sites.config_files import (
     fluctuating_trace,
     trace_in_run,
@@ -55,6 +54,7 @@ from wanrt.demo.sites.gateway_processes import (
     wait_ready,
 )
 from wanrt.demo.sites.scheduler_process import SCHEDULER_COMMAND, read_decisions, start_scheduler
+from wanrt.demo.straggler import Slowdown
 from wanrt.demo.trainers.messages import (
     Booted,
     Evaluated,

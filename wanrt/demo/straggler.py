@@ -1,4 +1,4 @@
-"""``wanrt demo --straggler SITE:INTENSITY[:persistent]``: slow one site's trainers as AntDT's evaluation does.
+"""``wanrt demo --straggler SITE:INTENSITY[:persistent]``: slow one site's trainers as AntDT's evaluation does
 
 AntDT §VII-A4 (seed 001) emulates resource contention by inserting a sleep into the training procedure,
 ``T_delay = SleepDuration × Intensity`` per iteration (SleepDuration 1.5 s, Intensity 0.1–0.8); transient

@@ -97,6 +97,10 @@ def format_straggler_table(c: StragglerComparison) -> str:
     gain = c.tta_gain
     lines.append(
         f"straggler {c.straggler}: mitigation "
-        + ("could not be compared (a run missed the target)" if gain is None else f"{gain:.2f}× faster to target")
+        + (
+            "could not be compared (a run missed the target)"
+            if gain is None
+            else f"{gain:.2f}× faster to target"
+        )
     )
     return "\n".join(lines)
