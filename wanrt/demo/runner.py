@@ -13,8 +13,10 @@ the :class:`StopControl` fixes the last iteration → all :class:`Finished` → 
 write their stats (WAN bytes), then the scheduler → its decisions file and the trace → :class:`RunResult`.
 
 Modes: ``dense`` and ``wanrt`` (:data:`MODES`, fixed settings), ``adaptive`` (the scheduler decides; the
-demo's third arm, :data:`ARMS`), and ``local``: no gateways and no wanrt, each trainer on its own gradient
-(the compute-only reference benchmarks divide by).
+demo's third arm, :data:`ARMS`), ``local``: no gateways and no wanrt, each trainer on its own gradient
+(the compute-only reference benchmarks divide by), and ``mitigated``: wanrt's fixed settings with the
+scheduler's straggler policy (``--straggler``'s "mitigation on"). With ``DemoConfig.straggler`` set, the
+straggling site's trainers are slowed in every mode (:class:`~wanrt.demo.straggler.Slowdown`).
 """
 
 from __future__ import annotations
