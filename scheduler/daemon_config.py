@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from gateways.config import check_secret_choice, read_secret_file
 from scheduler.control.config import SchedulerConfig
+from scheduler.stragglers.site_config import SiteStragglerConfig
 from transports.timeouts import Timeouts
 from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
@@ -27,8 +28,9 @@ __all__ = ["POLICIES", "SchedulerDaemonConfig", "load_scheduler_config"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 #: ``policy``: "adaptive" runs StellaTrain's controller (scheduler.control) on the gateways' telemetry;
-#: "fixed" changes settings only on request (POST /config).
-POLICIES: Final = ("adaptive", "fixed")
+#: "fixed" changes settings only on request (POST /config); "stragglers" runs AntDT's ADJUST_BS across sites
+#: (scheduler.stragglers.daemon_policy: persistent straggler sites get Eq. 3's batch split).
+POLICIES: Final = ("adaptive", "fixed", "stragglers")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class SchedulerDaemonConfig:
     * ``profile`` — the convergence profile ḡ(r, Σx) written by ``wanrt profile`` (JSON); without one the
       adaptive policy uses the analytic stand-in :class:`~scheduler.control.convergence.PowerLawConvergence`.
     * ``[scheduler.control]`` — the controller's knobs (:class:`~scheduler.control.config.SchedulerConfig`).
+    * ``[scheduler.stragglers]`` — the ``stragglers`` policy's windows, λ and Eq. 3 bounds
+      (:class:`~scheduler.stragglers.site_config.SiteStragglerConfig`).
     """
 
     job: str
@@ -59,6 +63,7 @@ class SchedulerDaemonConfig:
     policy: str = "adaptive"
     profile: str | None = None
     control: SchedulerConfig = field(default_factory=SchedulerConfig)
+    stragglers: SiteStragglerConfig = field(default_factory=SiteStragglerConfig)
     announce_margin: int = 8
     decide_interval_s: float = 5.0
     reply_timeout_s: float = 10.0

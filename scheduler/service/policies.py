@@ -10,9 +10,15 @@ __all__ = ["make_policy"]
 
 def make_policy(cfg: SchedulerDaemonConfig) -> DecisionPolicy:
     """``fixed``: settings change only on request. ``adaptive``: StellaTrain's controller over the job's
-    sites, with the convergence profile of ``profile`` (or the analytic stand-in)."""
+    sites, with the convergence profile of ``profile`` (or the analytic stand-in). ``stragglers``: AntDT's
+    ADJUST_BS across sites (a persistent straggler site gets Eq. 3's split; density and staleness stay as
+    the trainers started), with ``[scheduler.stragglers]``."""
     if cfg.policy == "fixed":
         return FixedPolicy()
+    if cfg.policy == "stragglers":
+        from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
+
+        return SiteStragglerPolicy(cfg.sites, cfg.stragglers)
     from scheduler.adaptive import AdaptivePolicy
     from scheduler.control.convergence import ConvergenceModel, PowerLawConvergence
 

@@ -18,6 +18,7 @@ from wanrt.demo.config import DEFAULT, OPTIMIZERS, DemoConfig, config_from_args
 from wanrt.demo.plot import plot_loss_vs_time
 from wanrt.demo.results import compare, format_table, write_json
 from wanrt.demo.runner import Demo
+from wanrt.demo.straggler_results import StragglerComparison, format_straggler_table
 
 __all__ = ["add_arguments", "run"]
 
@@ -98,6 +99,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seed", type=int, help=f"data split, initial model, batches and trace (default {DEFAULT.seed})"
     )
+    p.add_argument(
+        "--straggler",
+        metavar="SITE:INTENSITY[:persistent]",
+        help="slow SITE's trainers as AntDT's evaluation does (delay = SleepDuration × INTENSITY per "
+        "iteration, per sample processed; half of every period, or the whole run with :persistent) and "
+        "compare the run with the scheduler's straggler mitigation off and on, e.g. c:0.8:persistent",
+    )
     p.add_argument("--out", help="directory for logs, configs, plot and results (default: a new temp dir)")
     p.add_argument("--json", help="also write the results JSON here")
     p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
@@ -119,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"wanrt demo: output in {out}", flush=True)
+    if cfg.straggler is not None:
+        return _run_straggler(cfg, out, args)
     try:
         with Demo(cfg, out, progress=not args.no_progress) as demo:
             print(_describe(cfg, demo.parameters), flush=True)
@@ -146,6 +156,43 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"note: the {r.mode} run stopped at --max-iters {r.iterations} before reaching loss "
                 f"{cfg.target_loss:g} (final {r.final_loss:.3f}); raise --max-iters or the target",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def _run_straggler(cfg: DemoConfig, out: Path, args: argparse.Namespace) -> int:
+    """``--straggler``: the fixed-setting wanrt run with the slowed site, mitigation off, then the same
+    with the job's scheduler running the straggler policy (ADJUST_BS, docs/stragglers.md)."""
+    assert cfg.straggler is not None
+    spec = cfg.straggler
+    try:
+        with Demo(cfg, out, progress=not args.no_progress) as demo:
+            print(
+                _describe(dataclasses.replace(cfg, scheduler=False), demo.parameters)
+                + f"; straggler {spec}: +{cfg.straggler_sleep_s * spec.intensity:.3g} s per iteration "
+                f"at {cfg.batch} samples/rank"
+                + ("" if spec.persistent else f", first half of every {cfg.straggler_period_s:g} s"),
+                flush=True,
+            )
+            off = demo.run("wanrt")
+            on = demo.run("mitigated")
+    except KeyboardInterrupt:
+        print(f"\nwanrt demo: interrupted; every child process was stopped (logs in {out})", file=sys.stderr)
+        return 130
+    c = StragglerComparison(str(spec), off, on)
+    print()
+    print(format_straggler_table(c))
+    data = c.to_json({"config": dataclasses.asdict(cfg), "out_dir": str(out)})
+    write_json(out / "results.json", data)
+    if args.json:
+        write_json(Path(args.json), data)
+    print(f"results: {out / 'results.json'}" + (f" and {args.json}" if args.json else ""))
+    for r in (off, on):
+        if not r.reached:
+            print(
+                f"note: the {r.mode} run stopped at --max-iters {r.iterations} before reaching loss "
+                f"{cfg.target_loss:g}; raise --max-iters or the target",
                 file=sys.stderr,
             )
     return 0

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 from gateways.rounds.topology import TOPOLOGY_KINDS, TopologyKind
 from transports.urls import parse_duration, parse_rate
 from wanrt.config import check
+from wanrt.demo.straggler import StragglerSpec, parse_straggler
 from wanrt.errors import ConfigError
 
 __all__ = ["DEFAULT", "FLAG_OF", "QUICK", "DemoConfig", "OptimizerKind", "config_from_args", "site_names"]
@@ -98,6 +99,20 @@ class DemoConfig:
     #: stop a run after this many seconds of training even before the target (0: only the target and
     #: ``max_iters`` stop it); benchmarks that follow a bandwidth trace for a fixed time use it
     max_train_s: float = 0.0
+    #: ``--straggler``: slow one site's trainers (wanrt/demo/straggler.py); the demo then compares the run
+    #: with the scheduler's straggler mitigation off (``wanrt``) and on (``mitigated``)
+    straggler: StragglerSpec | None = None
+    #: AntDT's SleepDuration (1.5 s per iteration in §VII-A4) scaled to the demo: the delay per iteration
+    #: at the configured batch and intensity 1; a few times the demo's own compute per iteration
+    straggler_sleep_s: float = 0.25
+    #: a transient straggler is slowed for the first half of every period (AntDT: 15 of every 30 minutes)
+    straggler_period_s: float = 10.0
+    #: the mitigating scheduler's windows L^trans / L^per (AntDT's 5 / 10 minutes, scaled to a run of
+    #: 10–60 s) and λ (AntDT's footnote 3 lower bound, 1.3: with two sites a site 2× slower than the
+    #: other is 1.33× the mean, which λ = 1.5 could never flag)
+    straggler_short_s: float = 2.0
+    straggler_long_s: float = 4.0
+    straggler_slowness: float = 1.3
 
     def __post_init__(self) -> None:
         check(2 <= self.sites <= MAX_SITES, "sites", self.sites, f"must be in 2..{MAX_SITES}")
@@ -141,6 +156,25 @@ class DemoConfig:
         check(1 <= self.announce_margin <= 10_000, "announce_margin", self.announce_margin, "1..10000")
         check(0.0 <= self.warmup_epochs <= 1000, "warmup_epochs", self.warmup_epochs, "must be in 0..1000")
         check(0.0 <= self.max_train_s <= 86_400, "max_train_s", self.max_train_s, "0 (off) .. 86400 s")
+        if self.straggler is not None:
+            names = site_names(self.sites)
+            check(self.straggler.site in names, "straggler", str(self.straggler), f"a site of {names}")
+        check(0.0 < self.straggler_sleep_s <= 60, "straggler_sleep_s", self.straggler_sleep_s, "(0, 60] s")
+        check(
+            0.1 <= self.straggler_period_s <= 3600, "straggler_period_s", self.straggler_period_s, "0.1..3600"
+        )
+        check(
+            0.0 < self.straggler_short_s <= 3600, "straggler_short_s", self.straggler_short_s, "(0, 3600] s"
+        )
+        check(
+            self.straggler_short_s <= self.straggler_long_s <= 3600,
+            "straggler_long_s",
+            self.straggler_long_s,
+            "must be in [straggler_short_s, 3600] s",
+        )
+        check(
+            1.3 <= self.straggler_slowness <= 100, "straggler_slowness", self.straggler_slowness, "[1.3, 100]"
+        )
 
     @property
     def world(self) -> int:
@@ -183,6 +217,7 @@ FLAG_OF: Final = {
     "seed": "--seed",
     "scheduler": "--scheduler",
     "profile": "--profile",
+    "straggler": "--straggler",
 }
 
 
@@ -213,7 +248,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
     if getattr(args, "rtt", None) is not None:
         changes["rtt_s"] = parse_duration(str(args.rtt), key="--rtt")
     for name in FLAG_OF:
-        if name in ("bandwidth_bps", "rtt_s"):
+        if name in ("bandwidth_bps", "rtt_s", "straggler"):
             continue
         value = getattr(args, name, None)
         if value is not None:
@@ -223,6 +258,17 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         if not profile.is_file():
             raise ConfigError(f"--profile: no such file: {profile}", key="--profile", value=str(profile))
         changes["profile"] = str(profile.resolve())  # the scheduler's config lives in another directory
+    straggler = getattr(args, "straggler", None)
+    if straggler is not None:
+        sites = int(changes.get("sites", base.sites))
+        spec = straggler if isinstance(straggler, StragglerSpec) else parse_straggler(str(straggler))
+        if spec.site not in site_names(sites):
+            raise ConfigError(
+                f"--straggler: no site {spec.site!r} in this demo (sites: {', '.join(site_names(sites))})",
+                key="--straggler",
+                value=spec.site,
+            )
+        changes["straggler"] = spec
     if "optimizer" in changes and "lr" not in changes:
         changes["lr"] = DEFAULT_LR.get(str(changes["optimizer"]), base.lr)
     try:

@@ -32,7 +32,12 @@ __all__ = [
 ]
 
 #: how the table and the plot name each run
-ARM_LABELS: Final = {"dense": "dense (DDP-like)", "wanrt": "wanrt fixed", "adaptive": "wanrt adaptive"}
+ARM_LABELS: Final = {
+    "dense": "dense (DDP-like)",
+    "wanrt": "wanrt fixed",
+    "adaptive": "wanrt adaptive",
+    "mitigated": "stragglers mitigated",
+}
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,10 @@ the :class:`StopControl` fixes the last iteration → all :class:`Finished` → 
 write their stats (WAN bytes), then the scheduler → its decisions file and the trace → :class:`RunResult`.
 
 Modes: ``dense`` and ``wanrt`` (:data:`MODES`, fixed settings), ``adaptive`` (the scheduler decides; the
-demo's third arm, :data:`ARMS`), and ``local``: no gateways and no wanrt, each trainer on its own gradient
-(the compute-only reference benchmarks divide by).
+demo's third arm, :data:`ARMS`), ``local``: no gateways and no wanrt, each trainer on its own gradient
+(the compute-only reference benchmarks divide by), and ``mitigated``: wanrt's fixed settings with the
+scheduler's straggler policy (``--straggler``'s "mitigation on"). With ``DemoConfig.straggler`` set, the
+straggling site's trainers are slowed in every mode (:class:`~wanrt.demo.straggler.Slowdown`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from wanrt.demo.sites.gateway_processes import (
     wait_ready,
 )
 from wanrt.demo.sites.scheduler_process import SCHEDULER_COMMAND, read_decisions, start_scheduler
+from wanrt.demo.straggler import Slowdown
 from wanrt.demo.trainers.messages import (
     Booted,
     Evaluated,
@@ -77,13 +80,16 @@ from wanrt.demo.workload.data import load_split
 
 __all__ = ["ALL_MODES", "ARMS", "MODES", "Demo", "Mode"]
 
-Mode = Literal["dense", "wanrt", "adaptive", "local"]
+Mode = Literal["dense", "wanrt", "adaptive", "local", "mitigated"]
 #: the two fixed-setting modes: the dense baseline and wanrt with the scheduler off
 MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt")
 #: what ``wanrt demo`` compares: the fixed-setting modes and wanrt with the job's scheduler
 ARMS: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive")
-#: every mode a :class:`Demo` can run (each has its own stop-control slot)
-ALL_MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive", "local")
+#: every mode a :class:`Demo` can run (each has its own stop-control slot); ``mitigated``: wanrt's fixed
+#: settings plus the job's scheduler running the straggler policy (``--straggler``'s "mitigation on")
+ALL_MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive", "local", "mitigated")
+#: modes that run the job's scheduler, and the policy it runs
+SCHEDULER_POLICY: Final[dict[str, str]] = {"adaptive": "adaptive", "mitigated": "stragglers"}
 
 #: starting S gateway daemons (Python imports, listeners) on a busy 2-core machine
 GATEWAY_READY_TIMEOUT_S: Final = 60.0
@@ -230,6 +236,23 @@ class Demo:
             return ClientConfig.dense_baseline()
         return ClientConfig(density=cfg.density, staleness=cfg.staleness)
 
+    @staticmethod
+    def straggler_tables(cfg: DemoConfig) -> dict[str, dict[str, Any]]:
+        """``[scheduler.stragglers.*]`` of the ``mitigated`` mode: AntDT's windows and λ scaled to the demo
+        (``DemoConfig.straggler_*``); a split is announced only if Eq. 3 predicts the slowest site's batch
+        time to drop by more than 10 % (measured throughputs on shared cores move by a few %). Every rank
+        keeps at least an eighth of the configured batch (AntDT's B̂^min): the demo's data shards are
+        fixed per rank, and AntDT's dynamic data sharding, which lets a starved worker's samples go to the
+        others, is not what the demo exercises."""
+        return {
+            "detection": {
+                "short_s": float(cfg.straggler_short_s),
+                "long_s": float(cfg.straggler_long_s),
+                "slowness": float(cfg.straggler_slowness),
+            },
+            "batch": {"rebalance_gain": 0.1, "min_batch": max(1, cfg.batch // 8)},
+        }
+
     def scheduler_control(self, cfg: DemoConfig) -> dict[str, Any]:
         """The controller knobs the demo sets, both about scale rather than policy.
 
@@ -286,7 +309,7 @@ class Demo:
                 trace_file.parent.mkdir(parents=True, exist_ok=True)
                 state.trace.save(trace_file)
             scheduler_url = None
-            if mode == "adaptive":
+            if mode in SCHEDULER_POLICY:
                 sched_files = write_scheduler_files(
                     cfg,
                     job=job,
@@ -294,6 +317,8 @@ class Demo:
                     sock_dir=sock_dir,
                     secret_file=self._secret,
                     control={**self.scheduler_control(cfg), **(scheduler_control or {})},
+                    policy=SCHEDULER_POLICY[mode],
+                    stragglers=self.straggler_tables(cfg) if mode == "mitigated" else None,
                 )
                 scheduler_url = sched_files.listen_url
                 self._scheduler = start_scheduler(sched_files, command=self.scheduler_command)
@@ -317,10 +342,14 @@ class Demo:
             self.say(f"{label}: {len(files)} gateways{with_scheduler} listening; trainers connecting")
         self._stops.arm(slot, cfg.max_iters)
         client = self.client_config(mode, cfg)
+        slow = cfg.straggler
         for t in self._trainers:
             url = files[t.spec.site_index].trainer_url if files else ""
             own = None if batch is None else batch.get(t.spec.site)
-            t.conn.send(RunOrder(mode, slot, url, job, client, cfg.eval_every, own))
+            slowdown = None
+            if slow is not None and slow.site == t.spec.site:
+                slowdown = Slowdown.of(slow, cfg.straggler_sleep_s, cfg.batch, cfg.straggler_period_s)
+            t.conn.send(RunOrder(mode, slot, url, job, client, cfg.eval_every, own, slowdown))
         self._pump(
             lambda m: self._on_message(state, m, None),
             lambda: len(state.ready) == len(self._trainers),

@@ -228,11 +228,15 @@ def write_scheduler_files(
     sock_dir: Path,
     secret_file: Path,
     control: Mapping[str, Any] | None = None,
+    policy: str = "adaptive",
+    stragglers: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> SchedulerFiles:
-    """Write ``scheduler.toml`` (policy ``adaptive`` over every site) into ``run_dir``.
+    """Write ``scheduler.toml`` (``policy`` over every site) into ``run_dir``.
 
     ``control`` sets knobs of the controller (``[scheduler.control]``, :class:`SchedulerConfig` fields);
-    the demo itself sets none: it runs the controller with its paper defaults.
+    the demo itself sets none: it runs the controller with its paper defaults. ``stragglers`` holds the
+    sub-tables of ``[scheduler.stragglers]`` (``{"detection": {...}, "batch": {...}}``) for the
+    ``stragglers`` policy.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     sock_dir.mkdir(parents=True, exist_ok=True)
@@ -248,7 +252,7 @@ def write_scheduler_files(
         "sites": list(site_names(cfg.sites)),
         "secret_file": str(secret_file),
         "listen": files.listen_url,
-        "policy": "adaptive",
+        "policy": policy,
         "decide_interval_s": float(cfg.decide_interval_s),
         "announce_margin": int(cfg.announce_margin),
     }
@@ -257,6 +261,8 @@ def write_scheduler_files(
     tables: dict[str, Mapping[str, Any]] = {"scheduler": table}
     if control:
         tables["scheduler.control"] = dict(control)
+    for name, sub_table in (stragglers or {}).items():
+        tables[f"scheduler.stragglers.{name}"] = dict(sub_table)
     files.config.write_text(
         "# wanrt demo: the job's scheduler (written by wanrt.demo.sites.config_files)\n" + toml_text(tables)
     )

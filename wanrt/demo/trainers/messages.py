@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wanrt.client.config import ClientConfig
+from wanrt.demo.straggler import Slowdown
 
 __all__ = [
     "Booted",
@@ -39,6 +40,8 @@ class RunOrder:
     eval_every: int
     #: samples per rank and iteration at the start (None: the trainer's configured batch)
     batch: int | None = None
+    #: this trainer's site is the run's straggler (``--straggler``): sleep this much per sample
+    slowdown: Slowdown | None = None
 
 
 @dataclass(frozen=True)

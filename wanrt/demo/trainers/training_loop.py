@@ -138,7 +138,7 @@ class Trainer:
         iteration = 0
         samples = 0
         drawn = sampler.batch
-        t_last = time.monotonic()
+        t_last = t_go = time.monotonic()
         if initial is not None:
             _, test_acc = evaluate(model, self.x_test, self.y_test)
             self.conn.send(Evaluated(order.run, 0, initial[0], test_acc, t_last))
@@ -147,6 +147,10 @@ class Trainer:
             x, y = sampler.at(iteration)
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
+            if order.slowdown is not None:  # --straggler: a slower device, per sample (demo/straggler.py)
+                delay = order.slowdown.delay_s(drawn, time.monotonic() - t_go)
+                if delay > 0:
+                    time.sleep(delay)
             opt.step()
             opt.zero_grad()
             iteration += 1

@@ -1,0 +1,147 @@
+"""AntDT's Monitor and Controller for whole sites, behind the scheduler node's
+:class:`~scheduler.node.DecisionPolicy` interface (``[scheduler] policy = "stragglers"``).
+
+Monitor (AntDT §VI-A2): each gateway's telemetry carries its site leader's last iteration —
+``trainer.compute_s`` (the iteration minus the time blocked waiting for updates: the site's own batch
+processing time T_i^w), ``trainer.batch_size`` (per rank) and ``trainer.world_size``. One sample per new
+iteration goes into the site's short (L^trans) and long (L^per) windows of a
+:class:`~scheduler.stragglers.detection.StragglerDetector`; the site's throughput v_i is the short-window
+mean of B_i / T_i (§VI-A3, samples/s).
+
+Controller: a site whose long-window time is ≥ λ × the mean over sites is a persistent straggler
+(§VI-A4). AntDT-ND would KILL_RESTART it; a site is a whole cluster the scheduler cannot replace, so it gets
+AntDT-DD's answer to a deterministic straggler (§VI-B2): ADJUST_BS with the batch sizes of Eq. 3
+(``min z`` s.t. ``z ≥ B_i / v_i``, ``Σ B_i = B``) — the site batches that equalise batch processing time,
+with the job's global batch B kept (up to rounding to whole per-rank batches). The split travels as
+``batch_size@<site>`` (per rank) and ``batch_weight@<site>`` (the site's share of the samples × the site
+count, so the cross-site average weights gradients by samples); the node announces it through the two
+phases, with one effective iteration for every site (AntDT §V-F: global actions at the same iteration).
+
+Once an adjustment is in force, each decision re-solves Eq. 3 over the current throughputs and announces
+only if the slowest site's predicted batch time falls by more than ``rebalance_gain`` — which also undoes
+the adjustment when the straggler recovers. Sans-IO: ``now`` comes in as an argument.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from scheduler.stragglers.batch_alloc import allocate_greedy, allocate_milp, makespan
+from scheduler.stragglers.decisions import AdjustBatch
+from scheduler.stragglers.detection import DetectionReport, StragglerDetector
+from scheduler.stragglers.site_config import SiteStragglerConfig
+from scheduler.wire import SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
+
+__all__ = ["SiteStragglerPolicy"]
+
+log = logging.getLogger("scheduler.stragglers")
+
+
+class SiteStragglerPolicy:
+    """See the module docstring."""
+
+    def __init__(self, sites: Sequence[str], cfg: SiteStragglerConfig | None = None) -> None:
+        self.cfg = cfg or SiteStragglerConfig()
+        self.sites = tuple(sorted(sites))
+        self.detector = StragglerDetector(self.sites, self.cfg.detection, scope="site")
+        self._world: dict[str, int] = {}
+        self._reported: dict[str, int] = {}  # per-rank batch the site's trainers last reported
+        self._last_iteration: dict[str, int] = {}
+        self._running: dict[str, int] | None = None  # per-rank batches of the committed split
+        self._total: int | None = None  # the job's global batch (samples), fixed at the first decision
+        self.last_report: DetectionReport | None = None
+        self.last_action: AdjustBatch | None = None
+
+    # -- Monitor -------------------------------------------------------------------------------------
+
+    def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None:
+        if site not in self.sites:
+            return
+        it = metrics.get("trainer.iteration")
+        compute = metrics.get("trainer.compute_s")
+        per_rank = metrics.get("trainer.batch_size")
+        world = metrics.get("trainer.world_size", 1.0)
+        if it is None or compute is None or per_rank is None:
+            return  # no trainer report yet (or a trainer that does not tell its batch size)
+        if not all(math.isfinite(v) for v in (it, compute, per_rank, world)):
+            return
+        if compute <= 0 or per_rank < 1 or world < 1:
+            return
+        if int(it) <= self._last_iteration.get(site, -1):
+            return  # the same iteration again: gateways report more often than a slow site steps
+        self._last_iteration[site] = int(it)
+        self._world[site] = int(world)
+        self._reported[site] = int(per_rank)
+        self.detector.observe(site, now, float(compute), int(per_rank) * int(world))
+
+    # -- Controller ----------------------------------------------------------------------------------
+
+    def decide(self, now: float) -> dict[str, Any] | None:
+        if len(self._reported) < len(self.sites):
+            return None  # a site without a report has no throughput to allocate by
+        per_rank = self._running or self._reported
+        if self._total is None:
+            self._total = sum(per_rank[s] * self._world[s] for s in self.sites)
+        report = self.detector.report(now)
+        self.last_report = report
+        slow = report.persistent if self.cfg.trigger == "persistent" else report.persistent + report.transient
+        if not slow and self._running is None:
+            return None
+        rates = [self.detector.throughput(s, now) for s in self.sites]
+        if any(r is None or r <= 0 for r in rates):
+            return None
+        v = np.array(rates, dtype=np.float64)
+        worlds = np.array([self._world[s] for s in self.sites], dtype=np.int64)
+        bc = self.cfg.batch
+        lo, hi = bc.min_batch * worlds, np.minimum(bc.max_batch, self._total) * worlds
+        if not lo.sum() <= self._total <= hi.sum():
+            return None  # the bounds cannot hold this global batch (ConfigError-worthy, but not a crash)
+        if bc.solver == "milp":
+            site_batch = allocate_milp(v, self._total, lo, hi, time_limit_s=bc.milp_time_limit_s)
+        else:
+            site_batch = allocate_greedy(v, self._total, lo, hi)
+        new = {
+            s: int(min(bc.max_batch, max(bc.min_batch, round(int(b) / w))))
+            for s, b, w in zip(self.sites, site_batch, worlds, strict=True)
+        }
+        cur = np.array([per_rank[s] * self._world[s] for s in self.sites], dtype=np.float64)
+        after = np.array([new[s] * self._world[s] for s in self.sites], dtype=np.float64)
+        before_bpt, after_bpt = makespan(cur, v), makespan(after, v)
+        gain = 1.0 - after_bpt / before_bpt if before_bpt > 0 else 0.0
+        if new == dict(per_rank) or gain <= bc.rebalance_gain:
+            return None
+        why = (
+            f"persistent straggler site(s) {', '.join(slow)}"
+            if slow
+            else "stragglers recovered: re-balancing by Eq. 3"
+        )
+        self.last_action = AdjustBatch(now, dict(new), after_bpt, before_bpt, why)
+        log.info(
+            "ADJUST_BS (%s): per-rank batches %s → %s; slowest batch time %.3g → %.3g s (Eq. 3)",
+            why,
+            dict(per_rank),
+            new,
+            before_bpt,
+            after_bpt,
+        )
+        return self._values(new)
+
+    def _values(self, per_rank: Mapping[str, int]) -> dict[str, Any]:
+        samples = {s: per_rank[s] * self._world[s] for s in self.sites}
+        total = sum(samples.values())
+        values: dict[str, Any] = {}
+        for s in self.sites:
+            values[SITE_BATCH_PREFIX + s] = int(per_rank[s])
+            values[SITE_WEIGHT_PREFIX + s] = samples[s] * len(self.sites) / total
+        return values
+
+    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+        """The split in ``values`` runs from ``effective_iteration`` everywhere (a manual change too)."""
+        split = {s: values.get(SITE_BATCH_PREFIX + s) for s in self.sites}
+        if all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 1 for b in split.values()):
+            self._running = {s: int(b) for s, b in split.items() if isinstance(b, (int, float))}
