@@ -115,6 +115,8 @@ class GatewayNode:
         self.join_at: int | None = None
         self.model = JobModelState()
         self.faults = SiteFaults(self.site)
+        #: what a trainer refused in its handshake is told first (ModelMismatch naming the layer)
+        self.refusal_notice: Notice | None = None
         self.stats = GatewayStats(self.site, list(cfg.peers))
         self.queue = make_send_queue(cfg.edf)
         self.allocator = RateAllocator(cfg.peers, cfg.base_rates_bps(), cfg.rates)
@@ -721,7 +723,10 @@ class GatewayNode:
             cur = self.model.current
             assert cur is not None
             self._own_model_fault(sig, cur)
-            return f"this site's model differs from the job's model (as trained by site {cur.site})"
+            problem = f"this site's model differs from the job's model (as trained by site {cur.site})"
+            # the job's model came after this trainer's Welcome: the notice lets it name the layer
+            self.refusal_notice = Notice(self.site, "model", problem, True, self.model.info())
+            return problem
         if outcome != "same" or before is None:
             for ch in self._by_peer.values():
                 ch.send_control(JobModel(self.model.info()))

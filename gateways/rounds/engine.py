@@ -362,6 +362,9 @@ class RoundEngine:
     def _send(self, out: list[Action], peer: str, msg: RoundMsg) -> None:
         # a final keeps the dtype it was made in (narrowed once, where made), whoever passes it on
         sent = msg if msg.kind == "final" else self._narrow(msg)
+        r = self._rounds.get((msg.iteration, msg.layer))
+        if r is not None:
+            r.asked.add(peer)
         out.append(Send(peer, sent, (msg.iteration, msg.layer)))
 
     def _narrow(self, msg: RoundMsg) -> RoundMsg:
@@ -652,7 +655,14 @@ class RoundEngine:
             self.stats.stale_ignored += 1
             return
         if m.kind == "final":
-            r = self._rounds.get(key) or self._open(m.iteration, m.layer, now, out)
+            existing = self._rounds.get(key)
+            if not self._may_finalize(peer, m.iteration, existing):
+                raise RemoteProtocolError(
+                    "a final from a site that is not this site's parent in the round's plan",
+                    peer=peer,
+                    value=(m.iteration, m.layer),
+                )
+            r = existing or self._open(m.iteration, m.layer, now, out)
             self._close(r, m, peer, now, out)
             return
         if peer not in self._timeline.live:
@@ -671,6 +681,17 @@ class RoundEngine:
             self._on_segment(peer, r, m, now, out)
         else:
             self._on_segment_final(peer, r, m, now, out)
+
+    def _may_finalize(self, peer: str, iteration: int, r: OpenRound | None) -> bool:
+        """Only this site's parent hands it a round's result (reliability: a peer holding the job secret
+        may still send only what its place allows): the parent in the plan of that iteration, or in the
+        plan the open round was started under (a re-plan in between), the peer the round waits on, or a
+        peer this site sent the round to (it answers a re-run with the result it already has)."""
+        if self._timeline.plan_for(iteration).parent_of(self.site) == peer:
+            return True
+        return r is not None and (
+            r.plan.parent_of(self.site) == peer or r.wait_peer == peer or peer in r.asked
+        )
 
     def _answer_finished(self, peer: str, m: RoundMsg, out: list[Action]) -> None:
         key = (m.iteration, m.layer)

@@ -83,6 +83,8 @@ class OpenRound:
     seg_finals: dict[int, RoundMsg] = field(default_factory=dict)
     residuals: dict[int, SparsePayload] = field(default_factory=dict)
     wait_peer: str | None = None
+    #: peers this site sent a message of this round to: any of them may answer with the result
+    asked: set[str] = field(default_factory=set)
     wait_since: float = 0.0
     wait_reason: str = ""
     suspected: bool = False

@@ -33,7 +33,7 @@ from gateways.service.peer_links import PeerLinks
 from gateways.service.scheduler_link import SchedulerLink
 from gateways.service.trainer_session import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
-from wanrt.protocol import Ack, Connection, Hello, Message, Push, Telemetry
+from wanrt.protocol import Ack, Connection, Hello, Message, Notice, Push, Telemetry
 
 __all__ = ["GatewayDaemon"]
 
@@ -434,6 +434,10 @@ class GatewayDaemon:
 
     def trainer_welcome_info(self) -> dict[str, Any]:
         return self.node.trainer_welcome_info()
+
+    def trainer_refusal_notice(self) -> Notice | None:
+        notice, self.node.refusal_notice = self.node.refusal_notice, None
+        return notice
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
         problem = self.node.trainer_model_problem(info)

@@ -43,6 +43,7 @@ from wanrt.protocol import (
     Heartbeat,
     Hello,
     Message,
+    Notice,
     Push,
     Role,
     Telemetry,
@@ -63,6 +64,10 @@ class TrainerOwner(Protocol):
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
         """Why this trainer's model is not the job's (None: fine; its signature may be adopted)."""
+        ...
+
+    def trainer_refusal_notice(self) -> Notice | None:
+        """What to tell a trainer refused after its handshake before the connection closes."""
         ...
 
     def trainer_connected(self, session: TrainerSession) -> None: ...
@@ -175,6 +180,10 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
         return
     if problem is not None:
         log.error("trainer %s refused: %s", transport.peer, problem)
+        notice = owner.trainer_refusal_notice()
+        if notice is not None:
+            with contextlib.suppress(TransportError, OSError):
+                await transport.send(conn.send_parts(notice))
         await abort_and_close(
             conn, transport, RemoteProtocolError(problem, code=int(ErrorCode.PROTOCOL)), grace=timeouts.close
         )

@@ -144,7 +144,7 @@ async def test_every_trainer_gets_the_jobs_model_and_the_real_client_refuses_ano
             spec = LinkSpec(configs["b"].trainer_listen, "b", JOB, SECRET.encode(), other, ClientConfig())
             with pytest.raises(ModelMismatch) as err:
                 await asyncio.to_thread(open_gateway_link, spec)
-            assert err.value.layer == 0 and "trained by a" in err.value.message
+            assert err.value.layer == 0 and "trained by site a" in err.value.message
             # a trainer that ignores the Welcome and connects anyway is refused by the gateway itself
             rogue = trainers_for(cluster, layers=3, iterations=2, info=signature_info(3, "x"))["b"]
             await rogue.connect()

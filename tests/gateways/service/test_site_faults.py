@@ -74,9 +74,10 @@ async def test_started_together_every_site_gets_model_mismatch_naming_the_layer(
             assert time.monotonic() - t0 < PROMPT_S + 5
             for site, err in zip("ab", errs, strict=True):
                 _assert_mismatch_at_layer_1(err, site)
-            assert "site b" in str(errs[0])  # site a hears whose model differs
-            faults = cluster.daemons["a"].status()["faults"]
-            assert [(f["site"], f["kind"], f["fatal"]) for f in faults] == [("b", "model", True)]
+            for site, err in zip("ab", errs, strict=True):  # each hears which other site it differs from
+                assert f"site {'b' if site == 'a' else 'a'}" in str(err), err
+            for d in cluster.daemons.values():
+                assert any(f["kind"] == "model" and f["fatal"] for f in d.status()["faults"])
             await cluster.stop_all()
 
 

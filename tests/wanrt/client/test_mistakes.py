@@ -66,7 +66,7 @@ class TestWithOneRank:
         ctx = wanrt.init(gateway.url, site="a", job="j", secret_file=secret_file)
         with pytest.raises(ModelMismatch) as info:
             SparseOptimizer(m.named_parameters(), "sgd", lr=0.1, ctx=ctx)
-        assert "layer 2 '2.weight' shape (2, 8)" in str(info.value) and "trained by b" in str(info.value)
+        assert "layer 2 '2.weight' shape (2, 8)" in str(info.value) and "trained by site b" in str(info.value)
 
     def test_missing_secret_file(self, tmp_path: Path) -> None:
         with pytest.raises(wanrt.ConfigError, match="cannot read the job secret file"):

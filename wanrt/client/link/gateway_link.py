@@ -210,7 +210,7 @@ class GatewayLink:
                 if diff is not None:
                     other = welcome.info.get("model_site", "another site")
                     mismatch = ModelMismatch(
-                        f"this model differs from the job's model (as trained by {other}): {diff[1]}",
+                        f"this model differs from the job's model (as trained by site {other}): {diff[1]}",
                         layer=diff[0],
                         name=spec.signature.names[diff[0]] if diff[0] < len(spec.signature.names) else None,
                     )

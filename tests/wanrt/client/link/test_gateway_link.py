@@ -97,5 +97,5 @@ def test_model_differing_between_sites_names_the_first_layer(
     other = LayerSignature.of(["w", "b"], [(40,), (9,)], ["float32", "float32"])
     with pytest.raises(ModelMismatch) as info:
         open_gateway_link(spec(gw.url, "b", sig=other))
-    assert "layer 1 'b' shape (9,)" in str(info.value) and "trained by a" in str(info.value)
+    assert "layer 1 'b' shape (9,)" in str(info.value) and "trained by site a" in str(info.value)
     a.close(5.0)
