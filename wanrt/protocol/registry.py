@@ -28,6 +28,9 @@ from wanrt.protocol.messages import (
     Message,
     Push,
     Reject,
+    ShardDone,
+    ShardGrant,
+    ShardRequest,
     Telemetry,
     Welcome,
 )
@@ -60,6 +63,9 @@ CORE_MESSAGES: Final[tuple[type[Message], ...]] = (
     ChunkCancel,
     Telemetry,
     ConfigUpdate,
+    ShardRequest,
+    ShardGrant,
+    ShardDone,
 )
 
 

@@ -29,6 +29,9 @@ from wanrt.protocol import (
     Message,
     Push,
     Reject,
+    ShardDone,
+    ShardGrant,
+    ShardRequest,
     Side,
     State,
     Telemetry,
@@ -58,6 +61,9 @@ SAMPLES: dict[int, Message] = {
     MsgType.CHUNK_CANCEL: ChunkCancel(1),
     MsgType.TELEMETRY: Telemetry("x", 1, {"rate": 1.0}),
     MsgType.CONFIG_UPDATE: ConfigUpdate({"r": 0.01}, 5),
+    MsgType.SHARD_REQUEST: ShardRequest(0, 1, 0, 100, 2, False),
+    MsgType.SHARD_GRANT: ShardGrant(0, 1, 0, "granted", ((3, 30, 40),)),
+    MsgType.SHARD_DONE: ShardDone(0, 0, (3,)),
 }
 
 

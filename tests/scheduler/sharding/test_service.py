@@ -1,0 +1,200 @@
+"""The shard service: every shard of an epoch ends DONE at least once under any sequence of grants,
+reports, disconnects, fresh restarts and lease expiries; repeats are counted; state survives a snapshot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.sharding import ShardingConfig, ShardService, read_state, write_state
+from wanrt.config import from_mapping
+from wanrt.errors import ConfigError
+
+CFG = ShardingConfig(shard_size=10, lease_s=5.0, seed=3, max_outstanding=2)
+
+
+def ask(svc: ShardService, site: str, rank: int = 0, *, epoch: int = 0, want: int = 1, fresh: bool = False,
+        now: float = 0.0, n: int = 95):  # type: ignore[no-untyped-def]
+    return svc.request(site, rank, epoch=epoch, dataset_len=n, want=want, fresh=fresh, now=now)
+
+
+def test_shards_cover_the_dataset_once_in_a_seeded_order() -> None:
+    svc = ShardService(CFG)
+    got = []
+    while True:
+        g = ask(svc, "a", want=2)
+        if g.status != "granted":
+            break
+        got.extend(g.shards)
+        svc.done("a", 0, 0, [s[0] for s in g.shards], 1.0)
+    assert g.status == "finished"
+    assert sorted(r for s in got for r in range(s[1], s[2])) == list(range(95))
+    ids = [s[0] for s in got]
+    assert len(ids) == 10 and ids != sorted(ids)  # shuffled between shards
+    again = ShardService(CFG)
+    ask(again, "b")
+    assert ids == again.order(0) and again.order(0) != again.order(1)
+    assert svc.stats.repeated == 0 and svc.stats.epochs_completed == 1 and svc.lost() == 0
+
+
+def test_a_rank_holds_at_most_max_outstanding_and_waits_while_others_hold_the_rest() -> None:
+    svc = ShardService(CFG)
+    assert len(ask(svc, "a", want=5).shards) == 2
+    assert ask(svc, "a").status == "wait"
+    for site in "bcd":
+        assert len(ask(svc, site, want=2).shards) == 2
+    assert len(ask(svc, "e", want=2).shards) == 2
+    assert ask(svc, "f").status == "wait"  # all 10 leased, none DONE: the epoch is not over
+    assert svc.counts() == {"todo": 0, "doing": 10, "done": 0}
+
+
+def test_a_lost_holder_s_shards_go_back_to_the_end_of_the_queue_and_count_as_repeats() -> None:
+    svc = ShardService(CFG)
+    g = ask(svc, "a", want=2)
+    assert svc.release("a") == 2 and svc.counts()["doing"] == 0
+    ids = []
+    while (g2 := ask(svc, "b", want=2)).status == "granted":
+        ids += [s[0] for s in g2.shards]
+        svc.done("b", 0, 0, [s[0] for s in g2.shards], 1.0)
+    assert ids[-2:] == [s[0] for s in g.shards]  # re-queued at the end (§IV-C3)
+    assert svc.stats.repeated == 2 and svc.stats.released == 2 and svc.complete
+
+
+def test_only_the_holder_may_report_and_a_silent_holder_s_lease_expires() -> None:
+    svc = ShardService(CFG)
+    sid = ask(svc, "a", now=0.0).shards[0][0]
+    assert svc.done("b", 0, 0, [sid], 1.0) == 0 and svc.stats.refused == 1
+    assert svc.done("a", 1, 0, [sid], 1.0) == 0  # another rank of the same site
+    assert svc.next_deadline() == 5.0
+    assert svc.expire(4.9) == 0 and svc.expire(5.0) == 1 and svc.stats.expired == 1
+    assert svc.done("a", 0, 0, [sid], 6.0) == 1  # late, but nobody else took it: accepted, no repeat
+    assert svc.stats.repeated == 0 and svc.done("a", 0, 0, [sid], 6.0) == 0 and svc.stats.duplicate == 1
+
+
+def test_a_fresh_request_returns_the_earlier_incarnation_s_shards_first_to_the_queue() -> None:
+    svc = ShardService(CFG)
+    first = {s[0] for s in ask(svc, "a", want=2).shards}
+    g = ask(svc, "a", want=2, fresh=True)
+    assert {s[0] for s in g.shards}.isdisjoint(first) and svc.stats.released == 2
+
+
+def test_epochs_advance_only_when_every_shard_is_done_and_stop_at_the_configured_count() -> None:
+    svc = ShardService(ShardingConfig(shard_size=50, epochs=2))
+    g = ask(svc, "a", want=2, n=100)
+    assert ask(svc, "b", epoch=1, n=100).status == "wait"
+    svc.done("a", 0, 0, [s[0] for s in g.shards], 1.0)
+    assert ask(svc, "b", epoch=0, n=100).status == "finished"
+    assert ask(svc, "b", epoch=1, n=100).status == "granted" and svc.epoch == 1
+    assert svc.done("a", 0, 0, [0], 2.0) == 0 and svc.stats.stale == 1  # a report about a past epoch
+    assert ask(svc, "b", epoch=2, n=100).status == "finished"
+
+
+def test_requests_naming_another_dataset_or_a_disabled_service_are_answered_not_raised() -> None:
+    svc = ShardService(CFG)
+    assert ask(svc, "a", n=95).status == "granted"
+    assert ask(svc, "a", n=96).status == "refused"
+    assert ShardService(ShardingConfig(max_shards=4, shard_size=1)).request(
+        "a", 0, epoch=0, dataset_len=5, want=1, fresh=False, now=0.0
+    ).status == "refused"
+    assert ask(ShardService(ShardingConfig(enabled=False)), "a").status == "unavailable"
+
+
+def test_config_loads_from_its_toml_table_and_names_bad_keys() -> None:
+    cfg = from_mapping(ShardingConfig, {"shard_size": 64, "lease_s": 30}, section="scheduler.sharding")
+    assert cfg.shard_size == 64 and cfg.lease_s == 30.0
+    with pytest.raises(ConfigError) as err:
+        from_mapping(ShardingConfig, {"lease_s": 0}, section="scheduler.sharding")
+    assert err.value.fields["key"] == "scheduler.sharding.lease_s"
+    with pytest.raises(ConfigError):
+        from_mapping(ShardingConfig, {"shards": 1}, section="scheduler.sharding")
+
+
+def test_a_snapshot_keeps_done_shards_and_turns_doing_ones_back_to_todo(tmp_path: Path) -> None:
+    path = tmp_path / "shards.json"
+    cfg = ShardingConfig(shard_size=10, seed=3, max_outstanding=2, state_file=str(path))
+    svc = ShardService(cfg)
+    a = [s[0] for s in ask(svc, "a", want=2).shards]
+    b = [s[0] for s in ask(svc, "b", want=2).shards]
+    svc.done("a", 0, 0, a, 1.0)
+    write_state(path, svc.snapshot())
+    assert not svc.dirty and not list(tmp_path.glob(".*.tmp"))
+    data = read_state(path)
+    assert data is not None
+    back = ShardService.restore(cfg, data)
+    assert back.counts() == {"todo": 8, "doing": 0, "done": 2} and back.lost() == 0
+    assert back.done("b", 0, 0, b[:1], 2.0) == 1  # its former holder still reports it
+    ids = []
+    while (g := ask(back, "c", want=2)).status == "granted":
+        ids += [s[0] for s in g.shards]
+        back.done("c", 0, 0, [s[0] for s in g.shards], 3.0)
+    assert g.status == "finished" and sorted(ids + a + b[:1]) == list(range(10))
+    assert back.stats.repeated == 1  # b's other shard: handed out before and after the restart
+
+
+def test_a_snapshot_of_other_shards_or_a_damaged_one_is_refused(tmp_path: Path) -> None:
+    svc = ShardService(CFG)
+    ask(svc, "a")
+    snap = svc.snapshot()
+    with pytest.raises(ConfigError, match="shard_size"):
+        ShardService.restore(ShardingConfig(shard_size=11, seed=3), snap)
+    with pytest.raises(ConfigError, match="damaged|match"):
+        ShardService.restore(CFG, {**snap, "states": "T"})
+    with pytest.raises(ConfigError, match="outside"):
+        ShardService.restore(CFG, {**snap, "queue": [-1]})
+    (tmp_path / "x.json").write_text("{nope")
+    with pytest.raises(ConfigError, match="not JSON"):
+        read_state(tmp_path / "x.json")
+    assert read_state(tmp_path / "missing.json") is None
+    assert json.loads(json.dumps(snap)) == snap
+
+
+# -- the invariant, under any sequence -------------------------------------------------------------------
+
+HOLDERS = [("a", 0), ("a", 1), ("b", 0)]
+op = st.one_of(
+    st.tuples(st.just("ask"), st.integers(0, 2), st.integers(1, 3), st.booleans()),
+    st.tuples(st.just("done"), st.integers(0, 2), st.integers(0, 11), st.booleans()),
+    st.tuples(st.just("release"), st.integers(0, 2), st.just(0), st.booleans()),
+    st.tuples(st.just("expire"), st.just(0), st.just(0), st.booleans()),
+    st.tuples(st.just("restart"), st.just(0), st.just(0), st.booleans()),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(op, max_size=60))
+def test_no_shard_is_ever_lost_and_draining_completes_the_epoch(ops: list[tuple[str, int, int, bool]]) -> None:
+    svc = ShardService(CFG)
+    now = 0.0
+    for kind, who, x, flag in ops:
+        now += 1.0
+        site, rank = HOLDERS[who]
+        if kind == "ask":
+            ask(svc, site, rank, want=x, fresh=flag, now=now)
+        elif kind == "done":
+            held = sorted(svc.held_by(site, rank))
+            ids = held[:1] if flag and held else [x]
+            svc.done(site, rank, 0, ids, now)
+        elif kind == "release":
+            svc.release(site, rank if flag else None)
+        elif kind == "expire":
+            svc.expire(now + (CFG.lease_s if flag else 0.0))
+        else:
+            svc = ShardService.restore(CFG, json.loads(json.dumps(svc.snapshot())))
+        assert svc.lost() == 0
+        c = svc.counts()
+        assert sum(c.values()) == svc.n_shards
+        assert all(len(svc.held_by(*h)) <= CFG.max_outstanding for h in HOLDERS)
+    done_by_drain = 0
+    for _ in range(100):  # one fresh worker drains what is left: no shard is stuck
+        svc.release("a")
+        svc.release("b")
+        g = ask(svc, "z", want=2, now=now)
+        if g.status != "granted":
+            break
+        done_by_drain += svc.done("z", 0, 0, [s[0] for s in g.shards], now)
+    assert ask(svc, "z", now=now).status == "finished" and svc.complete
+    assert svc.stats.repeated <= svc.stats.done
