@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from gateways.config import check_secret_choice, read_secret_file
 from scheduler.control.config import SchedulerConfig
+from scheduler.sharding.config import ShardingConfig
 from transports.timeouts import Timeouts
 from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
@@ -44,6 +45,7 @@ class SchedulerDaemonConfig:
     * ``profile`` — the convergence profile ḡ(r, Σx) written by ``wanrt profile`` (JSON); without one the
       adaptive policy uses the analytic stand-in :class:`~scheduler.control.convergence.PowerLawConvergence`.
     * ``[scheduler.control]`` — the controller's knobs (:class:`~scheduler.control.config.SchedulerConfig`).
+    * ``[scheduler.sharding]`` — the data-shard service (:class:`~scheduler.sharding.config.ShardingConfig`).
     """
 
     job: str
@@ -57,6 +59,7 @@ class SchedulerDaemonConfig:
     policy: str = "adaptive"
     profile: str | None = None
     control: SchedulerConfig = field(default_factory=SchedulerConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
     announce_margin: int = 8
     decide_interval_s: float = 5.0
     reply_timeout_s: float = 10.0
@@ -117,6 +120,7 @@ def load_scheduler_config(path: str | Path) -> SchedulerDaemonConfig:
         secret_file=resolve(cfg.secret_file),
         control_token_file=resolve(cfg.control_token_file),
         profile=resolve(cfg.profile),
+        sharding=dataclasses.replace(cfg.sharding, state_file=resolve(cfg.sharding.state_file)),
     )
     cfg.secret_bytes()
     return cfg

@@ -27,7 +27,7 @@ from typing import Any, Final, TypeAlias
 from scheduler.sharding.config import ShardingConfig
 from wanrt.errors import ConfigError
 
-__all__ = ["Grant", "Holder", "ShardService", "ShardStats", "SNAPSHOT_VERSION"]
+__all__ = ["SNAPSHOT_VERSION", "Grant", "Holder", "ShardService", "ShardStats"]
 
 Holder: TypeAlias = tuple[str, int]  # (site, rank)
 ShardRange: TypeAlias = tuple[int, int, int]  # (shard id, first sample, end sample)

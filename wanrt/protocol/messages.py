@@ -56,6 +56,7 @@ from wanrt.protocol.limits import (
 )
 
 __all__ = [
+    "SHARD_STATUSES",
     "Ack",
     "Aggregate",
     "Auth",
@@ -72,7 +73,6 @@ __all__ = [
     "Push",
     "Reject",
     "Role",
-    "SHARD_STATUSES",
     "ShardDone",
     "ShardGrant",
     "ShardRequest",

@@ -17,8 +17,17 @@ from wanrt.errors import ConfigError
 CFG = ShardingConfig(shard_size=10, lease_s=5.0, seed=3, max_outstanding=2)
 
 
-def ask(svc: ShardService, site: str, rank: int = 0, *, epoch: int = 0, want: int = 1, fresh: bool = False,
-        now: float = 0.0, n: int = 95):  # type: ignore[no-untyped-def]
+def ask(
+    svc: ShardService,
+    site: str,
+    rank: int = 0,
+    *,
+    epoch: int = 0,
+    want: int = 1,
+    fresh: bool = False,
+    now: float = 0.0,
+    n: int = 95,
+):  # type: ignore[no-untyped-def]
     return svc.request(site, rank, epoch=epoch, dataset_len=n, want=want, fresh=fresh, now=now)
 
 
@@ -97,9 +106,12 @@ def test_requests_naming_another_dataset_or_a_disabled_service_are_answered_not_
     svc = ShardService(CFG)
     assert ask(svc, "a", n=95).status == "granted"
     assert ask(svc, "a", n=96).status == "refused"
-    assert ShardService(ShardingConfig(max_shards=4, shard_size=1)).request(
-        "a", 0, epoch=0, dataset_len=5, want=1, fresh=False, now=0.0
-    ).status == "refused"
+    assert (
+        ShardService(ShardingConfig(max_shards=4, shard_size=1))
+        .request("a", 0, epoch=0, dataset_len=5, want=1, fresh=False, now=0.0)
+        .status
+        == "refused"
+    )
     assert ask(ShardService(ShardingConfig(enabled=False)), "a").status == "unavailable"
 
 
@@ -141,7 +153,7 @@ def test_a_snapshot_of_other_shards_or_a_damaged_one_is_refused(tmp_path: Path) 
     snap = svc.snapshot()
     with pytest.raises(ConfigError, match="shard_size"):
         ShardService.restore(ShardingConfig(shard_size=11, seed=3), snap)
-    with pytest.raises(ConfigError, match="damaged|match"):
+    with pytest.raises(ConfigError, match=r"damaged|match"):
         ShardService.restore(CFG, {**snap, "states": "T"})
     with pytest.raises(ConfigError, match="outside"):
         ShardService.restore(CFG, {**snap, "queue": [-1]})
@@ -166,7 +178,9 @@ op = st.one_of(
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(op, max_size=60))
-def test_no_shard_is_ever_lost_and_draining_completes_the_epoch(ops: list[tuple[str, int, int, bool]]) -> None:
+def test_no_shard_is_ever_lost_and_draining_completes_the_epoch(
+    ops: list[tuple[str, int, int, bool]],
+) -> None:
     svc = ShardService(CFG)
     now = 0.0
     for kind, who, x, flag in ops:
