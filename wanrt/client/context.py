@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -36,6 +36,9 @@ from wanrt.client.leader.step_timing import StepTimer
 from wanrt.client.leader.worker import LeaderPipeline
 from wanrt.client.link.api import Link, LinkFactory, LinkSpec, UpdateArrived
 from wanrt.client.link.signature import LayerSignature
+
+if TYPE_CHECKING:
+    from wanrt.client.shard_sampler import ShardSampler
 from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
@@ -124,6 +127,27 @@ class Context:
     def on_batch_size(self, callback: Callable[[int], None]) -> None:
         """Call ``callback(new_per_rank_batch_size)`` on every rank when a batch-size change takes effect."""
         self._batch_callbacks.append(callback)
+
+    def shards(self, dataset_len: int, **options: Any) -> ShardSampler:
+        """A :class:`~wanrt.client.shard_sampler.ShardSampler` over ``dataset_len`` samples, leasing data
+        shards from the job's shard service through this site's gateway (AntDT §IV-C). Call after the
+        SparseOptimizer is created (the link exists from then on). Only the leader talks to the gateway, so
+        for now a site with several ranks cannot shard dynamically (each rank would need its own lease)."""
+        from wanrt.client.shard_sampler import ShardSampler, ShardSource
+
+        if self.world_size != 1:
+            raise LocalProtocolError(
+                "dynamic data shards need one rank per site for now", value=self.world_size
+            )
+        link = self._link
+        if link is None or not all(
+            hasattr(link, m) for m in ("request_shards", "report_shards", "next_grant")
+        ):
+            raise LocalProtocolError(
+                "no gateway link that carries shard requests", hint="create the SparseOptimizer first"
+            )
+        source: ShardSource = link  # type: ignore[assignment]
+        return ShardSampler(source, dataset_len, rank=self.rank, **options)
 
     # -- binding the model -------------------------------------------------------------------------------
 
