@@ -143,7 +143,12 @@ class ShardService:
         now: float,
     ) -> Grant:
         """Lease up to ``want`` TODO shards of ``epoch`` to ``(site, rank)`` (capped by ``max_outstanding``
-        minus what it holds). ``fresh``: it holds nothing any more (a restarted rank)."""
+        minus what it holds). ``fresh``: it holds nothing any more (a restarted rank).
+
+        A request for a later epoch than the current, unfinished one gets the current epoch's leftovers
+        (shards re-queued from a lost rank after everybody else moved on), else ``wait``; the next epoch
+        starts once every shard of the current one is DONE. ``drained``: this epoch has nothing left to
+        hand out, the rest is in flight (the asker's pass over the epoch is over)."""
         if not self.cfg.enabled:
             return Grant("unavailable", epoch)
         if self.dataset_len is None:
@@ -157,32 +162,41 @@ class ShardService:
         holder = (site, rank)
         if fresh:
             self._release_holder(holder, expired=False)
-        if epoch < self.epoch or self._over(epoch):
+        if epoch < self.epoch:
             return Grant("finished", epoch)
         if epoch > self.epoch:
-            if not self.complete:
-                return Grant("wait", epoch)  # the current epoch still has shards in flight
+            if not self.complete:  # leftovers of the current epoch first: re-queued shards of a lost rank
+                out, _ = self._hand_out(holder, want, now)
+                return Grant("granted", self.epoch, out) if out else Grant("wait", epoch)
+            if self._over(epoch):
+                return Grant("finished", epoch)
             self._start_epoch(epoch)
-        if self.complete:
+        if self.complete or self._over(epoch):
             return Grant("finished", epoch)
+        out, room = self._hand_out(holder, want, now)
+        if out:
+            return Grant("granted", epoch, out)
+        # no room: this rank holds enough, it must finish some first; else the rest is in flight
+        return Grant("wait" if room <= 0 else "drained", epoch)
+
+    def _hand_out(self, holder: Holder, want: int, now: float) -> tuple[tuple[ShardRange, ...], int]:
+        """Up to ``want`` TODO shards, capped by ``max_outstanding``; returns them and the room there was."""
         h = self._holders.get(holder)
         held = 0 if h is None else len(h.shards)
         room = min(want, self.cfg.max_outstanding - held)
         out: list[ShardRange] = []
-        while room > 0 and self._queue:
+        while len(out) < room and self._queue:
             sid = self._queue.popleft()
             self._queued[sid] = 0
             if self._state[sid] != TODO:
                 continue  # completed by its former holder while queued
             self._lease(sid, holder, now)
             out.append(self.shard_range(sid))
-            room -= 1
         if h is not None:
             h.seen = now
-        if not out:
-            return Grant("wait", epoch)
-        self.dirty = True
-        return Grant("granted", epoch, tuple(out))
+        if out:
+            self.dirty = True
+        return tuple(out), room
 
     def _lease(self, sid: int, holder: Holder, now: float) -> None:
         self._state[sid] = DOING

@@ -22,10 +22,12 @@ Use it with a DataLoader (any iterable of indices is a sampler to PyTorch)::
 with workers and prefetching), so a shard is reported only when every one of its samples went through a
 finished step. The report travels on the same link after that step's gradient pushes.
 
-A pass over the loader ends when the shard service says the epoch is over everywhere (``finished``), or
-early when the service has nothing to hand out now but this rank still has samples in flight (the batch
-being built must be trained before its shard can be reported): the next pass then continues the same
-epoch, so shards that come back from a lost rank are still trained. :attr:`epoch` is the data epoch.
+A pass over the loader is one epoch: it ends when the shard service has no TODO shard of the epoch left
+(``drained``; the rest is in other ranks' hands) or the epoch is DONE (``finished``). Shards that come back
+from a lost rank after that are handed to whoever asks next, also to a pass over a later epoch (the grant
+says which epoch they belong to), so no shard waits for a rank that is gone. A pass ends early only when
+this rank holds ``max_outstanding`` shards still in flight (its batches reach across more shards than the
+service lets it hold): the next pass then continues the same epoch. :attr:`epoch` is the next data epoch.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class ShardSampler:
         self._pending: deque[tuple[int, int, int]] = deque()  # (yield count at its end, epoch, shard id)
         self.granted = 0
         self.reported = 0
+        #: the shard service's last answer: ``finished`` once the job has trained every epoch asked for
+        self.last_status = ""
 
     # -- the training loop's side ----------------------------------------------------------------------
 
@@ -145,7 +149,8 @@ class ShardSampler:
     def __iter__(self) -> Iterator[int]:
         while True:
             grant = self._ask()
-            if grant.status == "finished":
+            self.last_status = grant.status
+            if grant.status in ("finished", "drained"):
                 if grant.epoch >= self.epoch:
                     self.epoch = grant.epoch + 1
                 return

@@ -525,10 +525,12 @@ class ConfigUpdate(Message):
 
 # ------------------------------------------------------------------------------------------ data shards
 
-#: ``ShardGrant.status``: ``granted`` (shards listed), ``wait`` (none to hand out now, others' are in flight:
-#: ask again), ``finished`` (the epoch is done everywhere), ``unavailable`` (no scheduler reachable or
-#: sharding off: ask again later), ``refused`` (the request contradicts the job, e.g. another dataset size).
-SHARD_STATUSES: Final = ("granted", "wait", "finished", "unavailable", "refused")
+#: ``ShardGrant.status``: ``granted`` (shards listed, of the grant's epoch), ``drained`` (the epoch has no
+#: TODO shard left, the rest is in flight: this rank's pass is over), ``wait`` (nothing for this rank now:
+#: it holds its share, or asks for the next epoch before this one is done; ask again), ``finished`` (the
+#: epoch is DONE everywhere), ``unavailable`` (no scheduler reachable or sharding off: ask again later),
+#: ``refused`` (the request contradicts the job, e.g. another dataset size).
+SHARD_STATUSES: Final = ("granted", "drained", "wait", "finished", "unavailable", "refused")
 
 
 def check_shard_request(rank: Any, request: Any, epoch: Any, dataset_len: Any, want: Any) -> None:

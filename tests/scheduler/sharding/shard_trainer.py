@@ -1,8 +1,8 @@
 """A trainer process for the shard tests: the real client link and ShardSampler against a real gateway.
 
 ``python -m tests.scheduler.sharding.shard_trainer URL SITE N BATCH [--hang-after K]`` prints one JSON line
-per finished step (``{"step": i, "indices": [...]}``) after reporting it, and ``{"finished": epoch}`` at the
-end; with ``--hang-after K`` it stops after K steps mid-epoch, holding its shards, until it is killed.
+per finished step (``{"step": i, "indices": [...]}``) after reporting it, and ``{"finished": epoch}`` once the
+service says the job's epochs are all DONE; with ``--hang-after K`` it stops after K steps mid-epoch, holding its shards, until it is killed.
 """
 
 from __future__ import annotations
@@ -47,17 +47,14 @@ def main(argv: list[str]) -> int:
             while True:
                 time.sleep(1.0)  # mid-epoch, holding its shards: the test kills it
 
-    while True:
-        epoch = sampler.epoch
+    while sampler.last_status != "finished":  # passes until every epoch the job trains is DONE
         for index in sampler:
             batch.append(index)
             if len(batch) == a.batch:
                 finish_step()
         if batch:
             finish_step()
-        if sampler.epoch > epoch:  # the service said the epoch is over everywhere
-            break
-    print(json.dumps({"finished": epoch, "granted": sampler.granted}), flush=True)
+    print(json.dumps({"finished": sampler.epoch, "granted": sampler.granted}), flush=True)
     link.close(5.0)
     return 0
 

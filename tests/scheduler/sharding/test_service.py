@@ -57,7 +57,8 @@ def test_a_rank_holds_at_most_max_outstanding_and_waits_while_others_hold_the_re
     for site in "bcd":
         assert len(ask(svc, site, want=2).shards) == 2
     assert len(ask(svc, "e", want=2).shards) == 2
-    assert ask(svc, "f").status == "wait"  # all 10 leased, none DONE: the epoch is not over
+    assert ask(svc, "f").status == "drained"  # all 10 leased, none DONE: the rest is in flight
+    assert ask(svc, "f", epoch=1).status == "wait"  # the next epoch waits for this one
     assert svc.counts() == {"todo": 0, "doing": 10, "done": 0}
 
 
@@ -84,6 +85,19 @@ def test_only_the_holder_may_report_and_a_silent_holder_s_lease_expires() -> Non
     assert svc.stats.repeated == 0 and svc.done("a", 0, 0, [sid], 6.0) == 0 and svc.stats.duplicate == 1
 
 
+def test_a_later_epoch_s_request_takes_the_leftovers_of_a_lost_rank() -> None:
+    svc = ShardService(ShardingConfig(shard_size=10))
+    lost = ask(svc, "a", want=2, n=40)
+    rest = ask(svc, "b", want=2, n=40)
+    svc.done("b", 0, 0, [s[0] for s in rest.shards], 1.0)
+    assert ask(svc, "b", epoch=0, n=40).status == "drained"
+    svc.release("a")
+    g = ask(svc, "b", epoch=1, n=40, want=2)
+    assert g.status == "granted" and g.epoch == 0 and sorted(g.shards) == sorted(lost.shards)
+    svc.done("b", 0, 0, [s[0] for s in g.shards], 2.0)
+    assert ask(svc, "b", epoch=1, n=40).epoch == 1 and svc.epoch == 1
+
+
 def test_a_fresh_request_returns_the_earlier_incarnation_s_shards_first_to_the_queue() -> None:
     svc = ShardService(CFG)
     first = {s[0] for s in ask(svc, "a", want=2).shards}
@@ -99,7 +113,8 @@ def test_epochs_advance_only_when_every_shard_is_done_and_stop_at_the_configured
     assert ask(svc, "b", epoch=0, n=100).status == "finished"
     assert ask(svc, "b", epoch=1, n=100).status == "granted" and svc.epoch == 1
     assert svc.done("a", 0, 0, [0], 2.0) == 0 and svc.stats.stale == 1  # a report about a past epoch
-    assert ask(svc, "b", epoch=2, n=100).status == "finished"
+    assert ask(svc, "b", epoch=2, n=100).status == "granted"  # epoch 1's leftovers, not epoch 2
+    assert ask(svc, "c", epoch=2, n=100).status == "wait"  # the last epoch is not DONE yet
 
 
 def test_requests_naming_another_dataset_or_a_disabled_service_are_answered_not_raised() -> None:
