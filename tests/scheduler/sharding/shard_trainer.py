@@ -1,8 +1,9 @@
 """A trainer process for the shard tests: the real client link and ShardSampler against a real gateway.
 
 ``python -m tests.scheduler.sharding.shard_trainer URL SITE N BATCH [--hang-after K]`` prints one JSON line
-per finished step (``{"step": i, "indices": [...]}``) after reporting it, and ``{"finished": epoch}`` once the
-service says the job's epochs are all DONE; with ``--hang-after K`` it stops after K steps mid-epoch, holding its shards, until it is killed.
+per finished step (``{"step": i, "indices": [...]}``) after reporting it, and ``{"finished": epoch}`` once
+the service says every epoch of the job is DONE; with ``--hang-after K`` it stops after K steps mid-epoch,
+holding its shards, until it is killed.
 """
 
 from __future__ import annotations
