@@ -15,6 +15,8 @@ Four parts, each compared side by side in the same run (see docs/stragglers.md):
    noise-scale estimator on gradients with a known noise scale; the t_w sweep of Eq. 3.
 4. **ElasticBSP barrier search**: ZipLine (vectorised) and the paper's variants against GridScan and
    FullGridScan on §6.1's synthetic data, n ∈ {10, 100, 1000}, R ∈ {15, 150}: same optimum, time per call.
+5. **AntDT data shards** (§IV-C): the scheduler's ShardService against a stateless shard queue and the even
+   partition, ranks killed and restarted: ``shards_lost`` (target 0) and ``shards_repeated``.
 
 ``--quick`` (< 60 s) runs fewer seeds, iterations and scenarios; ``--json PATH`` writes every key.
 """
@@ -22,6 +24,7 @@ Four parts, each compared side by side in the same run (see docs/stragglers.md):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import statistics
@@ -349,6 +352,65 @@ def part_zipline(sz: Sizes) -> dict[str, Any]:
     }
 
 
+# -- 5. AntDT data shards ----------------------------------------------------------------------------------
+
+
+def part_shards(quick: bool) -> dict[str, Any]:
+    """AntDT §IV-C: the real ShardService (sims.models.shard_epochs) against a stateless queue and the even
+    partition, with the same rank speeds and the same kills; lost and repeated counted from what trainers
+    trained in full."""
+    from sims.models.shard_epochs import SCHEMES, EpochsConfig
+    from sims.models.shard_epochs import run as run_epochs
+
+    if quick:
+        base, seeds = EpochsConfig(samples=20_000, ranks=8, epochs=2, kills=4), (0, 1, 2)
+    else:
+        base, seeds = EpochsConfig(samples=200_000, ranks=16, epochs=3, kills=16), (0, 1, 2, 3, 4)
+    res = {s: [run_epochs(dataclasses.replace(base, seed=seed), s) for seed in seeds] for s in SCHEMES}
+    total = base.epochs * base.samples
+    print(
+        f"\n[5] AntDT data shards — {base.ranks} ranks (±{base.heterogeneity:.0%} speed), {base.samples} "
+        f"samples in shards of {base.shard_size}, {base.epochs} epochs, {base.kills} kills each, "
+        f"{len(seeds)} seeds"
+    )
+    print(
+        f"{'scheme':>8} {'lost':>6} {'trained 2×':>11} {'repeated':>9} {'extra samples':>14} {'time (s)':>9}"
+    )
+    row: dict[str, dict[str, float]] = {}
+    for s in SCHEMES:
+        rs = res[s]
+        row[s] = {
+            "lost": sum(r.lost for r in rs),
+            "twice": sum(r.trained_twice for r in rs),
+            "repeated": sum(r.repeated for r in rs),
+            "extra": float(np.mean([r.samples_trained / total - 1 for r in rs])),
+            "time": float(np.mean([r.time_s for r in rs])),
+        }
+        v = row[s]
+        print(
+            f"{s:>8} {v['lost']:>6.0f} {v['twice']:>11.0f} {v['repeated']:>9.0f} {v['extra']:>13.2%} "
+            f"{v['time']:>9.1f}"
+        )
+    kills = sum(r.kills for r in res["dds"])
+    return {
+        "shards_lost": int(row["dds"]["lost"]),
+        "shards_repeated": int(row["dds"]["repeated"]),
+        "shards_repeated_per_kill": row["dds"]["repeated"] / max(kills, 1),
+        "shards_kills": kills,
+        "shards_lost_stateless_queue": int(row["queue"]["lost"]),
+        "shards_trained_twice_static": int(row["static"]["twice"]),
+        "shards_extra_samples_dds": row["dds"]["extra"],
+        "shards_extra_samples_static": row["static"]["extra"],
+        "shards_time_ratio_static_over_dds": row["static"]["time"] / row["dds"]["time"],
+    }
+
+
+SHARD_TARGETS: dict[str, Callable[[Any], bool]] = {
+    "shards_lost": lambda v: v == 0,
+    "shards_repeated_per_kill": lambda v: v <= 2.0,  # at most the shards one rank holds (want=1 + next)
+}
+
+
 TARGETS: dict[str, Callable[[Any], bool]] = {
     "seed002_persistent_reduction": lambda v: v >= 0.44,
     "seed002_bursty_overhead": lambda v: v <= 0.01,
@@ -373,9 +435,10 @@ def main(argv: list[str] | None = None) -> int:
     out |= part_antdt(sz)
     out |= part_star(sz)
     out |= part_zipline(sz)
+    out |= part_shards(args.quick)
     out["elapsed_s"] = time.perf_counter() - t0
     print(f"\n{'key':<38} {'value':>10}  target")
-    for key, ok in TARGETS.items():
+    for key, ok in {**TARGETS, **SHARD_TARGETS}.items():
         v = out[key]
         print(f"{key:<38} {v:>10.4g}  {'met' if ok(v) else 'NOT met'}")
     print(f"elapsed {out['elapsed_s']:.1f} s ({out['mode']})")
