@@ -1,6 +1,8 @@
-"""A trainer process for the shard tests: the real client link and ShardSampler against a real gateway.
+#!/usr/bin/env python3
+"""A trainer process for the shard tests and benchmark: the real client link and ShardSampler against a
+real gateway, with "compute" replaced by a sleep (what is measured is which samples were trained).
 
-``python -m tests.scheduler.sharding.shard_trainer URL SITE N BATCH [--hang-after K]`` prints one JSON line
+``python tools/shard_trainer.py URL SITE N BATCH [--hang-after K]`` prints one JSON line
 per finished step (``{"step": i, "indices": [...]}``) after reporting it, and ``{"finished": epoch}`` once
 the service says every epoch of the job is DONE; with ``--hang-after K`` it stops after K steps mid-epoch,
 holding its shards, until it is killed.
@@ -12,6 +14,9 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wanrt.client.config import ClientConfig
 from wanrt.client.link.api import LinkSpec
@@ -20,7 +25,7 @@ from wanrt.client.link.signature import LayerSignature
 from wanrt.client.shard_sampler import ShardSampler
 
 JOB = "testjob"
-SECRET = b"s3cret-s3cret-s3cret"
+SECRET = b"s3cret-s3cret-s3cret"  # the test clusters' job secret (tests.gateways.service.daemon_cluster)
 
 
 def main(argv: list[str]) -> int:
