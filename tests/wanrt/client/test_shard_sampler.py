@@ -5,6 +5,7 @@ repeats anything but the shards its dead predecessor held."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,38 @@ def test_refusals_and_silence_raise_typed_errors() -> None:
         ShardSampler(src, 0)
     with pytest.raises(ConfigError):
         ShardSampler(src, 10).step_done(-1)
+
+
+@pytest.mark.usefixtures("single_rank_group")
+def test_ctx_shards_rides_the_leader_s_link_once_the_optimizer_exists(secret_file: Path) -> None:
+    import torch
+
+    import wanrt
+    from tests.wanrt.client.fake_link import ScriptedLink
+    from wanrt.client import ClientConfig, SparseOptimizer
+    from wanrt.client.link.api import LinkSpec
+    from wanrt.errors import LocalProtocolError
+
+    svc = ShardService(ShardingConfig(shard_size=10, epochs=1))
+
+    def factory(spec: LinkSpec) -> ScriptedLink:
+        link = ScriptedLink(spec)
+        src = ServiceSource(svc)
+        link.request_shards = src.request_shards  # type: ignore[attr-defined]
+        link.report_shards = src.report_shards  # type: ignore[attr-defined]
+        link.next_grant = src.next_grant  # type: ignore[attr-defined]
+        return link
+
+    ctx = wanrt.client.init(
+        "mem://gw", site="a", job="j", secret_file=secret_file, config=ClientConfig(), link_factory=factory
+    )
+    try:
+        with pytest.raises(LocalProtocolError, match="SparseOptimizer"):
+            ctx.shards(30)
+        SparseOptimizer([("w", torch.nn.Parameter(torch.zeros(16)))], "sgd", lr=0.1, ctx=ctx)
+        sampler = ctx.shards(30, seed=4)
+        seen = list(sampler)
+        sampler.step_done(len(seen))
+        assert sorted(seen) == list(range(30)) and svc.complete
+    finally:
+        ctx.close()
