@@ -18,11 +18,12 @@ DOING shards come back as TODO, and their former holder may still report them DO
 from __future__ import annotations
 
 import math
-import random
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, TypeAlias
+
+import numpy as np
 
 from scheduler.sharding.config import ShardingConfig
 from wanrt.errors import ConfigError
@@ -36,6 +37,9 @@ TODO: Final = 0
 DOING: Final = 1
 DONE: Final = 2
 _CHARS: Final = "TDX"  # state letters in a snapshot
+_TO_CHARS: Final = bytes.maketrans(bytes([TODO, DOING, DONE]), _CHARS.encode())
+_FROM_CHARS: Final = bytes.maketrans(_CHARS.encode(), bytes([TODO, TODO, DONE]))  # DOING comes back TODO
+_ORDER_STREAM: Final = 0x5348  # keeps the shard order's random stream apart from other uses of the seed
 SNAPSHOT_VERSION: Final = 1
 
 
@@ -98,9 +102,8 @@ class ShardService:
     def order(self, epoch: int) -> list[int]:
         """The order shards of ``epoch`` are handed out: a permutation drawn from (seed, epoch), so that
         data order is reproducible across runs and restarts (§IV-C1's shard shuffler, between shards)."""
-        ids = list(range(self.n_shards))
-        random.Random(f"wanrt-shards:{self.cfg.seed}:{epoch}").shuffle(ids)
-        return ids
+        rng = np.random.default_rng([self.cfg.seed, epoch, _ORDER_STREAM])
+        return [int(x) for x in rng.permutation(self.n_shards)]
 
     def _size(self, dataset_len: int) -> int | None:
         k = math.ceil(dataset_len / self.cfg.shard_size)
@@ -332,17 +335,19 @@ class ShardService:
         """A JSON-ready picture of the state. DOING shards are listed with their holder; on restore they
         are TODO again (their holders may have gone with the old scheduler) but the holder may report them."""
         self.dirty = False
+        grants = np.frombuffer(bytes(self._grants), np.uint8)
+        states = np.frombuffer(bytes(self._state), np.uint8)
+        ids = np.flatnonzero((grants > 0) & (states != DONE))
         return {
             "version": SNAPSHOT_VERSION,
             "shard_size": self.cfg.shard_size,
             "seed": self.cfg.seed,
             "dataset_len": self.dataset_len,
             "epoch": self.epoch,
-            "states": "".join(_CHARS[s] for s in self._state),
+            "states": bytes(self._state).translate(_TO_CHARS).decode("ascii"),
             "doing": [[sid, h[0], h[1]] for sid, h in sorted(self._holder.items())],
             "former": [[sid, h[0], h[1]] for sid, h in sorted(self._former.items())],
-            "grants": {str(sid): g for sid, g in enumerate(self._grants) if g and self._state[sid] != DONE},
-            "queue": [sid for sid in self._queue if self._state[sid] == TODO],
+            "grants": dict(zip(map(str, ids.tolist()), grants[ids].tolist(), strict=True)),
             "stats": asdict(self.stats),
         }
 
@@ -373,15 +378,19 @@ class ShardService:
             states = data["states"]
             if k is None or not isinstance(states, str) or len(states) != k:
                 raise bad("its shard table does not match its dataset size")
+            if states.strip(_CHARS):
+                raise bad("its shard table holds unknown states")
             svc.dataset_len, svc.n_shards = int(n), k
             doing = {int(sid): (str(site), int(rank)) for sid, site, rank in data["doing"]}
             former = {int(sid): (str(site), int(rank)) for sid, site, rank in data["former"]}
-            queue = [int(s) for s in data["queue"]]
-            if not all(0 <= sid < k for sid in (*queue, *doing, *former)):
+            if not all(0 <= sid < k for sid in (*doing, *former)):
                 raise bad("it names shards outside its dataset")
-            svc._start_epoch(int(data["epoch"]), queue)
-            for sid, ch in enumerate(states):
-                svc._state[sid] = _CHARS.index(ch) if ch != "D" else TODO
+            table = bytearray(states.encode("ascii").translate(_FROM_CHARS))
+            epoch = int(data["epoch"])
+            svc.n_shards = k
+            queue = [sid for sid in svc.order(epoch) if table[sid] == TODO and sid not in doing]
+            svc._start_epoch(epoch, queue)
+            svc._state = table
             for sid, g in data["grants"].items():
                 svc._grants[int(sid)] = min(int(g), 255)
             svc._former.update(former)
@@ -390,14 +399,12 @@ class ShardService:
                 if not svc._queued[sid]:
                     svc._queue.append(sid)
                     svc._queued[sid] = 1
-            if any(svc._state[sid] != TODO for sid in svc._queue):
-                raise bad("its queue lists shards that are not TODO")
             svc._done_count = svc._state.count(DONE)
             stats.released += len(doing)
             svc.stats = stats
         except ConfigError:
             raise
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, UnicodeError) as exc:
             raise bad(f"damaged ({type(exc).__name__}: {exc})") from None
         if svc.lost():  # a TODO shard the file forgot to queue: queue it rather than lose it
             for sid in range(svc.n_shards):

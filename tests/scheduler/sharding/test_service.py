@@ -171,7 +171,9 @@ def test_a_snapshot_of_other_shards_or_a_damaged_one_is_refused(tmp_path: Path) 
     with pytest.raises(ConfigError, match=r"damaged|match"):
         ShardService.restore(CFG, {**snap, "states": "T"})
     with pytest.raises(ConfigError, match="outside"):
-        ShardService.restore(CFG, {**snap, "queue": [-1]})
+        ShardService.restore(CFG, {**snap, "doing": [[-1, "a", 0]]})
+    with pytest.raises(ConfigError, match="unknown states"):
+        ShardService.restore(CFG, {**snap, "states": "Q" * 10})
     (tmp_path / "x.json").write_text("{nope")
     with pytest.raises(ConfigError, match="not JSON"):
         read_state(tmp_path / "x.json")
