@@ -32,6 +32,7 @@ service lets it hold): the next pass then continues the same epoch. :attr:`epoch
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import deque
@@ -43,6 +44,8 @@ from wanrt.protocol.limits import MAX_SAMPLES, MAX_SHARDS_PER_MESSAGE
 from wanrt.protocol.messages import ShardGrant
 
 __all__ = ["ShardSampler", "ShardSource", "ShardsRefused"]
+
+log = logging.getLogger(__name__)
 
 #: Grants that do not answer this sampler's request (an earlier incarnation's, a replaced request) are
 #: skipped; this many in a row means the link is confused.
@@ -155,8 +158,16 @@ class ShardSampler:
                     self.epoch = grant.epoch + 1
                 return
             if grant.status != "granted":  # wait / unavailable
-                if self._pending:
-                    return  # let the batch being built be trained and reported; the next pass goes on
+                if self._pending:  # let the batches being built be trained and reported
+                    log.warning(
+                        "data epoch %d: this pass ends early (%s) with %d shards in flight; the next pass "
+                        "continues the epoch (raise [scheduler.sharding] max_outstanding above the loader's "
+                        "prefetch depth in shards)",
+                        self.epoch,
+                        grant.status,
+                        len(self._pending),
+                    )
+                    return
                 time.sleep(self.retry_s)
                 continue
             for sid, start, stop in grant.shards:

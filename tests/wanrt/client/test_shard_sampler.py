@@ -159,3 +159,21 @@ def test_ctx_shards_rides_the_leader_s_link_once_the_optimizer_exists(secret_fil
         assert sorted(seen) == list(range(30)) and svc.complete
     finally:
         ctx.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataloader_with_prefetching_workers_trains_each_epoch_once(workers: int) -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    # 2 workers × 2 prefetched batches of 8 = 32 samples in flight: about 4 shards of 10, under the cap
+    svc = ShardService(ShardingConfig(shard_size=10, epochs=2, max_outstanding=8))
+    sampler = ShardSampler(ServiceSource(svc), 95, retry_s=0.01)
+    loader = DataLoader(TensorDataset(torch.arange(95)), batch_size=8, sampler=sampler, num_workers=workers)
+    for epoch in range(2):
+        seen: list[int] = []
+        for (x,) in loader:
+            seen += x.tolist()
+            sampler.step_done(len(x))
+        assert sorted(seen) == list(range(95)) and sampler.epoch == epoch + 1
+    assert svc.complete and svc.epoch == 1 and svc.stats.repeated == 0
