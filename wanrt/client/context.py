@@ -130,24 +130,32 @@ class Context:
 
     def shards(self, dataset_len: int, **options: Any) -> ShardSampler:
         """A :class:`~wanrt.client.shard_sampler.ShardSampler` over ``dataset_len`` samples, leasing data
-        shards from the job's shard service through this site's gateway (AntDT §IV-C). Call after the
-        SparseOptimizer is created (the link exists from then on). Only the leader talks to the gateway, so
-        for now a site with several ranks cannot shard dynamically (each rank would need its own lease)."""
+        shards from the job's shard service through this site's gateway (AntDT §IV-C). Call on every rank,
+        after the SparseOptimizer is created (the leader's link exists from then on). The site leases as one
+        holder and each rank trains its stripe of every shard; the leader shares each grant with the other
+        ranks (:mod:`wanrt.client.site.shard_grants`), so every rank must iterate its sampler alike."""
         from wanrt.client.shard_sampler import ShardSampler, ShardSource
 
-        if self.world_size != 1:
+        if self._optimizer is None:
             raise LocalProtocolError(
-                "dynamic data shards need one rank per site for now", value=self.world_size
+                "no gateway link that carries shard requests yet", hint="create the SparseOptimizer first"
             )
-        link = self._link
-        if link is None or not all(
-            hasattr(link, m) for m in ("request_shards", "report_shards", "next_grant")
-        ):
-            raise LocalProtocolError(
-                "no gateway link that carries shard requests", hint="create the SparseOptimizer first"
-            )
-        source: ShardSource = link  # type: ignore[assignment]
-        return ShardSampler(source, dataset_len, rank=self.rank, **options)
+        source: ShardSource | None = None
+        if self.is_leader:
+            link = self._link
+            if link is None or not all(
+                hasattr(link, m) for m in ("request_shards", "report_shards", "next_grant")
+            ):
+                raise LocalProtocolError("this gateway link does not carry shard requests")
+            source = link  # type: ignore[assignment]
+        relay = None
+        if self.world_size > 1:
+            from wanrt.client.site.shard_grants import TorchGrantRelay
+
+            relay = TorchGrantRelay(self._group, self._device)
+        return ShardSampler(
+            source, dataset_len, rank=0, stripe=(self.rank, self.world_size), relay=relay, **options
+        )
 
     # -- binding the model -------------------------------------------------------------------------------
 

@@ -39,11 +39,11 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Final, Protocol
 
-from wanrt.errors import ConfigError, WanrtTimeout
+from wanrt.errors import ConfigError, WanrtError, WanrtTimeout
 from wanrt.protocol.limits import MAX_SAMPLES, MAX_SHARDS_PER_MESSAGE
 from wanrt.protocol.messages import ShardGrant
 
-__all__ = ["ShardSampler", "ShardSource", "ShardsRefused"]
+__all__ = ["GrantRelay", "ShardSampler", "ShardSource", "ShardsRefused"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,13 @@ class ShardSource(Protocol):
     def next_grant(self, timeout: float) -> ShardGrant | None: ...
 
 
+class GrantRelay(Protocol):
+    """Shares the leader's grants with the other ranks of its site
+    (:class:`~wanrt.client.site.shard_grants.TorchGrantRelay`)."""
+
+    def share(self, grant: ShardGrant | None) -> ShardGrant: ...
+
+
 class ShardSampler:
     """See the module docstring.
 
@@ -77,14 +84,22 @@ class ShardSampler:
     orders shards by a seeded permutation), seeded by (``seed``, epoch, shard). ``retry_s``: how long to
     wait before asking again after ``wait``/``unavailable``; ``timeout_s``: how long one request may go
     unanswered before :class:`~wanrt.errors.WanrtTimeout`.
+
+    A site of several ranks leases shards as one holder (the leader's link, lease rank ``rank``): pass
+    ``stripe=(my rank, ranks)`` and a ``relay`` on every rank, ``source`` on the leader only (None
+    elsewhere). Each rank trains every ``ranks``-th sample of each shard, padded by wrapping around so all
+    stripes have the same length (as DistributedSampler pads), and the leader reports a shard once its own
+    stripe went through a step, which, the site's ranks stepping together, means every stripe did.
     """
 
     def __init__(
         self,
-        source: ShardSource,
+        source: ShardSource | None,
         dataset_len: int,
         *,
         rank: int = 0,
+        stripe: tuple[int, int] = (0, 1),
+        relay: GrantRelay | None = None,
         epoch: int = 0,
         want: int = 1,
         shuffle: bool = True,
@@ -98,7 +113,17 @@ class ShardSampler:
             raise ConfigError(f"want must be 1..{MAX_SHARDS_PER_MESSAGE}", key="want", value=want)
         if not 0.0 < retry_s <= 60.0 or not 0.0 < timeout_s <= 3600.0:
             raise ConfigError("retry_s and timeout_s must be positive", key="retry_s", value=retry_s)
+        me, ranks = stripe
+        if not 0 <= me < ranks or (ranks > 1 and relay is None) or ((source is None) != (me != 0)):
+            raise ConfigError(
+                "stripe=(rank, ranks) with 0 <= rank < ranks; a relay when ranks > 1; "
+                "a source on rank 0 only",
+                key="stripe",
+                value=stripe,
+            )
         self.source = source
+        self.stripe = (me, ranks)
+        self.relay = relay
         self.dataset_len = dataset_len
         self.rank = rank
         self.epoch = epoch
@@ -132,6 +157,8 @@ class ShardSampler:
         while self._pending and self._pending[0][0] <= self._consumed:
             _, epoch, sid = self._pending.popleft()
             by_epoch.setdefault(epoch, []).append(sid)
+        if self.source is None:
+            return  # a follower rank: the leader reports (its stripe is consumed at the same step)
         for epoch, ids in by_epoch.items():
             for i in range(0, len(ids), MAX_SHARDS_PER_MESSAGE):
                 chunk = tuple(ids[i : i + MAX_SHARDS_PER_MESSAGE])
@@ -175,12 +202,34 @@ class ShardSampler:
                 order = list(range(start, stop))
                 if self.shuffle:
                     random.Random(f"{self.seed}:{grant.epoch}:{sid}").shuffle(order)
+                me, ranks = self.stripe
+                if ranks > 1:
+                    per_rank = -(-len(order) // ranks)
+                    order = (order * 2)[: per_rank * ranks][me::ranks]  # padded by wrapping around
                 self._pending.append((self._yielded + len(order), grant.epoch, sid))
                 for index in order:
                     self._yielded += 1
                     yield index
 
     def _ask(self) -> ShardGrant:
+        if self.source is None:  # a follower: the leader's answer, as it broadcasts it
+            assert self.relay is not None
+            grant = self.relay.share(None)
+            if grant.status == "refused":
+                raise ShardsRefused(
+                    "the site leader's shard request failed (see its error)", key="dataset_len"
+                )
+            return grant
+        try:
+            grant = self._ask_service()
+        except WanrtError:
+            if self.relay is not None:  # the followers wait for this answer: tell them, then fail
+                self.relay.share(ShardGrant(self.rank, self._request, self.epoch, "refused", ()))
+            raise
+        return grant if self.relay is None else self.relay.share(grant)
+
+    def _ask_service(self) -> ShardGrant:
+        assert self.source is not None
         self._request += 1
         request = self._request
         self.source.request_shards(self.rank, request, self.epoch, self.dataset_len, self.want, self._fresh)
