@@ -5,14 +5,21 @@ Why shards instead of a fixed partition: a fast site simply asks for more shards
 so the data follows the throughput each site actually delivers (§IV-C2) without a balancing protocol.
 
 Why states (§IV-C3): each shard of an epoch is TODO (ready), DOING (leased to one ``(site, rank)``) or DONE
-(its gradients were pushed). A DOING shard goes back to TODO, at the end of the queue, when its holder
-disconnects, starts afresh (``fresh`` request) or stays silent past ``lease_s``; so every shard is DONE at
-least once (at-least-once, as the paper argues is the right trade-off). A shard DONE after being handed out
-more than once counts in ``shards_repeated``: the price of that guarantee, measured.
+(its gradients were pushed). A DOING shard goes back to TODO, at the end of its epoch's queue, when its
+holder disconnects, starts afresh (``fresh`` request) or stays silent past ``lease_s``; so every shard is
+DONE at least once (at-least-once, as the paper argues is the right trade-off). A shard DONE after being
+handed out more than once counts in ``shards_repeated``: the price of that guarantee, measured.
 
-Everything is bounded: ``max_shards`` records per epoch, ``max_outstanding`` shards per rank, holders only
-while they hold something. :meth:`snapshot` / :meth:`restore` carry the state across a scheduler restart;
-DOING shards come back as TODO, and their former holder may still report them DONE.
+Why two epochs may be open at once: wanrt's sites step together, iteration by iteration, so a site that
+finds no TODO shard left in epoch e must be able to go on with epoch e+1 while other sites still train e's
+last shards; waiting for them would stall the whole job (they wait for its gradients). So epoch e+1 opens
+as soon as e has no TODO shard left, and e stays open until its last shard is DONE. A shard of e that comes
+back (its holder died) is handed out before any shard of e+1. A third epoch waits until the oldest is DONE,
+which bounds the state to two epochs' tables.
+
+Everything is bounded: two tables of ``max_shards`` records, ``max_outstanding`` shards per rank, holders
+only while they hold something. :meth:`snapshot` / :meth:`restore` carry the state across a scheduler
+restart; DOING shards come back as TODO, and their former holder may still report them DONE.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ __all__ = ["SNAPSHOT_VERSION", "Grant", "Holder", "ShardService", "ShardStats"]
 
 Holder: TypeAlias = tuple[str, int]  # (site, rank)
 ShardRange: TypeAlias = tuple[int, int, int]  # (shard id, first sample, end sample)
+Lease: TypeAlias = tuple[int, int]  # (epoch, shard id)
 
 TODO: Final = 0
 DOING: Final = 1
@@ -40,7 +48,9 @@ _CHARS: Final = "TDX"  # state letters in a snapshot
 _TO_CHARS: Final = bytes.maketrans(bytes([TODO, DOING, DONE]), _CHARS.encode())
 _FROM_CHARS: Final = bytes.maketrans(_CHARS.encode(), bytes([TODO, TODO, DONE]))  # DOING comes back TODO
 _ORDER_STREAM: Final = 0x5348  # keeps the shard order's random stream apart from other uses of the seed
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2
+#: epochs open at once (see the module docstring)
+MAX_OPEN_EPOCHS: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +71,62 @@ class ShardStats:
     released: int = 0  # DOING shards sent back to TODO because their holder left or restarted
     expired: int = 0  # ... because their holder's lease ran out
     refused: int = 0  # DONE reports for shards the reporter did not hold
-    stale: int = 0  # reports about another epoch or a shard id outside it
+    stale: int = 0  # reports about an epoch that is not open or a shard id outside it
     duplicate: int = 0  # DONE reports for shards already DONE
     epochs_completed: int = 0
 
 
 @dataclass(slots=True)
 class _HolderState:
-    shards: set[int] = field(default_factory=set)
+    shards: set[Lease] = field(default_factory=set)
     seen: float = 0.0
+
+
+class _Epoch:
+    """One epoch's shard table: a state and a grant count per shard, holders, and the TODO queue."""
+
+    def __init__(self, k: int, queue: Iterable[int]) -> None:
+        self.state = bytearray(k)
+        self.grants = bytearray(k)  # times handed out, saturating at 255
+        self.holder: dict[int, Holder] = {}  # DOING shard -> holder
+        self.former: dict[int, Holder] = {}  # TODO shard -> who held it last (may still report it)
+        self.queue: deque[int] = deque(queue)
+        self.queued = bytearray(k)
+        for sid in self.queue:
+            self.queued[sid] = 1
+        self.done = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.done == len(self.state)
+
+    def pop_todo(self) -> int | None:
+        while self.queue:
+            sid = self.queue.popleft()
+            self.queued[sid] = 0
+            if self.state[sid] == TODO:
+                return sid
+            # else: completed by its former holder while queued
+        return None
+
+    def has_todo(self) -> bool:
+        while self.queue and self.state[self.queue[0]] != TODO:
+            self.queued[self.queue.popleft()] = 0
+        return bool(self.queue)
+
+    def requeue(self, sid: int) -> None:
+        if not self.queued[sid]:
+            self.queue.append(sid)
+            self.queued[sid] = 1
+
+    def lost(self) -> int:
+        return sum(
+            1
+            for sid in range(len(self.state))
+            if self.state[sid] != DONE
+            and not (self.state[sid] == DOING and sid in self.holder)
+            and not (self.state[sid] == TODO and self.queued[sid])
+        )
 
 
 class ShardService:
@@ -80,19 +137,17 @@ class ShardService:
         self.cfg = cfg
         self.dataset_len: int | None = None
         self.n_shards = 0
-        self.epoch = 0
         self.stats = ShardStats()
         self.dirty = False  # changed since the last snapshot
-        self._state = bytearray()
-        self._grants = bytearray()  # times handed out this epoch, saturating at 255
-        self._holder: dict[int, Holder] = {}  # DOING shard -> holder
-        self._former: dict[int, Holder] = {}  # TODO shard -> who held it last (may still report it)
+        self._epochs: dict[int, _Epoch] = {}  # open epochs, at most MAX_OPEN_EPOCHS
         self._holders: dict[Holder, _HolderState] = {}
-        self._queue: deque[int] = deque()
-        self._queued = bytearray()
-        self._done_count = 0
 
     # -- the shards of an epoch ------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The newest open epoch."""
+        return max(self._epochs, default=0)
 
     def shard_range(self, sid: int) -> ShardRange:
         assert self.dataset_len is not None
@@ -109,25 +164,17 @@ class ShardService:
         k = math.ceil(dataset_len / self.cfg.shard_size)
         return k if 1 <= k <= self.cfg.max_shards else None
 
-    def _start_epoch(self, epoch: int, queue: Iterable[int] | None = None) -> None:
-        k = self.n_shards
-        self.epoch = epoch
-        self._state = bytearray(k)
-        self._grants = bytearray(k)
-        self._holder.clear()
-        self._former.clear()
-        self._holders.clear()
-        self._queue = deque(self.order(epoch) if queue is None else queue)
-        self._queued = bytearray(k)
-        for sid in self._queue:
-            self._queued[sid] = 1
-        self._done_count = 0
+    def _open(self, epoch: int) -> _Epoch:
+        for old in [e for e, t in self._epochs.items() if t.complete]:
+            del self._epochs[old]  # a DONE epoch closes when a newer one opens
+        t = self._epochs[epoch] = _Epoch(self.n_shards, self.order(epoch))
         self.dirty = True
+        return t
 
     @property
     def complete(self) -> bool:
-        """Every shard of the current epoch is DONE."""
-        return self.dataset_len is not None and self._done_count == self.n_shards
+        """Every shard of every open epoch is DONE."""
+        return bool(self._epochs) and all(t.complete for t in self._epochs.values())
 
     def _over(self, epoch: int) -> bool:
         return self.cfg.epochs > 0 and epoch >= self.cfg.epochs
@@ -145,13 +192,15 @@ class ShardService:
         fresh: bool,
         now: float,
     ) -> Grant:
-        """Lease up to ``want`` TODO shards of ``epoch`` to ``(site, rank)`` (capped by ``max_outstanding``
-        minus what it holds). ``fresh``: it holds nothing any more (a restarted rank).
+        """Lease up to ``want`` TODO shards to ``(site, rank)``, which trains ``epoch`` (capped by
+        ``max_outstanding`` minus what it holds). ``fresh``: it holds nothing any more (a restarted rank).
 
-        A request for a later epoch than the current, unfinished one gets the current epoch's leftovers
-        (shards re-queued from a lost rank after everybody else moved on), else ``wait``; the next epoch
-        starts once every shard of the current one is DONE. ``drained``: this epoch has nothing left to
-        hand out, the rest is in flight (the asker's pass over the epoch is over)."""
+        Shards of an older open epoch come first (leftovers of a lost rank), then shards of ``epoch``; a
+        rank asking past the newest epoch opens the next one once the newest has no TODO shard left.
+        Statuses: ``granted`` (with the shards' epoch), ``drained`` (``epoch`` has nothing left to hand
+        out: the rank's pass over it is over), ``finished`` (``epoch`` is DONE, or past the configured
+        epochs and everything is DONE), ``wait`` (this rank holds its share, or the next epoch cannot open
+        yet: ask again)."""
         if not self.cfg.enabled:
             return Grant("unavailable", epoch)
         if self.dataset_len is None:
@@ -159,88 +208,95 @@ class ShardService:
             if k is None or dataset_len < 1:
                 return Grant("refused", epoch)
             self.dataset_len, self.n_shards = dataset_len, k
-            self._start_epoch(epoch)
         elif dataset_len != self.dataset_len:
             return Grant("refused", epoch)
         holder = (site, rank)
         if fresh:
             self._release_holder(holder, expired=False)
-        if epoch < self.epoch:
-            return Grant("finished", epoch)
-        if epoch > self.epoch:
-            if not self.complete:  # leftovers of the current epoch first: re-queued shards of a lost rank
-                out, _ = self._hand_out(holder, want, now)
-                return Grant("granted", self.epoch, out) if out else Grant("wait", epoch)
-            if self._over(epoch):
-                return Grant("finished", epoch)
-            self._start_epoch(epoch)
-        if self.complete or self._over(epoch):
-            return Grant("finished", epoch)
-        out, room = self._hand_out(holder, want, now)
-        if out:
-            return Grant("granted", epoch, out)
-        # no room: this rank holds enough, it must finish some first; else the rest is in flight
-        return Grant("wait" if room <= 0 else "drained", epoch)
-
-    def _hand_out(self, holder: Holder, want: int, now: float) -> tuple[tuple[ShardRange, ...], int]:
-        """Up to ``want`` TODO shards, capped by ``max_outstanding``; returns them and the room there was."""
         h = self._holders.get(holder)
-        held = 0 if h is None else len(h.shards)
-        room = min(want, self.cfg.max_outstanding - held)
-        out: list[ShardRange] = []
-        while len(out) < room and self._queue:
-            sid = self._queue.popleft()
-            self._queued[sid] = 0
-            if self._state[sid] != TODO:
-                continue  # completed by its former holder while queued
-            self._lease(sid, holder, now)
-            out.append(self.shard_range(sid))
         if h is not None:
             h.seen = now
-        if out:
-            self.dirty = True
-        return tuple(out), room
+        room = min(want, self.cfg.max_outstanding - (0 if h is None else len(h.shards)))
+        if not self._epochs:
+            if self._over(epoch):
+                return Grant("finished", epoch)
+            self._open(epoch)
+        if epoch < min(self._epochs):
+            return Grant("finished", epoch)
+        # open epochs this rank may take shards from, oldest first
+        for e in sorted(self._epochs):
+            if e > epoch:
+                break
+            t = self._epochs[e]
+            if room > 0 and t.has_todo():
+                return self._hand_out(e, t, holder, room, now)
+        newest = max(self._epochs)
+        if epoch <= newest:
+            mine = self._epochs.get(epoch)
+            if mine is None or mine.complete:
+                return Grant("finished", epoch)
+            return Grant("wait" if room <= 0 else "drained", epoch)
+        # past the newest epoch: its TODO shards first, else open the next one (never skipping an epoch)
+        latest = self._epochs[newest]
+        if room <= 0:
+            return Grant("wait", epoch)
+        if latest.has_todo():
+            return self._hand_out(newest, latest, holder, room, now)
+        if self._over(newest + 1):
+            return Grant("finished" if self.complete else "wait", epoch)
+        if sum(1 for x in self._epochs.values() if not x.complete) >= MAX_OPEN_EPOCHS:
+            return Grant("wait", epoch)  # the oldest epoch still has shards in flight
+        return self._hand_out(newest + 1, self._open(newest + 1), holder, room, now)
 
-    def _lease(self, sid: int, holder: Holder, now: float) -> None:
-        self._state[sid] = DOING
-        self._holder[sid] = holder
-        self._former.pop(sid, None)
-        if self._grants[sid] < 255:
-            self._grants[sid] += 1
-        h = self._holders.get(holder)
-        if h is None:
-            h = self._holders[holder] = _HolderState()
-        h.shards.add(sid)
-        h.seen = now
-        self.stats.granted += 1
+    def _hand_out(self, epoch: int, t: _Epoch, holder: Holder, room: int, now: float) -> Grant:
+        out: list[ShardRange] = []
+        while len(out) < room:
+            sid = t.pop_todo()
+            if sid is None:
+                break
+            t.state[sid] = DOING
+            t.holder[sid] = holder
+            t.former.pop(sid, None)
+            if t.grants[sid] < 255:
+                t.grants[sid] += 1
+            h = self._holders.get(holder)
+            if h is None:
+                h = self._holders[holder] = _HolderState()
+            h.shards.add((epoch, sid))
+            h.seen = now
+            self.stats.granted += 1
+            out.append(self.shard_range(sid))
+        self.dirty = True
+        return Grant("granted", epoch, tuple(out))
 
     # -- reports ---------------------------------------------------------------------------------------
 
     def done(self, site: str, rank: int, epoch: int, shards: Iterable[int], now: float) -> int:
-        """``(site, rank)`` finished these shards. Only its own are taken: DOING and leased to it, or back in
-        TODO with it as the last holder (its lease ran out or the scheduler restarted meanwhile). Returns
-        how many became DONE."""
+        """``(site, rank)`` finished these shards of ``epoch``. Only its own are taken: DOING and leased to
+        it, or back in TODO with it as the last holder (its lease ran out or the scheduler restarted
+        meanwhile). Returns how many became DONE."""
         holder = (site, rank)
         h = self._holders.get(holder)
         if h is not None:
             h.seen = now
+        t = self._epochs.get(epoch)
         accepted = 0
         for sid in shards:
-            if self.dataset_len is None or epoch != self.epoch or not 0 <= sid < self.n_shards:
+            if t is None or not 0 <= sid < self.n_shards:
                 self.stats.stale += 1
                 continue
-            st = self._state[sid]
+            st = t.state[sid]
             if st == DONE:
                 self.stats.duplicate += 1
-            elif st == DOING and self._holder[sid] == holder:
-                del self._holder[sid]
+            elif st == DOING and t.holder[sid] == holder:
+                del t.holder[sid]
                 assert h is not None
-                h.shards.discard(sid)
-                self._finish(sid)
+                h.shards.discard((epoch, sid))
+                self._finish(t, sid)
                 accepted += 1
-            elif st == TODO and self._former.get(sid) == holder:
-                del self._former[sid]
-                self._finish(sid)  # left in the queue: skipped when popped
+            elif st == TODO and t.former.get(sid) == holder:
+                del t.former[sid]
+                self._finish(t, sid)  # left in the queue: skipped when popped
                 accepted += 1
             else:
                 self.stats.refused += 1
@@ -248,21 +304,23 @@ class ShardService:
             del self._holders[holder]
         return accepted
 
-    def _finish(self, sid: int) -> None:
-        self._state[sid] = DONE
-        self._done_count += 1
+    def _finish(self, t: _Epoch, sid: int) -> None:
+        t.state[sid] = DONE
+        t.done += 1
         self.stats.done += 1
-        if self._grants[sid] > 1:
+        if t.grants[sid] > 1:
             self.stats.repeated += 1
-        if self._done_count == self.n_shards:
+        if t.complete:
             self.stats.epochs_completed += 1
+            if len(self._epochs) > 1 and t is not self._epochs[max(self._epochs)]:
+                del self._epochs[min(e for e, x in self._epochs.items() if x is t)]
         self.dirty = True
 
     # -- holders leaving -------------------------------------------------------------------------------
 
     def release(self, site: str, rank: int | None = None) -> int:
         """``site``'s trainer left (``rank`` None: all its ranks): their DOING shards go back to TODO, at the
-        end of the queue (§IV-C3). Returns how many."""
+        end of their epoch's queue (§IV-C3). Returns how many."""
         holders = [h for h in self._holders if h[0] == site and (rank is None or h[1] == rank)]
         return sum(self._release_holder(h, expired=False) for h in holders)
 
@@ -270,13 +328,12 @@ class ShardService:
         h = self._holders.pop(holder, None)
         if h is None:
             return 0
-        for sid in sorted(h.shards):
-            del self._holder[sid]
-            self._state[sid] = TODO
-            self._former[sid] = holder
-            if not self._queued[sid]:
-                self._queue.append(sid)
-                self._queued[sid] = 1
+        for epoch, sid in sorted(h.shards):
+            t = self._epochs[epoch]
+            del t.holder[sid]
+            t.state[sid] = TODO
+            t.former[sid] = holder
+            t.requeue(sid)
         n = len(h.shards)
         if expired:
             self.stats.expired += n
@@ -298,24 +355,27 @@ class ShardService:
     # -- views -----------------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        todo = self._state.count(TODO)
-        doing = self._state.count(DOING)
-        return {"todo": todo, "doing": doing, "done": self.n_shards - todo - doing}
+        """Shards of the open epochs by state."""
+        todo = sum(t.state.count(TODO) for t in self._epochs.values())
+        doing = sum(t.state.count(DOING) for t in self._epochs.values())
+        total = self.n_shards * len(self._epochs)
+        return {"todo": todo, "doing": doing, "done": total - todo - doing}
 
     def lost(self) -> int:
-        """Shards of the current epoch that no path leads to DONE any more: not DONE, not leased, not
-        queued. The service's invariant is that this is 0; it is computed, not assumed."""
-        return sum(
-            1
-            for sid in range(self.n_shards)
-            if self._state[sid] != DONE
-            and not (self._state[sid] == DOING and sid in self._holder)
-            and not (self._state[sid] == TODO and self._queued[sid])
-        )
+        """Shards of the open epochs that no path leads to DONE any more: not DONE, not leased, not queued.
+        The service's invariant is that this is 0; it is computed, not assumed."""
+        return sum(t.lost() for t in self._epochs.values())
+
+    def open_epochs(self) -> list[int]:
+        return sorted(self._epochs)
+
+    def state_of(self, epoch: int, sid: int) -> int | None:
+        t = self._epochs.get(epoch)
+        return None if t is None else t.state[sid]
 
     def held_by(self, site: str, rank: int) -> set[int]:
         h = self._holders.get((site, rank))
-        return set() if h is None else set(h.shards)
+        return set() if h is None else {sid for _, sid in h.shards}
 
     def status(self) -> dict[str, Any]:
         return {
@@ -323,6 +383,7 @@ class ShardService:
             "dataset_len": self.dataset_len,
             "shards": self.n_shards,
             "epoch": self.epoch,
+            "open_epochs": self.open_epochs(),
             "complete": self.complete,
             **self.counts(),
             "holders": len(self._holders),
@@ -335,19 +396,26 @@ class ShardService:
         """A JSON-ready picture of the state. DOING shards are listed with their holder; on restore they
         are TODO again (their holders may have gone with the old scheduler) but the holder may report them."""
         self.dirty = False
-        grants = np.frombuffer(bytes(self._grants), np.uint8)
-        states = np.frombuffer(bytes(self._state), np.uint8)
-        ids = np.flatnonzero((grants > 0) & (states != DONE))
+        tables = []
+        for e, t in sorted(self._epochs.items()):
+            grants = np.frombuffer(bytes(t.grants), np.uint8)
+            states = np.frombuffer(bytes(t.state), np.uint8)
+            ids = np.flatnonzero((grants > 0) & (states != DONE))
+            tables.append(
+                {
+                    "epoch": e,
+                    "states": bytes(t.state).translate(_TO_CHARS).decode("ascii"),
+                    "doing": [[sid, h[0], h[1]] for sid, h in sorted(t.holder.items())],
+                    "former": [[sid, h[0], h[1]] for sid, h in sorted(t.former.items())],
+                    "grants": dict(zip(map(str, ids.tolist()), grants[ids].tolist(), strict=True)),
+                }
+            )
         return {
             "version": SNAPSHOT_VERSION,
             "shard_size": self.cfg.shard_size,
             "seed": self.cfg.seed,
             "dataset_len": self.dataset_len,
-            "epoch": self.epoch,
-            "states": bytes(self._state).translate(_TO_CHARS).decode("ascii"),
-            "doing": [[sid, h[0], h[1]] for sid, h in sorted(self._holder.items())],
-            "former": [[sid, h[0], h[1]] for sid, h in sorted(self._former.items())],
-            "grants": dict(zip(map(str, ids.tolist()), grants[ids].tolist(), strict=True)),
+            "epochs": tables,
             "stats": asdict(self.stats),
         }
 
@@ -371,45 +439,46 @@ class ShardService:
                 )
             n = data["dataset_len"]
             stats = ShardStats(**{k: int(v) for k, v in data["stats"].items()})
+            svc.stats = stats
             if n is None:
-                svc.stats = stats
                 return svc
             k = svc._size(int(n))
-            states = data["states"]
-            if k is None or not isinstance(states, str) or len(states) != k:
-                raise bad("its shard table does not match its dataset size")
-            if states.strip(_CHARS):
-                raise bad("its shard table holds unknown states")
+            if k is None:
+                raise bad("its dataset size does not fit max_shards")
             svc.dataset_len, svc.n_shards = int(n), k
-            doing = {int(sid): (str(site), int(rank)) for sid, site, rank in data["doing"]}
-            former = {int(sid): (str(site), int(rank)) for sid, site, rank in data["former"]}
-            if not all(0 <= sid < k for sid in (*doing, *former)):
-                raise bad("it names shards outside its dataset")
-            table = bytearray(states.encode("ascii").translate(_FROM_CHARS))
-            epoch = int(data["epoch"])
-            svc.n_shards = k
-            queue = [sid for sid in svc.order(epoch) if table[sid] == TODO and sid not in doing]
-            svc._start_epoch(epoch, queue)
-            svc._state = table
-            for sid, g in data["grants"].items():
-                svc._grants[int(sid)] = min(int(g), 255)
-            svc._former.update(former)
-            svc._former.update(doing)
-            for sid in sorted(doing):  # back to TODO, at the end of the queue
-                if not svc._queued[sid]:
-                    svc._queue.append(sid)
-                    svc._queued[sid] = 1
-            svc._done_count = svc._state.count(DONE)
-            stats.released += len(doing)
-            svc.stats = stats
+            tables = data["epochs"]
+            if not isinstance(tables, list) or len(tables) > MAX_OPEN_EPOCHS:
+                raise bad("it lists more open epochs than the service keeps")
+            for tab in tables:
+                states = tab["states"]
+                if not isinstance(states, str) or len(states) != k:
+                    raise bad("its shard table does not match its dataset size")
+                if states.strip(_CHARS):
+                    raise bad("its shard table holds unknown states")
+                doing = {int(sid): (str(site), int(rank)) for sid, site, rank in tab["doing"]}
+                former = {int(sid): (str(site), int(rank)) for sid, site, rank in tab["former"]}
+                if not all(0 <= sid < k for sid in (*doing, *former)):
+                    raise bad("it names shards outside its dataset")
+                epoch = int(tab["epoch"])
+                table = bytearray(states.encode("ascii").translate(_FROM_CHARS))
+                queue = [sid for sid in svc.order(epoch) if table[sid] == TODO and sid not in doing]
+                t = svc._epochs[epoch] = _Epoch(k, queue)
+                t.state = table
+                for sid, g in tab["grants"].items():
+                    t.grants[int(sid)] = min(int(g), 255)
+                t.former.update(former)
+                t.former.update(doing)
+                for sid in sorted(doing):  # back to TODO, at the end of the queue
+                    t.requeue(sid)
+                t.done = t.state.count(DONE)
+                stats.released += len(doing)
         except ConfigError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, UnicodeError) as exc:
             raise bad(f"damaged ({type(exc).__name__}: {exc})") from None
-        if svc.lost():  # a TODO shard the file forgot to queue: queue it rather than lose it
-            for sid in range(svc.n_shards):
-                if svc._state[sid] == TODO and not svc._queued[sid]:
-                    svc._queue.append(sid)
-                    svc._queued[sid] = 1
+        for t in svc._epochs.values():  # a TODO shard the file forgot to queue: queue it rather than lose it
+            for sid in range(k):
+                if t.state[sid] == TODO:
+                    t.requeue(sid)
         svc.dirty = False
         return svc

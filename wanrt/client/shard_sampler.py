@@ -24,8 +24,10 @@ finished step. The report travels on the same link after that step's gradient pu
 
 A pass over the loader is one epoch: it ends when the shard service has no TODO shard of the epoch left
 (``drained``; the rest is in other ranks' hands) or the epoch is DONE (``finished``). Shards that come back
-from a lost rank after that are handed to whoever asks next, also to a pass over a later epoch (the grant
-says which epoch they belong to), so no shard waits for a rank that is gone. A pass ends early only when
+from a lost rank after that are handed to whoever asks next, before any shard of a later epoch (the grant
+says which epoch they belong to), so no shard waits for a rank that is gone; the next epoch opens as soon
+as this one has no TODO shard left, so a site never waits for the others' last shards (they would wait for
+its gradients: the sites step together). A pass ends early only when
 this rank holds ``max_outstanding`` shards still in flight (its batches reach across more shards than the
 service lets it hold): the next pass then continues the same epoch. :attr:`epoch` is the next data epoch.
 """

@@ -143,8 +143,10 @@ async def test_a_restarted_scheduler_keeps_the_shards_already_done(tmp_path: Pat
                     await a.read_steps(6)
                     await sched.wait_for(lambda: sched.node.shards.counts()["done"] >= 2)
                     before = sched.node.shards.counts()
-                    done_before = {sid for sid in range(N // SHARD) if sched.node.shards._state[sid] == 2}
-                assert json.loads(state.read_text())["states"].count("X") == before["done"]
+                    done_before = {
+                        sid for sid in range(N // SHARD) if sched.node.shards.state_of(0, sid) == 2
+                    }
+                assert json.loads(state.read_text())["epochs"][0]["states"].count("X") == before["done"]
                 async with scheduler(cfg) as again:
                     svc = again.node.shards
                     assert svc.counts()["done"] == before["done"]  # progress survived the restart
