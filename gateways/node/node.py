@@ -711,7 +711,7 @@ class GatewayNode:
     def trainer_disconnected(self, session: int, reason: str) -> None:
         if self._trainer == session:
             self._trainer = None
-            self._to_scheduler(self._shards.trainer_left(reason))  # its DOING shards back to TODO
+            self._to_scheduler(self._shards.trainer_left(reason, self._scheduler_up))  # DOING → TODO
         log.info("trainer disconnected: %s", reason)
 
     def check_trainer_push(self, push: Push) -> None:

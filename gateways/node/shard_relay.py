@@ -6,8 +6,9 @@ gateway that does), hands the scheduler's grants back, and says when its trainer
 trainer held go back to TODO at once instead of after their lease.
 
 While the scheduler is away, a request is answered ``unavailable`` at once (the trainer asks again later)
-and DONE reports wait in a bounded backlog, sent when the link is back: a report lost here would make the
-shard be trained again after the restart (never lost, but repeated).
+and DONE reports (and the news that the trainer left) wait in a bounded backlog, sent in order when the
+link is back: a report lost here would make the shard be trained again after the restart (never lost, but
+repeated).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class ShardRelay:
 
     def __init__(self, site: str) -> None:
         self.site = site
-        self._backlog: deque[SiteShardDone] = deque(maxlen=MAX_DONE_BACKLOG)
+        self._backlog: deque[SiteShardDone | SiteShardRelease] = deque(maxlen=MAX_DONE_BACKLOG)
         self.relayed = 0
 
     def from_trainer(
@@ -63,8 +64,12 @@ class ShardRelay:
             return [], []
         return [], [ShardGrant(grant.rank, grant.request, grant.epoch, grant.status, grant.shards)]
 
-    def trainer_left(self, reason: str) -> list[Message]:
-        return [SiteShardRelease(self.site, reason[:200])]
+    def trainer_left(self, reason: str, scheduler_up: bool) -> list[Message]:
+        release = SiteShardRelease(self.site, reason[:200])
+        if not scheduler_up:  # said once the link is back, after the reports before it
+            self._backlog.append(release)
+            return []
+        return [release]
 
     def scheduler_up(self) -> list[Message]:
         out: list[Message] = list(self._backlog)

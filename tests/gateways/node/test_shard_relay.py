@@ -59,5 +59,7 @@ def test_without_the_scheduler_requests_are_unavailable_and_reports_wait_for_it(
     node.trainer_shards(1, ShardDone(0, 0, (9,)), 1.2)
     acts = node.pop_actions()
     assert acts == [ToTrainer(1, ShardGrant(0, 1, 0, "unavailable", ()))]
+    node.trainer_disconnected(1, "killed")
     node.scheduler_connected(2.0)
-    assert SiteShardDone("a", 0, 0, (9,)) in _sched(node)
+    msgs = _sched(node)
+    assert msgs[1:] == [SiteShardDone("a", 0, 0, (9,)), SiteShardRelease("a", "killed")]  # after telemetry
