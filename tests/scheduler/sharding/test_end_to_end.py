@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 N, SHARD, BATCH = 200, 10, 4
 
 
-def _sched_cfg(d: Path, **sharding: Any) -> SchedulerDaemonConfig:
+def _sched_cfg(d: Path, epochs: int = 1, **sharding: Any) -> SchedulerDaemonConfig:
     return SchedulerDaemonConfig(
         job=JOB,
         sites=("a", "b"),
@@ -31,7 +31,7 @@ def _sched_cfg(d: Path, **sharding: Any) -> SchedulerDaemonConfig:
         listen=f"unix://{d}/sched.sock",
         policy="fixed",
         timeouts=TEST_TIMEOUTS,
-        sharding=ShardingConfig(shard_size=SHARD, lease_s=60.0, epochs=1, max_outstanding=2, **sharding),
+        sharding=ShardingConfig(shard_size=SHARD, lease_s=60.0, epochs=epochs, max_outstanding=2, **sharding),
     )
 
 
@@ -160,4 +160,21 @@ async def test_a_restarted_scheduler_keeps_the_shards_already_done(tmp_path: Pat
             assert again_trained.isdisjoint(done_before)  # DONE shards are never handed out again
             assert all(c <= 2 for c in seen.values())
             assert svc.stats.repeated <= cfg.sharding.max_outstanding
+            await cluster.stop_all()
+
+
+async def test_two_sites_train_every_sample_once_per_epoch_across_epoch_boundaries() -> None:
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", scheduler=f"unix://{tmp}/sched.sock")
+        async with running(configs) as cluster, scheduler(_sched_cfg(tmp, epochs=3)) as sched:
+            async with asyncio.timeout(90):
+                await _gateways_up(sched)
+                url = {s: c.trainer_listen for s, c in configs.items()}
+                a = await Trainer.start(url["a"], "a", "--step-s", "0.01")
+                b = await Trainer.start(url["b"], "b", "--step-s", "0.02")
+                await asyncio.gather(a.read_steps(), b.read_steps())
+            svc = sched.node.shards
+            assert svc.complete and svc.stats.epochs_completed == 3 and svc.stats.repeated == 0
+            seen = Counter(i for t in (a, b) for i in t.samples())
+            assert set(seen) == set(range(N)) and set(seen.values()) == {3}  # once per epoch, no repeat
             await cluster.stop_all()
