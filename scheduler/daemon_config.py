@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from gateways.config import check_secret_choice, read_secret_file
 from scheduler.control.config import SchedulerConfig
+from scheduler.sharding.config import ShardingConfig
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from transports.timeouts import Timeouts
 from transports.urls import parse_url
@@ -49,6 +50,7 @@ class SchedulerDaemonConfig:
     * ``[scheduler.control]`` — the controller's knobs (:class:`~scheduler.control.config.SchedulerConfig`).
     * ``[scheduler.stragglers]`` — the ``stragglers`` policy's windows, λ and Eq. 3 bounds
       (:class:`~scheduler.stragglers.site_config.SiteStragglerConfig`).
+    * ``[scheduler.sharding]`` — the data-shard service (:class:`~scheduler.sharding.config.ShardingConfig`).
     """
 
     job: str
@@ -64,6 +66,7 @@ class SchedulerDaemonConfig:
     profile: str | None = None
     control: SchedulerConfig = field(default_factory=SchedulerConfig)
     stragglers: SiteStragglerConfig = field(default_factory=SiteStragglerConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
     announce_margin: int = 8
     decide_interval_s: float = 5.0
     reply_timeout_s: float = 10.0
@@ -132,6 +135,7 @@ def load_scheduler_config(path: str | Path) -> SchedulerDaemonConfig:
         keys_file=resolve(cfg.keys_file),
         control_token_file=resolve(cfg.control_token_file),
         profile=resolve(cfg.profile),
+        sharding=dataclasses.replace(cfg.sharding, state_file=resolve(cfg.sharding.state_file)),
     )
     cfg.credentials()
     return cfg

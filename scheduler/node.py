@@ -26,7 +26,16 @@ from typing import Any, Protocol, TypeAlias
 
 from gateways.wire.config_update import trainer_config_update
 from scheduler.daemon_config import SchedulerDaemonConfig
-from scheduler.wire import Announce, AnnounceReply, site_values
+from scheduler.sharding.service import ShardService
+from scheduler.wire import (
+    Announce,
+    AnnounceReply,
+    SiteShardDone,
+    SiteShardGrant,
+    SiteShardRelease,
+    SiteShardRequest,
+    site_values,
+)
 from wanrt.errors import ConfigError, RemoteProtocolError
 from wanrt.protocol import Message, Telemetry
 
@@ -130,6 +139,8 @@ class SchedulerNode:
         self._out: list[Action] = []
         self.stats = SchedulerStats()
         self.t0 = now
+        #: the job's data shards (AntDT §IV-C); the daemon swaps in one restored from its state file
+        self.shards = ShardService(cfg.sharding)
 
     # -- driving ---------------------------------------------------------------------------------------
 
@@ -139,11 +150,16 @@ class SchedulerNode:
 
     def next_deadline(self) -> float | None:
         due = [self._next_decide]
+        lease = self.shards.next_deadline()
+        if lease is not None:
+            due.append(lease)
         if self.pending is not None:
             due.append(self.pending.since + self.cfg.reply_timeout_s)
         return min(due)
 
     def tick(self, now: float) -> None:
+        if self.shards.expire(now):
+            log.warning("shard leases expired: their shards go back to TODO")
         pending = self.pending
         if pending is not None and now >= pending.since + self.cfg.reply_timeout_s:
             log.warning(
@@ -197,6 +213,8 @@ class SchedulerNode:
             self._on_telemetry(site, msg, now)
         elif isinstance(msg, AnnounceReply):
             self._on_reply(site, msg, now)
+        elif isinstance(msg, (SiteShardRequest, SiteShardDone, SiteShardRelease)):
+            self._on_shards(site, msg, now)
         else:
             raise RemoteProtocolError(f"a gateway may not send {type(msg).__name__} here", peer=site)
 
@@ -220,6 +238,33 @@ class SchedulerNode:
                 self.current = Decision(runs, int(m.get(EFFECTIVE_KEY, 0)), values)
                 log.info("resuming: the job runs decision %d (%s)", runs, values)
         self.policy.observe(site, m, now)
+
+    def _on_shards(
+        self, site: str, msg: SiteShardRequest | SiteShardDone | SiteShardRelease, now: float
+    ) -> None:
+        """A gateway relays its trainer's shard traffic; it may speak only for its own site, and the
+        service takes a DONE only from the shard's holder."""
+        if msg.site != site:
+            raise RemoteProtocolError("a shard message names another site", peer=site, value=msg.site)
+        if isinstance(msg, SiteShardRequest):
+            g = self.shards.request(
+                site,
+                msg.rank,
+                epoch=msg.epoch,
+                dataset_len=msg.dataset_len,
+                want=msg.want,
+                fresh=msg.fresh,
+                now=now,
+            )
+            self._out.append(
+                SendTo(site, SiteShardGrant(site, msg.rank, msg.request, g.epoch, g.status, g.shards))
+            )
+        elif isinstance(msg, SiteShardDone):
+            self.shards.done(site, msg.rank, msg.epoch, msg.shards, now)
+        else:
+            n = self.shards.release(site)
+            if n:
+                log.info("site %s's trainer left (%s): %d shards back to TODO", site, msg.reason, n)
 
     def _on_reply(self, site: str, reply: AnnounceReply, now: float) -> None:
         g = self.gateways[site]
@@ -350,6 +395,7 @@ class SchedulerNode:
                 "reports": self.stats.reports,
                 "late_commits": self.stats.late_commits,
             },
+            "shards": self.shards.status(),
         }
 
 

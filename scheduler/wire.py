@@ -11,6 +11,12 @@ GPUs at once):
    its trainers as a ``ConfigUpdate`` for that iteration. Had one refused, ``Announce(phase="abort")`` and
    the scheduler prepares again further ahead, under a new id.
 
+Data shards (AntDT §IV-C, :mod:`scheduler.sharding`) travel as four more messages. A trainer's core
+``ShardRequest`` / ``ShardDone`` reach its gateway, which relays them as :class:`SiteShardRequest` /
+:class:`SiteShardDone` naming its own site (the scheduler refuses a gateway speaking for another); the
+scheduler answers :class:`SiteShardGrant`, relayed to the trainer as a core ``ShardGrant``. When its trainer
+disconnects, the gateway sends :class:`SiteShardRelease`, so the shards that trainer held go back to TODO.
+
 Gateways report with the core ``Telemetry`` message (their frontier, the decision they run, link and
 trainer measurements), which is also how a restarted scheduler learns the job's state back.
 """
@@ -23,8 +29,14 @@ from typing import Any, ClassVar, Final
 
 from wanrt.errors import LocalProtocolError
 from wanrt.protocol import CORE_REGISTRY, Message
-from wanrt.protocol.checks import check_scalar_map, check_uint
-from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER
+from wanrt.protocol.checks import check_name, check_scalar_map, check_text, check_uint
+from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER, MAX_RANK
+from wanrt.protocol.messages import (
+    SHARD_STATUSES,
+    check_shard_ids,
+    check_shard_ranges,
+    check_shard_request,
+)
 
 __all__ = [
     "PHASES",
@@ -33,6 +45,10 @@ __all__ = [
     "SITE_WEIGHT_PREFIX",
     "Announce",
     "AnnounceReply",
+    "SiteShardDone",
+    "SiteShardGrant",
+    "SiteShardRelease",
+    "SiteShardRequest",
     "site_values",
 ]
 
@@ -95,5 +111,86 @@ class AnnounceReply(Message):
             raise LocalProtocolError("frontier out of range", value=self.frontier)
 
 
+@dataclass(frozen=True, slots=True)
+class SiteShardRequest(Message):
+    """Gateway → scheduler: site ``site``'s rank ``rank`` asks for shards (a relayed core ShardRequest)."""
+
+    TYPE: ClassVar[int] = 0x42
+    STREAM: ClassVar[bool] = True
+    site: str
+    rank: int
+    request: int
+    epoch: int
+    dataset_len: int
+    want: int
+    fresh: bool
+
+    def __post_init__(self) -> None:
+        check_name(self.site, "site")
+        check_shard_request(self.rank, self.request, self.epoch, self.dataset_len, self.want)
+        if type(self.fresh) is not bool:
+            raise LocalProtocolError("fresh must be true or false")
+
+
+@dataclass(frozen=True, slots=True)
+class SiteShardGrant(Message):
+    """Scheduler → gateway: the answer to ``SiteShardRequest`` ``request`` of ``site``'s rank ``rank``."""
+
+    TYPE: ClassVar[int] = 0x43
+    STREAM: ClassVar[bool] = True
+    site: str
+    rank: int
+    request: int
+    epoch: int
+    status: str
+    shards: tuple[tuple[int, int, int], ...]
+
+    def __post_init__(self) -> None:
+        check_name(self.site, "site")
+        check_uint(self.rank, "rank", MAX_RANK)
+        check_uint(self.request, "request", MAX_COUNTER)
+        check_uint(self.epoch, "epoch", MAX_COUNTER)
+        if self.status not in SHARD_STATUSES:
+            raise LocalProtocolError("unknown shard grant status", value=str(self.status)[:32])
+        object.__setattr__(self, "shards", check_shard_ranges(self.shards))
+        if (self.status == "granted") != bool(self.shards):
+            raise LocalProtocolError("shards are listed exactly when the status is granted")
+
+
+@dataclass(frozen=True, slots=True)
+class SiteShardDone(Message):
+    """Gateway → scheduler: ``site``'s rank ``rank`` finished these shards of ``epoch``."""
+
+    TYPE: ClassVar[int] = 0x44
+    STREAM: ClassVar[bool] = True
+    site: str
+    rank: int
+    epoch: int
+    shards: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        check_name(self.site, "site")
+        check_uint(self.rank, "rank", MAX_RANK)
+        check_uint(self.epoch, "epoch", MAX_COUNTER)
+        object.__setattr__(self, "shards", check_shard_ids(self.shards))
+
+
+@dataclass(frozen=True, slots=True)
+class SiteShardRelease(Message):
+    """Gateway → scheduler: ``site``'s trainer left (``reason``): every shard its ranks hold goes back to
+    TODO (AntDT: a lost worker's DOING shards are re-queued at the end)."""
+
+    TYPE: ClassVar[int] = 0x45
+    STREAM: ClassVar[bool] = True
+    site: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        check_name(self.site, "site")
+        check_text(self.reason, "reason", 200)
+
+
 #: The protocol spoken on a gateway's link to the scheduler.
-SCHEDULER_REGISTRY: Final = CORE_REGISTRY.with_messages(Announce, AnnounceReply)
+SCHEDULER_REGISTRY: Final = CORE_REGISTRY.with_messages(
+    Announce, AnnounceReply, SiteShardRequest, SiteShardGrant, SiteShardDone, SiteShardRelease
+)

@@ -18,6 +18,10 @@ Four parts, each compared side by side in the same run (see docs/stragglers.md):
 5. **Emulated straggler** (``emulated_straggler_tta_gain``, tools/bench_straggler_demo.py): the demo with
    one persistently slowed site on real daemons and trainers, time-to-target with the scheduler's straggler
    mitigation off over on.
+6. **AntDT data shards** (§IV-C): on real daemons (tools/bench_shard_daemons.py: scheduler and gateway
+   daemons, trainer processes SIGKILLed mid-epoch, the scheduler restarted) ``shards_lost`` (target 0) and
+   ``shards_repeated``; in simulation (sims.models.shard_epochs) the scheduler's ShardService against a
+   stateless shard queue and the even partition under the same kills (``shards_lost_sim`` ...).
 
 ``--quick`` (< 60 s) runs fewer seeds, iterations and scenarios, and not part 5 (its key is listed as not
 measured): ``--quick --emulated-only`` runs part 5 alone at the demo's ``--quick`` size (< 60 s), and
@@ -27,6 +31,7 @@ measured): ``--quick --emulated-only`` runs part 5 alone at the demo's ``--quick
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import statistics
@@ -354,6 +359,78 @@ def part_zipline(sz: Sizes) -> dict[str, Any]:
     }
 
 
+# -- 6. AntDT data shards ----------------------------------------------------------------------------------
+
+
+def part_shards(quick: bool) -> dict[str, Any]:
+    """AntDT §IV-C: the real ShardService (sims.models.shard_epochs) against a stateless queue and the even
+    partition, with the same rank speeds and the same kills; lost and repeated counted from what trainers
+    trained in full."""
+    from sims.models.shard_epochs import SCHEMES, EpochsConfig
+    from sims.models.shard_epochs import run as run_epochs
+
+    if quick:
+        base, seeds = EpochsConfig(samples=20_000, ranks=8, epochs=2, kills=4), (0, 1, 2)
+    else:
+        base, seeds = EpochsConfig(samples=200_000, ranks=16, epochs=3, kills=16), (0, 1, 2, 3, 4)
+    res = {s: [run_epochs(dataclasses.replace(base, seed=seed), s) for seed in seeds] for s in SCHEMES}
+    total = base.epochs * base.samples
+    print(
+        f"\n[6] AntDT data shards — {base.ranks} ranks (±{base.heterogeneity:.0%} speed), {base.samples} "
+        f"samples in shards of {base.shard_size}, {base.epochs} epochs, {base.kills} kills each, "
+        f"{len(seeds)} seeds"
+    )
+    print(
+        f"{'scheme':>8} {'lost':>6} {'trained 2×':>11} {'repeated':>9} {'extra samples':>14} {'time (s)':>9}"
+    )
+    row: dict[str, dict[str, float]] = {}
+    for s in SCHEMES:
+        rs = res[s]
+        row[s] = {
+            "lost": sum(r.lost for r in rs),
+            "twice": sum(r.trained_twice for r in rs),
+            "repeated": sum(r.repeated for r in rs),
+            "extra": float(np.mean([r.samples_trained / total - 1 for r in rs])),
+            "time": float(np.mean([r.time_s for r in rs])),
+        }
+        v = row[s]
+        print(
+            f"{s:>8} {v['lost']:>6.0f} {v['twice']:>11.0f} {v['repeated']:>9.0f} {v['extra']:>13.2%} "
+            f"{v['time']:>9.1f}"
+        )
+    kills = sum(r.kills for r in res["dds"])
+    import bench_shard_daemons  # tools/: real scheduler + gateway daemons + trainer processes
+
+    real = bench_shard_daemons.measure(quick)
+    print(
+        f"real daemons, 2 sites, {real['shards']} shards, both trainers hung then SIGKILLed, the scheduler "
+        f"restarted between: lost {real['lost']}, repeated {real['repeated']}, samples trained twice "
+        f"{real['samples_twice']}, DONE shards kept across the restart {real['restored_done']}"
+    )
+    return {
+        "shards_lost": int(real["lost"]),
+        "shards_repeated": int(real["repeated"]),
+        "shards_samples_twice": int(real["samples_twice"]),
+        "shards_restored_done": int(real["restored_done"]),
+        "shards_lost_sim": int(row["dds"]["lost"]),
+        "shards_repeated_sim": int(row["dds"]["repeated"]),
+        "shards_repeated_per_kill": row["dds"]["repeated"] / max(kills, 1),
+        "shards_kills": kills,
+        "shards_lost_stateless_queue": int(row["queue"]["lost"]),
+        "shards_trained_twice_static": int(row["static"]["twice"]),
+        "shards_extra_samples_dds": row["dds"]["extra"],
+        "shards_extra_samples_static": row["static"]["extra"],
+        "shards_time_ratio_static_over_dds": row["static"]["time"] / row["dds"]["time"],
+    }
+
+
+SHARD_TARGETS: dict[str, Callable[[Any], bool]] = {
+    "shards_lost": lambda v: v == 0,
+    "shards_lost_sim": lambda v: v == 0,
+    "shards_repeated_per_kill": lambda v: v <= 2.0,  # at most the shards one rank holds (want=1 + next)
+}
+
+
 TARGETS: dict[str, Callable[[Any], bool]] = {
     "seed002_persistent_reduction": lambda v: v >= 0.44,
     "seed002_bursty_overhead": lambda v: v <= 0.01,
@@ -389,12 +466,14 @@ def main(argv: list[str] | None = None) -> int:
         out |= part_antdt(sz)
         out |= part_star(sz)
         out |= part_zipline(sz)
+        out |= part_shards(args.quick)
     if args.emulated_only or args.emulated or not args.quick:
         out |= part_emulated(args.quick)
     out["elapsed_s"] = time.perf_counter() - t0
-    out["not_measured"] = [k for k in TARGETS if k not in out]
+    targets = {**TARGETS, **SHARD_TARGETS}
+    out["not_measured"] = [k for k in targets if k not in out]
     print(f"\n{'key':<38} {'value':>10}  target")
-    for key, ok in TARGETS.items():
+    for key, ok in targets.items():
         v = out.get(key)
         if v is None:
             why = "not measured in this mode" if key not in out else "a run missed its target loss"

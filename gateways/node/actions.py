@@ -39,7 +39,7 @@ class CloseLink:
 
 @dataclass(frozen=True, slots=True)
 class ToTrainer:
-    """Send ``msg`` (Aggregate, Ack, ConfigUpdate, Bye) on trainer session ``session``."""
+    """Send ``msg`` (Aggregate, Ack, ConfigUpdate, ShardGrant, Bye) on trainer session ``session``."""
 
     session: int
     msg: Message
@@ -56,8 +56,8 @@ class RefuseTrainer:
 
 @dataclass(frozen=True, slots=True)
 class ToScheduler:
-    """Send ``msg`` (Telemetry, AnnounceReply) to the job's scheduler, if connected; dropped otherwise
-    (telemetry is periodic and a reply is re-asked by the scheduler)."""
+    """Send ``msg`` (Telemetry, AnnounceReply, shard messages) to the job's scheduler, if connected; dropped
+    otherwise (telemetry is periodic and a reply is re-asked by the scheduler)."""
 
     msg: Message
 

@@ -39,6 +39,7 @@ from gateways.membership.site_faults import SiteFaults
 from gateways.membership.trainer_ledger import TrainerLedger
 from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.node.peer_channel import PeerChannel, SendOut
+from gateways.node.shard_relay import ShardRelay
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec, build_plan
@@ -50,7 +51,7 @@ from gateways.stats import GatewayStats, peer_view, render_prometheus
 from gateways.wire.config_update import trainer_config_update
 from gateways.wire.round_frames import JobModel, RoundTag
 from gateways.wire.site_fault import SiteFault
-from scheduler.wire import Announce, AnnounceReply, site_values
+from scheduler.wire import Announce, AnnounceReply, SiteShardGrant, site_values
 from wanrt.errors import (
     AuthError,
     LocalProtocolError,
@@ -75,6 +76,8 @@ from wanrt.protocol import (
     Notice,
     Push,
     Role,
+    ShardDone,
+    ShardRequest,
     Telemetry,
 )
 
@@ -143,6 +146,7 @@ class GatewayNode:
         self._decision_late = 0  # its commit came after its iteration (applied as soon as possible)
         self._trainer_metrics: dict[str, float] = {}  # the leader's latest per-iteration measurements
         self._trainer_iteration = -1
+        self._shards = ShardRelay(self.site)  # the trainer's data-shard traffic (scheduler.sharding)
         self._work: deque[Action] = deque()
         self._applying = False
         self._out: list[NodeAction] = []
@@ -772,6 +776,7 @@ class GatewayNode:
     def trainer_disconnected(self, session: int, reason: str) -> None:
         if self._trainer == session:
             self._trainer = None
+            self._to_scheduler(self._shards.trainer_left(reason, self._scheduler_up))  # DOING → TODO
         log.info("trainer disconnected: %s", reason)
 
     def check_trainer_push(self, push: Push) -> None:
@@ -812,6 +817,19 @@ class GatewayNode:
             self._trainer_iteration = msg.iteration
             self._trainer_metrics = dict(msg.metrics)
 
+    def trainer_shards(self, session: int, msg: ShardRequest | ShardDone, now: float) -> None:
+        """A shard request or DONE report of the current trainer, relayed to the scheduler under this
+        site's name (:mod:`gateways.node.shard_relay`); a replaced session's are ignored."""
+        if session != self._trainer:
+            return
+        up, down = self._shards.from_trainer(msg, self._scheduler_up)
+        self._to_scheduler(up)
+        self._out.extend(ToTrainer(session, m) for m in down)
+
+    def _to_scheduler(self, msgs: list[Message]) -> None:
+        if self._scheduler_up:
+            self._out.extend(ToScheduler(m) for m in msgs)
+
     def _non_finite(self, p: SparsePayload, who: str) -> SparsePayload:
         """A payload with NaN/Inf values (``non_finite`` setting): refused, or counted as empty."""
         if self.cfg.non_finite == "reject_link":
@@ -840,6 +858,7 @@ class GatewayNode:
         self._scheduler_up = True
         self._next_report = now + self.cfg.telemetry_interval_s
         self._out.append(ToScheduler(self.telemetry(now)))
+        self._to_scheduler(self._shards.scheduler_up())
 
     def scheduler_disconnected(self, now: float) -> None:
         """Training goes on with the last committed decision; prepared ones are forgotten."""
@@ -854,7 +873,14 @@ class GatewayNode:
         return frontier + self.cfg.rounds.window + 2
 
     def scheduler_message(self, msg: Message, now: float) -> None:
-        """An Announce from the scheduler (RemoteProtocolError for anything else: the link ends)."""
+        """An Announce or a shard grant from the scheduler (RemoteProtocolError for anything else: the link
+        ends)."""
+        if isinstance(msg, SiteShardGrant):
+            up, down = self._shards.from_scheduler(msg, self._trainer is not None)
+            self._to_scheduler(up)
+            if self._trainer is not None:
+                self._out.extend(ToTrainer(self._trainer, m) for m in down)
+            return
         if not isinstance(msg, Announce):
             raise RemoteProtocolError(f"the scheduler may not send {type(msg).__name__}", peer="scheduler")
         frontier = -1 if self.engine is None else self.engine.frontier

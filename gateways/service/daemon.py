@@ -33,7 +33,7 @@ from gateways.service.peer_links import PeerLinks
 from gateways.service.scheduler_link import SchedulerLink
 from gateways.service.trainer_session import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
-from wanrt.protocol import Ack, Connection, Hello, Message, Notice, Push, Telemetry
+from wanrt.protocol import Ack, Connection, Hello, Message, Notice, Push, ShardDone, ShardRequest, Telemetry
 
 __all__ = ["GatewayDaemon"]
 
@@ -469,6 +469,10 @@ class GatewayDaemon:
 
     def trainer_telemetry(self, session: TrainerSession, msg: Telemetry) -> None:
         self.node.trainer_telemetry(msg, self._now())
+
+    def trainer_shards(self, session: TrainerSession, msg: ShardRequest | ShardDone) -> None:
+        self.node.trainer_shards(session.session_id, msg, self._now())
+        self._after()
 
     # ------------------------------------------------------------------------------------------------
     # views and control (HttpOwner)

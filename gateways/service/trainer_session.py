@@ -46,6 +46,8 @@ from wanrt.protocol import (
     Notice,
     Push,
     Role,
+    ShardDone,
+    ShardRequest,
     Telemetry,
 )
 
@@ -79,6 +81,10 @@ class TrainerOwner(Protocol):
     def trainer_ack(self, session: TrainerSession, ack: Ack) -> None: ...
 
     def trainer_telemetry(self, session: TrainerSession, msg: Telemetry) -> None: ...
+
+    def trainer_shards(self, session: TrainerSession, msg: ShardRequest | ShardDone) -> None:
+        """A data-shard request or DONE report, relayed to the scheduler (scheduler.sharding)."""
+        ...
 
     def secret(self) -> bytes: ...
 
@@ -249,6 +255,8 @@ async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
             owner.trainer_ack(session, event)
         elif isinstance(event, Telemetry):
             owner.trainer_telemetry(session, event)
+        elif isinstance(event, (ShardRequest, ShardDone)):
+            owner.trainer_shards(session, event)
         elif isinstance(event, Heartbeat):
             continue
         elif isinstance(event, Bye):

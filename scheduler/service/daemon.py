@@ -27,6 +27,8 @@ from typing import IO, Any
 
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.node import DecisionPolicy, SchedulerNode, SendTo
+from scheduler.sharding.service import ShardService
+from scheduler.sharding.state_file import read_state, write_state
 from scheduler.wire import SCHEDULER_REGISTRY
 from transports import Listener, Transport, listen, parse_url
 from transports.connection_io import abort_and_close, next_event
@@ -148,6 +150,7 @@ class SchedulerDaemon:
         self._listener: Listener | None = None
         self._http: Any = None
         self._timer_task: asyncio.Task[None] | None = None
+        self._shards_task: asyncio.Task[None] | None = None
         self._timer_wake = asyncio.Event()
         self._progress = asyncio.Event()
         self._stop = asyncio.Event()
@@ -157,6 +160,7 @@ class SchedulerDaemon:
 
     async def start(self) -> None:
         self.node = SchedulerNode(self.cfg, self._now(), policy=self._policy)
+        self._restore_shards()
         self._listener = await listen(
             parse_url(self.cfg.listen).url, self._accept, timeouts=self.cfg.timeouts
         )
@@ -166,6 +170,10 @@ class SchedulerDaemon:
             self._http = SchedulerHttp(self, self.cfg.metrics_host, self.cfg.metrics_port)
             await self._http.start()
         self._timer_task = asyncio.get_running_loop().create_task(self._timer(), name="scheduler timer")
+        if self.cfg.sharding.state_file is not None:
+            self._shards_task = asyncio.get_running_loop().create_task(
+                self._save_shards_loop(), name="shard snapshots"
+            )
         log.info("scheduler of job %s up on %s", self.cfg.job, self._listener.url)
 
     def ready_info(self) -> dict[str, Any]:
@@ -202,6 +210,10 @@ class SchedulerDaemon:
         if self._timer_task is not None:
             self._timer_task.cancel()
             await asyncio.gather(self._timer_task, return_exceptions=True)
+        if self._shards_task is not None:
+            self._shards_task.cancel()
+            await asyncio.gather(self._shards_task, return_exceptions=True)
+            self._save_shards()
         if self._listener is not None:
             await self._listener.aclose()
         if self._http is not None:
@@ -214,6 +226,33 @@ class SchedulerDaemon:
         while not predicate():
             self._progress.clear()
             await self._progress.wait()
+
+    # -- the shard service's snapshot ------------------------------------------------------------------
+
+    def _restore_shards(self) -> None:
+        """Progress of an earlier scheduler of this job (AntDT §IV-C3: DONE shards are not trained again)."""
+        sc = self.cfg.sharding
+        if sc.state_file is None:
+            return
+        data = read_state(sc.state_file)
+        if data is not None:
+            self.node.shards = ShardService.restore(sc, data)
+            log.info("shard state restored from %s: %s", sc.state_file, self.node.shards.counts())
+
+    def _save_shards(self) -> None:
+        path = self.cfg.sharding.state_file
+        if path is None or not self.node.shards.dirty:
+            return
+        try:
+            write_state(path, self.node.shards.snapshot())
+        except OSError as exc:
+            log.error("cannot write the shard state file %s: %s", path, exc)
+
+    async def _save_shards_loop(self) -> None:
+        """At most one snapshot per ``snapshot_interval_s``: what a crash loses is re-trained, not lost."""
+        while True:
+            await asyncio.sleep(self.cfg.sharding.snapshot_interval_s)
+            self._save_shards()
 
     # -- the node's actions, its timer -----------------------------------------------------------------
 
@@ -276,6 +315,15 @@ class SchedulerDaemon:
         ]
         for site, g in st["gateways"].items():
             lines.append(f'wanrt_scheduler_gateway_connected{{site="{site}"}} {int(g["connected"])}')
+        shards = st["shards"]
+        lines += [
+            "# HELP wanrt_scheduler_shards Data shards of the current epoch by state",
+            "# TYPE wanrt_scheduler_shards gauge",
+            *(f'wanrt_scheduler_shards{{state="{k}"}} {shards[k]}' for k in ("todo", "doing", "done")),
+            "# HELP wanrt_scheduler_shards_repeated Shards done after being handed out more than once",
+            "# TYPE wanrt_scheduler_shards_repeated counter",
+            f"wanrt_scheduler_shards_repeated {shards['stats']['repeated']}",
+        ]
         return "\n".join(lines) + "\n"
 
     # -- gateways --------------------------------------------------------------------------------------

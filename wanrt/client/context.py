@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -36,6 +36,9 @@ from wanrt.client.leader.step_timing import StepTimer
 from wanrt.client.leader.worker import LeaderPipeline
 from wanrt.client.link.api import Link, LinkFactory, LinkSpec, UpdateArrived
 from wanrt.client.link.signature import LayerSignature
+
+if TYPE_CHECKING:
+    from wanrt.client.shard_sampler import ShardSampler
 from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
@@ -124,6 +127,35 @@ class Context:
     def on_batch_size(self, callback: Callable[[int], None]) -> None:
         """Call ``callback(new_per_rank_batch_size)`` on every rank when a batch-size change takes effect."""
         self._batch_callbacks.append(callback)
+
+    def shards(self, dataset_len: int, **options: Any) -> ShardSampler:
+        """A :class:`~wanrt.client.shard_sampler.ShardSampler` over ``dataset_len`` samples, leasing data
+        shards from the job's shard service through this site's gateway (AntDT §IV-C). Call on every rank,
+        after the SparseOptimizer is created (the leader's link exists from then on). The site leases as one
+        holder and each rank trains its stripe of every shard; the leader shares each grant with the other
+        ranks (:mod:`wanrt.client.site.shard_grants`), so every rank must iterate its sampler alike."""
+        from wanrt.client.shard_sampler import ShardSampler, ShardSource
+
+        if self._optimizer is None:
+            raise LocalProtocolError(
+                "no gateway link that carries shard requests yet", hint="create the SparseOptimizer first"
+            )
+        source: ShardSource | None = None
+        if self.is_leader:
+            link = self._link
+            if link is None or not all(
+                hasattr(link, m) for m in ("request_shards", "report_shards", "next_grant")
+            ):
+                raise LocalProtocolError("this gateway link does not carry shard requests")
+            source = link  # type: ignore[assignment]
+        relay = None
+        if self.world_size > 1:
+            from wanrt.client.site.shard_grants import TorchGrantRelay
+
+            relay = TorchGrantRelay(self._group, self._device)
+        return ShardSampler(
+            source, dataset_len, rank=0, stripe=(self.rank, self.world_size), relay=relay, **options
+        )
 
     # -- binding the model -------------------------------------------------------------------------------
 

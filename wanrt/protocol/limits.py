@@ -98,3 +98,13 @@ MAX_REASSEMBLY_BYTES: Final = 2 * MAX_FRAME_BYTES
 
 #: Smallest chunk a sender may cut: below this the per-frame overhead (24 + ~40 bytes) dominates.
 MIN_CHUNK_BYTES: Final = 1024
+
+#: Data shards listed in one ShardGrant / ShardDone: a rank leases a few at a time (AntDT §IV-C: a worker
+#: cannot fetch new shards before it completes its current one), so 64 is plenty and keeps a header small.
+MAX_SHARDS_PER_MESSAGE: Final = 64
+
+#: Ranks per site a shard lease may name: far beyond any site's GPU count, small enough for a log field.
+MAX_RANK: Final = 1 << 16
+
+#: Samples in one dataset (shard ids and sample offsets are bounded by it): 2**40 records.
+MAX_SAMPLES: Final = 1 << 40

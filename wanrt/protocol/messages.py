@@ -46,6 +46,9 @@ from wanrt.protocol.limits import (
     MAX_INFO_KEYS,
     MAX_LAYER_ID,
     MAX_PAYLOAD_ELEMENTS,
+    MAX_RANK,
+    MAX_SAMPLES,
+    MAX_SHARDS_PER_MESSAGE,
     MAX_SITES,
     MAX_TELEMETRY_KEYS,
     MAX_VERSIONS,
@@ -54,6 +57,7 @@ from wanrt.protocol.limits import (
 
 __all__ = [
     "NOTICE_KINDS",
+    "SHARD_STATUSES",
     "Ack",
     "Aggregate",
     "Auth",
@@ -71,6 +75,9 @@ __all__ = [
     "Push",
     "Reject",
     "Role",
+    "ShardDone",
+    "ShardGrant",
+    "ShardRequest",
     "Telemetry",
     "Welcome",
     "decode_message",
@@ -106,7 +113,10 @@ class MsgType(IntEnum):
     CHUNK_CANCEL = 0x14
     TELEMETRY = 0x20
     CONFIG_UPDATE = 0x21
-    NOTICE = 0x22
+    SHARD_REQUEST = 0x22
+    SHARD_GRANT = 0x23
+    SHARD_DONE = 0x24
+    NOTICE = 0x25
 
 
 class ErrorCode(IntEnum):
@@ -550,6 +560,116 @@ class Notice(Message):
             "info",
             check_scalar_map(self.info, "info", "MAX_INFO_KEYS", MAX_INFO_KEYS, allow_bytes=True),
         )
+
+
+# ------------------------------------------------------------------------------------------ data shards
+
+#: ``ShardGrant.status``: ``granted`` (shards listed, of the grant's epoch), ``drained`` (the epoch has no
+#: TODO shard left, the rest is in flight: this rank's pass is over), ``wait`` (nothing for this rank now:
+#: it holds its share, or asks for the next epoch before this one is done; ask again), ``finished`` (the
+#: epoch is DONE everywhere), ``unavailable`` (no scheduler reachable or sharding off: ask again later),
+#: ``refused`` (the request contradicts the job, e.g. another dataset size).
+SHARD_STATUSES: Final = ("granted", "drained", "wait", "finished", "unavailable", "refused")
+
+
+def check_shard_request(rank: Any, request: Any, epoch: Any, dataset_len: Any, want: Any) -> None:
+    """The fields a shard request shares on the trainer and the scheduler link."""
+    check_uint(rank, "rank", MAX_RANK)
+    check_uint(request, "request", MAX_COUNTER)
+    check_uint(epoch, "epoch", MAX_COUNTER)
+    check_uint(dataset_len, "dataset_len", MAX_SAMPLES)
+    if check_uint(want, "want", MAX_SHARDS_PER_MESSAGE) == 0:
+        raise LocalProtocolError("want must be at least 1", value=want)
+
+
+def check_shard_ranges(value: Any) -> tuple[tuple[int, int, int], ...]:
+    """``(shard id, first sample, end sample)`` triples, at most MAX_SHARDS_PER_MESSAGE of them."""
+    if not isinstance(value, (list, tuple)):
+        raise LocalProtocolError("shards must be a list", value=type(value).__name__)
+    check_count(len(value), "shards", "MAX_SHARDS_PER_MESSAGE", MAX_SHARDS_PER_MESSAGE)
+    out = []
+    for item in value:
+        if not isinstance(item, (list, tuple)) or len(item) != 3:
+            raise LocalProtocolError("a shard is [id, start, stop]", value=str(item)[:64])
+        sid = check_uint(item[0], "shard id", MAX_SAMPLES)
+        start = check_uint(item[1], "shard start", MAX_SAMPLES)
+        stop = check_uint(item[2], "shard stop", MAX_SAMPLES)
+        if stop <= start:
+            raise LocalProtocolError("a shard must hold at least one sample", value=(start, stop))
+        out.append((sid, start, stop))
+    return tuple(out)
+
+
+def check_shard_ids(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise LocalProtocolError("shards must be a list", value=type(value).__name__)
+    check_count(len(value), "shards", "MAX_SHARDS_PER_MESSAGE", MAX_SHARDS_PER_MESSAGE)
+    ids = tuple(check_uint(x, "shard id", MAX_SAMPLES) for x in value)
+    if not ids:
+        raise LocalProtocolError("a shard report names at least one shard")
+    return ids
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRequest(Message):
+    """Trainer → its gateway: lease up to ``want`` data shards of ``epoch`` to this site's rank ``rank``
+    (AntDT §IV-C1: workers fetch TODO shards from the Dynamic Data Sharding service). ``fresh``: this rank
+    just started and holds nothing, so shards still leased to an earlier incarnation of it go back to TODO.
+    ``request`` is echoed in the grant so the trainer can match answers to questions."""
+
+    TYPE: ClassVar[int] = MsgType.SHARD_REQUEST
+    STREAM: ClassVar[bool] = True
+    rank: int
+    request: int
+    epoch: int
+    dataset_len: int
+    want: int
+    fresh: bool
+
+    def __post_init__(self) -> None:
+        check_shard_request(self.rank, self.request, self.epoch, self.dataset_len, self.want)
+        if type(self.fresh) is not bool:
+            raise LocalProtocolError("fresh must be true or false")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardGrant(Message):
+    """Gateway → trainer: the answer to request ``request`` of rank ``rank``; see :data:`SHARD_STATUSES`."""
+
+    TYPE: ClassVar[int] = MsgType.SHARD_GRANT
+    STREAM: ClassVar[bool] = True
+    rank: int
+    request: int
+    epoch: int
+    status: str
+    shards: tuple[tuple[int, int, int], ...]
+
+    def __post_init__(self) -> None:
+        check_uint(self.rank, "rank", MAX_RANK)
+        check_uint(self.request, "request", MAX_COUNTER)
+        check_uint(self.epoch, "epoch", MAX_COUNTER)
+        if self.status not in SHARD_STATUSES:
+            raise LocalProtocolError("unknown shard grant status", value=str(self.status)[:32])
+        _set(self, "shards", check_shard_ranges(self.shards))
+        if (self.status == "granted") != bool(self.shards):
+            raise LocalProtocolError("shards are listed exactly when the status is granted")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardDone(Message):
+    """Trainer → its gateway: rank ``rank`` pushed the gradients of every sample of these shards of
+    ``epoch`` (AntDT: a shard is DONE once its gradients reached the servers)."""
+
+    TYPE: ClassVar[int] = MsgType.SHARD_DONE
+    STREAM: ClassVar[bool] = True
+    rank: int
+    epoch: int
+    shards: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        check_uint(self.rank, "rank", MAX_RANK)
+        check_uint(self.epoch, "epoch", MAX_COUNTER)
+        _set(self, "shards", check_shard_ids(self.shards))
 
 
 # ----------------------------------------------------------------------------------------------- decoding

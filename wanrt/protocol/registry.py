@@ -29,6 +29,9 @@ from wanrt.protocol.messages import (
     Notice,
     Push,
     Reject,
+    ShardDone,
+    ShardGrant,
+    ShardRequest,
     Telemetry,
     Welcome,
 )
@@ -62,6 +65,9 @@ CORE_MESSAGES: Final[tuple[type[Message], ...]] = (
     Telemetry,
     ConfigUpdate,
     Notice,
+    ShardRequest,
+    ShardGrant,
+    ShardDone,
 )
 
 

@@ -23,6 +23,8 @@ KEYS = (
     "star_tw_u_shape",
     "zipline_matches_fullgridscan",
     "zipline_ms_n1000_r15",
+    "shards_lost",
+    "shards_repeated",
 )
 
 
@@ -45,3 +47,4 @@ def test_quick_run_writes_all_keys(tmp_path: Path) -> None:
     assert 0.0 < data["seed002_persistent_reduction"] < 1.0
     assert data["star_mode_match_count"][1] > 0
     assert len(data["star_tw_sweep"]["t_w_ms"]) == len(data["star_tw_sweep"]["time_s"])
+    assert data["shards_lost"] == 0 and data["shards_lost_stateless_queue"] > 0

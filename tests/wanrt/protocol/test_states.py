@@ -30,6 +30,9 @@ from wanrt.protocol import (
     Notice,
     Push,
     Reject,
+    ShardDone,
+    ShardGrant,
+    ShardRequest,
     Side,
     State,
     Telemetry,
@@ -60,6 +63,9 @@ SAMPLES: dict[int, Message] = {
     MsgType.TELEMETRY: Telemetry("x", 1, {"rate": 1.0}),
     MsgType.CONFIG_UPDATE: ConfigUpdate({"r": 0.01}, 5),
     MsgType.NOTICE: Notice("x", "model", "differs", True, {"model": b"abc"}),
+    MsgType.SHARD_REQUEST: ShardRequest(0, 1, 0, 100, 2, False),
+    MsgType.SHARD_GRANT: ShardGrant(0, 1, 0, "granted", ((3, 30, 40),)),
+    MsgType.SHARD_DONE: ShardDone(0, 0, (3,)),
 }
 
 

@@ -59,6 +59,9 @@ from wanrt.protocol.messages import (
     Notice,
     Push,
     Reject,
+    ShardDone,
+    ShardGrant,
+    ShardRequest,
     Telemetry,
     Welcome,
 )
@@ -105,7 +108,8 @@ class GatewayLink:
         self._error: BaseException | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="wanrt-link", daemon=True)
-        self._pushes: asyncio.Queue[Push | Telemetry] | None = None
+        self._pushes: asyncio.Queue[Message] | None = None
+        self._shard_grants: queue.Queue[ShardGrant] = queue.Queue(maxsize=1024)
         self._transport: Transport | None = None
         self._conn: Connection | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -150,6 +154,34 @@ class GatewayLink:
         pushes = self._pushes
         assert pushes is not None
         self._loop.call_soon_threadsafe(pushes.put_nowait, msg)
+
+    def _queue_message(self, msg: Message) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise LocalProtocolError(f"{type(msg).__name__} on a closed gateway link")
+        pushes = self._pushes
+        assert pushes is not None
+        self._loop.call_soon_threadsafe(pushes.put_nowait, msg)
+
+    def request_shards(
+        self, rank: int, request: int, epoch: int, dataset_len: int, want: int, fresh: bool
+    ) -> None:
+        """Ask the job's shard service (through the gateway) for data shards; the answer comes from
+        :meth:`next_grant`. Queued behind this step's pushes, like every message of this link."""
+        self._queue_message(ShardRequest(rank, request, epoch, dataset_len, want, fresh))
+
+    def report_shards(self, rank: int, epoch: int, shards: tuple[int, ...]) -> None:
+        """Tell the shard service these shards are DONE; sent after the pushes queued before it."""
+        self._queue_message(ShardDone(rank, epoch, shards))
+
+    def next_grant(self, timeout: float) -> ShardGrant | None:
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._shard_grants.get(timeout=timeout) if timeout > 0 else self._shard_grants.get_nowait()
+        except queue.Empty:
+            return None
 
     def get(self, timeout: float) -> LinkEvent | None:
         if self._error is not None:
@@ -276,6 +308,10 @@ class GatewayLink:
                     err = notice_error(self.spec, event)
                     if err is not None:
                         raise err
+                elif isinstance(event, ShardGrant):
+                    if self._shard_grants.full():  # answers nobody asked for: the gateway misbehaves
+                        raise RemoteProtocolError("too many unread shard grants", peer=url)
+                    self._shard_grants.put_nowait(event)
                 elif isinstance(event, (Ack, Heartbeat)):
                     continue
                 elif isinstance(event, Bye):
