@@ -81,6 +81,7 @@ class ContribIds(tuple[ContribId, ...]):
     _checked: frozenset[str] | None
     _top: int
     _missing: tuple[tuple[str, ...], tuple[str, ...]] | None
+    _older: tuple[int, int]
 
     def wire(self) -> bytes:
         """The wire form (see the module docstring), built once."""
@@ -113,6 +114,13 @@ class ContribIds(tuple[ContribId, ...]):
         if t is None:
             t = self._top = max((it for _, it in self), default=-1)
         return t
+
+    def older(self, iteration: int) -> int:
+        """How many ids are from before ``iteration`` (remembered for the last iteration asked about)."""
+        got = self.__dict__.get("_older")
+        if got is None or got[0] != iteration:
+            got = self._older = (iteration, sum(1 for _, it in self if it < iteration))
+        return got[1]
 
     def checked_against(self, sites: frozenset[str]) -> bool:
         """Whether :func:`gateways.rounds.checks.check_message` already accepted these ids for exactly this
@@ -164,8 +172,8 @@ def iterations_of(ids: Sequence[ContribId], site: str) -> list[int]:
 
 def count_older(ids: Sequence[ContribId], iteration: int) -> int:
     """How many ids are from before ``iteration`` (contributions counted late)."""
-    if type(ids) is ContribIds and ids.top() < iteration and ids:
-        return len(ids)
+    if type(ids) is ContribIds:
+        return ids.older(iteration)
     return sum(1 for _, it in ids if it < iteration)
 
 

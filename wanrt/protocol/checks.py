@@ -68,6 +68,7 @@ def check_text(value: Any, field: str, max_chars: int = MAX_STR_CHARS) -> str:
 #: cleared when full, so a flood of distinct names costs only re-checks, never memory.
 _GOOD_NAMES: set[str] = set()
 _GOOD_NAMES_MAX = 4096
+_STR_ONLY: frozenset[type] = frozenset({str})
 
 
 def check_name(value: Any, field: str) -> str:
@@ -89,7 +90,7 @@ def check_names(values: Any, field: str) -> tuple[str, ...]:
     """:func:`check_name` for each of ``values`` (a sequence), with a set-level fast path for names already
     seen: a 1 000-site result lists every site in each message."""
     names = tuple(values)
-    if _GOOD_NAMES.issuperset(names) and all(type(n) is str for n in names):
+    if _GOOD_NAMES.issuperset(names) and set(map(type, names)) <= _STR_ONLY:  # C loops, no generator
         return names
     return tuple(check_name(n, field) for n in names)
 
