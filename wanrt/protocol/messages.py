@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 from wanrt import codec
 from wanrt.errors import (
@@ -346,6 +346,25 @@ def _check_payload(payload: Any, layer: int) -> None:
     check_count(payload.nnz, "payload elements", "MAX_PAYLOAD_ELEMENTS", MAX_PAYLOAD_ELEMENTS)
 
 
+#: The last payloads encoded, by object: a gateway sends one result to each of its children (and the
+#: simulator's inner tree nodes to eight each), and encoding is a pure function of the (immutable) payload.
+#: Each entry keeps its payload alive, so an ``id`` is never reused while cached. Small, cleared when full.
+_ENCODED_MAX: Final = 16
+_encoded: dict[int, tuple[SparsePayload, dict[str, Any], tuple[memoryview, ...]]] = {}
+
+
+def _encoded_payload(payload: SparsePayload) -> tuple[dict[str, Any], tuple[memoryview, ...]]:
+    hit = _encoded.get(id(payload))
+    if hit is not None and hit[0] is payload:
+        return hit[1], hit[2]
+    meta, buffers = codec.encode_payload(payload)
+    if len(_encoded) >= _ENCODED_MAX:
+        _encoded.clear()
+    out = (dict(meta), tuple(buffers))
+    _encoded[id(payload)] = (payload, *out)
+    return out
+
+
 def _decode_payload(meta: Any, buffers: Sequence[memoryview], peer: str | None) -> SparsePayload:
     if not isinstance(meta, dict):
         raise MalformedPayload("payload meta is not a map", peer=peer)
@@ -381,9 +400,9 @@ class Push(Message):
         _check_payload(self.payload, self.layer)
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        meta, buffers = codec.encode_payload(self.payload)
+        meta, buffers = _encoded_payload(self.payload)
         header = {name: getattr(self, name) for name in field_names(type(self)) if name != "payload"}
-        header["payload"] = meta
+        header["payload"] = dict(meta)
         return header, list(buffers)
 
     @classmethod
