@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from gateways.rounds.ids import count_older, site_names
 from gateways.rounds.messages import RoundClosed
 from gateways.sending.edf_queue import PeerQueueStats
 from gateways.sending.rate_allocator import LinkState
@@ -52,6 +53,8 @@ class GatewayStats:
 
     def __init__(self, site: str, peers: list[str]) -> None:
         self.site = site
+        #: one entry per peer listed here, plus any other peer once it shows up (:meth:`peer`): a gateway
+        #: that links only to its plan neighbours (``links = "plan"``) keeps a handful, not one per site
         self.peers: dict[str, PeerStatus] = {p: PeerStatus() for p in sorted(peers)}
         self.rounds_completed = 0
         self.rounds_settled = 0  # closed without a result reaching this site (partition, abandoned)
@@ -78,7 +81,7 @@ class GatewayStats:
             self.rounds_settled += 1
         warn: list[tuple[str, int]] = []
         if rc.delivered:
-            present = {s for s, _ in rc.sites}
+            present = site_names(rc.sites)
             for site in list(self.missing_streak):
                 if site in present:
                     del self.missing_streak[site]
@@ -86,7 +89,7 @@ class GatewayStats:
                 n = self.missing_streak[site] = self.missing_streak.get(site, 0) + 1
                 if n == 3 or n % 100 == 0:
                     warn.append((site, n))
-        self.late_contributions += sum(1 for _, it in rc.sites if it < rc.iteration)
+        self.late_contributions += count_older(rc.sites, rc.iteration)
         self.late_children += len(rc.late)
         self.recent.append(
             {
@@ -101,8 +104,15 @@ class GatewayStats:
         )
         return warn
 
+    def peer(self, peer: str) -> PeerStatus:
+        """The entry of ``peer``, made on first use (peers not listed at construction)."""
+        st = self.peers.get(peer)
+        if st is None:
+            st = self.peers[peer] = PeerStatus()
+        return st
+
     def peer_state(self, peer: str, state: str, now: float, reason: str = "") -> None:
-        st = self.peers[peer]
+        st = self.peer(peer)
         if state == "up":
             st.connects += 1
         if state == "lost":

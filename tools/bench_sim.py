@@ -41,7 +41,7 @@ from bench_gateway_cluster import BenchTrainer, running, short_dir, star_configs
 
 from sims.des.payloads import make_payload, payload_digest
 from sims.des.scenario import Scenario, load_scenario
-from sims.des.world import Simulation
+from sims.des.world import Simulation, frozen_world
 from wanrt.protocol import Aggregate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,8 @@ def run_scale(rounds: int, *, profile: bool) -> dict[str, Any]:
         prof.enable()
     sim.setup()
     t1 = time.perf_counter()
-    sim.loop.run(until=sc.max_time_s, stop=sim._done)
+    with frozen_world():
+        sim.loop.run(until=sc.max_time_s, stop=sim._done)
     if prof is not None:
         prof.disable()
     t2 = time.perf_counter()

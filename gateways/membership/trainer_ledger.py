@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gateways.rounds.aggregate import aggregate
+from gateways.rounds.ids import iterations_of
 from gateways.rounds.messages import ContribId
 from wanrt.errors import LimitExceeded, RemoteProtocolError
 from wanrt.payload import SparsePayload
@@ -176,14 +177,13 @@ class TrainerLedger:
         return tuple(acks)
 
     def on_deliver(self, layer: int, ids: Sequence[ContribId]) -> tuple[Key, ...]:
-        """A final result of ``layer`` with contribution ``ids`` was delivered: the pushes to acknowledge."""
+        """A final result of ``layer`` with contribution ``ids`` (canonical order: sorted, as every result's
+        ids are) was delivered: the pushes to acknowledge."""
         st = self._layers.get(layer)
         if st is None:
             return ()
         acks: list[Key] = []
-        for s, it in ids:
-            if s != self.site:
-                continue
+        for it in iterations_of(ids, self.site):  # ids are canonical: a binary search, not a scan of N
             covers = st.pending.pop(it, None)
             if covers is None:
                 continue

@@ -41,6 +41,7 @@ from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToSchedu
 from gateways.node.peer_channel import PeerChannel, SendOut
 from gateways.node.shard_relay import ShardRelay
 from gateways.rounds.engine import RoundEngine
+from gateways.rounds.ids import distinct_sites
 from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec, build_plan
 from gateways.sending.edf_queue import make_send_queue
@@ -120,9 +121,14 @@ class GatewayNode:
         self.faults = SiteFaults(self.site)
         #: what a trainer refused in its handshake is told first (ModelMismatch naming the layer)
         self.refusal_notice: Notice | None = None
-        self.stats = GatewayStats(self.site, list(cfg.peers))
+        # per-link state is sized by the links this gateway will have: every peer in a full mesh, only the
+        # plan neighbours (added as their links come up) with ``links = "plan"`` (1 000-site simulations)
+        mesh = cfg.links == "all"
+        self.stats = GatewayStats(self.site, list(cfg.peers) if mesh else [])
         self.queue = make_send_queue(cfg.edf)
-        self.allocator = RateAllocator(cfg.peers, cfg.base_rates_bps(), cfg.rates)
+        self.allocator = RateAllocator(
+            cfg.peers if mesh else (), cfg.base_rates_bps() if mesh else {}, cfg.rates
+        )
         self.link_times = LinkTimes(settle=cfg.rounds.window + 1)
         self._channels: dict[int, PeerChannel] = {}
         self._by_peer: dict[str, PeerChannel] = {}
@@ -331,7 +337,7 @@ class GatewayNode:
             log.debug("round %s of layer %d has no payload at all; nothing to deliver", d.iteration, d.layer)
             return
         self.ledger.answer(d.iteration, d.layer)
-        sites = tuple(sorted({s for s, _ in d.sites})) or (self.site,)
+        sites = distinct_sites(d.sites) or (self.site,)
         self._to_trainer(Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites))
         self.stats.aggregates_delivered += 1
         self._send_push_acks(acks)
@@ -447,7 +453,11 @@ class GatewayNode:
         old = self._by_peer.get(peer)
         if old is not None:
             self._end_link(old, "replaced by a new connection from the same peer", now, abort=True)
-        rate = self.allocator.rates()[peer]
+        rates = self.allocator.rates()
+        if peer not in rates:  # links = "plan": a neighbour's link state is made when it first links
+            self.allocator.add_link(peer, self.cfg.base_rate_bps(peer))
+            rates = self.allocator.rates()
+        rate = rates[peer]
         ch = PeerChannel(
             next(self._link_ids),
             peer,
@@ -456,7 +466,7 @@ class GatewayNode:
             item_ids=self._item_ids,
             pacer=Pacer(rate, now),
             link_times=self.link_times,
-            counters=self.stats.peers[peer].counters,
+            counters=self.stats.peer(peer).counters,
             now=now,
         )
         ch.next_beat = now + self.cfg.timeouts.heartbeat_interval
@@ -940,6 +950,8 @@ class GatewayNode:
         rates = self.allocator.rates()
         busiest = sorted(self.stats.peers.items(), key=lambda kv: -kv[1].counters.bytes_sent)
         for peer, st in busiest[:MAX_REPORTED_LINKS]:  # the protocol bounds a report's keys
+            if peer not in rates:
+                continue  # links = "plan": a peer lost before it ever linked has no link state
             m[f"link.{peer}.bytes_sent"] = float(st.counters.bytes_sent)
             m[f"link.{peer}.rate_bps"] = float(rates[peer])
             last = snap.links[peer].last_time_s
@@ -978,6 +990,7 @@ class GatewayNode:
         peers = {
             p: peer_view(st, snap.links[p], queues.get(p), live=p in live, t0=self.t0)
             for p, st in self.stats.peers.items()
+            if p in snap.links  # links = "plan": only peers that linked have link state
         }
         return {
             "site": self.site,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gateways.rounds.aggregate import segment_bounds
 from gateways.rounds.config import MAX_LAYERS
+from gateways.rounds.ids import ContribIds
 from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
 from gateways.rounds.topology import Plan
 from wanrt.errors import LimitExceeded, MalformedPayload, RemoteProtocolError
@@ -28,7 +29,10 @@ def check_message(
     max_ids: int,
 ) -> None:
     """Field types, the iteration window ``[lowest, highest]``, the layer bound, and the contribution ids
-    (known sites, not from the future, strictly increasing so a set is canonical and duplicate-free)."""
+    (known sites, not from the future, strictly increasing so a set is canonical and duplicate-free).
+
+    ``sites`` should be interned (:func:`gateways.rounds.ids.intern_sites`): a :class:`ContribIds` remembers
+    the set it passed against, so the same result reaching many gateways is walked once."""
     if type(m) is not RoundMsg or m.kind not in MSG_KINDS:
         raise RemoteProtocolError("not a round message", peer=peer, value=getattr(m, "kind", None))
     for name in ("iteration", "layer", "plan_id", "step", "segment"):
@@ -36,7 +40,7 @@ def check_message(
             raise RemoteProtocolError(f"{name} must be an integer", peer=peer, value=getattr(m, name))
     if m.payload is not None and not isinstance(m.payload, SparsePayload):
         raise RemoteProtocolError("payload must be a SparsePayload", peer=peer)
-    if type(m.sites) is not tuple:
+    if not isinstance(m.sites, tuple):
         raise RemoteProtocolError("sites must be a tuple", peer=peer)
     if not 0 <= m.layer < MAX_LAYERS:
         raise LimitExceeded(
@@ -53,14 +57,28 @@ def check_message(
             "too many contribution ids", name="sites", limit=max_ids, value=len(m.sites), peer=peer
         )
     top = m.iteration
-    prev: ContribId | None = None
-    for cid in m.sites:
-        if type(cid) is not tuple or len(cid) != 2:
-            raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
-        s, it = cid
-        if s not in sites or type(it) is not int or not 0 <= it <= top or (prev is not None and cid <= prev):
-            raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
-        prev = cid
+    ids = m.sites
+    if type(ids) is ContribIds and ids.checked_against(sites):
+        # the same immutable id set already passed the loop below for this very (interned) site set: only
+        # the bound that depends on this message is left (a result reaches every gateway of the job)
+        if ids.top() > top:
+            raise RemoteProtocolError("contribution id from the future", peer=peer, value=ids.top())
+    else:
+        prev: ContribId | None = None
+        for cid in ids:
+            if type(cid) is not tuple or len(cid) != 2:
+                raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
+            s, it = cid
+            if (
+                s not in sites
+                or type(it) is not int
+                or not 0 <= it <= top
+                or (prev is not None and cid <= prev)
+            ):
+                raise RemoteProtocolError("invalid contribution id", peer=peer, value=cid)
+            prev = cid
+        if type(ids) is ContribIds:
+            ids.mark_checked(sites)
     if m.payload is not None and m.payload.layer != m.layer:
         raise MalformedPayload("payload layer disagrees with the message", peer=peer, value=m.layer)
     if m.kind == "outcome":

@@ -60,6 +60,7 @@ from gateways.rounds.allpairs import (
 )
 from gateways.rounds.checks import check_allpairs_message, check_message, check_ring_message
 from gateways.rounds.config import MAX_LAYERS, RoundConfig
+from gateways.rounds.ids import id_pairs, intern_sites, missing_members
 from gateways.rounds.messages import (
     Action,
     ContribId,
@@ -113,7 +114,7 @@ class RoundEngine:
             check(live <= set(self.sites) and site in live, "plan", plan.members, "members must be sites")
         else:
             spec, live = (plan if plan is not None else self.config.spec()), set(self.sites)
-        self._site_set = frozenset(self.sites)
+        self._site_set = intern_sites(self.sites)  # shared by equal engines: see checks.check_message
         self._timeline = PlanTimeline(spec, live)
         self._quorum = self.config.quorum or (len(self.sites) // 2 + 1)
         self._max_ids = len(self.sites) * (self.config.max_lag + 1)
@@ -530,7 +531,7 @@ class RoundEngine:
         res = r.residuals.get(final.plan_id)
         if res is not None:
             self._carry_add(r.layer, res, ())
-        included = set(final.sites)
+        included = id_pairs(final.sites)
         counted: list[tuple[SparsePayload | None, tuple[ContribId, ...]]] = []
         for p, ids in [(r.own, r.own_ids), *r.extras_out] if r.taken and r.own_ids else r.extras_out:
             hit = [x in included for x in ids]
@@ -556,13 +557,12 @@ class RoundEngine:
             for t in targets:
                 sent[t] = plan.plan_id
                 self._send(out, t, down)
-        members = {s for s, _ in final.sites}
         out.append(
             RoundClosed(
                 r.iteration,
                 r.layer,
                 final.sites,
-                tuple(s for s in plan.members if s not in members),
+                missing_members(final.sites, plan.members),
                 tuple(sorted(r.late)),
                 now - r.first_opened,
             )

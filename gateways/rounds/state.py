@@ -12,21 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateways.rounds.aggregate import aggregate
+from gateways.rounds.ids import merge_ids
 from gateways.rounds.messages import ContribId, RoundMsg
 from gateways.rounds.topology import Plan
 from wanrt.payload import SparsePayload
 
 __all__ = ["Carry", "EngineStats", "OpenRound", "merge_ids"]
-
-
-def merge_ids(*groups: tuple[ContribId, ...]) -> tuple[ContribId, ...]:
-    """Sorted union of contribution ids (a canonical form, so equal sets compare equal as tuples)."""
-    if len(groups) == 1:
-        return groups[0]
-    out: set[ContribId] = set()
-    for g in groups:
-        out.update(g)
-    return tuple(sorted(out))
 
 
 @dataclass(slots=True)

@@ -18,6 +18,23 @@ __all__ = ["PlanTimeline"]
 #: distinct (spec, member set) plans kept built; a job sees a handful, this only bounds a pathological churn
 _PLAN_CACHE_LIMIT = 256
 
+#: Plans built in this process, shared by every timeline. A plan is a frozen, deterministic function of
+#: (spec, members) (see :mod:`gateways.rounds.topology`), so one built object can serve every engine that
+#: asks for the same inputs: a daemon has one engine, but the simulator runs 1 000 of them in one process,
+#: and building the same 1 000-member tree once per gateway took half of its set-up.
+_SHARED: dict[tuple[PlanSpec, frozenset[str]], Plan] = {}
+
+
+def shared_plan(spec: PlanSpec, members: frozenset[str]) -> Plan:
+    """``build_plan(spec, members)``, built once per process for equal inputs (bounded cache)."""
+    key = (spec, members)
+    plan = _SHARED.get(key)
+    if plan is None:
+        if len(_SHARED) >= _PLAN_CACHE_LIMIT:
+            _SHARED.clear()
+        plan = _SHARED[key] = build_plan(spec, members)
+    return plan
+
 
 class PlanTimeline:
     """Live members with their join iterations, and topology specs with their effective iterations."""
@@ -26,8 +43,10 @@ class PlanTimeline:
         self.live: set[str] = set(members)
         self._joins: dict[str, int] = {}
         self._specs: list[tuple[int, PlanSpec]] = [(-1, spec)]
-        self._cache: dict[tuple[PlanSpec, frozenset[str]], Plan] = {}
         self._by_iteration: dict[int, Plan] = {}
+        # the member set when no join is pending (the usual case), built once per membership change: a
+        # 1 000-site job would otherwise rebuild a 1 000-name set for every new iteration
+        self._all_live: frozenset[str] | None = None
 
     def plan_for(self, iteration: int) -> Plan:
         plan = self._by_iteration.get(iteration)
@@ -37,14 +56,13 @@ class PlanTimeline:
         for eff, s in self._specs:
             if eff <= iteration:
                 spec = s
-        members = frozenset(s for s in self.live if self._joins.get(s, -1) <= iteration)
-        key = (spec, members)
-        plan = self._cache.get(key)
-        if plan is None:
-            if len(self._cache) >= _PLAN_CACHE_LIMIT:
-                self._cache.clear()
-            plan = build_plan(spec, members)
-            self._cache[key] = plan
+        if self._joins:
+            members = frozenset(s for s in self.live if self._joins.get(s, -1) <= iteration)
+        else:
+            if self._all_live is None:
+                self._all_live = frozenset(self.live)
+            members = self._all_live
+        plan = shared_plan(spec, members)
         if len(self._by_iteration) >= _PLAN_CACHE_LIMIT:
             self._by_iteration.clear()
         self._by_iteration[iteration] = plan
@@ -56,6 +74,7 @@ class PlanTimeline:
             return False
         self.live.discard(site)
         self._joins.pop(site, None)
+        self._all_live = None
         self._by_iteration.clear()
         return True
 
@@ -63,6 +82,7 @@ class PlanTimeline:
         """``site`` takes part from ``iteration`` on (and not before, even if it was live)."""
         self.live.add(site)
         self._joins[site] = iteration
+        self._all_live = None
         self._by_iteration.clear()
 
     def set_spec(self, spec: PlanSpec, effective: int) -> None:

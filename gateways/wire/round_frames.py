@@ -7,7 +7,10 @@ an aggregate for iteration 7 may hold ``("c", 6)``, which ``Aggregate.sites`` (d
 say. So each RoundMsg becomes:
 
 * a :class:`RoundTag` (extension type 0x80) with everything except the payload, and ``seq``, a per-link
-  sequence number;
+  sequence number; its contribution ids travel as one buffer in the compact form of
+  :mod:`gateways.rounds.ids` (the header's ``ids`` is their count), encoded once per id set and decoded
+  once per distinct blob — a 1 000-site result names 1 000 ids, and per-id work at every gateway made a
+  round O(N²) (the older form, a header map ``{site: [iteration, ...]}``, is still accepted);
 * when the RoundMsg has a payload, right after it on the same link a ``Push`` whose ``round`` field equals
   the tag's ``seq``. ``round`` is otherwise unused between gateways, so it pairs the two frames exactly even
   if the send queue interleaves other items between them. Results travel as a Push too: an ``Aggregate``
@@ -32,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Self
 
+from gateways.rounds.ids import MAX_ROUND_IDS, ContribIds, as_ids, decode_ids, distinct_sites, encode_ids
 from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
 from gateways.wire.site_fault import SiteFault
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
@@ -61,9 +65,6 @@ FINAL_KINDS: Final = frozenset({"final", "segment_final"})
 #: near 2**32 messages outstanding, so numbers cannot collide.
 SEQ_MODULUS: Final = MAX_LAYER_ID + 1
 
-#: Contribution ids in one tag. The engine bounds them by sites x (max_lag + 1); 16384 covers 256 sites at
-#: the default max_lag of 64 and keeps a lying peer from making us build a huge tuple.
-MAX_ROUND_IDS: Final = 16384
 
 #: Messages a receiver may hold above its contiguous prefix of sequence numbers. The EDF queue sends urgent
 #: messages past queued ones, so gaps are normal, but they are bounded by what the sender has queued; a
@@ -75,8 +76,8 @@ MAX_ACK_GAP: Final = 1 << 16
 MAX_PENDING_TAGS: Final = 1024
 
 
-def _check_ids(value: Any) -> tuple[ContribId, ...]:
-    """The wire form ``{site: [iteration, ...]}`` as the engine's sorted tuple of (site, iteration)."""
+def _check_ids(value: Any) -> ContribIds:
+    """The older wire form ``{site: [iteration, ...]}`` (still accepted) as the engine's id set."""
     if not isinstance(value, Mapping):
         raise LocalProtocolError("ids must be a map of site -> iterations", value=type(value).__name__)
     check_count(len(value), "ids sites", "MAX_SITES", MAX_SITES)
@@ -92,14 +93,7 @@ def _check_ids(value: Any) -> tuple[ContribId, ...]:
         if type(it) is not int or not 0 <= it <= MAX_COUNTER:
             raise LocalProtocolError("ids iteration must be an integer in [0, MAX_COUNTER]", value=it)
     out.sort()
-    return tuple(out)
-
-
-def _ids_map(ids: Sequence[ContribId]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = {}
-    for site, it in ids:
-        grouped.setdefault(site, []).append(it)
-    return grouped
+    return ContribIds(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +103,7 @@ class RoundTag(Message):
 
     TYPE: ClassVar[int] = 0x80
     STREAM: ClassVar[bool] = True
+    MAX_BUFFERS: ClassVar[int] = 1  # the contribution ids
     seq: int
     kind: str
     iteration: int
@@ -135,9 +130,11 @@ class RoundTag(Message):
             raise LocalProtocolError("ids must be a tuple of (site, iteration)")
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
+        # the ids travel as one buffer (gateways.rounds.ids: "<it>=<site>,...;..."), the header says how
+        # many there are; the buffer is encoded once per id set, however many links it goes to
         header = {name: getattr(self, name) for name in field_names(type(self))}
-        header["ids"] = _ids_map(self.ids)
-        return header, []
+        header["ids"] = len(self.ids)
+        return header, [memoryview(encode_ids(self.ids))]
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
@@ -145,13 +142,27 @@ class RoundTag(Message):
         if set(header) != set(names):
             raise LocalProtocolError("RoundTag header fields wrong", value=sorted(header)[:16])
         fields = dict(header)
-        fields["ids"] = _check_ids(fields["ids"])
+        n = fields["ids"]
+        if type(n) is int:  # the id set in buffer 0
+            check_count(n, "contribution ids", "MAX_ROUND_IDS", MAX_ROUND_IDS)
+            if len(buffers) != 1:
+                raise LocalProtocolError(
+                    "RoundTag must carry its ids in exactly one buffer", value=len(buffers)
+                )
+            ids = decode_ids(buffers[0])
+            if len(ids) != n:
+                raise LocalProtocolError("RoundTag ids disagree with their count", value=len(ids), limit=n)
+            fields["ids"] = ids
+        else:  # the older form: a map in the header, no buffer
+            if buffers:
+                raise LocalProtocolError("RoundTag with map ids carries no buffer", value=len(buffers))
+            fields["ids"] = _check_ids(n)
         return cls(**fields)
 
     @property
     def sites(self) -> tuple[str, ...]:
         """Distinct site names of the ids, sorted: what an Aggregate carrying the payload lists."""
-        return tuple(sorted({s for s, _ in self.ids}))
+        return distinct_sites(self.ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +197,7 @@ def encode_round(msg: RoundMsg, *, seq: int, job: str, site: str) -> tuple[Round
         msg.plan_id,
         msg.step,
         msg.segment,
-        tuple(msg.sites),
+        as_ids(msg.sites),
         has_payload,
     )
     if msg.payload is None:

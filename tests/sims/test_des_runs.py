@@ -79,6 +79,11 @@ def test_plan_links_connect_only_neighbours() -> None:
     assert result.finished and not result.problems
     assert len(sim.link_pairs()) == 14  # a tree of 15 has 14 edges
     assert len(result.links) == 28
+    # per-link state (counters, rates) exists for the node's links only, not for every site of the job
+    for site, node in sim.nodes.items():
+        neighbours = set(sim.plan.neighbours(site))
+        assert set(node.stats.peers) == neighbours == set(node.allocator.rates())
+        assert set(node.status()["peers"]) == neighbours
 
 
 @pytest.mark.parametrize("links", ["all", "plan"])

@@ -68,6 +68,8 @@ def check_text(value: Any, field: str, max_chars: int = MAX_STR_CHARS) -> str:
 #: cleared when full, so a flood of distinct names costs only re-checks, never memory.
 _GOOD_NAMES: set[str] = set()
 _GOOD_NAMES_MAX = 4096
+_STR_ONLY: frozenset[type] = frozenset({str})
+_LAST_NAMES: tuple[str, ...] | None = None
 
 
 def check_name(value: Any, field: str) -> str:
@@ -88,8 +90,12 @@ def check_name(value: Any, field: str) -> str:
 def check_names(values: Any, field: str) -> tuple[str, ...]:
     """:func:`check_name` for each of ``values`` (a sequence), with a set-level fast path for names already
     seen: a 1 000-site result lists every site in each message."""
+    global _LAST_NAMES
     names = tuple(values)
-    if _GOOD_NAMES.issuperset(names) and all(type(n) is str for n in names):
+    if names is _LAST_NAMES:  # the very tuple checked last (immutable): a result's site list, per delivery
+        return names
+    if _GOOD_NAMES.issuperset(names) and set(map(type, names)) <= _STR_ONLY:  # C loops, no generator
+        _LAST_NAMES = names
         return names
     return tuple(check_name(n, field) for n in names)
 

@@ -359,11 +359,56 @@ def _check_payload(payload: Any, layer: int) -> None:
     check_count(payload.nnz, "payload elements", "MAX_PAYLOAD_ELEMENTS", MAX_PAYLOAD_ELEMENTS)
 
 
+#: The last payloads encoded, by object: a gateway sends one result to each of its children (and the
+#: simulator's inner tree nodes to eight each), and encoding is a pure function of the (immutable) payload.
+#: Each entry keeps its payload alive, so an ``id`` is never reused while cached. Small, cleared when full.
+_ENCODED_MAX: Final = 16
+_encoded: dict[int, tuple[SparsePayload, dict[str, Any], tuple[memoryview, ...]]] = {}
+
+
+def _encoded_payload(payload: SparsePayload) -> tuple[dict[str, Any], tuple[memoryview, ...]]:
+    hit = _encoded.get(id(payload))
+    if hit is not None and hit[0] is payload:
+        return hit[1], hit[2]
+    meta, buffers = codec.encode_payload(payload)
+    if len(_encoded) >= _ENCODED_MAX:
+        _encoded.clear()
+    out = (dict(meta), tuple(buffers))
+    _encoded[id(payload)] = (payload, *out)
+    return out
+
+
+#: Small payloads decoded lately, by their exact wire form (meta and buffer bytes): decoding and validating
+#: is a pure function of those bytes, so equal bytes may share one decoded payload, made read-only. A
+#: daemon rarely sees the same bytes twice; the simulator delivers one result to 1 000 gateways in one
+#: process. Only payloads up to _DECODED_MAX_BYTES are keyed (the key copies the bytes); bounded, cleared
+#: when full.
+_DECODED_MAX: Final = 16
+_DECODED_MAX_BYTES: Final = 64 * 1024
+_decoded: dict[tuple[Any, ...], SparsePayload] = {}
+
+
 def _decode_payload(meta: Any, buffers: Sequence[memoryview], peer: str | None) -> SparsePayload:
     if not isinstance(meta, dict):
         raise MalformedPayload("payload meta is not a map", peer=peer)
+    key: tuple[Any, ...] | None = None
+    if len(buffers) == 2 and sum(len(b) for b in buffers) <= _DECODED_MAX_BYTES:
+        try:
+            key = (tuple(sorted(meta.items())), bytes(buffers[0]), bytes(buffers[1]))
+            hit = _decoded.get(key)
+        except (TypeError, ValueError):  # unhashable or odd meta: the codec reports what is wrong with it
+            key = hit = None
+        if hit is not None:
+            return hit
     try:
-        return codec.decode_payload(meta, buffers, peer=peer, max_elements=MAX_PAYLOAD_ELEMENTS)
+        p = codec.decode_payload(meta, buffers, peer=peer, max_elements=MAX_PAYLOAD_ELEMENTS)
+        if key is not None:
+            p.indices.flags.writeable = False  # shared by every receiver of the same bytes
+            p.values.flags.writeable = False
+            if len(_decoded) >= _DECODED_MAX:
+                _decoded.clear()
+            _decoded[key] = p
+        return p
     except ProtocolError:
         raise
     except (WanrtError, ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError) as exc:
@@ -394,9 +439,9 @@ class Push(Message):
         _check_payload(self.payload, self.layer)
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        meta, buffers = codec.encode_payload(self.payload)
+        meta, buffers = _encoded_payload(self.payload)
         header = {name: getattr(self, name) for name in field_names(type(self)) if name != "payload"}
-        header["payload"] = meta
+        header["payload"] = dict(meta)
         return header, list(buffers)
 
     @classmethod

@@ -157,13 +157,37 @@ def test_tag_validation_on_both_sides() -> None:
         RoundTag(SEQ_MODULUS, "partial", 1, 0, 1, 0, -1, (), False)
     with pytest.raises(LocalProtocolError):
         JobModel({"bad key!": 1})
-    header, _ = RoundTag(0, "partial", 1, 0, 1, 0, -1, (("a", 1),), False).to_wire()
-    assert header["ids"] == {"a": [1]}
+    header, buffers = RoundTag(0, "partial", 1, 0, 1, 0, -1, (("a", 1), ("b", 0)), False).to_wire()
+    # the ids travel as one buffer (gateways.rounds.ids), the header holds their count
+    assert header["ids"] == 2 and [bytes(b) for b in buffers] == [b"0=b;1=a"]
+    assert decode_message(RoundTag, header, buffers, peer="a").ids == (("a", 1), ("b", 0))
+    # the older form, a header map without a buffer, is still accepted
+    old = decode_message(RoundTag, {**header, "ids": {"a": [1], "b": [0]}}, [], peer="a")
+    assert old.ids == (("a", 1), ("b", 0))
     for key, bad in (("ids", {"!": [1]}), ("ids", {"a": "1"}), ("ids", [["a", 1]]), ("kind", "gossip")):
         with pytest.raises(RemoteProtocolError):
             decode_message(RoundTag, {**header, key: bad}, [], peer="a")
     with pytest.raises(LimitExceeded):
         decode_message(RoundTag, {**header, "ids": {"a": list(range(MAX_ROUND_IDS + 1))}}, [], peer="a")
+    with pytest.raises(LimitExceeded):
+        decode_message(RoundTag, {**header, "ids": MAX_ROUND_IDS + 1}, buffers, peer="a")
+    for n, blob in (
+        (2, b"0=b;1=\xff"),  # not ASCII
+        (2, b"0=b,a"),  # names out of order
+        (2, b"0=a,a"),  # a duplicate
+        (2, b"1=a;0=b"),  # iterations out of order
+        (2, b"0=a;-1=b"),  # not a counter
+        (2, b"0=a;x=b"),
+        (2, b"0=a,!b"),  # not a site name
+        (1, b"0=a,b"),  # the count disagrees
+        (2, b"0a,b"),
+    ):
+        with pytest.raises(RemoteProtocolError):
+            decode_message(RoundTag, {**header, "ids": n}, [memoryview(blob)], peer="a")
+    with pytest.raises(RemoteProtocolError):  # a map form with a buffer, a count without one
+        decode_message(RoundTag, {**header, "ids": {"a": [1]}}, buffers, peer="a")
+    with pytest.raises(RemoteProtocolError):
+        decode_message(RoundTag, header, [], peer="a")
 
 
 def test_cumulative_acks_cover_the_contiguous_prefix() -> None:
