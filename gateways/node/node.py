@@ -439,6 +439,25 @@ class GatewayNode:
         info.update(self.model.info())
         return info
 
+    def _check_claims(self, peer: str, other: LinkInfo) -> None:
+        """A running gateway bounds what a peer's handshake may claim (reliability: a peer holding the job
+        secret still sends only what its place allows). An honest peer is at most a few windows ahead of
+        a site that takes part in the same rounds (its join iteration is the job's frontier + 1 + a window
+        margin, reached through a site at most a window ahead of this one); a far ``join_at`` would move the
+        open-iteration window of every round here, and a far ``frontier`` the join iteration of everyone."""
+        if self.engine is None:
+            return  # a fresh gateway takes the job's position from its first link
+        w = self.cfg.rounds.window
+        limit = self.engine.frontier + 4 * w + 1
+        for name, value in (("join_at", other.join_at), ("frontier", other.frontier)):
+            if value is not None and value > limit:
+                raise RemoteProtocolError(
+                    f"site {peer} claims {name} {value}, but this site is at iteration {self.engine.frontier}"
+                    f" (at most {limit} is believed); if this site fell behind, restart its gateway",
+                    peer=peer,
+                    value=value,
+                )
+
     def link_up(
         self, peer: str, conn: Connection, ours: dict[str, Any], theirs: dict[str, Any], now: float
     ) -> int:
@@ -449,6 +468,7 @@ class GatewayNode:
                 peer=peer,
             )
         mine, other = LinkInfo.parse(ours, peer=self.site), LinkInfo.parse(theirs, peer=peer)
+        self._check_claims(peer, other)
         sig = ModelSignature.from_info(theirs, site=None, peer=peer)
         old = self._by_peer.get(peer)
         if old is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import numpy as np
 import pytest
@@ -182,3 +183,37 @@ async def test_a_site_that_never_comes_is_declared_lost_when_a_round_needs_it(
                 assert st["counters"]["suspects"] >= 1
             await cluster.stop_all()
     assert "peer c lost: silent for" in caplog.text or "peer c lost: no link within 0.6 s" in caplog.text
+
+
+@pytest.mark.timeout(60)
+async def test_a_peer_claiming_a_far_join_iteration_is_refused_and_moves_nothing() -> None:
+    """Reliability item 8: after announcing ``join_at`` 500 a peer holding the secret could open the window
+    far ahead and finalise rounds hundreds of iterations ahead of the job."""
+    from gateways.membership.joining import LinkInfo, rounds_digest
+    from tests.gateways.service.daemon_cluster import trainers_for
+
+    class FarPeer(FakePeer):
+        def info(self) -> dict[str, Any]:
+            info = LinkInfo(frontier=3, fresh=False, join_at=500).to_info()
+            info["rounds"] = rounds_digest(self.rounds)
+            return info
+
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=ROUNDS)
+        async with running(configs) as cluster:
+            trainers = trainers_for(cluster, layers=1, iterations=3)
+            for t in trainers.values():
+                await t.connect()
+            await asyncio.gather(*(t.run() for t in trainers.values()))
+            for t in trainers.values():
+                await t.wait_all(3)
+                await t.close()
+            await cluster.kill("a")
+            b = cluster.daemons["b"]
+            await b.wait_for(lambda: b.status()["peers"]["a"]["state"] != "up")
+            frontier = b.engine.frontier
+            _conn, transport = await FarPeer("a", JOB, SECRET.encode(), ROUNDS).handshake(configs["b"].listen)
+            assert await read_until_closed(transport)  # an Error frame saying why, then the close
+            await b.wait_for(lambda: "claims join_at 500" in b.status()["peers"]["a"]["reason"])
+            assert b.engine.frontier == frontier and "a" not in b.engine.live
+            await cluster.stop_all()
