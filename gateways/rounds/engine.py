@@ -231,7 +231,29 @@ class RoundEngine:
         if self._timeline.lose(peer):
             self._buffer.pop(peer, None)
             self._replan(now, out)
+            self._drop_empty_rounds()
         return out
+
+    def _drop_empty_rounds(self) -> None:
+        """Rounds left holding nothing once a lost peer's inputs are forgotten (it opened them, e.g. for
+        layers this site's trainer never pushes) are freed, not kept until the job ends (reliability item
+        11); anything that comes for them later opens them again."""
+        for key, r in list(self._rounds.items()):
+            if (
+                r.local is None
+                and r.own is None
+                and not r.own_ids
+                and not r.taken
+                and not r.inputs
+                and not r.extras_in
+                and not r.extras_out
+                and r.ring_slices is None
+                and not r.ring_recv
+                and not r.seg_finals
+                and r.ap_sum is None
+                and not r.residuals
+            ):
+                del self._rounds[key]
 
     def peer_joined(self, peer: str, now: float, iteration: int | None = None) -> list[Action]:
         """``peer`` (re)joins and takes part from ``iteration`` on (the same number at every gateway; the

@@ -63,3 +63,29 @@ async def test_reassembly_buffers_of_a_closed_link_are_freed() -> None:
             total = sum(growth)
             assert total < 64, f"RSS grew {total:.0f} MiB over 6 reconnects (per attempt: {growth})"
             await cluster.stop_all()
+
+
+@pytest.mark.timeout(60)
+async def test_rounds_a_lost_peer_opened_for_bogus_layers_are_freed() -> None:
+    """An authenticated child opened rounds for 2 000 layers this site's trainer never pushes; once it is
+    lost they hold nothing and are freed (they stayed allocated until the job ended)."""
+    import dataclasses
+
+    from gateways.wire.round_frames import RoundTag
+
+    with short_dir() as tmp:
+        configs = {"b": dataclasses.replace(site_configs(tmp, "ab", rounds=ROUNDS)["b"], root="b")}
+        async with running(configs) as cluster:
+            b = cluster.daemons["b"]
+            conn, transport = await FakePeer("a", JOB, SECRET.encode(), ROUNDS).handshake(configs["b"].listen)
+            await b.wait_for(lambda: b.engine is not None)
+            plan = b.engine._timeline.plan_for(0)
+            assert plan.parent_of("a") == "b"  # the fake peer is a child: it may send partials
+            for layer in range(2000):
+                tag = RoundTag(layer, "partial", 0, layer, plan.plan_id, 0, -1, (("a", 0),), False)
+                await transport.send(conn.send_parts(tag))
+            await b.wait_for(lambda: len(b.engine._rounds) == 2000)
+            await transport.close()
+            await b.wait_for(lambda: b.status()["peers"]["a"]["state"] == "lost")
+            assert len(b.engine._rounds) == 0
+            await cluster.stop_all()
