@@ -130,6 +130,9 @@ class GatewayConfig:
     scheduler: str | None = None
     telemetry_interval_s: float = 1.0
     control_token_file: str | None = None
+    # where this gateway keeps the job's frontier so that gateways restarted together resume the job
+    # instead of starting it anew at iteration 0 (gateways/service/state_file.py); unset: not kept
+    state_file: str | None = None
     non_finite: str = "reject_link"
     # Which peers this gateway expects a link to: "all" (a full mesh, the default) or "plan" (only its
     # neighbours in the round plan: parent and children in a tree, ring neighbours). Added for the
@@ -315,6 +318,8 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
         changes["keys_file"] = _resolve(base, cfg.keys_file)
     if cfg.control_token_file is not None:
         changes["control_token_file"] = _resolve(base, cfg.control_token_file)
+    if cfg.state_file is not None:
+        changes["state_file"] = _resolve(base, cfg.state_file)
     if tls is not None:
         files: dict[str, Any] = {
             name: _existing(base, value, f"gateway.tls.{name}", f"TLS {name}")

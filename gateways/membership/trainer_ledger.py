@@ -92,6 +92,9 @@ class TrainerLedger:
     def __init__(self, site: str, join_at: int) -> None:
         self.site = site
         self.join_at = join_at
+        #: no gateway can tell which re-sent pushes were counted (the job resumed with every gateway
+        #: restarted, gateways.service.state_file): they are taken as not counted and carried forward
+        self.nobody_knows = False
         self.stats = LedgerStats()
         self._layers: dict[int, _Layer] = {}
         self._aggregates: OrderedDict[Key, Aggregate] = OrderedDict()
@@ -159,9 +162,9 @@ class TrainerLedger:
         return self._resolve(layer, st)
 
     def _resolve(self, layer: int, st: _Layer) -> tuple[Key, ...]:
-        if st.outcome is None:
+        if st.outcome is None and not self.nobody_knows:
             return ()
-        since, _ = st.outcome
+        since = st.outcome[0] if st.outcome is not None else -1
         acks: list[Key] = []
         for it in sorted(st.old):
             payload = st.old.pop(it)

@@ -139,6 +139,9 @@ class GatewayNode:
         #: join, the join itself): a handshake whose info predates a change is refused and redone
         #: (gateways.service.peer_links); after the join handshakes are not serialised, as before
         self.link_epoch = 0
+        #: the frontier this site had seen before a restart (the daemon's state_file): announced while
+        #: fresh, so gateways restarted together resume the job past it instead of at iteration 0
+        self.resume_frontier = -1
         self._no_link_deadline: dict[str, float] = {}
         self._item_ids = itertools.count(1)
         self._trainer: int | None = None  # the current trainer session
@@ -430,7 +433,7 @@ class GatewayNode:
         engine = self.engine
         join_at = self.join_at if engine is not None and peer not in self._contacted else None
         info = LinkInfo(
-            frontier=-1 if engine is None else engine.frontier,
+            frontier=self.resume_frontier if engine is None else engine.frontier,
             fresh=engine is None,
             join_at=join_at,
             live=None if engine is None else tuple(engine.live),
@@ -509,6 +512,10 @@ class GatewayNode:
                 initial_live(self.site, peer, other, self.sites),
                 now,
             )
+            if other.fresh and self.resume_frontier >= 0 and self.ledger is not None:
+                # resumed from a state file with a peer that restarted too: no survivor will say which of
+                # the trainer's re-sent pushes were counted, so they are carried (at least once)
+                self.ledger.nobody_knows = True
         elif peer not in self.engine.live:
             at = join_iteration(mine, other, margin=margin)
             log.info("gateway %s rejoins the job at iteration %d", peer, at)

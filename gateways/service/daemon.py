@@ -31,6 +31,7 @@ from gateways.service.http_api import MetricsServer
 from gateways.service.peer_link import PeerLink, abort_transport
 from gateways.service.peer_links import PeerLinks
 from gateways.service.scheduler_link import SchedulerLink
+from gateways.service.state_file import load_frontier, save_frontier
 from gateways.service.trainer_session import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
 from wanrt.protocol import Ack, Connection, Hello, Message, Notice, Push, ShardDone, ShardRequest, Telemetry
@@ -63,6 +64,7 @@ class GatewayDaemon:
             cfg, 0.0, on_action=on_action, on_message=on_message
         )  # re-made at start() with the loop's time
         self._links: dict[int, PeerLink] = {}
+        self._saved_frontier = -1  # what state_file holds (gateways.service.state_file)
         self._peer_links = PeerLinks(cfg, self, self._creds)
         self._trainer_listener: Listener | None = None
         self._sessions: dict[int, TrainerSession] = {}
@@ -138,6 +140,10 @@ class GatewayDaemon:
     async def start(self) -> None:
         """Bring every listener up (then :meth:`ready_info` is valid) and start dialing peers."""
         self.node = GatewayNode(self.cfg, self._now(), on_action=self._on_action, on_message=self._on_message)
+        if self.cfg.state_file is not None:
+            self.node.resume_frontier = self._saved_frontier = load_frontier(
+                self.cfg.state_file, job=self.job, site=self.site
+            )
         await asyncio.to_thread(warm_up_codec)  # never inside the first round (see codec_warmup)
         try:
             trainer_url = parse_url(self.cfg.trainer_listen).url
@@ -323,10 +329,19 @@ class GatewayDaemon:
                 self._scheduler.send(action.msg)
         if self.node.joined and not self._joined.is_set():
             self._joined.set()
+        self._persist()
         due = self.node.next_deadline()
         if due is not None and (self._timer_due is None or due < self._timer_due):
             self._timer_wake.set()  # an earlier deadline than the timer sleeps until
         self._progress.set()
+
+    def _persist(self) -> None:
+        """Keep the frontier in ``state_file`` whenever it advanced (see gateways.service.state_file)."""
+        engine = self.node.engine
+        if self.cfg.state_file is None or engine is None or engine.frontier <= self._saved_frontier:
+            return
+        self._saved_frontier = engine.frontier
+        save_frontier(self.cfg.state_file, job=self.job, site=self.site, frontier=engine.frontier)
 
     async def _timer(self) -> None:
         """Call ``node.tick`` at ``node.next_deadline()``; woken early for an earlier deadline."""

@@ -93,6 +93,7 @@ def write_job(
             "listen": f"tcp://{host}:{ports[site]}",
             "trainer_listen": trainer_url,
             "control_token_file": token.name,
+            "state_file": f"state-{site}.json",  # gateways restarted together resume the job
         }
         if with_scheduler:
             gateway["scheduler"] = scheduler_url

@@ -163,3 +163,54 @@ async def test_link_failure_between_two_gateways_loses_nothing() -> None:
             np.testing.assert_array_equal(got, expect)
         assert any(it < i for (i, _), d in finals.items() for _, it in d.sites)  # carried into later rounds
         assert cluster.stats["a"]["late_contributions"] > 0
+
+
+@pytest.mark.timeout(120)
+async def test_gateways_restarted_together_resume_the_job_past_where_it_was() -> None:
+    """Reliability item 12: two gateways restarted together started a new job at iteration 0 while their
+    trainers were at iteration K; with ``state_file`` they resume past every iteration the job had seen,
+    and the trainers' re-sent pushes are carried into the resumed rounds (every payload counted once)."""
+    import dataclasses
+
+    rounds = RoundConfig(topology="star", round_deadline_s=5.0, suspect_after_s=5.0)
+    iterations, k = 20, 6
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=rounds)
+        for s, cfg in configs.items():
+            configs[s] = dataclasses.replace(cfg, state_file=str(tmp / f"state-{s}.json"))
+        async with running(configs) as cluster:
+            trainers = trainers_for(cluster, layers=2, iterations=iterations)
+            for t in trainers.values():
+                await t.connect()
+                t.allow_until(k)
+            runs = [asyncio.create_task(t.run()) for t in trainers.values()]
+            async with asyncio.timeout(100):
+                for t in trainers.values():
+                    await t.wait(lambda t=t: (k - 1, 1) in t.aggregates)  # type: ignore[misc]
+                seen = max(cluster.daemons[s].engine.frontier for s in "ab")
+                for s in "ab":
+                    await cluster.kill(s)
+                restarted = {s: await cluster.start(s) for s in "ab"}
+                for d in restarted.values():
+                    await d.wait_joined()
+                    assert d.join_at is not None and d.join_at > seen  # not a new job at iteration 0
+                welcomes = {s: await trainers[s].reconnect() for s in "ab"}
+                for t in trainers.values():
+                    t.allow_until(None)
+                await asyncio.gather(*runs)
+                for t in trainers.values():
+                    await t.wait_all(iterations)
+            for s, w in welcomes.items():
+                assert w.info["join_at"] == restarted[s].join_at
+            for t in trainers.values():
+                assert not t.unacked
+                await t.close()
+            finals = cluster.delivered("a")  # both generations of gateway a
+            for layer in range(2):
+                got = np.zeros(layer_shape(layer)[0], np.float32)
+                for (_, lay), d in finals.items():
+                    if lay == layer and d.payload is not None:
+                        d.payload.add_into(got)
+                pushed = (p for t in trainers.values() for (_, lay), p in t.pushed.items() if lay == layer)
+                np.testing.assert_array_equal(got, dense_sum(pushed, layer), err_msg="pushes lost or doubled")
+            await cluster.stop_all()
