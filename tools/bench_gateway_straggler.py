@@ -119,6 +119,7 @@ class Arm:
     times: list[float] = field(default_factory=list)
     comm: list[float] = field(default_factory=list)
     caps: list[dict[str, float]] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
     def _apply(self, slow: dict[str, float]) -> dict[str, float]:
         root = self.cluster.daemons[ROOT]
@@ -156,7 +157,18 @@ class Arm:
             self.times.append(now() - t0)
             self.comm.append(comm)
             self.caps.append(caps)
+            self.trace.append(self._trace_row())
         return comm
+
+    def _trace_row(self) -> dict[str, Any]:
+        """What the root allocator last saw and decided: the instrument for judging its dynamics."""
+        snap = self.cluster.daemons[ROOT].allocator.snapshot()
+        return {
+            "observed": snap.iteration,
+            "action": snap.last_action,
+            "boost": {x: snap.links[x].rate_bps / snap.links[x].base_bps for x in LINKS},
+            "link_s": {x: snap.links[x].last_time_s for x in LINKS},
+        }
 
     def summary(self) -> dict[str, Any]:
         root = self.cluster.daemons[ROOT]
@@ -168,6 +180,7 @@ class Arm:
             "final_rates_bps": root.allocator.rates(),
             "iteration_s": self.times,
             "capacity_bps": self.caps,
+            "trace": self.trace,
         }
 
 
