@@ -42,9 +42,10 @@ clusters and take turns in blocks of iterations, so background load on the machi
 Differences from the fluid model (:mod:`sims.models.fluid_round`), reported beside it: the fluid model's
 headline runs 250 iterations, the emulation 120 (16 with ``--quick``), and the boosts ramp up over the
 first ~13 (three boosts, 5 iterations of cooldown apart, then the allocator holds them), so the emulation is
-also compared with the model at its own run length; the measured times include protocol, aggregation and event-loop overheads that do not scale with
-the link rate. The node measures a link's time as the union of its messages' send-to-ack spans and reports
-an iteration as soon as it is acknowledged (:class:`~gateways.sending.link_times.LinkTimes`).
+also compared with the model at its own run length; the measured times include protocol, aggregation and
+event-loop overheads that do not scale with the link rate. The node measures a link's time as the union of
+its messages' send-to-ack spans and reports an iteration as soon as it is acknowledged
+(:class:`~gateways.sending.link_times.LinkTimes`).
 """
 
 from __future__ import annotations
