@@ -40,11 +40,12 @@ uniform iteration (the seed's workload). Both arms (rates enabled / disabled) ru
 clusters and take turns in blocks of iterations, so background load on the machine hits both alike.
 
 Differences from the fluid model (:mod:`sims.models.fluid_round`), reported beside it: the fluid model's
-headline runs 250 iterations, the emulation 120 (16 with ``--quick``), and the boosts ramp up over the first
-~25 (one per 5 iterations of cooldown), so the emulation is also compared with the model at its own run
-length; the measured times include protocol, aggregation and event-loop overheads that do not scale with
-the link rate. The node measures a link's time as the union of its messages' send-to-ack spans and reports
-an iteration as soon as it is acknowledged (:class:`~gateways.sending.link_times.LinkTimes`).
+headline runs 250 iterations, the emulation 120 (16 with ``--quick``), and the boosts ramp up over the
+first ~13 (three boosts, 5 iterations of cooldown apart, then the allocator holds them), so the emulation is
+also compared with the model at its own run length; the measured times include protocol, aggregation and
+event-loop overheads that do not scale with the link rate. The node measures a link's time as the union of
+its messages' send-to-ack spans and reports an iteration as soon as it is acknowledged
+(:class:`~gateways.sending.link_times.LinkTimes`).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ STRAGGLER = "d"
 
 @dataclass(frozen=True)
 class StragglerSetup:
-    iterations: int = 120  # measured iterations per arm and profile (the ramp to steady state takes ~25)
+    iterations: int = 120  # measured iterations per arm and profile (held from ~13 on)
     warmup: int = 6  # uniform iterations first: kernels, links, and the compute-time calibration
     block: int = 1  # iterations an arm runs before the other takes its turn (1: paired iterations)
     layers: int = 4
@@ -119,6 +120,7 @@ class Arm:
     times: list[float] = field(default_factory=list)
     comm: list[float] = field(default_factory=list)
     caps: list[dict[str, float]] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
     def _apply(self, slow: dict[str, float]) -> dict[str, float]:
         root = self.cluster.daemons[ROOT]
@@ -156,7 +158,18 @@ class Arm:
             self.times.append(now() - t0)
             self.comm.append(comm)
             self.caps.append(caps)
+            self.trace.append(self._trace_row())
         return comm
+
+    def _trace_row(self) -> dict[str, Any]:
+        """What the root allocator last saw and decided: the instrument for judging its dynamics."""
+        snap = self.cluster.daemons[ROOT].allocator.snapshot()
+        return {
+            "observed": snap.iteration,
+            "action": snap.last_action,
+            "boost": {x: snap.links[x].rate_bps / snap.links[x].base_bps for x in LINKS},
+            "link_s": {x: snap.links[x].last_time_s for x in LINKS},
+        }
 
     def summary(self) -> dict[str, Any]:
         root = self.cluster.daemons[ROOT]
@@ -168,6 +181,7 @@ class Arm:
             "final_rates_bps": root.allocator.rates(),
             "iteration_s": self.times,
             "capacity_bps": self.caps,
+            "trace": self.trace,
         }
 
 

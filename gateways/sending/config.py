@@ -59,6 +59,13 @@ class RateConfig:
     donor penalty β = 0.15 shared by the donors, recovery r ← 0.5·r + 0.5·r_base, cooldown 5 iterations.
     ``max_boost``, ``min_share`` and ``conserve_total`` are ours: the paper compounds boosts without a bound
     and lets the sum of rates drift above the base sum, which a real uplink cannot honour.
+
+    ``hold`` is ours too: recovery is gated on the link's time *at its base rate* (its measured time scaled
+    by ``r_i / r_base``, inverting the paper's network model ``delay_i = d_base / r_i``) instead of on its
+    boosted time. A persistent straggler that a boost has fixed is still slow at its base rate, so its
+    boost and the donors' penalty that pays for it are held; the paper's literal rule (``hold = false``)
+    recovers the moment the boost works, lets the link fall back into straggling and re-boosts it — a
+    boost/recover sawtooth (1.6× to 2.9× on the 3× straggler) that costs the rounds spent on the way.
     """
 
     enabled: bool = True
@@ -71,6 +78,7 @@ class RateConfig:
     max_boost: float = 4.0
     min_share: float = 0.25
     conserve_total: bool = False
+    hold: bool = True
 
     def __post_init__(self) -> None:
         check(1 <= self.streak <= 1000, "streak", self.streak, "must be in 1..1000 iterations")
