@@ -406,7 +406,12 @@ def print_table(out: dict[str, Any]) -> None:
             v = out["keys"][key]
             ok = v >= target if how == "ge" else v <= target
             sign = ">=" if how == "ge" else "<="
-            print(f"  {key:26} {v:10.3f}   target {sign} {target:g}: {'met' if ok else 'MISSED'}")
+            verdict = "met" if ok else "MISSED"
+            if key == "straggler_iter_reduction" and out["setup"] != "full":
+                # 3 boosts 5 iterations apart take ~13 of the quick run's 16 iterations: the same quantity,
+                # but only the full run (seed 002's 250 iterations) can show the held reallocation's value
+                verdict += " (the target applies to the full run: the quick run is mostly the ramp)"
+            print(f"  {key:26} {v:10.3f}   target {sign} {target:g}: {verdict}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

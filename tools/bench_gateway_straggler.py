@@ -40,7 +40,7 @@ uniform iteration (the seed's workload). Both arms (rates enabled / disabled) ru
 clusters and take turns in blocks of iterations, so background load on the machine hits both alike.
 
 Differences from the fluid model (:mod:`sims.models.fluid_round`), reported beside it: the fluid model's
-headline runs 250 iterations, the emulation 120 (16 with ``--quick``), and the boosts ramp up over the
+headline runs 250 iterations, the emulation 250 too (16 with ``--quick``), and the boosts ramp up over the
 first ~13 (three boosts, 5 iterations of cooldown apart, then the allocator holds them), so the emulation is
 also compared with the model at its own run length; the measured times include protocol, aggregation and
 event-loop overheads that do not scale with the link rate. The node measures a link's time as the union of
@@ -80,7 +80,7 @@ STRAGGLER = "d"
 
 @dataclass(frozen=True)
 class StragglerSetup:
-    iterations: int = 120  # measured iterations per arm and profile (held from ~13 on)
+    iterations: int = 250  # measured iterations per arm and profile, seed 002's run length (held from ~13 on)
     warmup: int = 6  # uniform iterations first: kernels, links, and the compute-time calibration
     block: int = 1  # iterations an arm runs before the other takes its turn (1: paired iterations)
     layers: int = 4
