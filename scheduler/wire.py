@@ -32,9 +32,8 @@ from wanrt.protocol import CORE_REGISTRY, Message
 from wanrt.protocol.checks import check_name, check_scalar_map, check_text, check_uint
 from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER, MAX_RANK
 from wanrt.protocol.messages import (
-    SHARD_STATUSES,
+    check_shard_grant,
     check_shard_ids,
-    check_shard_ranges,
     check_shard_request,
 )
 
@@ -147,14 +146,8 @@ class SiteShardGrant(Message):
 
     def __post_init__(self) -> None:
         check_name(self.site, "site")
-        check_uint(self.rank, "rank", MAX_RANK)
-        check_uint(self.request, "request", MAX_COUNTER)
-        check_uint(self.epoch, "epoch", MAX_COUNTER)
-        if self.status not in SHARD_STATUSES:
-            raise LocalProtocolError("unknown shard grant status", value=str(self.status)[:32])
-        object.__setattr__(self, "shards", check_shard_ranges(self.shards))
-        if (self.status == "granted") != bool(self.shards):
-            raise LocalProtocolError("shards are listed exactly when the status is granted")
+        shards = check_shard_grant(self.rank, self.request, self.epoch, self.status, self.shards)
+        object.__setattr__(self, "shards", shards)
 
 
 @dataclass(frozen=True, slots=True)

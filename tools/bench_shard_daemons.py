@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import signal
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -23,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from shard_trainer import TrainerProcess
 
 from gateways.config import GatewayConfig
 from gateways.service.daemon import GatewayDaemon
@@ -36,45 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 JOB, SECRET = "testjob", "s3cret-s3cret-s3cret"  # what tools/shard_trainer.py presents
 SHARD, BATCH = 20, 8
 TIMEOUTS = Timeouts(connect=5.0, handshake=5.0, send=30.0, close=2.0, heartbeat_interval=0.5)
-
-
-class _Trainer:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.samples: list[int] = []
-        self.steps = 0
-
-    @classmethod
-    async def start(cls, url: str, site: str, samples: int, *extra: str) -> _Trainer:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(ROOT / "tools" / "shard_trainer.py"),
-            url,
-            site,
-            str(samples),
-            str(BATCH),
-            *extra,
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        return cls(proc)
-
-    async def read(self, steps: int | None = None) -> None:
-        assert self.proc.stdout is not None
-        while steps is None or self.steps < steps:
-            line = await self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"trainer exited early (rc={await self.proc.wait()})")
-            rec = json.loads(line)
-            if "finished" in rec:
-                await self.proc.wait()
-                return
-            self.samples += rec["indices"]
-            self.steps += 1
-
-    async def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
 
 
 @contextlib.asynccontextmanager
@@ -132,18 +94,18 @@ async def _run(samples: int, d: Path) -> dict[str, Any]:
         async with asyncio.timeout(120):
             async with _scheduler(scfg) as sched:
                 await sched.wait_for(lambda: all(g["connected"] for g in sched.status()["gateways"].values()))
-                a = await _Trainer.start(url["a"], "a", samples, "--hang-after", str(steps))
-                b = await _Trainer.start(
-                    url["b"], "b", samples, "--hang-after", str(steps), "--step-s", "0.005"
+                a = await TrainerProcess.start(url["a"], "a", samples, BATCH, "--hang-after", str(steps))
+                b = await TrainerProcess.start(
+                    url["b"], "b", samples, BATCH, "--hang-after", str(steps), "--step-s", "0.005"
                 )
-                await asyncio.gather(a.read(steps), b.read(steps))
+                await asyncio.gather(a.read_steps(steps), b.read_steps(steps))
             async with _scheduler(scfg) as again:  # a restarted scheduler, from the state file
                 restored = again.node.shards.counts()
                 await a.kill()
                 await b.kill()
-                a2 = await _Trainer.start(url["a"], "a", samples)
-                b2 = await _Trainer.start(url["b"], "b", samples, "--step-s", "0.005")
-                await asyncio.gather(a2.read(), b2.read())
+                a2 = await TrainerProcess.start(url["a"], "a", samples, BATCH)
+                b2 = await TrainerProcess.start(url["b"], "b", samples, BATCH, "--step-s", "0.005")
+                await asyncio.gather(a2.read_steps(), b2.read_steps())
                 svc = again.node.shards
                 complete, service_lost = svc.complete, svc.lost()
                 repeated = svc.stats.repeated
@@ -151,7 +113,7 @@ async def _run(samples: int, d: Path) -> dict[str, Any]:
         for g in gws.values():
             g.request_stop()
         await asyncio.gather(*tasks, return_exceptions=True)
-    seen = Counter(i for t in (a, b, a2, b2) for i in t.samples)
+    seen = Counter(i for t in (a, b, a2, b2) for i in t.samples())
     missing = {i // SHARD for i in range(samples) if i not in seen}
     return {
         "lost": len(missing) + (0 if complete else 1) + service_lost,

@@ -12,10 +12,13 @@ holding its shards, until it is killed.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -66,6 +69,53 @@ def main(argv: list[str]) -> int:
     print(json.dumps({"finished": sampler.epoch, "granted": sampler.granted}), flush=True)
     link.close(5.0)
     return 0
+
+
+class TrainerProcess:
+    """The parent's side (tests, tools/bench_shard_daemons.py): one trainer process running this file and
+    the index lists of the steps it reported."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.steps: list[list[int]] = []
+        self.finished: dict[str, Any] | None = None
+
+    @classmethod
+    async def start(cls, url: str, site: str, n: int, batch: int, *extra: str) -> TrainerProcess:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(Path(__file__).resolve()),
+            url,
+            site,
+            str(n),
+            str(batch),
+            *extra,
+            cwd=Path(__file__).resolve().parents[1],
+            stdout=asyncio.subprocess.PIPE,
+        )
+        return cls(proc)
+
+    async def read_steps(self, count: int | None = None) -> None:
+        """Until ``count`` steps were reported (None: until the process says it finished)."""
+        assert self.proc.stdout is not None
+        while count is None or len(self.steps) < count:
+            line = await self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"trainer exited early (rc={await self.proc.wait()})")
+            rec = json.loads(line)
+            if "finished" in rec:
+                self.finished = rec
+                if await self.proc.wait() != 0:
+                    raise RuntimeError("trainer failed after finishing")
+                return
+            self.steps.append(rec["indices"])
+
+    async def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    def samples(self) -> list[int]:
+        return [i for s in self.steps for i in s]
 
 
 if __name__ == "__main__":

@@ -645,6 +645,21 @@ def check_shard_ranges(value: Any) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
+def check_shard_grant(
+    rank: Any, request: Any, epoch: Any, status: Any, shards: Any
+) -> tuple[tuple[int, int, int], ...]:
+    """The fields a shard grant shares on the scheduler and the trainer link; returns the shards."""
+    check_uint(rank, "rank", MAX_RANK)
+    check_uint(request, "request", MAX_COUNTER)
+    check_uint(epoch, "epoch", MAX_COUNTER)
+    if status not in SHARD_STATUSES:
+        raise LocalProtocolError("unknown shard grant status", value=str(status)[:32])
+    out = check_shard_ranges(shards)
+    if (status == "granted") != bool(out):
+        raise LocalProtocolError("shards are listed exactly when the status is granted")
+    return out
+
+
 def check_shard_ids(value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)):
         raise LocalProtocolError("shards must be a list", value=type(value).__name__)
@@ -690,14 +705,7 @@ class ShardGrant(Message):
     shards: tuple[tuple[int, int, int], ...]
 
     def __post_init__(self) -> None:
-        check_uint(self.rank, "rank", MAX_RANK)
-        check_uint(self.request, "request", MAX_COUNTER)
-        check_uint(self.epoch, "epoch", MAX_COUNTER)
-        if self.status not in SHARD_STATUSES:
-            raise LocalProtocolError("unknown shard grant status", value=str(self.status)[:32])
-        _set(self, "shards", check_shard_ranges(self.shards))
-        if (self.status == "granted") != bool(self.shards):
-            raise LocalProtocolError("shards are listed exactly when the status is granted")
+        _set(self, "shards", check_shard_grant(self.rank, self.request, self.epoch, self.status, self.shards))
 
 
 @dataclass(frozen=True, slots=True)

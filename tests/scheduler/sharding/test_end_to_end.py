@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -20,6 +19,9 @@ from scheduler.sharding import ShardingConfig
 from tests.gateways.service.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, running, short_dir, site_configs
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tools"))
+from shard_trainer import TrainerProcess  # noqa: E402  (tools/ is not a package)
+
 N, SHARD, BATCH = 200, 10, 4
 
 
@@ -47,48 +49,13 @@ async def scheduler(cfg: SchedulerDaemonConfig) -> AsyncIterator[SchedulerDaemon
         await asyncio.wait_for(task, 20)
 
 
-class Trainer:
-    """One trainer process; ``steps`` are the index lists of its reported steps."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.steps: list[list[int]] = []
-        self.finished: dict[str, Any] | None = None
+class Trainer(TrainerProcess):
+    """A trainer process over this test's dataset (N samples, batches of BATCH)."""
 
     @classmethod
-    async def start(cls, url: str, site: str, *extra: str) -> Trainer:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(ROOT / "tools" / "shard_trainer.py"),
-            url,
-            site,
-            str(N),
-            str(BATCH),
-            *extra,
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        return cls(proc)
-
-    async def read_steps(self, count: int | None = None) -> None:
-        """Until ``count`` steps were reported (None: until the process says it finished)."""
-        assert self.proc.stdout is not None
-        while count is None or len(self.steps) < count:
-            line = await self.proc.stdout.readline()
-            assert line, f"trainer exited early (rc={await self.proc.wait()})"
-            rec = json.loads(line)
-            if "finished" in rec:
-                self.finished = rec
-                assert await self.proc.wait() == 0
-                return
-            self.steps.append(rec["indices"])
-
-    async def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    def samples(self) -> list[int]:
-        return [i for s in self.steps for i in s]
+    async def start(cls, url: str, site: str, *extra: str) -> Trainer:  # type: ignore[override]
+        p = await TrainerProcess.start(url, site, N, BATCH, *extra)
+        return cls(p.proc)
 
 
 def _check_coverage(*trainers: Trainer) -> Counter[int]:
