@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
@@ -121,6 +122,7 @@ class GatewayNode:
         self.faults = SiteFaults(self.site)
         #: what a trainer refused in its handshake is told first (ModelMismatch naming the layer)
         self.refusal_notice: Notice | None = None
+        self._trainer_auth_told = -math.inf  # when the peers last heard of a failed trainer handshake
         # per-link state is sized by the links this gateway will have: every peer in a full mesh, only the
         # plan neighbours (added as their links come up) with ``links = "plan"`` (1 000-site simulations)
         mesh = cfg.links == "all"
@@ -566,7 +568,7 @@ class GatewayNode:
                 raise RemoteProtocolError("JobModel without a signature", peer=ch.peer)
             self._offer_model(sig, event.info.get("model_established") is True, source=ch)
         elif isinstance(event, SiteFault):
-            self._on_site_fault(ch, event)
+            self._on_site_fault(ch, event, now)
         elif isinstance(event, Bye):
             ch.send_control(Bye("bye"))
             self._end_link(ch, f"peer closed the link: {event.reason or 'no reason given'}", now)
@@ -718,7 +720,26 @@ class GatewayNode:
             for ch in self._by_peer.values():
                 ch.send_control(fault)
 
-    def _on_site_fault(self, ch: PeerChannel, fault: SiteFault) -> None:
+    def trainer_auth_failed(self, reason: str, now: float) -> None:
+        """A connection to this site's trainer socket failed to authenticate: the other sites' trainers,
+        which would wait for this site, hear of it as a warning (at most once per 30 s)."""
+        if now - self._trainer_auth_told < 30.0:
+            return
+        self._trainer_auth_told = now
+        fault = SiteFault(
+            self.site,
+            "trainer_auth",
+            f"a trainer of site {self.site} failed to authenticate with its gateway ({reason[:200]}); "
+            "check its secret_file",
+        )
+        for ch in self._by_peer.values():
+            ch.send_control(fault)
+
+    def _on_site_fault(self, ch: PeerChannel, fault: SiteFault, now: float) -> None:
+        if fault.kind == "trainer_auth":  # a warning, and only from that site itself (no relays)
+            if fault.site == ch.peer:
+                self._warn_trainer(fault.site, "auth", fault.message, now)
+            return
         live = {p for p, c in self._by_peer.items() if not c.ended}
         if not self.faults.accept(
             fault, from_peer=ch.peer, live_peers=live, fatal=not self.model.established

@@ -450,6 +450,10 @@ class GatewayDaemon:
     def trainer_welcome_info(self) -> dict[str, Any]:
         return self.node.trainer_welcome_info()
 
+    def trainer_auth_failed(self, reason: str) -> None:
+        self.node.trainer_auth_failed(reason, self._now())
+        self._after()
+
     def trainer_refusal_notice(self) -> Notice | None:
         notice, self.node.refusal_notice = self.node.refusal_notice, None
         return notice

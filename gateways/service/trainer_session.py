@@ -68,6 +68,10 @@ class TrainerOwner(Protocol):
         """Why this trainer's model is not the job's (None: fine; its signature may be adopted)."""
         ...
 
+    def trainer_auth_failed(self, reason: str) -> None:
+        """A connection to the trainer socket failed to authenticate (the other sites are told)."""
+        ...
+
     def trainer_refusal_notice(self) -> Notice | None:
         """What to tell a trainer refused after its handshake before the connection closes."""
         ...
@@ -178,6 +182,8 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
         return
     except (ProtocolError, AuthError) as exc:
         log.warning("trainer %s rejected: %s", transport.peer, exc)
+        if isinstance(exc, AuthError):
+            owner.trainer_auth_failed(str(exc))
         await abort_and_close(conn, transport, exc, grace=timeouts.close)
         return
     except (TransportError, WanrtTimeout) as exc:
@@ -240,6 +246,8 @@ async def _handshake(owner: TrainerOwner, conn: Connection, transport: Transport
         raise AuthError(why, peer=transport.peer)
     await transport.send([conn.accept(owner.trainer_welcome_info())])
     event = await next_event(conn, transport)
+    if isinstance(event, Error) and event.code == ErrorCode.AUTH:  # our proof did not match its secret
+        raise AuthError(f"the trainer does not share this job's secret: {event.message}", peer=transport.peer)
     if not isinstance(event, Auth):
         raise TransportError("trainer left before authenticating", peer=transport.peer)
     return owner.trainer_model_problem(dict(conn.peer_info))

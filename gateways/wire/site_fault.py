@@ -24,8 +24,10 @@ from wanrt.protocol.limits import MAX_INFO_KEYS
 
 __all__ = ["FAULT_KINDS", "SiteFault"]
 
-#: Faults that travel between gateways (see the module docstring).
-FAULT_KINDS = ("model",)
+#: Faults that travel between gateways (see the module docstring): ``model`` (may stop trainers at
+#: start-up) and ``trainer_auth`` (a trainer failed to authenticate at its own gateway: only ever a warning,
+#: since an unauthenticated connection caused it, and only believed from that site's own link).
+FAULT_KINDS = ("model", "trainer_auth")
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,3 +112,31 @@ async def test_a_refused_gateway_link_reaches_the_trainer_as_a_warning() -> None
             assert not trainer.errors  # a warning: the trainer's connection stays up
             await trainer.close()
             await cluster.stop_all()
+
+
+@pytest.mark.timeout(60)
+async def test_a_trainer_with_a_wrong_secret_at_one_site_is_a_warning_at_the_others() -> None:
+    from wanrt.client.config import ClientConfig
+    from wanrt.client.link.api import LinkSpec
+    from wanrt.client.link.gateway_link import open_gateway_link
+    from wanrt.client.link.signature import LayerSignature
+    from wanrt.errors import AuthError
+
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=ROUNDS)
+        async with running(configs) as cluster:
+            b = cluster.daemons["b"]
+            await b.wait_for(lambda: b.status()["peers"]["a"]["state"] == "up")
+            trainer = trainers_for(cluster, layers=2, iterations=2)["a"]
+            await trainer.connect()
+            sig = LayerSignature.of(["w0"], [(8, 8)], ["float32"])
+            wrong = b"not-the-job-secret-at-all"
+            spec = LinkSpec(configs["b"].trainer_listen, "b", JOB, wrong, sig, ClientConfig())
+            with pytest.raises(AuthError):
+                await asyncio.to_thread(open_gateway_link, spec)
+            await trainer.wait(lambda: bool(trainer.notices))
+            notice = trainer.notices[0]
+            assert notice.site == "b" and notice.kind == "auth" and not notice.fatal
+            assert "failed to authenticate" in notice.message and not trainer.errors
+            await trainer.close()
+            await cluster.stop_all()

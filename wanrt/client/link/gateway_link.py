@@ -281,6 +281,11 @@ class GatewayLink:
         try:
             event = await self._next()
         except AuthError as exc:
+            # say so before leaving: the gateway then tells the other sites this site's trainer cannot
+            # authenticate (their trainers would otherwise wait for this site without a word)
+            with contextlib.suppress(Exception):
+                assert self._conn is not None and self._transport is not None
+                await self._transport.send([self._conn.abort(exc, code=int(ErrorCode.AUTH))])
             raise AuthError(
                 f"gateway {url} does not share this job's secret ({exc.message})",
                 peer=url,
