@@ -13,6 +13,7 @@ sites' uplinks (headers included).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -35,7 +36,7 @@ from wanrt.demo.netns_sites import WAN_DEVICE, NetnsSites
 from wanrt.demo.results import CurvePoint, RunResult
 from wanrt.demo.workload.data import DigitsSplit, load_split
 
-__all__ = ["DDP_LABEL", "DdpRun", "run_ddp"]
+__all__ = ["DDP_LABEL", "DdpJob", "DdpRun", "run_ddp"]
 
 #: how the table names the arm
 DDP_LABEL: Final = "DDP (gloo)"
@@ -94,6 +95,9 @@ def _write_data(data: DigitsSplit, path: Path) -> None:
 
 def _stop(ranks: list[_Rank]) -> None:
     for r in ranks:
+        if r.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                r.proc.stdin.close()  # a rank still waiting for "go" leaves on end of input
         if r.proc.poll() is None:
             r.proc.terminate()
     deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -124,35 +128,57 @@ class _State:
     early: list[dict[str, Any]] = field(default_factory=list)
 
 
-def run_ddp(
-    cfg: DemoConfig,
-    net: NetnsSites,
-    out_dir: Path,
-    *,
-    label: str = "ddp",
-    data: DigitsSplit | None = None,
-    report_gradients: bool = False,
-    on_line: Callable[[str], None] = print,
-) -> DdpRun:
-    """Train ``cfg``'s model with real DDP over ``net``'s links to ``cfg.target_loss`` (or ``max_iters``).
+class DdpJob:
+    """The ranks of one DDP run: :meth:`start` spawns them (they import torch, join the group and wait),
+    :meth:`run` starts the clock and trains, :meth:`close` stops and reaps whatever is left.
 
-    ``cfg`` gives the model, data seed, batch, optimizer, lr, stop rule and the sites × ranks layout;
-    its link fields are not used (the links are ``net``'s). ``data`` saves reloading the split.
+    Booting apart from running lets a benchmark boot the ranks while other processes boot too; the clock
+    starts only at :meth:`run`, with every rank connected and its model built.
     """
-    if cfg.sites != net.sites:
-        raise DemoFailed(f"the network has {net.sites} sites, the run {cfg.sites}", child="ddp")
-    run_dir = out_dir / label
-    run_dir.mkdir(parents=True, exist_ok=True)
-    data_path = run_dir / "digits.npz"
-    _write_data(data if data is not None else load_split(cfg.seed), data_path)
-    store = run_dir / "gloo.store"
-    store.unlink(missing_ok=True)
-    names = site_names(cfg.sites)
-    lines: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
-    ranks: list[_Rank] = []
-    st = _State()
-    up0, down0 = net.uplink_bytes(), net.downlink_bytes()
-    try:
+
+    def __init__(
+        self,
+        cfg: DemoConfig,
+        net: NetnsSites,
+        out_dir: Path,
+        *,
+        label: str = "ddp",
+        data: DigitsSplit | None = None,
+        report_gradients: bool = False,
+        on_line: Callable[[str], None] = print,
+    ) -> None:
+        if cfg.sites != net.sites:
+            raise DemoFailed(f"the network has {net.sites} sites, the run {cfg.sites}", child="ddp")
+        self.cfg = cfg
+        self.net = net
+        self.run_dir = out_dir / label
+        self.label = label
+        self._data = data
+        self._report_gradients = report_gradients
+        self._say = on_line
+        self._lines: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
+        self._ranks: list[_Rank] = []
+        self._st = _State()
+
+    def __enter__(self) -> DdpJob:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        data_path = self.run_dir / "digits.npz"
+        _write_data(self._data if self._data is not None else load_split(cfg.seed), data_path)
+        store = self.run_dir / "gloo.store"
+        store.unlink(missing_ok=True)
+        names = site_names(cfg.sites)
         for si in range(cfg.sites):
             for lr in range(cfg.ranks):
                 spec = WorkerSpec(
@@ -172,26 +198,71 @@ def run_ddp(
                     max_iters=cfg.max_iters,
                     evaluator=(si == 0 and lr == cfg.ranks - 1),
                     ifname=WAN_DEVICE,
-                    report_gradients=report_gradients,
+                    report_gradients=self._report_gradients,
                 )
-                spec_path = run_dir / f"rank{spec.rank}.json"
+                spec_path = self.run_dir / f"rank{spec.rank}.json"
                 spec_path.write_text(spec.to_json())
-                log = run_dir / f"rank{spec.rank}-{names[si]}{lr}.log"
-                argv = net.exec_argv(si, [sys.executable, "-m", "wanrt.demo.ddp_worker", str(spec_path)])
+                log = self.run_dir / f"rank{spec.rank}-{names[si]}{lr}.log"
+                argv = self.net.exec_argv(si, [sys.executable, "-m", "wanrt.demo.ddp_worker", str(spec_path)])
                 with log.open("wb") as fh:
-                    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=fh, env=_env(), cwd=_ROOT)
+                    proc = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=fh,
+                        env=_env(),
+                        cwd=_ROOT,
+                    )
                 assert proc.stdout is not None
                 reader = threading.Thread(
-                    target=_read_lines, args=(spec.rank, proc.stdout, lines), name=f"ddp-{spec.rank}", daemon=True
+                    target=_read_lines,
+                    args=(spec.rank, proc.stdout, self._lines),
+                    name=f"ddp-{spec.rank}",
+                    daemon=True,
                 )
                 reader.start()
-                ranks.append(_Rank(spec, proc, log, reader))
-        on_line(f"{label}: {len(ranks)} DDP ranks starting in {cfg.sites} namespaces")
-        _supervise(cfg, ranks, lines, st, on_line, label)
-    finally:
+                self._ranks.append(_Rank(spec, proc, log, reader))
+        self._say(f"{self.label}: {len(self._ranks)} DDP ranks starting in {cfg.sites} namespaces")
+
+    def run(self) -> DdpRun:
+        """Wait until every rank has booted, start them, train to the stop; the ranks then exit."""
+        cfg, st = self.cfg, self._st
+        _supervise(cfg, self._ranks, self._lines, st, self._say, self.label, until_booted=True)
+        up0, down0 = self.net.uplink_bytes(), self.net.downlink_bytes()
+        for r in self._ranks:
+            assert r.proc.stdin is not None
+            r.proc.stdin.write(b"go\n")
+            r.proc.stdin.flush()
+        _supervise(cfg, self._ranks, self._lines, st, self._say, self.label, until_booted=False)
+        up1, down1 = self.net.uplink_bytes(), self.net.downlink_bytes()
+        names = site_names(cfg.sites)
+        received = sum(down1.values()) - sum(down0.values())
+        return DdpRun(_result(cfg, st, names, up1, up0, received), st.gradients)
+
+    def close(self) -> None:
+        ranks, self._ranks = self._ranks, []
         _stop(ranks)
-    up1, down1 = net.uplink_bytes(), net.downlink_bytes()
-    return DdpRun(_result(cfg, st, names, up1, up0, sum(down1.values()) - sum(down0.values())), st.gradients)
+
+
+def run_ddp(
+    cfg: DemoConfig,
+    net: NetnsSites,
+    out_dir: Path,
+    *,
+    label: str = "ddp",
+    data: DigitsSplit | None = None,
+    report_gradients: bool = False,
+    on_line: Callable[[str], None] = print,
+) -> DdpRun:
+    """Train ``cfg``'s model with real DDP over ``net``'s links to ``cfg.target_loss`` (or ``max_iters``).
+
+    ``cfg`` gives the model, data seed, batch, optimizer, lr, stop rule and the sites × ranks layout;
+    its link fields are not used (the links are ``net``'s). ``data`` saves reloading the split.
+    """
+    with DdpJob(
+        cfg, net, out_dir, label=label, data=data, report_gradients=report_gradients, on_line=on_line
+    ) as job:
+        return job.run()
 
 
 def _supervise(
@@ -201,11 +272,19 @@ def _supervise(
     st: _State,
     on_line: Callable[[str], None],
     label: str,
+    *,
+    until_booted: bool,
 ) -> None:
+    """Handle the ranks' lines until all booted (``until_booted``) or all finished; fail on a death or a
+    stall."""
     by_rank = {r.spec.rank: r for r in ranks}
     last = time.monotonic()
-    while len(st.finished) < len(ranks):
-        limit = BOOT_TIMEOUT_S if len(st.booted) < len(ranks) else cfg.stall_timeout_s
+
+    def done() -> bool:
+        return len(st.booted if until_booted else st.finished) == len(ranks)
+
+    while not done():
+        limit = BOOT_TIMEOUT_S if until_booted else cfg.stall_timeout_s
         try:
             rank, msg = lines.get(timeout=1.0)
         except queue.Empty:

@@ -14,6 +14,7 @@ the demo's: the evaluating rank (last rank of the first site) computes the train
 ``eval_every`` iterations and broadcasts "stop" once it is at the target, which every rank learns in the
 same collective, so all stop after the same iteration.
 
+Input: one line ``go`` on stdin starts training (anything else, or end of input, makes the rank leave).
 Output: one JSON object per line on stdout (``booted``, ``go``, ``step`` from global rank 0, ``eval`` from
 the evaluator, ``finished`` from every rank); logs and tracebacks on stderr. Times are ``time.monotonic()``,
 which network namespaces share with the parent.
@@ -122,6 +123,9 @@ def train(spec: WorkerSpec) -> None:
     evaluating = spec.eval_every > 0 and evaluator_rank >= 0
     initial = evaluate(model, x_train, y_train) if evaluating and spec.evaluator else None
     _emit("booted", rank=spec.rank, parameters=n_parameters(model))
+    if sys.stdin.readline().strip() != "go":  # the parent may boot the ranks long before it runs them
+        dist.destroy_process_group()
+        return
     dist.barrier()
     t_last = time.monotonic()
     _emit("go", rank=spec.rank, t=t_last)
