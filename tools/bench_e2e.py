@@ -133,6 +133,9 @@ class Measured:
     times: dict[str, dict[str, float]]
     timing_params: int
     load: list[float] = field(default_factory=list)
+    #: seconds per iteration with no exchange at all (each trainer on its own gradient): this machine's
+    #: compute floor for the timing model, hence the most any exchange can gain over DDP here
+    local_s: float | None = None
 
 
 class Bench:
@@ -182,6 +185,11 @@ class Bench:
             finally:
                 job.close()
         return demo.run("dense" if arm == "dense" else "wanrt", label=label, links=cfg)
+
+    def time_local(self, demo: Demo) -> float:
+        p = self.plan
+        _say(f"timing: compute only, no exchange ({p.warmup} + {p.measure} iterations) ...")
+        return demo.run("local", label="local", links=p.timing).steady_iteration_s(warmup=p.warmup)
 
     def time_all(self, demo: Demo, times: dict[str, dict[str, float]], arms: Sequence[str]) -> None:
         p = self.plan
@@ -245,16 +253,18 @@ def _measure(
                 if label in dict(plan.bandwidths):
                     times[label] = {a: r.steady_iteration_s(warmup=plan.warmup) for a, r in runs.items()}
                 bench.time_all(demo, times, plan.arms)
+                local = bench.time_local(demo)
                 load.append(os.getloadavg()[0])
-                return Measured(conv, conv_params, times, conv_params, load)
+                return Measured(conv, conv_params, times, conv_params, load, local)
     first_label, first_bps = plan.bandwidths[0]
     if plan.ddp:
         first = dataclasses.replace(plan.timing, bandwidth_bps=first_bps)
         bench.boot_ddp(first, out / "timing", f"{first_label}-ddp")
     with Demo(plan.timing, out / "timing", progress=False, on_line=_say, netns=net) as demo:
         bench.time_all(demo, times, plan.arms)
+        local = bench.time_local(demo)
         load.append(os.getloadavg()[0])
-        return Measured(conv, conv_params, times, demo.parameters, load)
+        return Measured(conv, conv_params, times, demo.parameters, load, local)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -334,7 +344,11 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
     out["iters_to_target_ratio"] = _ratio(n["wanrt"], n["dense"])
     for a in plan.converge_arms:
         out[f"tta_measured_s_{a}_small"] = mean_tta[a]
+    out["iter_s_local_compute"] = measured.local_s
     if plan.ddp:
+        out["ceiling_iter_speedup_vs_ddp_100mbit"] = _ratio(
+            times.get(KEY_BANDWIDTH, {}).get("ddp"), measured.local_s
+        )
         out["iters_to_target_ratio_vs_ddp"] = _ratio(n["wanrt"], n["ddp"])
         out["tta_measured_speedup_vs_ddp_small"] = _ratio(mean_tta["ddp"], mean_tta["wanrt"])
     rows = []
@@ -392,6 +406,17 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
         + (" (quick: from the convergence runs; dense from a short run)" if plan.shared else "")
     )
     print("TTA estimate = iterations to target × steady iteration time (see the module docstring)")
+    if measured.local_s is not None:
+        ceiling = out.get("ceiling_iter_speedup_vs_ddp_100mbit")
+        print(
+            f"compute only (no exchange, same trainers and model): {measured.local_s:.3f} s/it"
+            + (
+                f"; DDP at 100 Mbit/s / that = {_fmt_x(ceiling)}, the most any exchange can gain over DDP "
+                "per iteration on this machine at this load"
+                if ceiling is not None
+                else ""
+            )
+        )
     if plan.shared and plan.ddp:
         print(
             f"--quick: {', '.join(FULL_RUN_KEYS)} measure the 0.3 M-parameter model here; their targets "

@@ -88,6 +88,10 @@ def format_ddp_table(ddp: RunResult, c: Comparison) -> str:
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(head)).rstrip()]
     lines.append("  ".join("-" * wd for wd in widths))
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]
+    lines.append(
+        "(DDP's WAN bytes: the kernel's counters of the sites' uplinks, TCP/IP headers included; the other "
+        "arms': the gateways' own counters)"
+    )
     return "\n".join(lines)
 
 
@@ -96,7 +100,8 @@ def ddp_headline(ddp: RunResult, c: Comparison) -> str:
     speed = ratios_vs_ddp(ddp, c.wanrt)["tta_speedup_vs_ddp"]
     if speed is None:
         return "headline: no time-to-target ratio against real DDP (an arm did not reach the target)"
+    how = f"{speed:.2f}× faster than" if speed >= 1 else f"{1 / speed:.2f}× slower than"
     return (
-        f"headline: wanrt reached loss {ddp.target_loss:g} {speed:.2f}× faster than real DDP "
+        f"headline: wanrt reached loss {ddp.target_loss:g} {how} real DDP "
         f"(gloo all-reduce over the same {len(ddp.bytes_sent_per_site)}-site namespace links)"
     )

@@ -43,7 +43,9 @@ def test_report_computes_the_ddp_key_from_its_inputs(capsys: pytest.CaptureFixtu
         {"ddp": run("ddp", 140, 70.0), "dense": run("dense", 130, 90.0), "wanrt": run("wanrt", 120, 12.0)},
     ]
     times = {b: {"ddp": 5.0, "dense": 8.0, "wanrt": 0.25} for b, _ in plan.bandwidths}
-    out = bench_e2e.report(plan, bench_e2e.Measured(conv, 300_000, times, 10_000_000, [1.0, 2.0]), 1.0)
+    measured = bench_e2e.Measured(conv, 300_000, times, 10_000_000, [1.0, 2.0], local_s=0.2)
+    out = bench_e2e.report(plan, measured, 1.0)
+    assert out["ceiling_iter_speedup_vs_ddp_100mbit"] == pytest.approx(25.0)
     assert out["iters_to_target_ddp"] == 120 and out["iters_to_target_wanrt"] == 120
     assert out["tta_speedup_vs_ddp_100mbit"] == pytest.approx((120 * 5.0) / (120 * 0.25))
     assert out["tta_speedup_100mbit"] == pytest.approx((120 * 8.0) / (120 * 0.25))

@@ -48,7 +48,7 @@ def test_ddp_arm_trains_to_the_target_and_agrees_with_itself(tmp_path: Path) -> 
     _require_netns()
     from wanrt.demo.ddp_arm import run_ddp
 
-    cfg = dataclasses.replace(QUICK, model_hidden=32, max_iters=60, eval_every=5, target_loss=1.0)
+    cfg = dataclasses.replace(QUICK, model_hidden=64, max_iters=100, eval_every=5, target_loss=1.0)
     with NetnsSites(2, 1e9) as net:
         r = run_ddp(cfg, net, tmp_path, on_line=lambda _: None).result
     assert r.tta_s is not None and r.iters_to_target is not None and r.iters_to_target % 5 == 0

@@ -33,3 +33,10 @@ def test_ratios_against_ddp_for_every_arm() -> None:
     table = format_ddp_table(ddp, c)
     assert "real DDP (gloo)" in table and "4.00× faster" in table and "0.50× faster" in table
     assert "4.00× faster than real DDP" in ddp_headline(ddp, c)
+
+
+def test_headline_says_slower_when_ddp_wins() -> None:
+    ddp = run("ddp", tta=2.0, its=80, train_s=2.0, sent=1)
+    wanrt = run("wanrt", tta=4.0, its=95, train_s=4.0, sent=1)
+    c = compare(run("dense", tta=5.0, its=80, train_s=5.0, sent=1), wanrt)
+    assert "2.00× slower than real DDP" in ddp_headline(ddp, c)
