@@ -24,7 +24,8 @@ trained to a target on a 2-core CPU within minutes:
    1.2 MB of gradient, DDP's exchange is cheap and the ratio is small; it is a real, direct measurement.
 2. **Steady-state iteration time** at 1 Gbit/s, 500 Mbit/s and 100 Mbit/s: an MLP of 10.5 M parameters
    (hidden 3200; 42 MB of fp32 gradient per iteration), 3 sites × 1 rank, ``--warmup`` iterations skipped,
-   the mean of the next ``--measure`` taken at global rank 0 (the first site's leader).
+   the mean of the next ``--measure`` (5) taken at global rank 0 (the first site's leader); wanrt's and the
+   compute-only run's sub-second iterations over 20, because they move with the machine's load.
 
 Time to target per arm and bandwidth is then **estimated** as iterations to target (1.) × steady
 iteration time (2.), and ``tta_speedup_vs_ddp_<bw>`` = DDP's estimate / wanrt's; ``tta_speedup_<bw>``
@@ -71,6 +72,9 @@ QUICK_TARGET = 0.15
 CONVERGENCE_BANDWIDTH = 100e6
 #: without namespaces (``--no-ddp``) the old comparison: its iterations-to-target runs at 1 Gbit/s
 LEGACY_CONVERGENCE_BANDWIDTH = 1e9
+#: wanrt and the compute-only run cost well under a second per iteration but move with the machine's load:
+#: they are timed over this many iterations (the link-bound DDP and dense arms over ``--measure``)
+MEASURE_CHEAP = 20
 #: keys whose quick value measures something smaller than the full run's (the 0.3 M model, 2 sites)
 FULL_RUN_KEYS = ("tta_speedup_vs_ddp_100mbit", "tta_speedup_100mbit", "iter_speedup_vs_ddp_100mbit")
 
@@ -186,20 +190,26 @@ class Bench:
                 job.close()
         return demo.run("dense" if arm == "dense" else "wanrt", label=label, links=cfg)
 
+    def measured_iterations(self, arm: str) -> int:
+        return max(self.plan.measure, MEASURE_CHEAP) if arm in ("wanrt", "local") else self.plan.measure
+
     def time_local(self, demo: Demo) -> float:
         p = self.plan
-        _say(f"timing: compute only, no exchange ({p.warmup} + {p.measure} iterations) ...")
-        return demo.run("local", label="local", links=p.timing).steady_iteration_s(warmup=p.warmup)
+        m = self.measured_iterations("local")
+        _say(f"timing: compute only, no exchange ({p.warmup} + {m} iterations) ...")
+        links = dataclasses.replace(p.timing, max_iters=p.warmup + m + 1)
+        return demo.run("local", label="local", links=links).steady_iteration_s(warmup=p.warmup)
 
     def time_all(self, demo: Demo, times: dict[str, dict[str, float]], arms: Sequence[str]) -> None:
         p = self.plan
         for label, bps in p.bandwidths:
-            links = dataclasses.replace(p.timing, bandwidth_bps=bps)
             row = times.setdefault(label, {})
             for arm in arms:
                 if arm in row:
                     continue
-                _say(f"timing: {arm} at {label} ({p.warmup} + {p.measure} iterations) ...")
+                m = self.measured_iterations(arm)
+                links = dataclasses.replace(p.timing, bandwidth_bps=bps, max_iters=p.warmup + m + 1)
+                _say(f"timing: {arm} at {label} ({p.warmup} + {m} iterations) ...")
                 row[arm] = self.run(arm, demo, links, f"{label}-{arm}").steady_iteration_s(warmup=p.warmup)
 
 
@@ -252,10 +262,9 @@ def _measure(
                 label = next(lb for lb, bps in BANDWIDTHS if bps == cfg.bandwidth_bps)
                 if label in dict(plan.bandwidths):
                     times[label] = {a: r.steady_iteration_s(warmup=plan.warmup) for a, r in runs.items()}
-                bench.time_all(demo, times, plan.arms)
-                local = bench.time_local(demo)
+                bench.time_all(demo, times, plan.arms)  # quick: no compute-only run (the minute is tight)
                 load.append(os.getloadavg()[0])
-                return Measured(conv, conv_params, times, conv_params, load, local)
+                return Measured(conv, conv_params, times, conv_params, load)
     first_label, first_bps = plan.bandwidths[0]
     if plan.ddp:
         first = dataclasses.replace(plan.timing, bandwidth_bps=first_bps)
@@ -333,6 +342,7 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
             "density": t.density,
             "warmup": plan.warmup,
             "measured_iterations": plan.measure,
+            "measured_iterations_wanrt_and_local": max(plan.measure, MEASURE_CHEAP),
             "from_convergence_runs": plan.shared,
         },
         "load_average_1min": measured.load,
@@ -402,7 +412,8 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
     rtt = "no added delay (no netem)" if plan.ddp else f"{t.rtt_s * 1e3:g} ms RTT"
     print(
         f"iteration times: {measured.timing_params / 1e6:.2f} M-parameter MLP, {t.sites}×{t.ranks} ranks, "
-        f"{rtt}, wanrt density {t.density:g}, mean of {plan.measure} iterations after {plan.warmup} warm-up"
+        f"{rtt}, wanrt density {t.density:g}, mean of {plan.measure} iterations (wanrt and compute only: "
+        f"{max(plan.measure, MEASURE_CHEAP)}) after {plan.warmup} warm-up"
         + (" (quick: from the convergence runs; dense from a short run)" if plan.shared else "")
     )
     print("TTA estimate = iterations to target × steady iteration time (see the module docstring)")

@@ -21,7 +21,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from sims.netns import HUB, Emulation, Shape, probe
+from sims.netns import HUB, Emulation, Shape, cleanup_stale, probe
 from sims.netns.counters import reshape_all, sent_bytes
 from wanrt.demo.config import DemoConfig, site_names
 from wanrt.demo.sites.config_files import SiteFiles, toml_text
@@ -70,6 +70,7 @@ class NetnsSites:
         self.emu = Emulation(sites, topology="bridge", shape=Shape(rate_bps=rate_bps))
 
     def __enter__(self) -> NetnsSites:
+        cleanup_stale()  # namespaces of earlier runs that were killed before their teardown
         self.emu.up()
         return self
 
