@@ -7,13 +7,14 @@ Three arms, everything real:
 * ``dense``: wanrt's own dense exchange (every element in fp32, synchronous) through the gateway daemons;
 * ``wanrt``: wanrt's default sparse mode (density 0.02, error feedback, staleness 1) through the gateways.
 
-The links: each site in its own network namespace behind one veth into a bridge, its uplink and downlink
-shaped by the kernel's ``tbf`` (:mod:`wanrt.demo.netns_sites`); the DDP ranks and the gateways run inside
-the namespaces, so every arm crosses the very same qdiscs. **No added delay**: this kernel has no
-``netem``, and gloo's traffic cannot be delayed from user space, so all arms compare at the same rate with
-sub-millisecond RTT (a WAN's RTT would slow the DDP arm's ring all-reduce further). Needs root; without
-namespaces the benchmark says why and stops (``--no-ddp`` runs the old two-arm comparison on the
-gateways' user-space shaped links with 40 ms RTT).
+The links: each site in its own network namespace, a veth per pair of sites, each direction shaped by the
+kernel's ``tbf`` (:mod:`wanrt.demo.netns_sites`: a mesh, like the demo's per-peer links and
+``tools/bench_round.py``; ``--bridge``: one shared access link per site instead); the DDP ranks and the
+gateways run inside the namespaces, so every arm crosses the very same qdiscs. **No added delay**: this kernel
+has no ``netem``, and gloo's traffic cannot be delayed from user space, so all arms compare at the same rate
+with sub-millisecond RTT (a WAN's RTT would slow the DDP arm's ring all-reduce further). Needs root; without
+namespaces the benchmark says why and stops (``--no-ddp`` runs the old two-arm comparison on the gateways'
+user-space shaped links with 40 ms RTT).
 
 Two measurements, because a model large enough that communication dominates (≥ 10 M parameters) cannot be
 trained to a target on a 2-core CPU within minutes:
@@ -93,6 +94,8 @@ class Plan:
     bandwidths: tuple[tuple[str, float], ...]
     #: arms trained to the target in the convergence runs
     converge_arms: tuple[str, ...]
+    #: the namespaces' layout: a link per pair of sites, or one shared access link per site
+    topology: str = "mesh"
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -218,9 +221,11 @@ def _network(plan: Plan) -> Iterator[Any]:
     if not plan.ddp:
         yield None
         return
+    from sims.netns.topology import Topology
     from wanrt.demo.netns_sites import NetnsSites
 
-    with NetnsSites(plan.convergence.sites, plan.convergence.bandwidth_bps) as net:
+    topology: Topology = "bridge" if plan.topology == "bridge" else "mesh"
+    with NetnsSites(plan.convergence.sites, plan.convergence.bandwidth_bps, topology=topology) as net:
         yield net
 
 
@@ -312,8 +317,13 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
         "quick": plan.shared,
         "real_ddp": plan.ddp,
         "links": (
-            "network namespaces behind a bridge, tc tbf on every site's uplink and downlink, no added delay "
-            "(kernel without netem)"
+            (
+                "network namespaces joined pairwise (mesh), tc tbf on each direction of every link, no added "
+                "delay (kernel without netem)"
+                if plan.topology == "mesh"
+                else "network namespaces behind a bridge, tc tbf on every site's uplink and downlink, no "
+                "added delay (kernel without netem)"
+            )
             if plan.ddp
             else "unix sockets shaped by the gateways (rate, 40 ms RTT)"
         ),
@@ -412,8 +422,9 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
     rtt = "no added delay (no netem)" if plan.ddp else f"{t.rtt_s * 1e3:g} ms RTT"
     print(
         f"iteration times: {measured.timing_params / 1e6:.2f} M-parameter MLP, {t.sites}×{t.ranks} ranks, "
-        f"{rtt}, wanrt density {t.density:g}, mean of {plan.measure} iterations (wanrt and compute only: "
-        f"{max(plan.measure, MEASURE_CHEAP)}) after {plan.warmup} warm-up"
+        f"{rtt}, wanrt density {t.density:g}, mean of {plan.measure} iterations"
+        + ("" if plan.shared else f" (wanrt and compute only: {max(plan.measure, MEASURE_CHEAP)})")
+        + f" after {plan.warmup} warm-up"
         + (" (quick: from the convergence runs; dense from a short run)" if plan.shared else "")
     )
     print("TTA estimate = iterations to target × steady iteration time (see the module docstring)")
@@ -459,6 +470,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_false",
         help="no namespaces: the old dense-vs-wanrt comparison on the gateways' shaped unix links",
     )
+    ap.add_argument(
+        "--bridge",
+        action="store_true",
+        help="one shared access link per site (a bridge) instead of a link per pair of sites",
+    )
     args = ap.parse_args(argv)
     if args.ddp:
         from wanrt.demo.netns_sites import netns_unavailable
@@ -468,6 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"bench_e2e: the real-DDP arm needs network namespaces: {reason} (run as root, or --no-ddp)")
             return 2
     plan = make_plan(args.quick, args.warmup, args.measure, args.seeds, args.ddp)
+    if args.bridge:
+        plan = dataclasses.replace(plan, topology="bridge")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-bench-e2e-"))
     _say(f"bench_e2e: logs in {out}")
     t0 = time.monotonic()

@@ -32,7 +32,7 @@ import wanrt
 from wanrt.demo.config import DemoConfig, site_names
 from wanrt.demo.ddp_worker import WorkerSpec
 from wanrt.demo.failures import DemoFailed
-from wanrt.demo.netns_sites import WAN_DEVICE, NetnsSites
+from wanrt.demo.netns_sites import NetnsSites
 from wanrt.demo.results import CurvePoint, RunResult
 from wanrt.demo.workload.data import DigitsSplit, load_split
 
@@ -197,7 +197,7 @@ class DdpJob:
                     target_loss=cfg.target_loss,
                     max_iters=cfg.max_iters,
                     evaluator=(si == 0 and lr == cfg.ranks - 1),
-                    ifname=WAN_DEVICE,
+                    ifname=self.net.wan_device(si),
                     report_gradients=self._report_gradients,
                 )
                 spec_path = self.run_dir / f"rank{spec.rank}.json"

@@ -1,11 +1,11 @@
 """``wanrt demo --ddp``: add a real-DDP arm and put every arm on network-namespace links.
 
-Off by default, because it needs root (namespaces, ``tc``). With it, the sites become namespaces behind a
-bridge with ``tbf`` at ``--bandwidth`` on every uplink and downlink (:mod:`wanrt.demo.netns_sites`), the
-gateways run inside them, and the DDP ranks (:mod:`wanrt.demo.ddp_arm`) too. The kernel has no ``netem``
-here and gloo cannot be delayed from user space, so with ``--ddp`` every arm runs with **no added delay**
-and no fluctuating trace (:func:`~wanrt.demo.netns_sites.on_netns`); the demo says so when it starts.
-The DDP ranks boot while the demo's trainers boot; their clock starts when they are all connected.
+Off by default, because it needs root (namespaces, ``tc``). With it, the sites become namespaces joined
+pairwise by veths, ``tbf`` at ``--bandwidth`` on each direction of every link (:mod:`wanrt.demo.netns_sites`),
+the gateways run inside them, and the DDP ranks (:mod:`wanrt.demo.ddp_arm`) too. The kernel has no ``netem``
+here and gloo cannot be delayed from user space, so with ``--ddp`` every arm runs with **no added delay** and
+no fluctuating trace (:func:`~wanrt.demo.netns_sites.on_netns`); the demo says so when it starts. The DDP
+ranks boot while the demo's trainers boot; their clock starts when they are all connected.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def ddp_setup(
         )
     moved = on_netns(cfg)
     say(
-        f"--ddp: every arm on namespace links, tbf {moved.bandwidth_bps / 1e6:g} Mbit/s per site uplink and "
-        "downlink, no added delay (this kernel has no netem) and no fluctuating trace"
+        f"--ddp: every arm on namespace links, tbf {moved.bandwidth_bps / 1e6:g} Mbit/s on each direction of "
+        "every link between two sites, no added delay (this kernel has no netem) and no fluctuating trace"
     )
     with (
         NetnsSites(moved.sites, moved.bandwidth_bps) as net,

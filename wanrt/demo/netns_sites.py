@@ -1,9 +1,11 @@
-"""The demo's sites on real network namespaces: one namespace per site, joined through a bridge, each site's
-WAN link shaped by a kernel ``tbf`` (:mod:`sims.netns`). Every arm of a comparison crosses the same links.
+"""The demo's sites on real network namespaces, every link shaped by a kernel ``tbf`` (:mod:`sims.netns`).
+Every arm of a comparison crosses the same links.
 
-Why a bridge: a site has one WAN access link (``wan0``, 100 Mbit/s each way by default) that all its traffic
-to every other site shares, as a real site's uplink. Ranks of one site talk through the namespace's
-loopback (the intra-site network is not the bottleneck). Addresses: site i is ``10.213.0.(i+1)``.
+Two layouts. ``mesh`` (default): a veth per pair of sites, each direction its own link at the rate — what
+the demo's user-space links are (each gateway shapes per peer) and what ``tools/bench_round.py`` emulates.
+``bridge``: each site has one access link (``wan0``) into a bridge that all its traffic to every other site
+shares. Ranks of one site talk through the namespace's loopback (the intra-site network is not the
+bottleneck).
 
 The gateways of the wanrt arms run inside their site's namespace (``ip netns exec``) and dial each other
 over TCP on the shaped veths; their trainers stay in the parent's namespace and reach them through the
@@ -23,6 +25,8 @@ from typing import Any, Final
 
 from sims.netns import HUB, Emulation, Shape, cleanup_stale, probe
 from sims.netns.counters import reshape_all, sent_bytes
+from sims.netns.run import run
+from sims.netns.topology import Topology
 from wanrt.demo.config import DemoConfig, site_names
 from wanrt.demo.sites.config_files import SiteFiles, toml_text
 from wanrt.demo.sites.gateway_processes import GATEWAY_COMMAND, GatewayProcess, start_gateways, stop_gateways
@@ -59,41 +63,94 @@ def _flatten(table: Mapping[str, Any], prefix: str, out: dict[str, dict[str, Any
 class NetnsSites:
     """``with NetnsSites(sites, rate_bps) as net: Demo(cfg, out, netns=net)``; also the DDP arm's network.
 
-    Owns its :class:`~sims.netns.Emulation`: leaving the context kills what runs inside and deletes every
-    namespace.
+    ``topology``: ``mesh`` (default: a veth per pair of sites, each direction its own ``rate_bps`` link, as
+    the demo's per-peer links and ``tools/bench_round.py``) or ``bridge`` (one shared access link per
+    site). Owns its :class:`~sims.netns.Emulation`: leaving the context kills what runs inside and deletes
+    every namespace.
+
+    In a mesh a site has one address per link, and gloo binds to one: each site's *home* is its address on
+    its first link, and every other site gets a host route to it through their direct link, so all traffic
+    between two sites crosses exactly their own shaped veth.
     """
 
-    def __init__(self, sites: int, rate_bps: float, *, port: int = GATEWAY_PORT) -> None:
+    def __init__(
+        self, sites: int, rate_bps: float, *, topology: Topology = "mesh", port: int = GATEWAY_PORT
+    ) -> None:
         self.sites = sites
         self.rate_bps = rate_bps
         self.port = port
-        self.emu = Emulation(sites, topology="bridge", shape=Shape(rate_bps=rate_bps))
+        self.topology: Topology = topology
+        self.emu = Emulation(sites, topology=topology, shape=Shape(rate_bps=rate_bps))
 
     def __enter__(self) -> NetnsSites:
         cleanup_stale()  # namespaces of earlier runs that were killed before their teardown
         self.emu.up()
+        try:
+            self._route_homes()
+        except BaseException:
+            self.emu.down()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.emu.down()
 
-    def address(self, site: int) -> str:
-        return self.emu.port(site, HUB).ip
+    def _first_peer(self, site: int) -> int:
+        return 1 if site == 0 else 0
+
+    def _route_homes(self) -> None:
+        if self.topology != "mesh":
+            return
+        for i in range(self.sites):
+            for j in range(self.sites):
+                if j not in (i, self._first_peer(i)):
+                    via = self.emu.address(i, j)
+                    run(["ip", "-n", self.emu.namespace(j), "route", "add", f"{self.home(i)}/32", "via", via])
+
+    def home(self, site: int) -> str:
+        """The one address of ``site`` every other site reaches (gloo binds to it)."""
+        if self.topology == "bridge":
+            return self.emu.port(site, HUB).ip
+        return self.emu.address(site, self._first_peer(site))
+
+    def wan_device(self, site: int) -> str:
+        """The device that holds :meth:`home` (``GLOO_SOCKET_IFNAME``)."""
+        return WAN_DEVICE if self.topology == "bridge" else f"wan{self._first_peer(site)}"
+
+    def peer_address(self, site: int, peer: int) -> str:
+        """Where ``site`` dials ``peer``: over their direct link in a mesh."""
+        return self.emu.address(peer, site)
 
     def exec_argv(self, site: int, argv: Sequence[str]) -> list[str]:
         return self.emu.exec_argv(site, argv)
 
     def set_rate(self, rate_bps: float) -> None:
-        """Every site's uplink and downlink to ``rate_bps`` from now on."""
+        """Every shaped direction to ``rate_bps`` from now on."""
         reshape_all(self.emu, Shape(rate_bps=rate_bps))
         self.rate_bps = rate_bps
 
+    def _out_of(self, site: int) -> list[tuple[int, int]]:
+        if self.topology == "bridge":
+            return [(site, HUB)]
+        return [(site, j) for j in range(self.sites) if j != site]
+
+    def _into(self, site: int) -> list[tuple[int, int]]:
+        if self.topology == "bridge":
+            return [(HUB, site)]
+        return [(j, site) for j in range(self.sites) if j != site]
+
     def uplink_bytes(self) -> dict[str, int]:
         """Bytes each site has sent onto the WAN so far (kernel counters, headers included)."""
-        return {name: sent_bytes(self.emu, i, HUB) for i, name in enumerate(site_names(self.sites))}
+        return {
+            name: sum(sent_bytes(self.emu, *d) for d in self._out_of(i))
+            for i, name in enumerate(site_names(self.sites))
+        }
 
     def downlink_bytes(self) -> dict[str, int]:
-        return {name: sent_bytes(self.emu, HUB, i) for i, name in enumerate(site_names(self.sites))}
+        return {
+            name: sum(sent_bytes(self.emu, *d) for d in self._into(i))
+            for i, name in enumerate(site_names(self.sites))
+        }
 
     # -- the gateways of the wanrt arms ----------------------------------------------------------------
 
@@ -106,7 +163,10 @@ class NetnsSites:
                 doc = tomllib.load(fh)
             gw = doc["gateway"]
             gw["listen"] = f"tcp://0.0.0.0:{self.port}"
-            gw["peers"] = {p: f"tcp://{self.address(names.index(p))}:{self.port}" for p in gw["peers"]}
+            me = names.index(f.site)
+            gw["peers"] = {
+                p: f"tcp://{self.peer_address(me, names.index(p))}:{self.port}" for p in gw["peers"]
+            }
             gw.pop("shaping", None)
             tables: dict[str, dict[str, Any]] = {}
             _flatten(gw, "gateway", tables)

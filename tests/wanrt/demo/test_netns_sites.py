@@ -1,5 +1,6 @@
-"""The gateways' configs on namespaces: WAN over TCP to each peer's bridge address, no user-space shaping,
-the trainer socket untouched, and still a valid gateway config. No root needed (nothing is built)."""
+"""The gateways' configs on namespaces: WAN over TCP to each peer's address on their link, no user-space
+shaping, the trainer socket untouched, and still a valid gateway config. No root needed (nothing is
+built)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from gateways.config import load_gateway_config
+from sims.netns.topology import Topology
 from wanrt.demo.config import DEFAULT
 from wanrt.demo.ddp_worker import WorkerSpec
 from wanrt.demo.netns_sites import GATEWAY_PORT, NetnsSites, on_netns
 from wanrt.demo.sites.config_files import write_run_files, write_secret
 
 
-def test_run_files_are_rewritten_for_tcp_over_the_bridge(tmp_path: Path) -> None:
+@pytest.mark.parametrize("topology", ["mesh", "bridge"])
+def test_run_files_are_rewritten_for_tcp_over_the_veths(tmp_path: Path, topology: Topology) -> None:
     cfg = on_netns(DEFAULT)
     trace = tmp_path / "trace.csv"
     trace.write_text("0,1e8\n")
@@ -28,7 +33,8 @@ def test_run_files_are_rewritten_for_tcp_over_the_bridge(tmp_path: Path) -> None
     )
     before = {f.site: tomllib.loads(f.config.read_text())["gateway"] for f in files}
     assert all("shaping" in g for g in before.values())
-    NetnsSites(3, 100e6).adapt_run_files(files)
+    net = NetnsSites(3, 100e6, topology=topology)
+    net.adapt_run_files(files)
     for i, f in enumerate(files):
         doc = tomllib.loads(f.config.read_text())
         gw = doc["gateway"]
@@ -36,7 +42,9 @@ def test_run_files_are_rewritten_for_tcp_over_the_bridge(tmp_path: Path) -> None
         assert gw["trainer_listen"] == before[f.site]["trainer_listen"] == f.trainer_url
         assert "shaping" not in gw
         others = [(j, g.site) for j, g in enumerate(files) if j != i]
-        assert gw["peers"] == {s: f"tcp://10.213.0.{j + 1}:{GATEWAY_PORT}" for j, s in others}
+        assert gw["peers"] == {s: f"tcp://{net.emu.address(j, i)}:{GATEWAY_PORT}" for j, s in others}
+        if topology == "bridge":  # one address per site
+            assert gw["peers"] == {s: f"tcp://10.213.0.{j + 1}:{GATEWAY_PORT}" for j, s in others}
         assert gw["rounds"] == before[f.site]["rounds"]
         assert load_gateway_config(f.config).listen == gw["listen"]  # still a valid config
 
