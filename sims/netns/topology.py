@@ -129,6 +129,11 @@ class Emulation:
                 f"no link carries direction {direction}; use {hint}", key="direction", value=direction
             )
 
+    @property
+    def directions(self) -> list[tuple[int, int]]:
+        """Every shaped direction ``(src, dst)``."""
+        return list(self._ports)
+
     def port(self, src: int, dst: int) -> Port:
         """The veth end whose egress carries ``src`` → ``dst``."""
         self._check_direction((src, dst))

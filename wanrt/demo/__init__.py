@@ -25,6 +25,9 @@ Public names (what ``wanrt demo`` and the benchmarks in ``tools/`` use)::
 Internals: :mod:`wanrt.demo.workload` (the data and the model that are trained), :mod:`wanrt.demo.sites`
 (each site's gateway config files and gateway processes), :mod:`wanrt.demo.trainers` (the trainer
 processes: spawning them, their body and training loop, the parent↔trainer messages, the common stop).
+``--ddp`` (root): :mod:`wanrt.demo.netns_sites` (every site a network namespace behind tbf-shaped links),
+:mod:`wanrt.demo.ddp_arm` and :mod:`wanrt.demo.ddp_worker` (the real PyTorch DDP baseline across them),
+:mod:`wanrt.demo.ddp_results` and :mod:`wanrt.demo.ddp_option` (its table and its flag).
 
 Names resolve lazily: importing this package imports neither torch nor the gateway.
 """

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from gateways.rounds.topology import TOPOLOGY_KINDS
 from wanrt.demo.config import DEFAULT, OPTIMIZERS, DemoConfig, config_from_args
+from wanrt.demo.ddp_option import ENABLE_HINT, add_ddp_argument, ddp_setup
+from wanrt.demo.ddp_results import ddp_headline, ddp_json, format_ddp_table
 from wanrt.demo.plot import plot_loss_vs_time
 from wanrt.demo.results import compare, format_table, write_json
 from wanrt.demo.runner import Demo
@@ -109,6 +111,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="directory for logs, configs, plot and results (default: a new temp dir)")
     p.add_argument("--json", help="also write the results JSON here")
     p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
+    add_ddp_argument(p)
 
 
 def _describe(cfg: DemoConfig, parameters: int, sep: str = "; ") -> str:
@@ -123,15 +126,24 @@ def _describe(cfg: DemoConfig, parameters: int, sep: str = "; ") -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "ddp", False) and getattr(args, "straggler", None):
+        print("wanrt demo: error: --ddp and --straggler are separate comparisons; give one", file=sys.stderr)
+        return 1
     cfg = config_from_args(args)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"wanrt demo: output in {out}", flush=True)
     if cfg.straggler is not None:
         return _run_straggler(cfg, out, args)
+    ddp = None
     try:
-        with Demo(cfg, out, progress=not args.no_progress) as demo:
+        with (
+            ddp_setup(args, cfg, out) as setup,
+            Demo(setup.cfg, out, progress=not args.no_progress, netns=setup.net) as demo,
+        ):
+            cfg = setup.cfg
             print(_describe(cfg, demo.parameters), flush=True)
+            ddp = setup.job.run().result if setup.job is not None else None
             dense = demo.run("dense")
             wanrt = demo.run("wanrt")
             adaptive = demo.run("adaptive") if cfg.scheduler else None
@@ -141,12 +153,20 @@ def run(args: argparse.Namespace) -> int:
         return 130
     c = compare(dense, wanrt, adaptive)
     print()
+    if ddp is not None:
+        print(ddp_headline(ddp, c))
+        print(format_ddp_table(ddp, c))
+        print()
     print(format_table(c))
+    if ddp is None:
+        print(f"\n({ENABLE_HINT})")
     png = plot_loss_vs_time(c, out / "loss_vs_time.png", title=_describe(cfg, parameters, "\n"))
     print(f"\nplot: {png}")
     data = c.to_json(
         {"config": dataclasses.asdict(cfg), "parameters": parameters, "plot": str(png), "out_dir": str(out)}
     )
+    if ddp is not None:
+        data.update(ddp_json(ddp, c))
     write_json(out / "results.json", data)
     if args.json:
         write_json(Path(args.json), data)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from transports.traces import BandwidthTrace
 from wanrt.client.config import ClientConfig
@@ -77,6 +77,9 @@ from wanrt.demo.trainers.processes import (
 )
 from wanrt.demo.trainers.stop_control import StopControl
 from wanrt.demo.workload.data import load_split
+
+if TYPE_CHECKING:
+    from wanrt.demo.netns_sites import NetnsSites
 
 __all__ = ["ALL_MODES", "ARMS", "MODES", "Demo", "Mode"]
 
@@ -146,8 +149,11 @@ class Demo:
         on_line: Callable[[str], None] = print,
         gateway_command: Sequence[str] = GATEWAY_COMMAND,
         scheduler_command: Sequence[str] = SCHEDULER_COMMAND,
+        netns: NetnsSites | None = None,
     ) -> None:
         self.cfg = cfg
+        #: sites on network namespaces: gateways run inside them and dial each other over shaped veths
+        self.netns = netns
         self.out_dir = out_dir
         self.progress = progress
         self._say = on_line
@@ -331,7 +337,10 @@ class Demo:
                 trace_file=trace_file,
                 scheduler_url=scheduler_url,
             )
-            self._gateways = start_gateways(files, command=self.gateway_command)
+            if self.netns is not None:
+                self.netns.adapt_run_files(files)
+            start = start_gateways if self.netns is None else self.netns.start_gateways
+            self._gateways = start(files, command=self.gateway_command)
             daemons: list[DaemonProcess] = [*self._gateways]
             if self._scheduler is not None:
                 daemons.append(self._scheduler)
