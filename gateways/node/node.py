@@ -310,6 +310,13 @@ class GatewayNode:
                             site,
                             n,
                         )
+                        self._warn_trainer(  # the trainer hears it too, not only this gateway's log
+                            site,
+                            "trainer",
+                            f"rounds complete without site {site} ({n} in a row): is its trainer running? "
+                            "The job trains on without its data",
+                            now,
+                        )
                     if not action.delivered:
                         self._answer_empty(action.iteration, action.layer)
                 elif isinstance(action, PeerSuspect):

@@ -101,6 +101,8 @@ async def test_a_site_whose_trainer_is_missing_is_reported(caplog: pytest.LogCap
             a = cluster.daemons["a"]
             assert a.status()["missing_rounds"].get("b", 0) >= 3
             assert any("without site b" in r.getMessage() for r in caplog.records)
+            for t in trainers.values():  # and every training site's trainer was told, not only the log
+                assert any(n.site == "b" and n.kind == "trainer" and not n.fatal for n in t.notices)
             for t in trainers.values():
                 await t.close()
 
