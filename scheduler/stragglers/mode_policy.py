@@ -16,7 +16,8 @@ adopts the same plan at the same iteration.
 
 Two rules are ours: a switch into parent–child needs a *persistent* straggler (AntDT's long window), so a
 site slow for a moment does not re-plan the WAN; and any switch must beat the running mode's predicted time
-(re-evaluated under the new times) by ``switch_gain``, so near-ties do not alternate. Sans-IO.
+(re-evaluated under the new times) by ``switch_gain``, so near-ties do not alternate — except the way
+back to the base plan, which only has to be no worse. Sans-IO.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 
 from scheduler.stragglers.config import ModeConfig
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from scheduler.stragglers.star_modes import ModeChoice, choose_mode, evaluate_mode
+from scheduler.stragglers.star_modes import TIE_REL, ModeChoice, choose_mode, evaluate_mode
 from wanrt.live_settings import parse_stragglers
 
 __all__ = ["PlanChoice", "SitePlanMode"]
@@ -86,8 +87,11 @@ class SitePlanMode:
         wait = choice.wait if kids else 0.0
         same = kids == self.children and (not kids or wait == self.wait_s)
         better = choice.time < running_s * (1.0 - self.cfg.switch_gain)
+        # back to the base plan needs only to be no worse (STAR-H's ties go to the simpler mode): a
+        # recovered site predicts the same time in or out of the core, and the core is where it belongs
+        back = not kids and bool(self.children) and choice.time <= running_s * (1.0 + TIE_REL)
         entering = bool(kids) and not self.children
-        announce = not same and better and (not entering or bool(persistent))
+        announce = not same and (better or back) and (not entering or bool(persistent))
         self.last = PlanChoice(now, choice, bsp_s, running_s, announce)
         if not announce:
             return None
