@@ -32,7 +32,8 @@ def _node() -> GatewayNode:
 
 
 def _replies(node: GatewayNode) -> list[AnnounceReply]:
-    return [a.msg for a in node.pop_actions() if isinstance(a, ToScheduler) and isinstance(a.msg, AnnounceReply)]
+    out = [a.msg for a in node.pop_actions() if isinstance(a, ToScheduler)]
+    return [m for m in out if isinstance(m, AnnounceReply)]
 
 
 def _announce(node: GatewayNode, decision: int, phase: str, values: dict[str, Any], at: int = 10) -> None:
