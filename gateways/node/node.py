@@ -96,6 +96,8 @@ MAX_BACKLOG: Final = 4096
 #: Links described in one telemetry report (the busiest): 3 keys each, beside ~30 others, must stay within
 #: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
 MAX_REPORTED_LINKS: Final = 64
+#: Straggler sites of the running plan named in one report (one key each); STAR detaches a few at most.
+MAX_REPORTED_STRAGGLERS: Final = 16
 
 
 class GatewayNode:
@@ -1008,6 +1010,13 @@ class GatewayNode:
             for k, v in cu.values.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     m[f"cfg.{k}"] = float(v)
+        spec = self._plan_spec
+        if spec is not None:  # what a restarted scheduler's policy learns the running plan back from
+            m["plan.parent_child"] = 1.0 if spec.kind == "parent_child" else 0.0
+            for s in spec.stragglers[:MAX_REPORTED_STRAGGLERS]:
+                m[f"plan.straggler.{s}"] = 1.0
+            if spec.t_w_s is not None:
+                m["plan.t_w_s"] = float(spec.t_w_s)
         if self._trainer_iteration >= 0:
             m["trainer.iteration"] = float(self._trainer_iteration)
             for k, v in self._trainer_metrics.items():

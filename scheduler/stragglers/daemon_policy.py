@@ -70,6 +70,7 @@ class SiteStragglerPolicy:
     def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         if site not in self.sites:
             return
+        self.plan.reported(metrics)
         it = metrics.get("trainer.iteration")
         compute = metrics.get("trainer.compute_s")
         per_rank = metrics.get("trainer.batch_size")

@@ -64,6 +64,7 @@ class SitePlanMode:
         )
         self.children: tuple[str, ...] = ()  # the committed plan's detached sites (empty: base plan)
         self.wait_s = 0.0  # its t_w
+        self.known = False  # the running plan was committed by us or reported by a gateway
         self.last: PlanChoice | None = None
 
     def _running(self) -> ModeChoice:
@@ -116,12 +117,23 @@ class SitePlanMode:
             return {"topology": "parent_child", "stragglers": ",".join(kids), "t_w_s": float(wait)}
         return {"topology": self.cfg.base_topology, "stragglers": ""}
 
+    def reported(self, metrics: Mapping[str, float]) -> None:
+        """A gateway's report of the plan it runs (``plan.*``): a scheduler that restarted learns from it
+        which sites are detached, so their recovery is still announced."""
+        if self.known or "plan.parent_child" not in metrics:
+            return
+        self.known = True
+        if metrics["plan.parent_child"] == 1.0:
+            self.children = tuple(s for s in self.sites if metrics.get(f"plan.straggler.{s}") == 1.0)
+            self.wait_s = float(metrics.get("plan.t_w_s", 0.0)) if self.children else 0.0
+
     def committed(self, values: Mapping[str, Any]) -> None:
         """The plan in ``values`` runs everywhere now (a manual change too)."""
         topology = values.get("topology")
         stragglers = values.get("stragglers")
         if topology is None and stragglers is None:
             return
+        self.known = True
         kids: tuple[str, ...] = ()
         if topology == "parent_child" and isinstance(stragglers, str):
             kids = tuple(s for s in parse_stragglers(stragglers) if s in self.sites)

@@ -105,6 +105,9 @@ def test_a_committed_plan_governs_rounds_from_its_iteration_on() -> None:
     assert plan.spec.kind == "ring" and plan.spec.t_w_s == 0.5
     # no trainer settings in the decision: nothing forwarded to the trainers
     assert node._config_update is None
+    # the running plan is reported, so a restarted scheduler learns it back
+    m = node.telemetry(2.0).metrics
+    assert m["plan.parent_child"] == 0.0 and m["plan.t_w_s"] == 0.5
 
 
 def test_plan_values_travel_with_trainer_values_but_only_trainer_values_reach_the_trainer() -> None:

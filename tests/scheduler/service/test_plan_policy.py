@@ -15,7 +15,7 @@ from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from scheduler.stragglers.star_modes import choose_mode, parent_child_time, progress_time
 from scheduler.wire import Announce, AnnounceReply
-from tests.scheduler.service.test_straggler_policy import feed
+from tests.scheduler.service.test_straggler_policy import feed, report
 from wanrt.errors import ConfigError
 from wanrt.protocol import Telemetry
 
@@ -157,3 +157,17 @@ def test_a_decision_every_gateway_refuses_is_given_up_not_retried_forever() -> N
     with pytest.raises(ConfigError) as err:
         node.request({"topology": "parent_child", "stragglers": "z"}, 0.0)
     assert err.value.fields["key"] == "stragglers"
+
+
+def test_a_restarted_scheduler_learns_the_running_plan_from_telemetry_and_still_announces_recovery() -> None:
+    policy = _policy(("a", "b", "c"), base_topology="ring")
+    running = {"plan.parent_child": 1.0, "plan.straggler.c": 1.0, "plan.t_w_s": 0.0}
+    it = 0
+    t = 0.0
+    while t <= 6.0:  # c has recovered: every site equally fast
+        for s in ("a", "b", "c"):
+            policy.observe(s, {**report(s, it, 0.1), **running}, t)
+        it += 1
+        t += 0.25
+    assert policy.plan.children == ("c",)
+    assert policy.decide(6.0) == {"topology": "ring", "stragglers": ""}
