@@ -965,7 +965,9 @@ class GatewayNode:
                 self._decision_late += 1
                 effective = safe
             self._decision = msg.decision
-            self._commit_plan(msg.decision, values, effective, now)
+            # the plan from the decision's own iteration even when the commit came late: rounds already
+            # finished keep theirs, unfinished ones re-plan, so this gateway agrees with the others
+            self._commit_plan(msg.decision, values, msg.effective_iteration, now)
             trainer_values, _ = split_plan_values(values)
             if trainer_values:
                 self.apply_config(trainer_values, effective, now)
