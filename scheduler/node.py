@@ -37,6 +37,7 @@ from scheduler.wire import (
     site_values,
 )
 from wanrt.errors import ConfigError, RemoteProtocolError
+from wanrt.live_settings import parse_stragglers
 from wanrt.protocol import Message, Telemetry
 
 __all__ = ["Decision", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
@@ -48,6 +49,10 @@ DECISION_KEY = "decision"
 EFFECTIVE_KEY = "decision_effective"
 FRONTIER_KEY = "frontier"
 VALUE_PREFIX = "cfg."
+#: Refused prepares of the same values before they are given up: a gateway refuses a decision it cannot
+#: apply (a plan naming a site it does not know) as it refuses one that came too late, and only the
+#: first kind goes away by preparing again further ahead.
+MAX_REFUSALS = 3
 
 
 class DecisionPolicy(Protocol):
@@ -135,6 +140,7 @@ class SchedulerNode:
         self.pending: _Pending | None = None
         self._queued: tuple[dict[str, Any], str] | None = None  # wanted while another is pending
         self._next_id = 1
+        self._refusals = 0  # consecutive refused prepares of the same values (see MAX_REFUSALS)
         self._next_decide = now + cfg.decide_interval_s
         self._out: list[Action] = []
         self.stats = SchedulerStats()
@@ -279,7 +285,12 @@ class SchedulerNode:
                 site,
                 reply.frontier,
             )
-            self._abort(now, retry=True)
+            self._refusals += 1
+            give_up = self._refusals >= MAX_REFUSALS
+            if give_up:
+                log.error("decision %d refused %d times; giving it up", reply.decision, self._refusals)
+                self._refusals = 0
+            self._abort(now, retry=not give_up)
             return
         pending.waiting.discard(site)
         self._maybe_commit(now)
@@ -292,6 +303,9 @@ class SchedulerNode:
         for site in self.gateways:
             trainer_config_update(site_values(values, site), 0)  # ConfigError naming the bad key
         unknown = [k for k in values if "@" in k and k.split("@", 1)[1] not in self.gateways]
+        stragglers = values.get("stragglers")
+        if isinstance(stragglers, str) and any(s not in self.gateways for s in parse_stragglers(stragglers)):
+            raise ConfigError(f"stragglers: {stragglers!r} names a site not in this job", key="stragglers")
         if unknown:
             raise ConfigError(f"{unknown[0]}: no such site in this job", key=unknown[0])
         self._want(dict(values), "request", now)
@@ -332,6 +346,7 @@ class SchedulerNode:
         if pending is None or pending.waiting:
             return
         self.pending = None
+        self._refusals = 0
         self.current = pending.decision
         self.stats.decisions_committed += 1
         self.policy.committed(pending.decision.values, pending.decision.effective_iteration)

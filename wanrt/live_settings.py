@@ -1,7 +1,13 @@
 """The settings a running job may change (density, staleness bound, batch size and the site's share of the
-job's samples), and their bounds: one
+job's samples; and the gateways' WAN plan: topology, straggler sites, t_w), and their bounds: one
 schema shared by the trainer client, the gateway and the scheduler, so a value one of them accepts is never
 refused (or worse, crashes a trainer) at another.
+
+The plan keys (:data:`PLAN_KEYS`) are for the gateways, not the trainers: a gateway applies them to its
+round engine at the decision's effective iteration (STAR §IV-B parent–child: ``topology = "parent_child"``,
+``stragglers = "c"`` detaches site c and attaches it to a ring member that waits ``t_w_s`` for it) and
+forwards only :data:`TRAINER_KEYS` to its trainers. What the schema cannot know (whether a named site is in
+the job) the gateway checks in the prepare phase.
 """
 
 from __future__ import annotations
@@ -13,10 +19,30 @@ from wanrt.config import check
 from wanrt.errors import ConfigError
 from wanrt.protocol.limits import MAX_SITES
 
-__all__ = ["LIVE_KEYS", "MAX_BATCH_SIZE", "MAX_STALENESS", "check_live_settings"]
+__all__ = [
+    "LIVE_KEYS",
+    "MAX_BATCH_SIZE",
+    "MAX_STALENESS",
+    "MAX_T_W_S",
+    "PLAN_KEYS",
+    "PLAN_TOPOLOGIES",
+    "TRAINER_KEYS",
+    "check_live_settings",
+    "parse_stragglers",
+    "split_plan_values",
+]
 
 #: Keys a ConfigUpdate may carry for the trainers.
-LIVE_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight")
+TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight")
+#: Keys the gateways apply to their WAN plan (never forwarded to trainers).
+PLAN_KEYS: Final = ("topology", "stragglers", "t_w_s")
+#: Every key a decision may carry.
+LIVE_KEYS: Final = TRAINER_KEYS + PLAN_KEYS
+#: The gateways' plan kinds (gateways.rounds.topology.TOPOLOGY_KINDS; a test keeps the two equal, the
+#: public package does not import the gateway's).
+PLAN_TOPOLOGIES: Final = ("star", "tree", "ring", "parent_child", "allpairs")
+#: RoundConfig.t_w_s's bound: STAR Fig. 29 waits 30–300 ms; an hour means a typo or a dead child.
+MAX_T_W_S: Final = 3600.0
 
 #: StellaTrain §3.3 bounds staleness by 1; a little more is allowed for experiments, but an unbounded value
 #: would let a slow site's updates pile up in the leader's memory without limit.
@@ -39,6 +65,14 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "batch_weight":
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             check(number and 0 < value <= MAX_SITES, key, value, f"a number in (0, {MAX_SITES}]")
+        elif key == "topology":
+            check(value in PLAN_TOPOLOGIES, key, value, f"one of {', '.join(PLAN_TOPOLOGIES)}")
+        elif key == "stragglers":
+            check(isinstance(value, str), key, value, "comma-separated site names (empty: none)")
+            parse_stragglers(value)
+        elif key == "t_w_s":
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            check(number and 0 <= value <= MAX_T_W_S, key, value, f"seconds in [0, {MAX_T_W_S:g}]")
         elif key == "staleness":
             check(
                 type(value) is int and 0 <= value <= MAX_STALENESS,
@@ -54,3 +88,19 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
                 f"an integer in [1, {MAX_BATCH_SIZE}]",
             )
     return dict(values)
+
+
+def parse_stragglers(value: str) -> tuple[str, ...]:
+    """``"c, d"`` → ``("c", "d")`` (sorted, no duplicates; ``""`` → none); ConfigError for an empty name."""
+    names = [n.strip() for n in value.split(",")] if value.strip() else []
+    for n in names:
+        check(bool(n) and "@" not in n, "stragglers", value, "comma-separated site names (empty: none)")
+    check(len(names) <= MAX_SITES, "stragglers", value, f"at most {MAX_SITES} sites")
+    return tuple(sorted(set(names)))
+
+
+def split_plan_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the trainers' settings, the gateway's plan settings) of a decision's values."""
+    trainer = {k: v for k, v in values.items() if k not in PLAN_KEYS}
+    plan = {k: v for k, v in values.items() if k in PLAN_KEYS}
+    return trainer, plan

@@ -40,6 +40,7 @@ from gateways.membership.site_faults import SiteFaults
 from gateways.membership.trainer_ledger import TrainerLedger
 from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.node.peer_channel import PeerChannel, SendOut
+from gateways.node.plan_values import plan_problem, plan_spec
 from gateways.node.shard_relay import ShardRelay
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.ids import distinct_sites
@@ -56,6 +57,7 @@ from gateways.wire.site_fault import SiteFault
 from scheduler.wire import Announce, AnnounceReply, SiteShardGrant, site_values
 from wanrt.errors import (
     AuthError,
+    ConfigError,
     LocalProtocolError,
     MalformedPayload,
     ProtocolError,
@@ -63,6 +65,7 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
+from wanrt.live_settings import PLAN_KEYS, split_plan_values
 from wanrt.payload import SparsePayload
 from wanrt.protocol import (
     Ack,
@@ -94,6 +97,8 @@ MAX_BACKLOG: Final = 4096
 #: Links described in one telemetry report (the busiest): 3 keys each, beside ~30 others, must stay within
 #: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
 MAX_REPORTED_LINKS: Final = 64
+#: Straggler sites of the running plan named in one report (one key each); STAR detaches a few at most.
+MAX_REPORTED_STRAGGLERS: Final = 16
 
 
 class GatewayNode:
@@ -155,6 +160,7 @@ class GatewayNode:
         self._prepared: dict[int, Announce] = {}  # decisions announced, not committed yet (bounded)
         self._decision = 0  # the committed decision this site runs
         self._decision_late = 0  # its commit came after its iteration (applied as soon as possible)
+        self._plan_spec: PlanSpec | None = None  # the last plan a committed decision set (None: config's)
         self._trainer_metrics: dict[str, float] = {}  # the leader's latest per-iteration measurements
         self._trainer_iteration = -1
         self._shards = ShardRelay(self.site)  # the trainer's data-shard traffic (scheduler.sharding)
@@ -269,7 +275,7 @@ class GatewayNode:
 
     def _create_engine(self, start: int, live: set[str], now: float) -> None:
         rc = self.cfg.rounds
-        spec = PlanSpec.make(rc.topology, arity=rc.tree_arity, root=self.cfg.root)
+        spec = self._plan_spec or PlanSpec.make(rc.topology, arity=rc.tree_arity, root=self.cfg.root)
         plan = spec if live >= set(self.sites) else build_plan(spec, live)
         self.engine = RoundEngine(self.site, self.sites, plan, rc, start_iteration=start)
         self.ledger = TrainerLedger(self.site, start)
@@ -951,8 +957,18 @@ class GatewayNode:
         frontier = -1 if self.engine is None else self.engine.frontier
         values = site_values(msg.values, self.site)
         if msg.phase == "prepare":
-            trainer_config_update(values, msg.effective_iteration)  # the shared schema (ConfigError)
-            ok = self.engine is not None and msg.effective_iteration >= self._safe_iteration()
+            trainer_values, _ = split_plan_values(values)
+            if trainer_values:
+                trainer_config_update(trainer_values, msg.effective_iteration)  # shared schema (ConfigError)
+            # plan settings this gateway cannot apply are refused now, so a commit is never half-applied
+            problem = plan_problem(values, self.cfg.rounds, self.cfg.root, self.sites)
+            if problem is not None:
+                log.warning("refusing decision %d: its plan cannot apply here: %s", msg.decision, problem)
+            ok = (
+                problem is None
+                and self.engine is not None
+                and msg.effective_iteration >= self._safe_iteration()
+            )
             if ok:
                 if len(self._prepared) >= 16:  # a scheduler that never commits: keep the newest
                     del self._prepared[min(self._prepared)]
@@ -977,7 +993,34 @@ class GatewayNode:
                 self._decision_late += 1
                 effective = safe
             self._decision = msg.decision
-            self.apply_config(values, effective, now)
+            # the plan from the decision's own iteration even when the commit came late: rounds already
+            # finished keep theirs, unfinished ones re-plan, so this gateway agrees with the others
+            self._commit_plan(msg.decision, values, msg.effective_iteration, now)
+            trainer_values, _ = split_plan_values(values)
+            if trainer_values:
+                self.apply_config(trainer_values, effective, now)
+
+    def _commit_plan(self, decision: int, values: dict[str, Any], effective: int, now: float) -> None:
+        """STAR §IV-B: the decision's plan (e.g. parent–child with its straggler sites and t_w) governs
+        every round from ``effective`` on — the same spec and iteration at every gateway."""
+        try:
+            spec = plan_spec(values, self.cfg.rounds, self.cfg.root, self.sites)
+        except ConfigError as e:  # a commit re-sent on reconnect without a prepare this gateway checked
+            log.error("decision %d: its plan cannot apply here (%s); keeping the current plan", decision, e)
+            return
+        if spec is None or spec == self._plan_spec:
+            return  # later decisions carry the plan on unchanged: nothing to re-plan
+        self._plan_spec = spec
+        log.info(
+            "decision %d: plan %s (stragglers %s, t_w %s) from iteration %d",
+            decision,
+            spec.kind,
+            ",".join(spec.stragglers) or "none",
+            "default" if spec.t_w_s is None else f"{spec.t_w_s:g} s",
+            effective,
+        )
+        if self.engine is not None:  # not joined yet: _create_engine starts with it
+            self.set_plan(spec, now, effective)
 
     def telemetry(self, now: float) -> Telemetry:
         """What this gateway reports: where it is, the decision it runs, its links and rounds."""
@@ -997,6 +1040,13 @@ class GatewayNode:
             for k, v in cu.values.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     m[f"cfg.{k}"] = float(v)
+        spec = self._plan_spec
+        if spec is not None:  # what a restarted scheduler's policy learns the running plan back from
+            m["plan.parent_child"] = 1.0 if spec.kind == "parent_child" else 0.0
+            for s in spec.stragglers[:MAX_REPORTED_STRAGGLERS]:
+                m[f"plan.straggler.{s}"] = 1.0
+            if spec.t_w_s is not None:
+                m["plan.t_w_s"] = float(spec.t_w_s)
         if self._trainer_iteration >= 0:
             m["trainer.iteration"] = float(self._trainer_iteration)
             for k, v in self._trainer_metrics.items():
@@ -1022,7 +1072,14 @@ class GatewayNode:
         self, values: dict[str, Any], effective_iteration: int | None, now: float
     ) -> dict[str, Any]:
         """Forward a trainer configuration update; returns what was applied. Without an iteration it takes
-        effect ahead of every site's frontier."""
+        effect ahead of every site's frontier. Plan settings are refused: they must reach every gateway
+        for the same iteration, which only the scheduler's two phases guarantee."""
+        plan_keys = [k for k in values if k in PLAN_KEYS]
+        if plan_keys:
+            raise ConfigError(
+                f"{plan_keys[0]}: plan settings are changed through the scheduler (the same for every site)",
+                key=plan_keys[0],
+            )
         if effective_iteration is None:
             frontier = -1 if self.engine is None else self.engine.frontier
             effective_iteration = frontier + self.cfg.rounds.window + 1

@@ -440,7 +440,8 @@ class RoundEngine:
                 continue
             if c in plan.waits_tw:
                 base = None if r.local_at is None else max(r.local_at, r.opened_at)
-                due = own_due if base is None else base + cfg.t_w_s
+                t_w = cfg.t_w_s if plan.spec.t_w_s is None else plan.spec.t_w_s  # a scheduler's Eq. 3 t_w
+                due = own_due if base is None else base + t_w
             else:
                 due = r.opened_at + cfg.round_deadline_s * (1 + plan.height_of(c))
             if now < due:

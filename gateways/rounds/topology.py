@@ -64,7 +64,8 @@ class PlanSpec:
     ``costs`` are per-site link cost estimates (larger = slower or farther, e.g. seconds to ship one
     payload to the others); a site without an estimate counts as the most expensive. ``link_costs`` are
     optional pairwise (symmetric) costs used to pick parents. ``stragglers`` are detached and attached to a
-    parent that waits ``t_w`` for them.
+    parent that waits ``t_w`` for them: ``t_w_s`` when given (a scheduler's STAR Eq. 3 choice, in force for
+    the iterations this spec governs), else the round config's ``t_w_s``.
     """
 
     kind: TopologyKind = "tree"
@@ -73,12 +74,15 @@ class PlanSpec:
     link_costs: tuple[tuple[str, str, float], ...] = ()
     stragglers: tuple[str, ...] = ()
     root: str | None = None
+    t_w_s: float | None = None
     _cost: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _link: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         check(self.kind in TOPOLOGY_KINDS, "kind", self.kind, f"must be one of {TOPOLOGY_KINDS}")
         check(isinstance(self.arity, int) and 1 <= self.arity <= 1024, "arity", self.arity, "1..1024")
+        tw = self.t_w_s
+        check(tw is None or (not math.isnan(tw) and 0 <= tw <= 3600), "t_w_s", tw, "None or 0 <= s <= 3600")
         costs = tuple(sorted((str(s), float(c)) for s, c in self.costs))
         for s, c in costs:
             check(not math.isnan(c) and c >= 0, "costs", (s, c), "costs must be >= 0 and not NaN")
@@ -104,6 +108,7 @@ class PlanSpec:
         link_costs: Mapping[tuple[str, str], float] | None = None,
         stragglers: Iterable[str] = (),
         root: str | None = None,
+        t_w_s: float | None = None,
     ) -> PlanSpec:
         """Build a spec from mappings (the natural form for a scheduler's estimates)."""
         return cls(
@@ -113,6 +118,7 @@ class PlanSpec:
             tuple((a, b, c) for (a, b), c in (link_costs or {}).items()),
             tuple(stragglers),
             root,
+            None if t_w_s is None else float(t_w_s),
         )
 
     def cost(self, site: str) -> float:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from wanrt.live_settings import LIVE_KEYS, check_live_settings
+from wanrt.live_settings import TRAINER_KEYS, check_live_settings
 from wanrt.protocol import ConfigUpdate
 
 __all__ = ["TRAINER_CONFIG_KEYS", "trainer_config_update"]
 
-TRAINER_CONFIG_KEYS: Final = LIVE_KEYS
+TRAINER_CONFIG_KEYS: Final = TRAINER_KEYS
 
 
 def trainer_config_update(values: Mapping[str, Any], effective_iteration: int) -> ConfigUpdate:

@@ -20,6 +20,12 @@ phases, with one effective iteration for every site (AntDT §V-F: global actions
 Once an adjustment is in force, each decision re-solves Eq. 3 over the current throughputs and announces
 only if the slowest site's predicted batch time falls by more than ``rebalance_gain`` — which also undoes
 the adjustment when the straggler recovers. Sans-IO: ``now`` comes in as an argument.
+
+With ``modes`` including ``parent_child`` the same decision may also re-plan the gateways' WAN rounds
+(STAR §IV-B/C, :mod:`scheduler.stragglers.mode_policy`): when a persistent straggler site makes Eq. 3
+predict less time to the same progress than BSP's Eq. 1, the site is detached and attached to a core
+member that waits the chosen t_w; when it recovers, the base plan is announced back. Both parts travel in
+one announcement, so batch split and plan change at the same iteration.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import numpy as np
 from scheduler.stragglers.batch_alloc import allocate_greedy, allocate_milp, makespan
 from scheduler.stragglers.decisions import AdjustBatch
 from scheduler.stragglers.detection import DetectionReport, StragglerDetector
+from scheduler.stragglers.mode_policy import SitePlanMode
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from scheduler.wire import SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
 
@@ -56,12 +63,14 @@ class SiteStragglerPolicy:
         self._total: int | None = None  # the job's global batch (samples), fixed at the first decision
         self.last_report: DetectionReport | None = None
         self.last_action: AdjustBatch | None = None
+        self.plan = SitePlanMode(self.sites, self.cfg)
 
     # -- Monitor -------------------------------------------------------------------------------------
 
     def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         if site not in self.sites:
             return
+        self.plan.reported(metrics)
         it = metrics.get("trainer.iteration")
         compute = metrics.get("trainer.compute_s")
         per_rank = metrics.get("trainer.batch_size")
@@ -90,12 +99,27 @@ class SiteStragglerPolicy:
         report = self.detector.report(now)
         self.last_report = report
         slow = report.persistent if self.cfg.trigger == "persistent" else report.persistent + report.transient
-        if not slow and self._running is None:
+        plan_on = "parent_child" in self.cfg.modes
+        if not slow and self._running is None and not (plan_on and self.plan.children):
             return None
         rates = [self.detector.throughput(s, now) for s in self.sites]
         if any(r is None or r <= 0 for r in rates):
             return None
         v = np.array(rates, dtype=np.float64)
+        values: dict[str, Any] = {}
+        if plan_on:
+            # each site's predicted iteration time: its current samples over its throughput (STAR §IV-A)
+            times = {s: per_rank[s] * self._world[s] / float(r) for s, r in zip(self.sites, v, strict=True)}
+            values.update(self.plan.decide(times, float(self._total), report.persistent, now) or {})
+        if "adjust_bs" in self.cfg.modes and (slow or self._running is not None):
+            values.update(self._adjust_batches(now, per_rank, slow, v) or {})
+        return values or None
+
+    def _adjust_batches(
+        self, now: float, per_rank: Mapping[str, int], slow: Sequence[str], v: np.ndarray
+    ) -> dict[str, Any] | None:
+        """AntDT Eq. 3's split, if it shortens the slowest site's batch time by ``rebalance_gain``."""
+        assert self._total is not None  # set by decide() before
         worlds = np.array([self._world[s] for s in self.sites], dtype=np.int64)
         bc = self.cfg.batch
         lo, hi = bc.min_batch * worlds, np.minimum(bc.max_batch, self._total) * worlds
@@ -142,6 +166,7 @@ class SiteStragglerPolicy:
 
     def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
         """The split in ``values`` runs from ``effective_iteration`` everywhere (a manual change too)."""
+        self.plan.committed(values)
         split = {s: values.get(SITE_BATCH_PREFIX + s) for s in self.sites}
         if all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 1 for b in split.values()):
             self._running = {s: int(b) for s, b in split.items() if isinstance(b, (int, float))}

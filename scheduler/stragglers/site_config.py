@@ -7,13 +7,18 @@ loading the policy's solvers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal, TypeAlias
 
 from scheduler.stragglers.config import BatchConfig, DetectionConfig
 from wanrt.config import check
+from wanrt.live_settings import MAX_T_W_S, PLAN_TOPOLOGIES
 
-__all__ = ["SiteStragglerConfig"]
+__all__ = ["SITE_MODES", "SiteMode", "SiteStragglerConfig"]
+
+SiteMode: TypeAlias = Literal["adjust_bs", "parent_child"]
+SITE_MODES: Final[tuple[SiteMode, ...]] = ("adjust_bs", "parent_child")
 
 
 @dataclass(frozen=True)
@@ -30,11 +35,53 @@ class SiteStragglerConfig:
       scheduler (it is a whole cluster), so a persistent straggler site gets what AntDT-DD (§VI-B) gives
       deterministic stragglers: one ADJUST_BS that equalises batch processing time. ``persistent`` (the
       default) waits for the long window, so a site slow for a moment does not move batches around.
+    * ``modes`` — what a persistent straggler site gets: ``adjust_bs`` (the above; the default, today's
+      behaviour) and/or ``parent_child`` (STAR §IV-B: the site leaves the gateways' core and is attached
+      to a core member that waits ``t_w`` for it, when Eq. 3 predicts less time to the same progress than
+      BSP's Eq. 1; see :mod:`scheduler.stragglers.mode_policy`).
+    * ``noise_scale`` — STAR's φ (PGNS, samples) for Eq. 1/3. STAR pre-computes it per model (§IV-C);
+      sites do not report gradient norms to the scheduler, so it is configured. 0 (the default) counts a
+      lost gradient as free, i.e. favours dropping the straggler; a larger φ values its samples more.
+    * ``straggler_ratio`` — STAR §II's deviation ratio (T_i − min T)/min T above which a site is a
+      predicted straggler at all (20 %).
+    * ``max_wait_s`` — the largest t_w the Eq. 3 search may choose; STAR Fig. 29 finds the best waits
+      between 30 and 300 ms, so 0.3 s.
+    * ``switch_gain`` — Eq. 3 must beat Eq. 1 by this fraction to switch (and lose it to switch back), so
+      two nearly equal predictions do not alternate the plan every decision.
+    * ``base_topology`` — the plan announced when the stragglers recover: set it to the gateways'
+      ``[rounds] topology``.
     """
 
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
     trigger: Literal["persistent", "transient"] = "persistent"
+    modes: tuple[SiteMode, ...] = ("adjust_bs",)
+    noise_scale: float = 0.0
+    straggler_ratio: float = 0.2
+    max_wait_s: float = 0.3
+    switch_gain: float = 0.02
+    base_topology: str = "tree"
 
     def __post_init__(self) -> None:
         check(self.trigger in ("persistent", "transient"), "trigger", self.trigger, "persistent or transient")
+        check(
+            len(self.modes) > 0 and set(self.modes) <= set(SITE_MODES),
+            "modes",
+            self.modes,
+            f"a non-empty subset of {SITE_MODES}",
+        )
+        check(
+            math.isfinite(self.noise_scale) and self.noise_scale >= 0,
+            "noise_scale",
+            self.noise_scale,
+            "φ must be finite and ≥ 0",
+        )
+        check(0.0 <= self.straggler_ratio <= 100.0, "straggler_ratio", self.straggler_ratio, "[0, 100]")
+        check(0.0 <= self.max_wait_s <= MAX_T_W_S, "max_wait_s", self.max_wait_s, f"[0, {MAX_T_W_S:g}] s")
+        check(0.0 <= self.switch_gain < 1.0, "switch_gain", self.switch_gain, "must be in [0, 1)")
+        check(
+            self.base_topology in PLAN_TOPOLOGIES and self.base_topology != "parent_child",
+            "base_topology",
+            self.base_topology,
+            "a topology without stragglers: star, tree, ring or allpairs",
+        )

@@ -1,0 +1,64 @@
+"""A scheduler decision's plan settings (``topology``, ``stragglers``, ``t_w_s``) as the round engine's
+:class:`~gateways.rounds.topology.PlanSpec`.
+
+Why a pure function of (values, the gateway's own round config, the job's sites): every gateway of the job
+receives the same values in the same Announce and must build the *same* plan from them (plans are
+deterministic in (spec, members), :mod:`gateways.rounds.topology`), so nothing site-local may enter the
+spec besides what every gateway is configured alike with (topology defaults, arity, root). A key the
+decision leaves out keeps the gateway's configured value, so a decision that only detaches a straggler
+(STAR §IV-B parent–child) needs no knowledge of the job's base topology.
+
+Everything a gateway could fail on when applying is checked here, before the prepare is accepted: a value
+that passes :func:`plan_problem` cannot fail in :meth:`GatewayNode.set_plan` at commit, so a decision is
+never half-applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gateways.rounds.config import RoundConfig
+from gateways.rounds.topology import PlanSpec, TopologyKind, build_plan
+from wanrt.errors import ConfigError
+from wanrt.live_settings import check_live_settings, parse_stragglers, split_plan_values
+
+__all__ = ["plan_problem", "plan_spec"]
+
+
+def plan_spec(
+    values: Mapping[str, Any], rounds: RoundConfig, root: str | None, sites: Iterable[str]
+) -> PlanSpec | None:
+    """The spec ``values`` asks for (None: the decision says nothing about the plan); ConfigError names
+    the bad key (unknown topology, a straggler that is not a site of the job, t_w out of bounds)."""
+    _, plan = split_plan_values(values)
+    if not plan:
+        return None
+    check_live_settings(plan)
+    known = set(sites)
+    stragglers = parse_stragglers(str(plan.get("stragglers", "")))
+    unknown = [s for s in stragglers if s not in known]
+    if unknown:
+        raise ConfigError(f"stragglers: {unknown[0]!r} is not a site of this job", key="stragglers")
+    kind: TopologyKind = plan.get("topology", rounds.topology)
+    tw = plan.get("t_w_s")
+    spec = PlanSpec.make(
+        kind,
+        arity=rounds.tree_arity,
+        stragglers=stragglers,
+        root=root,
+        t_w_s=None if tw is None else float(tw),
+    )
+    build_plan(spec, known)  # the same builder every gateway runs at commit: fails now or never
+    return spec
+
+
+def plan_problem(
+    values: Mapping[str, Any], rounds: RoundConfig, root: str | None, sites: Iterable[str]
+) -> str | None:
+    """Why this gateway cannot apply ``values``' plan settings (None: it can, or there are none)."""
+    try:
+        plan_spec(values, rounds, root, sites)
+    except ConfigError as e:
+        return str(e)
+    return None
