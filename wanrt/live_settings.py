@@ -5,7 +5,8 @@ refused (or worse, crashes a trainer) at another.
 
 The plan keys (:data:`PLAN_KEYS`) are for the gateways, not the trainers: a gateway applies them to its
 round engine at the decision's effective iteration (STAR §IV-B parent–child: ``topology = "parent_child"``,
-``stragglers = "c"`` detaches site c and attaches it to a ring member that waits ``t_w_s`` for it) and
+``stragglers = "c"`` detaches site c and attaches it to a ring member that waits ``t_w_s`` for it; static
+x-order: ``x_order = x`` lets a root go on once x sites contributed, 0 = wait for all) and
 forwards only :data:`TRAINER_KEYS` to its trainers. What the schema cannot know (whether a named site is in
 the job) the gateway checks in the prepare phase.
 """
@@ -35,7 +36,7 @@ __all__ = [
 #: Keys a ConfigUpdate may carry for the trainers.
 TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight")
 #: Keys the gateways apply to their WAN plan (never forwarded to trainers).
-PLAN_KEYS: Final = ("topology", "stragglers", "t_w_s")
+PLAN_KEYS: Final = ("topology", "stragglers", "t_w_s", "x_order")
 #: Every key a decision may carry.
 LIVE_KEYS: Final = TRAINER_KEYS + PLAN_KEYS
 #: The gateways' plan kinds (gateways.rounds.topology.TOPOLOGY_KINDS; a test keeps the two equal, the
@@ -70,6 +71,10 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "stragglers":
             check(isinstance(value, str), key, value, "comma-separated site names (empty: none)")
             parse_stragglers(value)
+        elif key == "x_order":  # STAR §IV-B static x-order: the root goes on once x sites contributed
+            check(
+                type(value) is int and 0 <= value <= MAX_SITES, key, value, f"an integer in [0, {MAX_SITES}]"
+            )
         elif key == "t_w_s":
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             check(number and 0 <= value <= MAX_T_W_S, key, value, f"seconds in [0, {MAX_T_W_S:g}]")

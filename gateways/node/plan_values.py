@@ -48,6 +48,7 @@ def plan_spec(
         stragglers=stragglers,
         root=root,
         t_w_s=None if tw is None else float(tw),
+        x_order=plan.get("x_order"),
     )
     build_plan(spec, known)  # the same builder every gateway runs at commit: fails now or never
     return spec

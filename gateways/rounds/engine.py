@@ -447,10 +447,27 @@ class RoundEngine:
             if now < due:
                 pending.append(due)
         if pending:
+            x = plan.spec.x_order
+            if x and plan.parent_of(self.site) is None and len(plan.core) == 1 and self._contributors(r) >= x:
+                return None  # STAR §IV-B static x-order: the first x sites are enough, the rest comes late
             return min(pending)
         if plan.parent_of(self.site) is None and len(plan.core) == 1 and not self._enough_sites(r):
             return math.inf
         return None
+
+    def _contributors(self, r: OpenRound) -> int:
+        """Distinct sites whose contributions this node holds for ``r`` (own push, carry, children)."""
+        sites = {s for s, _ in r.own_ids}
+        if r.local is not None:
+            sites.add(self.site)
+        c = self._carry.get(r.layer)
+        if not r.taken and c is not None:
+            sites.update(s for s, _ in c.ids)
+        for m in r.inputs.values():
+            sites.update(s for s, _ in m.sites)
+        for _, ids in r.extras_in.values():
+            sites.update(s for s, _ in ids)
+        return len(sites)
 
     def _enough_sites(self, r: OpenRound) -> bool:
         """STAR §IV-B x-order with x = quorum: a root proceeds without late children only once that many

@@ -75,6 +75,9 @@ class PlanSpec:
     stragglers: tuple[str, ...] = ()
     root: str | None = None
     t_w_s: float | None = None
+    #: STAR §IV-B static x-order: a root finishes a round once this many sites contributed (None/0: all,
+    #: or the round deadline); the late ones are folded into a later round as late contributions
+    x_order: int | None = None
     _cost: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _link: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False, hash=False)
 
@@ -83,6 +86,8 @@ class PlanSpec:
         check(isinstance(self.arity, int) and 1 <= self.arity <= 1024, "arity", self.arity, "1..1024")
         tw = self.t_w_s
         check(tw is None or (not math.isnan(tw) and 0 <= tw <= 3600), "t_w_s", tw, "None or 0 <= s <= 3600")
+        x = self.x_order
+        check(x is None or (type(x) is int and 0 <= x <= 1 << 16), "x_order", x, "None or a site count")
         costs = tuple(sorted((str(s), float(c)) for s, c in self.costs))
         for s, c in costs:
             check(not math.isnan(c) and c >= 0, "costs", (s, c), "costs must be >= 0 and not NaN")
@@ -109,6 +114,7 @@ class PlanSpec:
         stragglers: Iterable[str] = (),
         root: str | None = None,
         t_w_s: float | None = None,
+        x_order: int | None = None,
     ) -> PlanSpec:
         """Build a spec from mappings (the natural form for a scheduler's estimates)."""
         return cls(
@@ -119,6 +125,7 @@ class PlanSpec:
             tuple(stragglers),
             root,
             None if t_w_s is None else float(t_w_s),
+            x_order or None,
         )
 
     def cost(self, site: str) -> float:
