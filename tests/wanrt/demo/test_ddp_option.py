@@ -60,3 +60,12 @@ def test_quick_demo_with_ddp_reports_against_real_ddp(tmp_path: Path) -> None:
     for key in ("tta_speedup_vs_ddp", "dense_tta_speedup_vs_ddp", "iters_to_target_ratio_vs_ddp"):
         assert key in data, key
     assert "headline: wanrt reached loss" in proc.stdout and "real DDP (gloo)" in proc.stdout
+
+
+def test_ddp_and_straggler_together_are_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from wanrt.cli import main
+
+    assert main(["demo", "--ddp", "--straggler", "c:0.8:persistent", "--quick"]) == 1
+    assert "--ddp and --straggler" in capsys.readouterr().err
