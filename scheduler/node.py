@@ -49,9 +49,9 @@ DECISION_KEY = "decision"
 EFFECTIVE_KEY = "decision_effective"
 FRONTIER_KEY = "frontier"
 VALUE_PREFIX = "cfg."
-#: Refused prepares of the same values before they are given up: a gateway refuses a decision it cannot
-#: apply (a plan naming a site it does not know) as it refuses one that came too late, and only the
-#: first kind goes away by preparing again further ahead.
+#: Refused prepares of the same values before they are given up: only refusals that name a problem with
+#: the values (a plan naming a site a gateway does not know) count — one that came too late is prepared
+#: again further ahead as often as needed.
 MAX_REFUSALS = 3
 
 
@@ -279,12 +279,16 @@ class SchedulerNode:
         if pending is None or reply.decision != pending.decision.id:
             return  # a late answer to an aborted decision
         if not reply.accepted:
-            log.info(
-                "decision %d: site %s is already at iteration %d; preparing again further ahead",
-                reply.decision,
-                site,
-                reply.frontier,
-            )
+            if not reply.problem:  # too late there: a prepare further ahead fixes that, however often
+                log.info(
+                    "decision %d: site %s is already at iteration %d; preparing again further ahead",
+                    reply.decision,
+                    site,
+                    reply.frontier,
+                )
+                self._abort(now, retry=True)
+                return
+            log.warning("decision %d refused by site %s: %s", reply.decision, site, reply.problem)
             self._refusals += 1
             give_up = self._refusals >= MAX_REFUSALS
             if give_up:

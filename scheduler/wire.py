@@ -94,13 +94,16 @@ class Announce(Message):
 
 @dataclass(frozen=True, slots=True)
 class AnnounceReply(Message):
-    """Gateway → scheduler: whether decision ``decision`` can still take effect where it says."""
+    """Gateway → scheduler: whether decision ``decision`` can still take effect where it says.
+    ``problem`` (refused only): the values cannot apply at this gateway (a plan naming an unknown site);
+    empty when it is only too late, which a prepare further ahead fixes."""
 
     TYPE: ClassVar[int] = 0x41
     STREAM: ClassVar[bool] = True
     decision: int
     accepted: bool
     frontier: int
+    problem: str = ""
 
     def __post_init__(self) -> None:
         check_uint(self.decision, "decision", MAX_COUNTER)
@@ -108,6 +111,7 @@ class AnnounceReply(Message):
             raise LocalProtocolError("accepted must be true or false")
         if type(self.frontier) is not int or not -1 <= self.frontier <= MAX_COUNTER:
             raise LocalProtocolError("frontier out of range", value=self.frontier)
+        check_text(self.problem, "problem")
 
 
 @dataclass(frozen=True, slots=True)

@@ -973,7 +973,7 @@ class GatewayNode:
                 if len(self._prepared) >= 16:  # a scheduler that never commits: keep the newest
                     del self._prepared[min(self._prepared)]
                 self._prepared[msg.decision] = msg
-            self._out.append(ToScheduler(AnnounceReply(msg.decision, ok, frontier)))
+            self._out.append(ToScheduler(AnnounceReply(msg.decision, ok, frontier, problem or "")))
         elif msg.phase == "abort":
             self._prepared.pop(msg.decision, None)
         else:  # commit (also the current decision re-sent to a gateway that reconnects)

@@ -93,6 +93,20 @@ def test_a_refusal_aborts_and_prepares_again_further_ahead() -> None:
     assert node.stats.decisions_aborted == 1
 
 
+def test_refusals_for_timing_are_retried_as_often_as_needed_but_a_bad_value_is_given_up() -> None:
+    node = SchedulerNode(_cfg(), 0.0)
+    _up(node, {"a": 10, "b": 10, "c": 10})
+    node.request({"staleness": 0}, 1.0)
+    for k in range(6):  # a busy machine: the trainers keep running past the announced iteration
+        prep = [m for _, m in _announces(node) if m.phase == "prepare"]
+        assert prep, f"given up after {k} refusals for timing"
+        node.on_message("b", AnnounceReply(prep[0].decision, False, 30 + 10 * k), 1.1)
+    prep = [m for _, m in _announces(node) if m.phase == "prepare"]
+    for s in "abc":
+        node.on_message(s, AnnounceReply(prep[0].decision, True, 90), 1.2)
+    assert node.current is not None and node.current.values == {"staleness": 0}
+
+
 def test_no_reply_in_time_aborts() -> None:
     node = SchedulerNode(_cfg(reply_timeout_s=2.0), 0.0)
     _up(node, {"a": 0, "b": 0, "c": 0})

@@ -152,7 +152,7 @@ def test_a_decision_every_gateway_refuses_is_given_up_not_retried_forever() -> N
         if not sent:
             break
         prepares += 1
-        node.on_message("a", AnnounceReply(sent[0].decision, False, 0), 0.0)
+        node.on_message("a", AnnounceReply(sent[0].decision, False, 0, "stragglers: 'b' unknown"), 0.0)
     assert prepares == 3 and node.current is None and node.pending is None
     with pytest.raises(ConfigError) as err:
         node.request({"topology": "parent_child", "stragglers": "z"}, 0.0)
