@@ -458,23 +458,23 @@ class GatewayNode:
         return info
 
     def _check_claims(self, peer: str, other: LinkInfo) -> None:
-        """A running gateway bounds what a peer's handshake may claim (reliability: a peer holding the job
-        secret still sends only what its place allows). An honest peer is at most a few windows ahead of
-        a site that takes part in the same rounds (its join iteration is the job's frontier + 1 + a window
-        margin, reached through a site at most a window ahead of this one); a far ``join_at`` would move the
-        open-iteration window of every round here, and a far ``frontier`` the join iteration of everyone."""
-        if self.engine is None:
-            return  # a fresh gateway takes the job's position from its first link
+        """A running gateway bounds the join iteration a peer's handshake may claim (reliability: a peer
+        holding the job secret still sends only what its place allows). A far ``join_at`` would move the
+        open-iteration window of every round here; an honest one is at most a few windows past the
+        frontiers both ends announce (the join rule puts it at max(frontiers) + 1 + a window margin).
+        The frontier itself is not bounded: a gateway that fell behind the job (restarted with an older
+        state file, or cut off) must still be able to link to sites far ahead of it."""
+        if self.engine is None or other.join_at is None:
+            return
         w = self.cfg.rounds.window
-        limit = self.engine.frontier + 4 * w + 1
-        for name, value in (("join_at", other.join_at), ("frontier", other.frontier)):
-            if value is not None and value > limit:
-                raise RemoteProtocolError(
-                    f"site {peer} claims {name} {value}, but this site is at iteration {self.engine.frontier}"
-                    f" (at most {limit} is believed); if this site fell behind, restart its gateway",
-                    peer=peer,
-                    value=value,
-                )
+        limit = max(self.engine.frontier, other.frontier) + 4 * w + 1
+        if other.join_at > limit:
+            raise RemoteProtocolError(
+                f"site {peer} claims join_at {other.join_at} at frontier {other.frontier}, but this site is "
+                f"at iteration {self.engine.frontier} (at most {limit} is believed); restart its gateway",
+                peer=peer,
+                value=other.join_at,
+            )
 
     def link_up(
         self, peer: str, conn: Connection, ours: dict[str, Any], theirs: dict[str, Any], now: float
