@@ -1,0 +1,188 @@
+"""The daemons of the chaos soak: real in-process :class:`GatewayDaemon` s, one task each, on unix sockets
+behind emulated WAN links, every generation kept for the accounting.
+
+Like tests/gateways/service/daemon_cluster.py's ``Cluster`` (tools must not import tests/): killing a
+gateway cancels its task (every socket dropped, no Bye, as if the process died); restarting builds a new
+daemon from the same config, whose ``state_file`` lets gateways restarted together resume the job. Every
+round-engine action is recorded with the loop time, per site across generations, so the soak can measure
+when a restarted site delivered its first round and count every contribution of every delivered result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gateways.config import GatewayConfig, PeerShape
+from gateways.rounds.config import RoundConfig
+from gateways.rounds.messages import Action, Deliver
+from gateways.service.daemon import GatewayDaemon
+from transports import ShapedTransport, Timeouts
+
+JOB = "chaos"
+SECRET = "chaos-s3cret-s3cret-0123"
+CONTROL_TOKEN = "chaos-control-token-0123456789"
+
+#: fast failure detection (a dead peer is noticed within 3 s) and reconnects; generous send/connect limits
+#: so that a loaded 2-core machine does not turn load into failures the soak would blame on the runtime
+SOAK_TIMEOUTS = Timeouts(
+    connect=5.0, handshake=5.0, send=30.0, close=2.0, heartbeat_interval=0.5, heartbeat_misses=6
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def soak_configs(
+    sock_dir: Path,
+    sites: str,
+    *,
+    rate_bps: float,
+    delay_s: float,
+    rounds: RoundConfig,
+    control_site: str,
+) -> dict[str, GatewayConfig]:
+    """One config per site: full mesh on unix sockets, every link shaped, a state file each; the
+    ``control_site`` gateway also serves HTTP control with a token file."""
+    token = sock_dir / "control-token"
+    token.write_text(CONTROL_TOKEN + "\n")
+    names = sorted(sites)
+    out = {}
+    for s in names:
+        peers = {p: f"unix://{sock_dir}/g{p}.sock" for p in names if p != s}
+        out[s] = GatewayConfig(
+            site=s,
+            job=JOB,
+            secret=SECRET,
+            listen=f"unix://{sock_dir}/g{s}.sock",
+            trainer_listen=f"unix://{sock_dir}/t{s}.sock",
+            peers=peers,
+            reconnect_initial_s=0.05,
+            reconnect_max_s=0.5,
+            shutdown_deadline_s=5.0,
+            rounds=rounds,
+            timeouts=SOAK_TIMEOUTS,
+            shaping={p: PeerShape(rate_bps, delay_s=delay_s) for p in peers},
+            state_file=str(sock_dir / f"state-{s}.json"),
+        )
+        if s == control_site:
+            out[s] = dataclasses.replace(out[s], metrics_port=free_port(), control_token_file=str(token))
+    return out
+
+
+class SoakCluster:
+    """Daemons (one task each), every generation of them, and their recorded actions with loop times."""
+
+    def __init__(self, configs: dict[str, GatewayConfig]) -> None:
+        self.configs = configs
+        self.daemons: dict[str, GatewayDaemon] = {}
+        self.generations: list[GatewayDaemon] = []
+        self.tasks: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        self.actions: dict[str, list[tuple[float, Action]]] = {s: [] for s in configs}
+        self.stats: dict[str, dict[str, Any]] = {}
+        self._changed = asyncio.Event()
+
+    def _record(self, site: str) -> Callable[[Action], None]:
+        actions = self.actions[site]
+        loop = asyncio.get_running_loop()
+
+        def record(action: Action) -> None:
+            actions.append((loop.time(), action))
+            self._changed.set()
+
+        return record
+
+    async def wait_changed(self) -> None:
+        self._changed.clear()
+        await self._changed.wait()
+
+    def up(self, site: str) -> bool:
+        return site in self.tasks and not self.tasks[site].done()
+
+    async def start(self, site: str) -> GatewayDaemon:
+        d = GatewayDaemon(self.configs[site], on_action=self._record(site))
+        self.daemons[site] = d
+        self.generations.append(d)
+        started = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(d.run(on_ready=started.set), name=f"gateway {site}")
+        self.tasks[site] = task
+        waiter = asyncio.ensure_future(started.wait())
+        await asyncio.wait([waiter, task], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            waiter.cancel()
+            task.result()
+        return d
+
+    async def kill(self, site: str) -> None:
+        """As if the process died: cancel its task (every connection dropped, no Bye)."""
+        task = self.tasks.pop(site)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def stop_all(self) -> None:
+        for s, d in self.daemons.items():
+            if s in self.tasks:
+                d.request_stop()
+        for s, task in list(self.tasks.items()):
+            result = (await asyncio.gather(task, return_exceptions=True))[0]
+            if isinstance(result, dict):
+                self.stats[s] = result
+        self.tasks.clear()
+
+    async def aclose(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.tasks.clear()
+
+    def shaped(self, a: str, b: str) -> list[ShapedTransport]:
+        """The emulated links between ``a`` and ``b`` that exist now (each side's end of their link)."""
+        out = []
+        for x, y in ((a, b), (b, a)):
+            if not self.up(x):
+                continue
+            link = self.daemons[x].links().get(y)
+            if link is not None and isinstance(link.transport, ShapedTransport):
+                out.append(link.transport)
+        return out
+
+    def first_delivery_after(self, site: str, t: float) -> float | None:
+        for at, action in self.actions[site]:
+            if at >= t and isinstance(action, Deliver):
+                return at
+        return None
+
+    def finals(self) -> tuple[dict[tuple[int, int], Deliver], list[str]]:
+        """Every delivered result, over every site and generation (the first one seen per round); and each
+        (iteration, layer) for which two sites delivered different results, described."""
+        out: dict[tuple[int, int], Deliver] = {}
+        by: dict[tuple[int, int], str] = {}
+        conflicts: list[str] = []
+        for site in sorted(self.actions):
+            for at, a in self.actions[site]:
+                if not isinstance(a, Deliver):
+                    continue
+                key = (a.iteration, a.layer)
+                seen = out.get(key)
+                if seen is None:
+                    out[key], by[key] = a, f"{site}@{at:.1f}"
+                elif seen.sites != a.sites or _values(seen) != _values(a):
+                    conflicts.append(
+                        f"{key}: {by[key]} {_ids(seen)} vs {site}@{at:.1f} {_ids(a)}"
+                    )
+        return out, conflicts
+
+
+def _ids(d: Deliver) -> str:
+    return ",".join(f"{s}{it}" for s, it in d.sites)
+
+
+def _values(d: Deliver) -> bytes:
+    return b"" if d.payload is None else d.payload.values_f32().tobytes()
