@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
+import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,24 +79,42 @@ def soak_configs(
     return out
 
 
+@dataclass
+class Version:
+    """One distinct result delivered for a round: its payload once, and which sites delivered it."""
+
+    result: Deliver
+    sites: list[str] = field(default_factory=list)
+
+
 class SoakCluster:
-    """Daemons (one task each), every generation of them, and their recorded actions with loop times."""
+    """Daemons (one task each), every generation of them, and what they delivered.
+
+    Only Deliver actions are kept, each distinct result once (the soak measures the daemons' memory: a log
+    of every Send would be the harness's own growth).
+    """
 
     def __init__(self, configs: dict[str, GatewayConfig]) -> None:
         self.configs = configs
         self.daemons: dict[str, GatewayDaemon] = {}
         self.generations: list[GatewayDaemon] = []
         self.tasks: dict[str, asyncio.Task[dict[str, Any]]] = {}
-        self.actions: dict[str, list[tuple[float, Action]]] = {s: [] for s in configs}
+        self.delivered_at: dict[str, list[float]] = {s: [] for s in configs}
+        self.results: dict[tuple[int, int], dict[int, Version]] = {}
         self.stats: dict[str, dict[str, Any]] = {}
         self._changed = asyncio.Event()
 
     def _record(self, site: str) -> Callable[[Action], None]:
-        actions = self.actions[site]
+        times = self.delivered_at[site]
         loop = asyncio.get_running_loop()
 
         def record(action: Action) -> None:
-            actions.append((loop.time(), action))
+            if not isinstance(action, Deliver):
+                return
+            times.append(loop.time())
+            versions = self.results.setdefault((action.iteration, action.layer), {})
+            v = versions.setdefault(digest(action), Version(action))
+            v.sites.append(site)
             self._changed.set()
 
         return record
@@ -154,35 +174,41 @@ class SoakCluster:
         return out
 
     def first_delivery_after(self, site: str, t: float) -> float | None:
-        for at, action in self.actions[site]:
-            if at >= t and isinstance(action, Deliver):
+        for at in self.delivered_at[site]:
+            if at >= t:
                 return at
         return None
 
     def finals(self) -> tuple[dict[tuple[int, int], Deliver], list[str]]:
-        """Every delivered result, over every site and generation (the first one seen per round); and each
-        (iteration, layer) for which two sites delivered different results, described."""
+        """The job's result of every round: the one most sites delivered (a gateway that died right after
+        delivering a result locally may have delivered one the others never saw); and every round for
+        which sites delivered different results, described."""
         out: dict[tuple[int, int], Deliver] = {}
-        by: dict[tuple[int, int], str] = {}
         conflicts: list[str] = []
-        for site in sorted(self.actions):
-            for at, a in self.actions[site]:
-                if not isinstance(a, Deliver):
-                    continue
-                key = (a.iteration, a.layer)
-                seen = out.get(key)
-                if seen is None:
-                    out[key], by[key] = a, f"{site}@{at:.1f}"
-                elif seen.sites != a.sites or _values(seen) != _values(a):
-                    conflicts.append(
-                        f"{key}: {by[key]} {_ids(seen)} vs {site}@{at:.1f} {_ids(a)}"
-                    )
+        for key in sorted(self.results):
+            versions = sorted(self.results[key].values(), key=lambda v: (-len(v.sites), v.sites))
+            out[key] = versions[0].result
+            if len(versions) > 1:
+                conflicts.append(
+                    f"{key}: " + " vs ".join(f"{''.join(v.sites)} got {_ids(v.result)}" for v in versions)
+                )
         return out, conflicts
+
+    def minority_sites(self) -> set[str]:
+        """Sites that delivered a result for some round that differs from the job's (see :meth:`finals`)."""
+        out: set[str] = set()
+        for versions in self.results.values():
+            if len(versions) > 1:
+                ranked = sorted(versions.values(), key=lambda v: (-len(v.sites), v.sites))
+                for v in ranked[1:]:
+                    out.update(v.sites)
+        return out
+
+
+def digest(d: Deliver) -> int:
+    values = b"" if d.payload is None else d.payload.values_f32().tobytes()
+    return zlib.crc32(_ids(d).encode() + b"|" + values)
 
 
 def _ids(d: Deliver) -> str:
     return ",".join(f"{s}{it}" for s, it in d.sites)
-
-
-def _values(d: Deliver) -> bytes:
-    return b"" if d.payload is None else d.payload.values_f32().tobytes()

@@ -345,6 +345,14 @@ class Soak:
         await self.cluster.stop_all()
         acc = self.accounting()
         params = [t.parameters() for t in self.trainers.values()]
+        all_keys = set().union(*(t.aggregates.keys() for t in self.trainers.values()))
+        common = set(all_keys)
+        for t in self.trainers.values():
+            common &= t.aggregates.keys()
+        first = next(iter(self.trainers.values()))
+        differing = sum(
+            1 for k in common if any(t.aggregates[k] != first.aggregates[k] for t in self.trainers.values())
+        )
         identical = all(
             all(np.array_equal(p[layer], params[0][layer]) for layer in range(plan.layers)) for p in params
         )
@@ -353,6 +361,8 @@ class Soak:
             "pushes_lost": acc["pushes_lost"],
             "pushes_double_counted": acc["pushes_double_counted"],
             "ranks_identical_at_end": int(identical),
+            "rounds_missed_by_some_trainer": len(all_keys - common),
+            "common_rounds_applied_differently": differing,
             "stuck_rounds": len(missing),
             "rss_growth_mb": round(rss_end - rss_start, 2),
             "max_silent_wait_s": round(max(silent.values()), 3),
@@ -368,6 +378,7 @@ class Soak:
             "missing_ids": acc["missing_ids"],
             "recovered_folded": acc["folded"],
             "final_conflicts": acc["final_conflicts"],
+            "sites_that_delivered_a_minority_result": "".join(sorted(self.cluster.minority_sites())),
             "final_conflict_examples": acc["final_conflict_examples"],
             "open_rounds_at_end": open_rounds,
             "resync_median_s": None if not self.resyncs else round(float(np.median(self.resyncs)), 3),
