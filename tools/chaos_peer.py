@@ -20,8 +20,8 @@ from gateways.membership.joining import LinkInfo, rounds_digest
 from gateways.rounds.config import RoundConfig
 from gateways.wire.round_frames import GATEWAY_REGISTRY, RoundTag
 from transports import Transport, connect
-from wanrt.payload import SparsePayload
 from wanrt.errors import WanrtError
+from wanrt.payload import SparsePayload
 from wanrt.protocol import NEED_DATA, Connection, Push, Welcome
 
 #: how long a gateway may take to close a link that sent a forged message before it counts as accepted
@@ -60,6 +60,7 @@ class MaliciousPeer:
             "gateway", self.site, self.job, self.secret, side="client", registry=GATEWAY_REGISTRY
         )
         await transport.send([conn.hello(info)])
+        event: object
         try:
             while True:
                 event = conn.next_event()
@@ -87,7 +88,7 @@ class MaliciousPeer:
             await transport.close()
 
     async def forged_round(
-        self, url: str, *, kind: str, iteration: int, layer: int, payload: SparsePayload
+        self, url: str, *, kind: str, iteration: int, layer: int, payload: SparsePayload, plan_id: int = 0
     ) -> bool:
         """Send one round message (a ``final`` from a non-parent, a NaN ``partial``...) after a proper
         handshake; accepted if the link stays open (the caller also checks no delivery used it)."""
@@ -97,7 +98,7 @@ class MaliciousPeer:
         conn, transport = got
         try:
             await asyncio.sleep(0.2)  # let the link come up on the gateway's side first
-            tag = RoundTag(1, kind, iteration, layer, 0, 0, -1, ((self.site, iteration),), True)
+            tag = RoundTag(1, kind, iteration, layer, plan_id, 0, -1, ((self.site, iteration),), True)
             await transport.send(conn.send_parts(tag))
             await transport.send(conn.send_parts(Push(self.job, iteration, layer, 1, self.site, payload)))
             return not await closed_within(transport, REFUSE_WITHIN_S)

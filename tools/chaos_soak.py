@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import itertools
 import json
 import logging
 import os
@@ -66,7 +67,6 @@ class SoakPlan:
     settle_s: float  # between events
     rate_bps: float = 50e6
     drop_bps: float = 1e6
-    partition_bps: float = 1e3
     delay_s: float = 0.01
     final_wait_s: float = 60.0
 
@@ -100,7 +100,9 @@ def schedule(plan: SoakPlan) -> list[tuple[str, str, float]]:
         rng.shuffle(kinds)
         for kind in kinds:
             n = 2 if kind in ("kill2", "partition", "bw_drop") else 1
-            sites = "".join(sorted(rng.sample(SITES, n)))
+            # the impersonated site must have a larger-named site to dial (the smaller name dials)
+            pool = SITES[:-1] if kind == "malicious" else SITES
+            sites = "".join(sorted(rng.sample(pool, n)))
             lo, hi = plan.fault_s if kind in ("partition", "bw_drop") else plan.down_s
             out.append((kind, sites, round(rng.uniform(lo, hi), 2)))
     return out
@@ -196,8 +198,23 @@ class Soak:
         self.trainer_restarts += 1
         return EventRow(0, "", "", 0, 0, note=f"{len(t.unacked)} unacked re-sent")
 
+    async def partition(self, pair: str, dur: float) -> EventRow:
+        """Cut the pair for ``dur``: every connection between them is reset the moment it exists (the
+        shaped link aborted, as a middlebox dropping the flow would), redials included."""
+        a, b = pair[0], pair[1]
+        resets = 0
+        until = self.now() + dur
+        while self.now() < until:
+            for link in self.cluster.shaped(a, b):
+                if not link.closed:
+                    link.abort()
+                    resets += 1
+            await asyncio.sleep(0.05)
+        up = len(self.cluster.shaped(a, b))
+        return EventRow(0, "", "", 0, 0, note=f"{resets} link ends reset, {up} up right after")
+
     async def slow_link(self, pair: str, rate: float, dur: float) -> EventRow:
-        a, b = pair
+        a, b = pair[0], pair[1]
         links = self.cluster.shaped(a, b)
         for link in links:
             link.set_rate(rate)
@@ -210,21 +227,28 @@ class Soak:
     async def malicious(self, site: str, down: float) -> EventRow:
         """Kill ``site``'s gateway and play it with the right secret against the survivors."""
         await self.cluster.kill(site)
-        survivors = sorted(s for s in SITES if self.cluster.up(s))
-        target = survivors[0]
-        url = self.configs[target].listen
-        d = self.cluster.daemons[target]
+        # the impersonated site may only dial larger-named sites; pick one it is not the parent of
+        survivors = sorted(s for s in SITES if self.cluster.up(s) and s > site)
+        d = self.cluster.daemons[survivors[0]]
         frontier = max(0, d.engine.frontier if d.engine is not None else 0)
+        it = frontier + 1
+        plan = d.engine.plan_for(it) if d.engine is not None else None
+        target = next((s for s in survivors if plan is None or plan.parent_of(s) != site), survivors[0])
+        d = self.cluster.daemons[target]
+        url = self.configs[target].listen
+        plan_id = 0 if plan is None else plan.plan_id
         peer = MaliciousPeer(site, JOB, SECRET.encode(), self.rounds)
         accepted: list[str] = []
         if await peer.far_join(url, frontier):
             accepted.append("far join_at")
-        it = frontier + 1
         n, bs = layer_shape(0)
-        # a result from a site that is nobody's parent here (the target is the lowest live site: the root)
-        if await peer.forged_round(url, kind="final", iteration=it, layer=0, payload=finite_payload(0, n, bs)):
+        forged = finite_payload(0, n, bs)
+        if await peer.forged_round(url, kind="final", iteration=it, layer=0, payload=forged, plan_id=plan_id):
             accepted.append("final from a non-parent")
-        if await peer.forged_round(url, kind="partial", iteration=it, layer=0, payload=nan_payload(0, n, bs)):
+        poisoned = nan_payload(0, n, bs)
+        if await peer.forged_round(
+            url, kind="partial", iteration=it, layer=0, payload=poisoned, plan_id=plan_id
+        ):
             accepted.append("NaN partial")
         flood = await peer.hello_flood(url, MAX_PREAUTH_PER_HOST + 4)
         await asyncio.sleep(1.0)
@@ -253,24 +277,28 @@ class Soak:
         accepted = 0
         statuses = []
         for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token-0000"}):
-            async with aiohttp.ClientSession(headers=headers) as http, http.post(f"{url}/config", json=body) as r:
+            async with (
+                aiohttp.ClientSession(headers=headers) as http,
+                http.post(f"{url}/config", json=body) as r,
+            ):
                 statuses.append(r.status)
                 accepted += r.status < 400
         await asyncio.sleep(1.0)
         changed = sum(len(t.configs) - before[s] for s, t in self.trainers.items())
         self.unauth_accepted += accepted + (changed > 0)
         auth = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
-        async with aiohttp.ClientSession(headers=auth) as http, http.post(
-            f"{url}/config", json={"values": {"staleness": 1}}
-        ) as r:
+        async with (
+            aiohttp.ClientSession(headers=auth) as http,
+            http.post(f"{url}/config", json={"values": {"staleness": 1}}) as r,
+        ):
             ok = r.status == 200
         self.auth_change_applied += ok
-        return EventRow(0, "", "", 0, 0, note=f"unauthenticated: {statuses}, with token: {'200' if ok else 'refused'}")
+        note = f"unauthenticated: {statuses}, with token: {'200' if ok else 'refused'}"
+        return EventRow(0, "", "", 0, 0, note=note)
 
     # -- the run -----------------------------------------------------------------------------------
 
     async def run(self) -> dict[str, Any]:
-        plan = self.plan
         self.t0 = self.now()
         for s in sorted(SITES, reverse=True):
             await self.cluster.start(s)
@@ -302,7 +330,7 @@ class Soak:
             elif kind == "trainer_kill":
                 row = await self.trainer_kill(sites, dur)
             elif kind == "partition":
-                row = await self.slow_link(sites, plan.partition_bps, dur)
+                row = await self.partition(sites, dur)
             elif kind == "bw_drop":
                 row = await self.slow_link(sites, plan.drop_bps, dur)
             elif kind == "malicious":
@@ -338,7 +366,8 @@ class Soak:
         )
         gc.collect()
         rss_end = rss_mb()
-        silent = {s: max_silent_wait(t, self.t0, min(finished_at, end_started + plan.final_wait_s)) for s, t in self.trainers.items()}
+        until = min(finished_at, end_started + plan.final_wait_s)
+        silent = {s: max_silent_wait(t, self.t0, until) for s, t in self.trainers.items()}
         for t in self.trainers.values():
             with contextlib.suppress(Exception):
                 await t.close()
@@ -386,7 +415,9 @@ class Soak:
             "silent_wait_per_site_s": {s: round(v, 3) for s, v in silent.items()},
             "trainer_restarts": self.trainer_restarts,
             "authenticated_change_applied": self.auth_change_applied,
-            "trainer_duplicate_aggregates_differing": sum(t.mismatched_duplicates for t in self.trainers.values()),
+            "trainer_duplicate_aggregates_differing": sum(
+                t.mismatched_duplicates for t in self.trainers.values()
+            ),
             "rss_start_mb": round(rss_start, 1),
             "rss_end_mb": round(rss_end, 1),
             "wall_s": round(self.now() - self.t0, 1),
@@ -408,14 +439,14 @@ class Soak:
                     if d.payload is not None:
                         d.payload.add_into(got)
                     seen.update(d.sites)
-            for s, d in self.cluster.daemons.items():
-                if d.engine is not None:
-                    for p, ids in d.engine.held(layer):
+            for daemon in self.cluster.daemons.values():
+                if daemon.engine is not None:
+                    for p, ids in daemon.engine.held(layer):
                         if p is not None:
                             p.add_into(got)
                         seen.update(ids)
-                if d.ledger is not None:
-                    for _, p in d.ledger.held(layer):
+                if daemon.ledger is not None:
+                    for _, p in daemon.ledger.held(layer):
                         p.add_into(got)
             doubled += sum(1 for n in seen.values() if n > 1)
             ids = {(s, it) for s, it, lay in pushed if lay == layer}
@@ -425,7 +456,9 @@ class Soak:
                 if lay == layer:
                     p.add_into(expect)
             mismatch += int(not np.array_equal(got, expect))
-        folded = sum(d.ledger.stats.recovered_folded for d in self.cluster.generations if d.ledger is not None)
+        folded = sum(
+            d.ledger.stats.recovered_folded for d in self.cluster.generations if d.ledger is not None
+        )
         lost = max(0, missing - folded)
         if mismatch and not lost and not doubled:
             lost = mismatch  # mass is missing although every id is accounted for: count it, never hide it
@@ -444,7 +477,7 @@ class Soak:
 def max_silent_wait(t: ChaosTrainer, t0: float, until: float) -> float:
     """The longest gap between two events the trainer saw (or the end) while it still waited for rounds."""
     times = sorted([t0, *(at for at, _ in t.events if at <= until), until])
-    return max(b - a for a, b in zip(times, times[1:], strict=False))
+    return max(b - a for a, b in itertools.pairwise(times))
 
 
 def print_row(r: EventRow) -> None:
@@ -484,10 +517,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="the gateways' log (INFO)")
     args = ap.parse_args(argv)
     os.environ.setdefault("WANRT_KERNELS", "numpy")
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    level = logging.INFO if args.verbose else logging.ERROR
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     plan = quick_plan(args.seed) if args.quick else full_plan(args.seed)
-    print(f"chaos soak: {len(SITES)} sites, seed {plan.seed}, {'quick' if args.quick else 'full'}, "
-          f"load {os.getloadavg()[0]:.2f}")
+    print(
+        f"chaos soak: {len(SITES)} sites, seed {plan.seed}, {'quick' if args.quick else 'full'}, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
     print("  # event         sites  at_s  took_s resync_s forged  note")
     started = time.perf_counter()
 
@@ -504,8 +540,18 @@ def main(argv: list[str] | None = None) -> int:
     for key, (op, target) in TARGETS.items():
         value = result[key]
         print(f"{key:<34} {value!s:>10}  {op} {target:<5} {'yes' if meets(key, value) else 'NO'}")
-    for key in ("pushes", "sum_mismatch_layers", "missing_ids", "recovered_folded", "final_conflicts",
-                "open_rounds_at_end", "resync_median_s", "trainer_restarts", "end_iteration", "elapsed_s"):
+    for key in (
+        "pushes",
+        "sum_mismatch_layers",
+        "missing_ids",
+        "recovered_folded",
+        "final_conflicts",
+        "open_rounds_at_end",
+        "resync_median_s",
+        "trainer_restarts",
+        "end_iteration",
+        "elapsed_s",
+    ):
         print(f"  {key:<32} {result[key]!s:>10}")
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2, default=str))

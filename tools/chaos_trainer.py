@@ -98,7 +98,7 @@ class ChaosTrainer:
         self.unacked: dict[Key, SparsePayload] = {}
         # per round: (contributions, crc of the values); the payloads go into ``params`` and are dropped, so
         # the soak's memory metric measures the daemons, not this record
-        self.aggregates: dict[Key, tuple[tuple[tuple[str, int], ...], int]] = {}
+        self.aggregates: dict[Key, tuple[tuple[str, ...], int]] = {}
         self.params = [np.zeros(layer_shape(layer)[0], np.float32) for layer in range(layers)]
         self.duplicates = 0
         self.mismatched_duplicates = 0
