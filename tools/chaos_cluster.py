@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gateways.config import GatewayConfig, PeerShape
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import Action, Deliver
@@ -87,34 +89,90 @@ class Version:
     sites: list[str] = field(default_factory=list)
 
 
+#: rounds this many iterations behind the newest delivered one are settled: their result (the one most
+#: sites delivered) is added into per-layer sums and its payload dropped, so the harness's memory stays flat
+#: and the RSS metric measures the daemons. A result delivered for a round after that is still compared.
+SETTLE_LAG = 200
+
+
+def grow_count(counts: dict[tuple[str, int], bytearray], site: str, layer: int, it: int) -> None:
+    arr = counts.setdefault((site, layer), bytearray())
+    if it >= len(arr):
+        arr.extend(bytes(it + 1 - len(arr) + 256))
+    arr[it] = min(255, arr[it] + 1)
+
+
+class Accounting:
+    """Every delivered result of every site and generation, folded as rounds settle: per layer the dense
+    sum of the job's results, and per (site, layer) how often each contribution id was counted."""
+
+    def __init__(self, layers: int, dense_len: Callable[[int], int]) -> None:
+        self.sums = [np.zeros(dense_len(layer), np.float32) for layer in range(layers)]
+        self.counts: dict[tuple[str, int], bytearray] = {}
+        self.open: dict[tuple[int, int], dict[int, Version]] = {}
+        self.settled: dict[tuple[int, int], int] = {}  # round -> digest of the job's result
+        self.conflicts: list[str] = []
+        self.minority: set[str] = set()
+        self.newest = -1
+        self._settled_below = 0
+
+    def record(self, site: str, d: Deliver) -> None:
+        key = (d.iteration, d.layer)
+        dig = digest(d)
+        if key in self.settled:
+            if self.settled[key] != dig:
+                self.conflicts.append(f"{key}: {site} delivered {_ids(d)} after the round was settled")
+                self.minority.add(site)
+            return
+        v = self.open.setdefault(key, {}).setdefault(dig, Version(d))
+        v.sites.append(site)
+        if d.iteration > self.newest:
+            self.newest = d.iteration
+            if self.newest - SETTLE_LAG >= self._settled_below + 16:
+                self.settle(self.newest - SETTLE_LAG)
+
+    def settle(self, below: int | None = None) -> None:
+        """Fold every open round below ``below`` (all of them if None)."""
+        for key in sorted(k for k in self.open if below is None or k[0] < below):
+            ranked = sorted(self.open.pop(key).values(), key=lambda v: (-len(v.sites), v.sites))
+            best = ranked[0].result
+            self.settled[key] = digest(best)
+            if best.payload is not None:
+                best.payload.add_into(self.sums[key[1]])
+            for s, it in best.sites:
+                grow_count(self.counts, s, key[1], it)
+            if len(ranked) > 1:
+                self.conflicts.append(
+                    f"{key}: " + " vs ".join(f"{''.join(v.sites)} got {_ids(v.result)}" for v in ranked)
+                )
+                for v in ranked[1:]:
+                    self.minority.update(v.sites)
+        if below is not None:
+            self._settled_below = below
+
+
 class SoakCluster:
-    """Daemons (one task each), every generation of them, and what they delivered.
+    """Daemons (one task each), every generation of them, and what they delivered (see Accounting)."""
 
-    Only Deliver actions are kept, each distinct result once (the soak measures the daemons' memory: a log
-    of every Send would be the harness's own growth).
-    """
-
-    def __init__(self, configs: dict[str, GatewayConfig]) -> None:
+    def __init__(self, configs: dict[str, GatewayConfig], accounting: Accounting) -> None:
         self.configs = configs
         self.daemons: dict[str, GatewayDaemon] = {}
         self.generations: list[GatewayDaemon] = []
         self.tasks: dict[str, asyncio.Task[dict[str, Any]]] = {}
-        self.delivered_at: dict[str, list[float]] = {s: [] for s in configs}
-        self.results: dict[tuple[int, int], dict[int, Version]] = {}
+        self.first_delivery: dict[str, float | None] = {}  # per site, since its latest (re)start
+        self.accounting = accounting
         self.stats: dict[str, dict[str, Any]] = {}
         self._changed = asyncio.Event()
 
     def _record(self, site: str) -> Callable[[Action], None]:
-        times = self.delivered_at[site]
         loop = asyncio.get_running_loop()
 
         def record(action: Action) -> None:
             if not isinstance(action, Deliver):
                 return
-            times.append(loop.time())
-            versions = self.results.setdefault((action.iteration, action.layer), {})
-            v = versions.setdefault(digest(action), Version(action))
-            v.sites.append(site)
+            if self.first_delivery.get(site) is None:
+                self.first_delivery[site] = loop.time()
+            self.accounting.record(site, action)
             self._changed.set()
 
         return record
@@ -128,6 +186,7 @@ class SoakCluster:
 
     async def start(self, site: str) -> GatewayDaemon:
         d = GatewayDaemon(self.configs[site], on_action=self._record(site))
+        self.first_delivery[site] = None
         self.daemons[site] = d
         self.generations.append(d)
         started = asyncio.Event()
@@ -173,36 +232,9 @@ class SoakCluster:
                 out.append(link.transport)
         return out
 
-    def first_delivery_after(self, site: str, t: float) -> float | None:
-        for at in self.delivered_at[site]:
-            if at >= t:
-                return at
-        return None
-
-    def finals(self) -> tuple[dict[tuple[int, int], Deliver], list[str]]:
-        """The job's result of every round: the one most sites delivered (a gateway that died right after
-        delivering a result locally may have delivered one the others never saw); and every round for
-        which sites delivered different results, described."""
-        out: dict[tuple[int, int], Deliver] = {}
-        conflicts: list[str] = []
-        for key in sorted(self.results):
-            versions = sorted(self.results[key].values(), key=lambda v: (-len(v.sites), v.sites))
-            out[key] = versions[0].result
-            if len(versions) > 1:
-                conflicts.append(
-                    f"{key}: " + " vs ".join(f"{''.join(v.sites)} got {_ids(v.result)}" for v in versions)
-                )
-        return out, conflicts
-
-    def minority_sites(self) -> set[str]:
-        """Sites that delivered a result for some round that differs from the job's (see :meth:`finals`)."""
-        out: set[str] = set()
-        for versions in self.results.values():
-            if len(versions) > 1:
-                ranked = sorted(versions.values(), key=lambda v: (-len(v.sites), v.sites))
-                for v in ranked[1:]:
-                    out.update(v.sites)
-        return out
+    def first_delivery_since_start(self, site: str) -> float | None:
+        """The loop time of the site's first delivered round since it was (re)started."""
+        return self.first_delivery.get(site)
 
 
 def digest(d: Deliver) -> int:

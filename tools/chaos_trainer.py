@@ -94,11 +94,15 @@ class ChaosTrainer:
         self.layers, self.iterations, self.staleness = layers, iterations, staleness
         self.compute_s = compute_s
         self.info = signature_info(layers)
-        self.pushed: dict[Key, SparsePayload] = {}
+        # what was pushed, compactly (the soak's memory metric must measure the daemons, not this record):
+        # a flag per (layer, iteration) and the dense sum per layer; payloads are recomputed on demand
+        self.pushed_flags = [bytearray() for _ in range(layers)]
+        self.pushed_sum = [np.zeros(layer_shape(layer)[0], np.float32) for layer in range(layers)]
+        self.pushes = 0
         self.unacked: dict[Key, SparsePayload] = {}
-        # per round: (contributions, crc of the values); the payloads go into ``params`` and are dropped, so
-        # the soak's memory metric measures the daemons, not this record
-        self.aggregates: dict[Key, tuple[tuple[str, ...], int]] = {}
+        # per layer and iteration: a fingerprint (crc of ids and values, -1: none yet) of the aggregate;
+        # the payloads go into ``params`` and are dropped
+        self.fingerprints = [np.full(0, -1, np.int64) for _ in range(layers)]
         self.params = [np.zeros(layer_shape(layer)[0], np.float32) for layer in range(layers)]
         self.duplicates = 0
         self.mismatched_duplicates = 0
@@ -194,14 +198,14 @@ class ChaosTrainer:
                 event = await self._next(conn, transport)
                 if isinstance(event, Aggregate):
                     key = (event.iteration, event.layer)
-                    seen = self.aggregates.get(key)
-                    fingerprint = (tuple(event.sites), _crc(event))
-                    if seen is not None:
-                        self.duplicates += 1
-                        self.mismatched_duplicates += seen != fingerprint
-                    else:
-                        self.aggregates[key] = fingerprint
-                        if 0 <= event.layer < self.layers:
+                    if 0 <= event.layer < self.layers:
+                        seen = self.fingerprint(*key)
+                        fingerprint = _crc(event)
+                        if seen >= 0:
+                            self.duplicates += 1
+                            self.mismatched_duplicates += seen != fingerprint
+                        else:
+                            self._set_fingerprint(key, fingerprint)
                             event.payload.add_into(self.params[event.layer])
                     await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
                     self._event("aggregate")
@@ -241,7 +245,7 @@ class ChaosTrainer:
         need = n - 1 - self.staleness
         if need < 0 or need < self.skip_below:
             return True
-        return all((need, layer) in self.aggregates for layer in range(self.layers))
+        return all(self.fingerprint(need, layer) >= 0 for layer in range(self.layers))
 
     async def wait(self, pred: Callable[[], bool]) -> None:
         while not pred():
@@ -269,7 +273,13 @@ class ChaosTrainer:
                 await asyncio.sleep(self.compute_s)
             for layer in reversed(range(self.layers)):
                 p = make_payload(self.site, n, layer)
-                self.pushed[(n, layer)] = p
+                flags = self.pushed_flags[layer]
+                if n >= len(flags):
+                    flags.extend(bytes(n + 1 - len(flags) + 256))
+                if not flags[n]:
+                    flags[n] = 1
+                    p.add_into(self.pushed_sum[layer])
+                    self.pushes += 1
                 self.unacked[(n, layer)] = p
                 # kept as unacknowledged if the link is gone: sent again after reconnecting
                 with contextlib.suppress(WanrtError, OSError, ConnectionError, AssertionError):
@@ -278,7 +288,7 @@ class ChaosTrainer:
 
     def complete(self, until: int) -> bool:
         return all(
-            (it, layer) in self.aggregates
+            self.fingerprint(it, layer) >= 0
             for it in range(self.skip_below, until)
             for layer in range(self.layers)
         )
@@ -288,8 +298,24 @@ class ChaosTrainer:
             (it, layer)
             for it in range(self.skip_below, until)
             for layer in range(self.layers)
-            if (it, layer) not in self.aggregates
+            if self.fingerprint(it, layer) < 0
         }
+
+    def fingerprint(self, iteration: int, layer: int) -> int:
+        fp = self.fingerprints[layer]
+        return int(fp[iteration]) if 0 <= iteration < len(fp) else -1
+
+    def _set_fingerprint(self, key: Key, value: int) -> None:
+        it, layer = key
+        fp = self.fingerprints[layer]
+        if it >= len(fp):
+            grown = np.full(max(2 * len(fp), it + 256), -1, np.int64)
+            grown[: len(fp)] = fp
+            self.fingerprints[layer] = fp = grown
+        fp[it] = value
+
+    def pushed_iterations(self, layer: int) -> np.ndarray:
+        return np.flatnonzero(np.frombuffer(bytes(self.pushed_flags[layer]), np.uint8))
 
     def parameters(self) -> list[np.ndarray]:
         """The trainer's parameter vector: every aggregate it applied, summed per layer (exact in fp32)."""
@@ -297,4 +323,5 @@ class ChaosTrainer:
 
 
 def _crc(a: Aggregate) -> int:
-    return zlib.crc32(a.payload.values_f32().tobytes())
+    ids = ",".join(a.sites).encode()
+    return zlib.crc32(ids + b"|" + a.payload.values_f32().tobytes())
