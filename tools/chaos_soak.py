@@ -415,6 +415,7 @@ class Soak:
             "pushes": acc["pushes"],
             "sum_mismatch_layers": acc["sum_mismatch_layers"],
             "missing_ids": acc["missing_ids"],
+            "missing_ids_still_unacked_in_trainer": acc["missing_ids_still_unacked"],
             "recovered_folded": acc["folded"],
             "final_conflicts": acc["final_conflicts"],
             "sites_that_delivered_a_minority_result": "".join(sorted(self.cluster.accounting.minority)),
@@ -445,7 +446,7 @@ class Soak:
         acc = self.cluster.accounting
         acc.settle()
         counts = {k: bytearray(v) for k, v in acc.counts.items()}
-        doubled = missing = mismatch = lost_mass = doubled_mass = 0
+        doubled = missing = mismatch = lost_mass = doubled_mass = unacked_missing = 0
         explained: list[str] = []
         for layer in range(self.plan.layers):
             got = acc.sums[layer].copy()
@@ -470,6 +471,8 @@ class Soak:
                 inside = its < len(seen)
                 counted[inside] = seen[its[inside]] > 0
                 missing += int((~counted).sum())
+                pending = {it for it, lay in t.unacked if lay == layer}
+                unacked_missing += sum(1 for it in its[~counted] if int(it) in pending)
             if not np.array_equal(got, expect):
                 mismatch += 1
                 diff = got - expect
@@ -495,6 +498,7 @@ class Soak:
             "sum_mismatch_layers": mismatch,
             "mass_mismatch": explained,
             "missing_ids": missing,
+            "missing_ids_still_unacked": unacked_missing,
             "folded": folded,
             "unresolved": sum(st.unresolved for st in gens),
             "ledger_conflicts": sum(st.conflicts for st in gens),
