@@ -118,6 +118,7 @@ class EngineStats:
     buffered: int = 0  # messages held for a plan not adopted yet
     buffer_dropped: int = 0  # ... dropped because the per-peer buffer was full or the message went stale
     conflicts: int = 0  # two different finals for one round (only after a finalizer failed mid-broadcast)
+    foreign_finals: int = 0  # finals from a site that is not this site's parent in the round's plan: ignored
     settled: int = 0  # rounds settled from a peer's outcome after a partition
     diverged: int = 0  # own contributions of a round finished here but re-run by the others without them
     unresolved: int = 0  # ... whose outcome was older than the peer's history: carried, maybe twice
