@@ -473,19 +473,9 @@ class RoundEngine:
         """STAR §IV-B x-order with x = quorum: a root proceeds without late children only once that many
         sites contributed, so a root cut off from everybody (before anyone declares it lost) does not go on
         finishing rounds with its own push alone."""
-        sites = {s for s, _ in r.own_ids}
-        if r.local is not None:
-            sites.add(self.site)
-        c = self._carry.get(r.layer)
-        if not r.taken and c is not None:
-            sites.update(s for s, _ in c.ids)
-        for m in r.inputs.values():
-            sites.update(s for s, _ in m.sites)
-            if len(sites) >= self._quorum:
-                return True
-        for _, ids in r.extras_in.values():
-            sites.update(s for s, _ in ids)
-        return len(sites) >= self._quorum or all(c in r.inputs for c in r.plan.children_of(self.site))
+        return self._contributors(r) >= self._quorum or all(
+            c in r.inputs for c in r.plan.children_of(self.site)
+        )
 
     def _take_own(self, r: OpenRound) -> None:
         """Fix this site's contribution to ``r``: its push plus the layer's carry (bounded per policy)."""
