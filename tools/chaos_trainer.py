@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from sims.exact_payloads import layer_shape, make_payload
 from transports import Transport, connect
 from wanrt.errors import PeerLost, RemoteProtocolError, WanrtError
-from wanrt.payload import SparsePayload, n_blocks
+from wanrt.payload import SparsePayload
 from wanrt.protocol import (
     NEED_DATA,
     Ack,
@@ -39,31 +39,6 @@ from wanrt.protocol import (
 )
 
 Key = tuple[int, int]
-
-_POOL = 7
-
-
-def layer_shape(layer: int) -> tuple[int, int]:
-    """Small layers of varied shape (dense length, block size): element-wise and cache-aware blocks."""
-    return 37 + 23 * layer, (16 if layer % 3 == 0 else (4 if layer % 3 == 1 else 1))
-
-
-@functools.lru_cache(maxsize=4096)
-def _payload_pool(site: str, layer: int, density: float) -> tuple[SparsePayload, ...]:
-    dense_len, bs = layer_shape(layer)
-    rng = np.random.default_rng(zlib.crc32(f"{site}/{layer}".encode()))
-    nb = n_blocks(dense_len, bs)
-    out = []
-    for _ in range(_POOL):
-        idx = np.flatnonzero(rng.random(nb) < density).astype(np.int64)
-        dense = rng.integers(-4, 5, size=dense_len).astype(np.float32)
-        out.append(SparsePayload.from_dense_blocks(layer, dense, idx, bs))
-    return tuple(out)
-
-
-def make_payload(site: str, iteration: int, layer: int, density: float = 0.3) -> SparsePayload:
-    """Small integer values, so fp32 sums are exact in any order: a lost or doubled push shows in the sum."""
-    return _payload_pool(site, layer, density)[iteration % _POOL]
 
 
 def signature_info(layers: int) -> dict[str, Any]:

@@ -31,7 +31,15 @@ from typing import Any, Final
 
 from wanrt.errors import ConfigError
 
-__all__ = ["FORMAT", "Credentials", "derive", "load_keys_file", "site_keys", "write_keys_file"]
+__all__ = [
+    "FORMAT",
+    "Credentials",
+    "derive",
+    "load_keys_file",
+    "site_keys",
+    "write_keys_file",
+    "write_private",
+]
 
 FORMAT: Final = "wanrt-keys-1"
 #: a keys file is small: read at most this much (a wrong path may name a huge file)
@@ -119,14 +127,19 @@ def site_keys(
     return per_site, scheduler
 
 
-def write_keys_file(path: Path, content: Mapping[str, Any]) -> Path:
-    """Write ``content`` readable by the owner only (created with mode 600, never world-readable)."""
+def write_private(path: Path, text: str) -> Path:
+    """Write ``text`` readable by its owner only (created with mode 600: never world-readable, even for a
+    moment), for secrets, tokens and keys."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        json.dump(content, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.chmod(path, 0o600)
+        fh.write(text)
+    os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT
     return path
+
+
+def write_keys_file(path: Path, content: Mapping[str, Any]) -> Path:
+    """A keys file (JSON), readable by the owner only."""
+    return write_private(path, json.dumps(content, indent=1, sort_keys=True) + "\n")
 
 
 def load_keys_file(path_text: str, *, job: str, site: str | None, key: str = "keys_file") -> Credentials:

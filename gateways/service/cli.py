@@ -12,15 +12,13 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
 from gateways.config import load_gateway_config
 from gateways.service.daemon import GatewayDaemon
+from gateways.service.state_file import write_json_atomically
 from transports import install_uvloop
 from wanrt.errors import ConfigError, WanrtError
 
@@ -105,17 +103,3 @@ async def _serve(daemon: GatewayDaemon, ready_file: str | None, stats_file: str 
         write_json_atomically(Path(stats_file), stats)
     log.info("stopped")
     return 0
-
-
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` so that a reader sees either nothing or the whole file (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

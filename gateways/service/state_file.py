@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["load_frontier", "save_frontier"]
+__all__ = ["load_frontier", "save_frontier", "write_json_atomically"]
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +64,21 @@ def load_frontier(path: str, *, job: str, site: str) -> int:
 
 def save_frontier(path: str, *, job: str, site: str, frontier: int) -> None:
     """Write atomically; a failure is logged, never raised (training goes on without persistence)."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp")
     try:
-        tmp.write_text(json.dumps({"job": job, "site": site, "frontier": frontier}))
-        os.replace(tmp, p)
+        write_json_atomically(Path(path), {"job": job, "site": site, "frontier": frontier})
     except OSError as exc:
-        log.warning("cannot write state_file %s: %s", p, exc.strerror)
+        log.warning("cannot write state_file %s: %s", path, exc.strerror)
+
+
+def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` so that a reader sees either nothing or the whole file (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -14,9 +14,7 @@ its compute time, and skips ahead to the newest finished iteration when it fell 
 
 from __future__ import annotations
 
-import functools
 import math
-import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +26,9 @@ from gateways.rounds.engine import RoundEngine
 from gateways.rounds.messages import Action, ContribId, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec
 from sims.des.loop import EventLoop
+from sims.exact_payloads import layer_shape, make_payload
 from wanrt.errors import RemoteProtocolError
-from wanrt.payload import SparsePayload, n_blocks
+from wanrt.payload import SparsePayload
 
 Key = tuple[int, int]
 
@@ -185,33 +184,6 @@ class Net:
 # --------------------------------------------------------------------------------------------------------
 # payloads and trainers
 # --------------------------------------------------------------------------------------------------------
-def layer_shape(layer: int) -> tuple[int, int]:
-    """Small layers of varied shape: some element-wise (block 1), some cache-aware (block 16)."""
-    return 37 + 23 * layer, (16 if layer % 3 == 0 else (4 if layer % 3 == 1 else 1))
-
-
-@functools.lru_cache(maxsize=4096)
-def _payload_pool(site: str, layer: int, density: float) -> tuple[SparsePayload, ...]:
-    dense_len, bs = layer_shape(layer)
-    rng = np.random.default_rng(zlib.crc32(f"{site}/{layer}".encode()))
-    nb = n_blocks(dense_len, bs)
-    out = []
-    for _ in range(_POOL):
-        idx = np.flatnonzero(rng.random(nb) < density).astype(np.int64)
-        dense = rng.integers(-4, 5, size=dense_len).astype(np.float32)
-        out.append(SparsePayload.from_dense_blocks(layer, dense, idx, bs))
-    return tuple(out)
-
-
-_POOL = 7
-
-
-def make_payload(site: str, iteration: int, layer: int, density: float = 0.3) -> SparsePayload:
-    """A deterministic payload with small integer values, so fp32 sums are exact in any order (drawn
-    from a small per-(site, layer) pool: generating a fresh one per push would dominate the tests)."""
-    return _payload_pool(site, layer, density)[iteration % _POOL]
-
-
 class Trainers:
     """Per-site trainer loops (see the module docstring) driving ``net`` for ``iterations`` iterations."""
 

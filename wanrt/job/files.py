@@ -6,7 +6,6 @@ Every value is validated by loading the written files back with the daemons' own
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from gateways.config import load_gateway_config
 from scheduler.daemon_config import load_scheduler_config
 from wanrt.demo.sites.config_files import toml_text
 from wanrt.errors import ConfigError
-from wanrt.keys import site_keys, write_keys_file
+from wanrt.keys import site_keys, write_keys_file, write_private
 
 __all__ = ["JobFiles", "write_job", "write_keys"]
 
@@ -35,13 +34,6 @@ class JobFiles:
     scheduler: Path | None
     #: site -> the secret file its trainers pass (wanrt.init(secret_file=...))
     trainer_secrets: dict[str, Path]
-
-
-def _private(path: Path, text: str) -> Path:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    return path
 
 
 def write_job(
@@ -71,7 +63,7 @@ def write_job(
     directory.mkdir(parents=True, exist_ok=True)
     secret: Path | None = None
     if keys == "shared":
-        secret = _private(directory / "job.secret", secrets.token_hex(32) + "\n")
+        secret = write_private(directory / "job.secret", secrets.token_hex(32) + "\n")
         credentials = {s: {"secret_file": secret.name} for s in sites}
         trainer_secrets = {s: secret for s in sites}
         sched_credential = {"secret_file": secret.name}
@@ -79,7 +71,7 @@ def write_job(
         site_files, sched_file, trainer_secrets = write_keys(directory, job=job, sites=sites)
         credentials = {s: {"keys_file": str(f.relative_to(directory))} for s, f in site_files.items()}
         sched_credential = {"keys_file": str(sched_file.relative_to(directory))}
-    token = _private(directory / "control.token", secrets.token_hex(24) + "\n")
+    token = write_private(directory / "control.token", secrets.token_hex(24) + "\n")
     ports = {s: base_port + i for i, s in enumerate(sorted(sites))}
     scheduler_url = f"tcp://{host}:{base_port + len(sites)}"
     gateways: dict[str, Path] = {}
@@ -136,12 +128,12 @@ def write_keys(
     ``keys/scheduler.json`` and ``job.master`` (keep it offline: only needed to add a site later), all
     mode 600. Returns (site -> gateway keys file, scheduler keys file, site -> trainer secret file)."""
     master = secrets.token_bytes(32)
-    _private(directory / "job.master", master.hex() + "\n")
+    write_private(directory / "job.master", master.hex() + "\n")
     kdir = directory / "keys"
     kdir.mkdir(mode=0o700, exist_ok=True)
     per_site, sched = site_keys(master, job, sites)
     site_files = {s: write_keys_file(kdir / f"{s}.json", content) for s, content in per_site.items()}
     trainers = {
-        s: _private(kdir / f"{s}.trainer", content["trainer"] + "\n") for s, content in per_site.items()
+        s: write_private(kdir / f"{s}.trainer", content["trainer"] + "\n") for s, content in per_site.items()
     }
     return site_files, write_keys_file(kdir / "scheduler.json", sched), trainers

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import numpy as np
 
 from transports.traces import BandwidthTrace
 from wanrt.demo.config import DemoConfig, site_names
+from wanrt.keys import write_private
 
 __all__ = [
     "SchedulerFiles",
@@ -75,10 +75,7 @@ class SchedulerFiles:
 
 def write_secret(path: Path) -> Path:
     """A fresh random job secret, readable by its owner only (the gateways and site leaders read it)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_hex(32) + "\n")
-    return path
+    return write_private(path, secrets.token_hex(32) + "\n")
 
 
 def fluctuating_trace(cfg: DemoConfig) -> BandwidthTrace:
