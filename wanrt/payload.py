@@ -64,6 +64,10 @@ def bf16_to_fp32(x: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
     return (np.asarray(x, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+#: The last read-only payload :meth:`SparsePayload.is_finite` found finite (see there).
+_known_finite: SparsePayload | None = None
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class SparsePayload:
     """The COO gradient of one layer. See the module docstring for the layout invariants."""
@@ -93,10 +97,22 @@ class SparsePayload:
         return bf16_to_fp32(self.values)
 
     def is_finite(self) -> bool:
-        """True unless a value is NaN or ±Inf (bf16: exponent bits all ones). One pass, no copy."""
+        """True unless a value is NaN or ±Inf (bf16: exponent bits all ones). One pass, no copy.
+
+        A read-only payload found finite is remembered (the last one, by identity): a decoded result is
+        shared read-only by every receiver of the same bytes (``wanrt.protocol``), and the simulator's
+        1 000 gateways would otherwise check one result a thousand times per round."""
+        global _known_finite
+        if _known_finite is self:
+            return True
+        values = self.values
         if self.value_dtype == "bf16":
-            return not bool(np.any((self.values & 0x7F80) == 0x7F80))
-        return bool(np.isfinite(self.values).all())
+            ok = not bool(np.any((values & 0x7F80) == 0x7F80))
+        else:
+            ok = bool(np.isfinite(values).all())
+        if ok and not (values.flags.writeable or self.indices.flags.writeable):
+            _known_finite = self
+        return ok
 
     def validate(self, *, peer: str | None = None) -> None:
         """Check every invariant; raise :class:`MalformedPayload` naming the first one that fails.
