@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import os
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -36,6 +37,7 @@ from sims.des.results import LinkResult, SimResult
 from sims.des.scenario import LinkSpec, Scenario
 from sims.des.trainer import TrainerState
 from transports.traces import BandwidthTrace, profile_traces
+from wanrt.codec.kernel_choice import KERNEL_ENV
 from wanrt.errors import WanrtError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Aggregate, Auth, Connection, Hello, Push, Role, Welcome
@@ -511,17 +513,32 @@ class Simulation:
 
 
 @contextlib.contextmanager
-def frozen_world() -> Iterator[None]:
-    """Run a built world with everything allocated so far exempt from cycle collection (``gc.freeze``).
+def frozen_world(kernels: str = "numpy") -> Iterator[None]:
+    """Run a built world with everything allocated so far exempt from cycle collection (``gc.freeze``),
+    and the payload codec's kernel path pinned to ``kernels`` unless ``WANRT_KERNELS`` already forces one.
 
     The world's objects live as long as the run; without this every generation-2 collection walks all of
     them (a million objects at 1 000 sites: a third of a second each, ~1 s per simulated round). They are
-    handed back to the collector afterwards, so a dropped simulation is still reclaimed."""
+    handed back to the collector afterwards, so a dropped simulation is still reclaimed.
+
+    Why pin the codec: unforced, the first payload of 4 096 values (a 1 000-site tree's result) starts
+    compiling the fused kernels in a background thread (``wanrt.codec.kernel_choice``), which fights the
+    simulator for the GIL for seconds: at 1 000 sites the first rounds ran at two thirds of their speed
+    (1.5 s of CPU per round against 1.06 s pinned). Both paths give bit-identical bytes (the codec's tests
+    check it), so the simulated gateways decide exactly the same; ``sims.netns`` pins its daemons the
+    same way."""
+    saved = os.environ.get(KERNEL_ENV)
+    if not (saved or "").strip():
+        os.environ[KERNEL_ENV] = kernels
     gc.freeze()
     try:
         yield
     finally:
         gc.unfreeze()
+        if saved is None:
+            os.environ.pop(KERNEL_ENV, None)
+        else:
+            os.environ[KERNEL_ENV] = saved
 
 
 @functools.lru_cache(maxsize=64)
