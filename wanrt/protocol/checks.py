@@ -44,6 +44,8 @@ def too_many(what: str, limit_name: str, limit: int, value: int) -> LocalProtoco
 
 
 def check_uint(value: Any, field: str, maximum: int) -> int:
+    if type(value) is int and 0 <= value <= maximum:  # the common case, one test (bool is not int)
+        return value
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= maximum:
         raise LocalProtocolError(f"{field} must be an integer in [0, {maximum}]", value=value)
     return value

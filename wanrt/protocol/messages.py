@@ -465,9 +465,18 @@ class Aggregate(Push):
             raise LocalProtocolError("sites must be a sequence of site names")
         check_count(len(self.sites), "sites", "MAX_SITES", MAX_SITES)
         sites = check_names(self.sites, "site")
-        if not sites or len(set(sites)) != len(sites):
-            raise LocalProtocolError("sites must be a non-empty list of distinct names", value=sites)
+        global _last_distinct
+        if sites is not _last_distinct:
+            if not sites or len(set(sites)) != len(sites):
+                raise LocalProtocolError("sites must be a non-empty list of distinct names", value=sites)
+            _last_distinct = sites
         _set(self, "sites", sites)
+
+
+#: The last (immutable) site tuple an :class:`Aggregate` found non-empty and distinct: a gateway of a
+#: 1 000-site job hands one result's site list to its trainer, and the simulator's 1 000 gateways the
+#: very same tuple each, so the set of 1 000 names is built once per result, not once per delivery.
+_last_distinct: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
