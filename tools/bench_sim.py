@@ -4,7 +4,9 @@
     plan neighbours, one 4 096-element layer at 1 % per iteration — for 100 rounds (``--quick``: the same
     1 000 sites, 3 rounds; say so in the table). ``sim_wall_s`` is the wall time of the whole run
     (building 1 000 nodes and 999 handshakes included); ``sim_setup_s`` and ``sim_wall_per_round_s``
-    split it. ``--profile`` adds where the time goes (share of CPU per file and per function).
+    split it. ``sim_cpu_s`` is the process's CPU time for the same span and ``sim_load_1min`` the machine's
+    load average at the end: on a shared machine the wall time says as much about the neighbours.
+    ``--profile`` adds where the time goes (share of CPU per file and per function).
 (b) **Matches daemons**: the packaged ``four-sites`` scenario (4 sites, star, 50 iterations × 4 layers,
     no faults) on the simulator, and the very same pushes (``sims.des.payloads.make_payload``: seeded by
     (seed, site, iteration, layer)) through four real in-process ``GatewayDaemon`` s on unix sockets fed
@@ -26,6 +28,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import os
 import pstats
 import sys
 import time
@@ -55,6 +58,7 @@ def run_scale(rounds: int, *, profile: bool) -> dict[str, Any]:
     sc = load_scenario(SCENARIOS / "tree-1000.toml").replace(iterations=rounds)
     sim = Simulation(sc, clock=time.perf_counter)
     prof = cProfile.Profile() if profile else None
+    c0 = time.process_time()
     t0 = time.perf_counter()
     if prof is not None:
         prof.enable()
@@ -65,6 +69,7 @@ def run_scale(rounds: int, *, profile: bool) -> dict[str, Any]:
     if prof is not None:
         prof.disable()
     t2 = time.perf_counter()
+    cpu = time.process_time() - c0
     result = sim.result(t2 - t0)
     out: dict[str, Any] = {
         "sim_sites": len(sim.names),
@@ -72,6 +77,8 @@ def run_scale(rounds: int, *, profile: bool) -> dict[str, Any]:
         "sim_wall_s": t2 - t0,
         "sim_setup_s": t1 - t0,
         "sim_wall_per_round_s": (t2 - t1) / rounds,
+        "sim_cpu_s": cpu,
+        "sim_load_1min": os.getloadavg()[0],
         "sim_finished": result.finished,
         "sim_events": result.events,
         "sim_virtual_s": result.virtual_s,
@@ -270,6 +277,10 @@ def print_table(out: dict[str, Any]) -> None:
             ("sim_wall_s", f"{out['sim_wall_s']:.1f}"),
             ("  setup (nodes + handshakes) s", f"{out['sim_setup_s']:.1f}"),
             ("  per round s", f"{out['sim_wall_per_round_s']:.2f}"),
+            (
+                "  CPU s (process) / machine load",
+                f"{out['sim_cpu_s']:.1f} / {out['sim_load_1min']:.1f} on {os.cpu_count()} cores",
+            ),
             ("  100 rounds, projected s", f"{out['sim_setup_s'] + 100 * out['sim_wall_per_round_s']:.0f}"),
             (
                 "  finished / events / virtual s",
