@@ -277,6 +277,12 @@ class Connection:
                     f"the {self.side} may not send {cls.__name__} in state {self.state}",
                     value=str(self.state),
                 )
+            if cls.STREAM:  # data and control after the handshake: nothing to check or remember
+                header, buffers = msg.to_wire()
+                limit = MAX_HANDSHAKE_FRAME_BYTES if self.state in _PRE_AUTH else self.peer_max_frame
+                parts = encode_frame(self._stamp(), cls.TYPE, header, buffers, max_frame=limit)
+                self.state = new
+                return parts
             self._before_send(msg)
             header, buffers = msg.to_wire()
             version = msg.version if isinstance(msg, Welcome) else self._stamp()
@@ -454,10 +460,14 @@ class Connection:
         self.state = self._table[(self.their_side, self.state, msg.TYPE)]
 
     def _on_received(self, msg: Message, frame_version: int) -> None:
-        if (self.their_side, self.state, msg.TYPE) not in self._table:  # a reassembled item's inner type
+        new = self._table.get((self.their_side, self.state, msg.TYPE))
+        if new is None:  # a reassembled item's inner type
             raise RemoteProtocolError(
                 f"{type(msg).__name__} not allowed in state {self.state}", peer=self._peer()
             )
+        if msg.STREAM:  # none of the handshake or closing messages below
+            self.state = new
+            return
         if isinstance(msg, Hello):
             self._received_hello(msg)
         elif isinstance(msg, Welcome):
