@@ -36,6 +36,21 @@ def shared_plan(spec: PlanSpec, members: frozenset[str]) -> Plan:
     return plan
 
 
+#: Member sets of :func:`shared_plan` keys, one object per distinct set: the simulator's 1 000 timelines each
+#: build an equal 1 000-name set, and a plan lookup keyed by a different-but-equal set compared all 1 000
+#: names (~13 us, twice per gateway per round); with one shared object the key compares by identity.
+_MEMBER_SETS: dict[frozenset[str], frozenset[str]] = {}
+
+
+def _interned(members: frozenset[str]) -> frozenset[str]:
+    got = _MEMBER_SETS.get(members)
+    if got is None:
+        if len(_MEMBER_SETS) >= _PLAN_CACHE_LIMIT:
+            _MEMBER_SETS.clear()
+        got = _MEMBER_SETS[members] = members
+    return got
+
+
 class PlanTimeline:
     """Live members with their join iterations, and topology specs with their effective iterations."""
 
@@ -60,7 +75,7 @@ class PlanTimeline:
             members = frozenset(s for s in self.live if self._joins.get(s, -1) <= iteration)
         else:
             if self._all_live is None:
-                self._all_live = frozenset(self.live)
+                self._all_live = _interned(frozenset(self.live))
             members = self._all_live
         plan = shared_plan(spec, members)
         if len(self._by_iteration) >= _PLAN_CACHE_LIMIT:

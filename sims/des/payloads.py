@@ -39,13 +39,23 @@ def make_payload(
     usable = nb - 1 if dense_len % block_size else nb
     usable = max(usable, 1)
     k = max(1, min(usable, round(density * nb)))
-    pick = np.random.default_rng([seed, 0 if same_blocks else site_index + 1, iteration, layer])
+    pick = _rng(seed, 0 if same_blocks else site_index + 1, iteration, layer)
     idx = np.sort(pick.choice(usable, size=k, replace=False)) if k < usable else np.arange(usable)
-    vals = np.random.default_rng([seed, site_index + 1, iteration, layer, 1]).standard_normal(k * block_size)
+    vals = _rng(seed, site_index + 1, iteration, layer, 1).standard_normal(k * block_size)
     values = vals.astype(np.float32)
     if dense_len % block_size and usable == nb:  # a one-block layer shorter than a block: zero the padding
         values.reshape(-1, block_size)[:, dense_len % block_size :] = 0.0
     return SparsePayload(layer, dense_len, block_size, idx.astype(np.int64), values)
+
+
+def _rng(*entropy: int) -> np.random.Generator:
+    """``np.random.default_rng(list(entropy))``, bit for bit: entropy words below 2**32 handed over as a
+    uint32 array skip NumPy's per-item coercion of a list, a third of seeding and ~10 % of a simulated
+    1 000-site round (two generators per push)."""
+    if all(0 <= e < 1 << 32 for e in entropy):
+        words = np.array(entropy, dtype=np.uint32)
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
+    return np.random.default_rng(list(entropy))
 
 
 #: The last read-only payload digested and its digest: a result decoded once is delivered to every site of
