@@ -23,7 +23,6 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 import msgpack
@@ -95,9 +94,11 @@ class FixedHeader(NamedTuple):
         return self.header_len + self.pad + self.body_len
 
 
-@dataclass(frozen=True, slots=True)
-class RawFrame:
-    """A received frame whose checksum and header map have been verified but whose fields have not."""
+class RawFrame(NamedTuple):
+    """A received frame whose checksum and header map have been verified but whose fields have not.
+
+    A NamedTuple (immutable, like the frozen dataclass it was) because one is built per received frame
+    and a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``."""
 
     version: int
     msg_type: int
@@ -223,14 +224,16 @@ def decode_frame_body(
     peer: str | None = None,
 ) -> RawFrame:
     """Verify checksum, header map and buffer lengths of a complete frame; buffers are views of ``rest``."""
-    if len(rest) != fixed.rest_len:
-        raise RemoteProtocolError("frame length disagrees with its header", peer=peer, value=len(rest))
-    crc = _crc32(rest, zlib.crc32(fixed_bytes[:-4]))
+    hl, pad = fixed.header_len, fixed.pad
+    n = len(rest)
+    if n != hl + pad + fixed.body_len:
+        raise RemoteProtocolError("frame length disagrees with its header", peer=peer, value=n)
+    crc = zlib.crc32(fixed_bytes[:-4])
+    crc = zlib.crc32(rest, crc) if n <= _CRC_SLICE else _crc32(rest, crc)
     if crc != fixed.crc:
         raise RemoteProtocolError("frame checksum mismatch", peer=peer, value=crc, limit=fixed.crc)
     view = memoryview(rest)
-    hl = fixed.header_len
-    if fixed.pad and any(view[hl : hl + fixed.pad]):
+    if pad and any(view[hl : hl + pad]):
         raise RemoteProtocolError("nonzero padding after the header map", peer=peer)
     try:
         header = msgpack.unpackb(view[:hl], use_list=False, raw=False, strict_map_key=True, **_UNPACK_LIMITS)
@@ -252,7 +255,7 @@ def decode_frame_body(
             limit=fixed.body_len,
         )
     buffers: list[memoryview] = []
-    pos = hl + fixed.pad
+    pos = hl + pad
     for n in lengths:
         buffers.append(view[pos : pos + n])
         pos += n
