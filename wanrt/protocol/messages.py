@@ -167,8 +167,14 @@ def field_names(cls: type[Message]) -> tuple[str, ...]:
     return names
 
 
+_NAME_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
 def _expect_keys(cls: type, header: Mapping[str, Any], names: tuple[str, ...]) -> None:
-    if len(header) != len(names) or not all(n in header for n in names):
+    want = _NAME_SETS.get(names)
+    if want is None:
+        want = _NAME_SETS[names] = frozenset(names)
+    if header.keys() != want:  # one set comparison in C (the names of a message class are distinct)
         missing = sorted(set(names) - header.keys())
         extra = sorted(header.keys() - set(names))
         raise LocalProtocolError(f"{cls.__name__} header fields wrong: missing {missing}, unexpected {extra}")
