@@ -519,10 +519,10 @@ class Simulation:
             fs.append(-1 if node.engine is None else node.engine.frontier)
 
 
-#: Cycle-collector thresholds while a world runs. With the defaults (700, 10, 10) a 1 000-site run made
-#: ~35 collections per simulated round, 0.09 s of its ~0.9 s of CPU, walking the new long-lived state
-#: (round results, link times, retained aggregates) again and again; this many allocations between
-#: young collections cut that to a few collections per run (measured: 1.33 s -> 0.38 s over 15 rounds).
+#: Cycle-collector thresholds while a world runs (the collector is off for the run unless a caller turned
+#: it on). With the defaults (700, 10, 10) a 1 000-site run made ~35 collections per simulated round,
+#: 0.09 s of its ~0.9 s of CPU, walking the new long-lived state (round results, link times, retained
+#: aggregates) again and again, and found nothing: 10 simulated rounds leave no cyclic garbage at all.
 RUN_GC_THRESHOLDS: Final = (50_000, 20, 100)
 
 
@@ -534,7 +534,8 @@ def frozen_world(kernels: str = "numpy") -> Iterator[None]:
     The world's objects live as long as the run; without this every generation-2 collection walks all of
     them (a million objects at 1 000 sites: a third of a second each, ~1 s per simulated round). They are
     handed back to the collector afterwards, so a dropped simulation is still reclaimed. Meanwhile the
-    collector runs less often (:data:`RUN_GC_THRESHOLDS`).
+    collector is off (a run makes no cyclic garbage; see :data:`RUN_GC_THRESHOLDS`, in force if a
+    callback turns it back on).
 
     Why pin the codec: unforced, the first payload of 4 096 values (a 1 000-site tree's result) starts
     compiling the fused kernels in a background thread (``wanrt.codec.kernel_choice``), which fights the
@@ -546,11 +547,15 @@ def frozen_world(kernels: str = "numpy") -> Iterator[None]:
     if not (saved or "").strip():
         os.environ[KERNEL_ENV] = kernels
     thresholds = gc.get_threshold()
+    enabled = gc.isenabled()
     gc.freeze()
     gc.set_threshold(*RUN_GC_THRESHOLDS)
+    gc.disable()
     try:
         yield
     finally:
+        if enabled:
+            gc.enable()
         gc.set_threshold(*thresholds)
         gc.unfreeze()
         if saved is None:
