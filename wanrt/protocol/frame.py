@@ -328,17 +328,6 @@ class FrameReader:
             raw = self._take_small(FIXED_HEADER_BYTES)
             fixed = parse_fixed_header(raw, peer=self.peer)
             admit(fixed)
-            need = fixed.header_len + fixed.pad + fixed.body_len
-            chunks = self._chunks
-            if chunks and len(chunks[0]) >= need:  # the whole body arrived in one read: one copy, no loop
-                first = chunks[0]
-                body = bytearray(first[:need])
-                if len(first) == need:
-                    chunks.popleft()
-                else:
-                    chunks[0] = first[need:]
-                self._avail -= need
-                return decode_frame_body(fixed, raw, body, peer=self.peer)
             self._fixed, self._fixed_bytes = fixed, raw
             self._buf = bytearray(fixed.rest_len)
             self._filled = 0
