@@ -53,3 +53,21 @@ def test_bf16_rounding() -> None:
     np.testing.assert_allclose(back[:4], x[:4], rtol=2**-8)
     assert np.isinf(back[4])
     assert np.isnan(bf16_to_fp32(fp32_to_bf16(np.array([np.nan], np.float32))))[0]
+
+
+def test_is_finite_remembers_only_read_only_finite_payloads() -> None:
+    values = np.ones(16, dtype=np.float32)
+    p = SparsePayload(0, 16, 16, np.array([0], dtype=np.int64), values)
+    assert p.is_finite()
+    values[3] = np.inf  # writable: never remembered, so the change is seen
+    assert not p.is_finite()
+    ro = SparsePayload(0, 16, 16, np.array([0], dtype=np.int64), np.ones(16, dtype=np.float32))
+    ro.values.flags.writeable = False
+    ro.indices.flags.writeable = False
+    assert ro.is_finite() and ro.is_finite()
+    bad = np.full(16, np.nan, dtype=np.float32)
+    bad.flags.writeable = False
+    idx = np.array([0], dtype=np.int64)
+    idx.flags.writeable = False
+    assert not SparsePayload(0, 16, 16, idx, bad).is_finite()
+    assert ro.is_finite()
