@@ -6,6 +6,8 @@ leader reports the site's compute and iteration time and its per-rank batch size
 site's batch x_i, so Eq. 6's slowest-site balance is what the search equalises. A decision's per-site batch
 sizes travel as ``batch_size@<site>`` (per rank at that site); each gateway keeps its own as
 ``batch_size``. The WAN goodput cross-check is the mean over sites of each gateway's bytes sent per second.
+Each gateway's per-peer ``link.<peer>.bytes_sent`` and ``link.<peer>.busy_s`` feed the controller's link
+rates as link ``<site>><peer>`` (:mod:`scheduler.control.link_rate`).
 
 Sans-IO: time comes in as an argument; nothing here reads a clock.
 """
@@ -63,6 +65,7 @@ class AdaptivePolicy:
                 initial_staleness=int(metrics.get("cfg.staleness", 1)),
             )
         self._observe_goodput(site, metrics, now)
+        self._observe_links(site, metrics, now)
         world = int(metrics.get("trainer.world_size", 1))
         self._world[site] = max(1, world)
         it = metrics.get("trainer.iteration")
@@ -73,6 +76,12 @@ class AdaptivePolicy:
             return
         if not all(math.isfinite(v) for v in (it, batch, compute, wall)) or compute <= 0 or wall <= 0:
             return
+        # the trainer's time after backward that is not waiting: the compression tail and the sparse
+        # update's application, the payload's CPU cost (scheduler/control/byte_cost.py)
+        fwd, bwd = metrics.get("trainer.forward_s"), metrics.get("trainer.backward_s")
+        byte_s = None
+        if fwd is not None and bwd is not None and math.isfinite(fwd) and math.isfinite(bwd):
+            byte_s = max(0.0, float(compute) - max(0.0, fwd) - max(0.0, bwd))
         self.policy.observe_rank(
             self._rank(site),
             iteration=int(it),
@@ -80,7 +89,20 @@ class AdaptivePolicy:
             compute_s=float(compute),
             iteration_s=float(wall),
             now=now,
+            byte_s=byte_s,
         )
+
+    def _observe_links(self, site: str, metrics: Mapping[str, float], now: float) -> None:
+        if self.policy is None:
+            return
+        for key, busy in metrics.items():
+            if not (key.startswith("link.") and key.endswith(".busy_s")):
+                continue
+            peer = key[len("link.") : -len(".busy_s")]
+            sent = metrics.get(f"link.{peer}.bytes_sent")
+            if sent is None or not (math.isfinite(sent) and math.isfinite(busy)) or sent < 0 or busy < 0:
+                continue
+            self.policy.observe_link(f"{site}>{peer}", bytes_sent=sent, busy_s=busy, now=now)
 
     def _observe_goodput(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         sent = sum(v for k, v in metrics.items() if k.startswith("link.") and k.endswith(".bytes_sent"))
