@@ -6,7 +6,7 @@ leader reports the site's compute and iteration time and its per-rank batch size
 site's batch x_i, so Eq. 6's slowest-site balance is what the search equalises. A decision's per-site batch
 sizes travel as ``batch_size@<site>`` (per rank at that site); each gateway keeps its own as
 ``batch_size``. The WAN goodput cross-check is the mean over sites of each gateway's bytes sent per second.
-Each gateway's per-peer ``link.<peer>.bytes_sent`` and ``link.<peer>.busy_s`` feed the controller's link
+Each gateway's per-peer ``link.<peer>.busy_bytes`` and ``link.<peer>.busy_s`` feed the controller's link
 rates as link ``<site>><peer>`` (:mod:`scheduler.control.link_rate`).
 
 Sans-IO: time comes in as an argument; nothing here reads a clock.
@@ -99,10 +99,14 @@ class AdaptivePolicy:
             if not (key.startswith("link.") and key.endswith(".busy_s")):
                 continue
             peer = key[len("link.") : -len(".busy_s")]
-            sent = metrics.get(f"link.{peer}.bytes_sent")
+            sent = metrics.get(f"link.{peer}.busy_bytes")
             if sent is None or not (math.isfinite(sent) and math.isfinite(busy)) or sent < 0 or busy < 0:
                 continue
-            self.policy.observe_link(f"{site}>{peer}", bytes_sent=sent, busy_s=busy, now=now)
+            rate = self.policy.observe_link(f"{site}>{peer}", bytes_sent=sent, busy_s=busy, now=now)
+            if rate is not None:
+                log.info(
+                    "DEBUGLINK %s>%s %.1f Mbit/s bytes %.0f busy %.3f", site, peer, rate / 1e6, sent, busy
+                )
 
     def _observe_goodput(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         sent = sum(v for k, v in metrics.items() if k.startswith("link.") and k.endswith(".bytes_sent"))

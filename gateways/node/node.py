@@ -94,9 +94,9 @@ log = logging.getLogger("gateways.node")
 #: that stays away this long is declared lost and the round engine re-plans without it.
 MAX_BACKLOG: Final = 4096
 
-#: Links described in one telemetry report (the busiest): 4 keys each, beside ~30 others, must stay within
+#: Links described in one telemetry report (the busiest): 5 keys each, beside ~30 others, must stay within
 #: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
-MAX_REPORTED_LINKS: Final = 48
+MAX_REPORTED_LINKS: Final = 40
 #: Straggler sites of the running plan named in one report (one key each); STAR detaches a few at most.
 MAX_REPORTED_STRAGGLERS: Final = 16
 
@@ -137,9 +137,6 @@ class GatewayNode:
             cfg.peers if mesh else (), cfg.base_rates_bps() if mesh else {}, cfg.rates
         )
         self.link_times = LinkTimes(settle=cfg.rounds.window + 1)
-        #: per peer, the summed link times (seconds with bytes in flight): with bytes_sent, the scheduler's
-        #: link rate while sending (scheduler/control/link_rate.py); one float per configured peer
-        self._link_busy_s: dict[str, float] = {}
         self._channels: dict[int, PeerChannel] = {}
         self._by_peer: dict[str, PeerChannel] = {}
         self._link_ids = itertools.count(1)
@@ -426,8 +423,6 @@ class GatewayNode:
         open_rounds = engine.open_rounds()
         oldest_open = min(i for i, _ in open_rounds) if open_rounds else None
         for iteration, times in self.link_times.ready(oldest_open, engine.frontier, now):
-            for peer, t in times.items():
-                self._link_busy_s[peer] = self._link_busy_s.get(peer, 0.0) + t
             rates = self.allocator.observe(iteration, times)
             for peer, rate in rates.items():
                 ch = self._by_peer.get(peer)
@@ -1067,9 +1062,10 @@ class GatewayNode:
             last = snap.links[peer].last_time_s
             if last is not None:
                 m[f"link.{peer}.time_s"] = float(last)
-            busy = self._link_busy_s.get(peer)
-            if busy is not None:
+            busy = self.link_times.busy_s.get(peer)
+            if busy is not None:  # the scheduler's link rate while sending (scheduler/control/link_rate.py)
                 m[f"link.{peer}.busy_s"] = busy
+                m[f"link.{peer}.busy_bytes"] = float(self.link_times.busy_bytes.get(peer, 0))
         return Telemetry(self.site, max(frontier, 0), m)
 
     # ------------------------------------------------------------------------------------------------

@@ -13,6 +13,11 @@ gateway and every message of it was acknowledged — not a fixed number of itera
 allocator reacts to the iteration that just ended. A fallback reports an iteration ``settle`` iterations
 behind the frontier even if a peer still owes acknowledgements (counted with the time elapsed so far). A
 peer whose link goes down is left out. Sans-IO: times are passed in.
+
+Per peer, the reported iterations' times and bytes are also summed (``busy_s``, ``busy_bytes``): the
+scheduler's link rate while sending is their ratio over a window (scheduler/control/link_rate.py), both
+counted for the same iterations at the same moment, so a window never pairs one iteration's bytes with
+another's time.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ MAX_OUTSTANDING: Final = 1 << 16
 @dataclass(slots=True)
 class _Span:
     outstanding: int = 0
+    nbytes: int = 0
     intervals: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -57,9 +63,13 @@ class LinkTimes:
         self._spans: dict[int, dict[str, _Span]] = {}
         self._seqs: dict[str, dict[int, tuple[int, float | None]]] = {}  # seq -> (iteration, start)
         self._reported = -1
+        #: per peer, summed over the reported iterations: link time (s) and the bytes queued in them
+        self.busy_s: dict[str, float] = {}
+        self.busy_bytes: dict[str, int] = {}
 
-    def queued(self, peer: str, seq: int, iteration: int) -> None:
-        """Message ``seq`` of ``iteration`` was queued for ``peer`` (it counts until acknowledged)."""
+    def queued(self, peer: str, seq: int, iteration: int, nbytes: int = 0) -> None:
+        """Message ``seq`` of ``iteration`` (``nbytes`` long) was queued for ``peer`` (it counts until
+        acknowledged)."""
         seqs = self._seqs.setdefault(peer, {})
         if len(seqs) >= MAX_OUTSTANDING:
             old = next(iter(seqs))
@@ -67,7 +77,9 @@ class LinkTimes:
         if iteration <= self._reported:
             return  # a late reply for a reported iteration (e.g. a final re-sent to a rejoining peer)
         seqs[seq] = (iteration, None)
-        self._spans.setdefault(iteration, {}).setdefault(peer, _Span()).outstanding += 1
+        span = self._spans.setdefault(iteration, {}).setdefault(peer, _Span())
+        span.outstanding += 1
+        span.nbytes += nbytes
 
     def _forget(self, peer: str, seq: int, iteration: int) -> None:
         span = self._spans.get(iteration, {}).get(peer)
@@ -126,6 +138,8 @@ class LinkTimes:
                     starts = [st for (it, st) in self._seqs.get(p, {}).values() if it == iteration]
                     intervals += [(now if st is None else st, now) for st in starts]
                 times[p] = union_length(intervals)
+                self.busy_s[p] = self.busy_s.get(p, 0.0) + times[p]
+                self.busy_bytes[p] = self.busy_bytes.get(p, 0) + s.nbytes
             self._reported = max(self._reported, iteration)
             if times:
                 out.append((iteration, times))

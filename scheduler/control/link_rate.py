@@ -6,10 +6,12 @@ slow" (and by how much: the iteration *is* the exchange), but below the threshol
 enough" — how much faster the link has become is invisible until a plan with a bigger payload runs, so
 a rise 30 → 100 Mbit/s takes a slow-start of raises, each only after the previous plan is in force
 (docs/demo.md: still 0.67 off ten decide ticks after the rise). The gateways see the link directly:
-every gateway reports, per peer, the bytes it sent (``link.<peer>.bytes_sent``) and the time that peer's
-link had bytes in flight (``link.<peer>.busy_s``: per iteration, the union of the messages' spans from
-first chunk to acknowledgement, summed). Their ratio over a window is what the link carried while it was
-carrying: at least its capacity minus the acknowledgement round trip per burst, whatever the payload.
+every gateway reports, per peer, the time that peer's link had bytes in flight (``link.<peer>.busy_s``:
+per iteration, the union of the messages' spans from first chunk to acknowledgement, summed) and the bytes
+of the same iterations' messages (``link.<peer>.busy_bytes``: counted with the time, so that a window
+never pairs one iteration's bytes with another's time — with the send counter ``bytes_sent`` instead,
+windows read anything from 0.1 to 187 Mbit/s on a 100 Mbit/s link). Their ratio over a window is what
+the link carried while it was carrying: at least its capacity minus the acknowledgement round trip per burst, whatever the payload.
 Unlike the gateways' *goodput* (bytes over wall time), it does not fall when the exchange hides behind
 compute and the link idles.
 
