@@ -11,9 +11,9 @@ per iteration, the union of the messages' spans from first chunk to acknowledgem
 of the same iterations' messages (``link.<peer>.busy_bytes``: counted with the time, so that a window
 never pairs one iteration's bytes with another's time — with the send counter ``bytes_sent`` instead,
 windows read anything from 0.1 to 187 Mbit/s on a 100 Mbit/s link). Their ratio over a window is what
-the link carried while it was carrying: at least its capacity minus the acknowledgement round trip per burst, whatever the payload.
-Unlike the gateways' *goodput* (bytes over wall time), it does not fall when the exchange hides behind
-compute and the link idles.
+the link carried while it was carrying: at least its capacity minus the acknowledgement round trip per
+burst, whatever the payload. Unlike the gateways' *goodput* (bytes over wall time), it does not fall when
+the exchange hides behind compute and the link idles.
 
 The job has one bandwidth B (Eq. 6): the exchange is as slow as its slowest link, so the floor is the
 **minimum** over the links — and only while every link has a fresh measurement (a link that was not
