@@ -104,9 +104,7 @@ class AdaptivePolicy:
                 continue
             rate = self.policy.observe_link(f"{site}>{peer}", bytes_sent=sent, busy_s=busy, now=now)
             if rate is not None:
-                log.info(
-                    "DEBUGLINK %s>%s %.1f Mbit/s bytes %.0f busy %.3f", site, peer, rate / 1e6, sent, busy
-                )
+                log.debug("link %s>%s: %.1f Mbit/s while sending", site, peer, rate / 1e6)
 
     def _observe_goodput(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         sent = sum(v for k, v in metrics.items() if k.startswith("link.") and k.endswith(".bytes_sent"))
