@@ -102,7 +102,12 @@ class AdaptivePolicy:
             sent = metrics.get(f"link.{peer}.busy_bytes")
             if sent is None or not (math.isfinite(sent) and math.isfinite(busy)) or sent < 0 or busy < 0:
                 continue
-            rate = self.policy.observe_link(f"{site}>{peer}", bytes_sent=sent, busy_s=busy, now=now)
+            peak = metrics.get(f"link.{peer}.peak_bps")
+            if peak is not None and not (math.isfinite(peak) and peak >= 0):
+                peak = None
+            rate = self.policy.observe_link(
+                f"{site}>{peer}", bytes_sent=sent, busy_s=busy, now=now, peak_bps=peak
+            )
             if rate is not None:
                 log.debug("link %s>%s: %.1f Mbit/s while sending", site, peer, rate / 1e6)
 

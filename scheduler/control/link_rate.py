@@ -55,12 +55,15 @@ class LinkRates:
         self.cfg = config if config is not None else SchedulerConfig()
         self._links: dict[str, _Link] = {}
 
-    def observe(self, link: str, *, bytes_sent: float, busy_s: float, now: float) -> float | None:
+    def observe(
+        self, link: str, *, bytes_sent: float, busy_s: float, now: float, peak_bps: float | None = None
+    ) -> float | None:
         """Cumulative counters of ``link`` (bytes sent, seconds busy); returns a new rate (bit/s) when the
-        window since the last one holds enough busy time, else None. A counter that went backwards (the
-        gateway restarted) starts a new window."""
-        vals = (bytes_sent, busy_s, now)
-        if not all(math.isfinite(v) for v in vals) or bytes_sent < 0 or busy_s < 0:
+        window since the last one holds enough busy time, else None. ``peak_bps``: the gateway's fastest
+        message of its last reported iteration (bytes over its span); the window's rate is the larger of
+        the two lower bounds. A counter that went backwards (the gateway restarted) starts a new window."""
+        vals = (bytes_sent, busy_s, now, 0.0 if peak_bps is None else peak_bps)
+        if not all(math.isfinite(v) for v in vals) or min(vals[:2]) < 0 or vals[3] < 0:
             raise RemoteProtocolError("link counters must be finite and >= 0", value=vals)
         st = self._links.get(link)
         if st is None:
@@ -76,7 +79,7 @@ class LinkRates:
         busy = busy_s - st.busy0
         if busy < self.cfg.link_rate_min_busy_s:
             return None
-        st.rate_bps = 8.0 * (bytes_sent - st.bytes0) / busy
+        st.rate_bps = max(8.0 * (bytes_sent - st.bytes0) / busy, peak_bps or 0.0)
         st.measured_at = now
         st.bytes0, st.busy0 = bytes_sent, busy_s
         return st.rate_bps

@@ -158,10 +158,13 @@ class SchedulerPolicy:
         """The gateways' measured WAN goodput, bit/s (the estimator's cross-check)."""
         self.bandwidth.observe_goodput(goodput_bps, now)
 
-    def observe_link(self, link: str, *, bytes_sent: float, busy_s: float, now: float) -> float | None:
-        """A WAN link's cumulative counters: bytes sent, and seconds it had bytes in flight. Returns the
-        link's new rate while sending (bit/s) when this report completed a measurement window."""
-        return self.links.observe(link, bytes_sent=bytes_sent, busy_s=busy_s, now=now)
+    def observe_link(
+        self, link: str, *, bytes_sent: float, busy_s: float, now: float, peak_bps: float | None = None
+    ) -> float | None:
+        """A WAN link's cumulative counters: bytes sent, and seconds it had bytes in flight (and its
+        fastest recent message, bit/s). Returns the link's new rate while sending (bit/s) when this report
+        completed a measurement window."""
+        return self.links.observe(link, bytes_sent=bytes_sent, busy_s=busy_s, now=now, peak_bps=peak_bps)
 
     def confirm(self, decision: Decision) -> None:
         """The daemon announced ``decision`` (with its effective iteration set)."""

@@ -27,12 +27,14 @@ def test_fit_recovers_the_line_from_two_payloads() -> None:
     assert fit.fixed_s == pytest.approx(0.02)
 
 
-def test_one_payload_leaves_the_cost_per_byte_unknown() -> None:
+def test_one_payload_gives_the_line_through_the_origin() -> None:
     bc = ByteCost()
     assert bc.fit() is None
     for s in (0.10, 0.12, 0.11):
         bc.observe(2 * MB, s)
-    assert bc.fit() == ByteCostFit(0.11, 0.0)  # the paper's model: bytes cost nothing extra
+    fit = bc.fit()
+    assert fit is not None and fit.fixed_s == 0.0
+    assert fit.per_byte_s == pytest.approx(0.11 / (2 * MB))
 
 
 def test_a_falling_line_is_noise_not_a_negative_cost() -> None:
@@ -85,4 +87,5 @@ def test_policy_fits_throughput_on_compute_without_the_payload_time() -> None:
     fit = pol.fits()[0]
     assert fit is not None and fit.beta == pytest.approx(320.0)
     bc = pol.byte_costs()[0]
-    assert bc is not None and bc.fixed_s == pytest.approx(0.1)
+    payload = 0.02 * N_PARAMS * 8
+    assert bc is not None and bc.seconds(payload) == pytest.approx(0.1)

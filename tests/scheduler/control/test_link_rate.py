@@ -119,3 +119,12 @@ def test_without_link_rates_the_rise_is_found_late() -> None:
     """The paper's idle rule alone, same run: the rise waits for one plan in force per raise."""
     err = _step_run(link_telemetry=False)
     assert err[80 + 10] > 0.2
+
+
+def test_a_window_reads_the_larger_of_busy_rate_and_the_fastest_message() -> None:
+    """Layers trickling out during backward keep the link 'busy' at the trainer's pace; the largest
+    message's own rate is the better lower bound then."""
+    lr = LinkRates(_cfg(link_rate_min_busy_s=0.1))
+    lr.observe("a>b", bytes_sent=0, busy_s=0, now=0)
+    rate = lr.observe("a>b", bytes_sent=1.25e6, busy_s=0.5, now=1, peak_bps=60 * M)
+    assert rate == pytest.approx(60 * M)  # the busy time alone says 20 Mbit/s
