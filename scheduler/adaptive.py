@@ -109,7 +109,7 @@ class AdaptivePolicy:
                 f"{site}>{peer}", bytes_sent=sent, busy_s=busy, now=now, peak_bps=peak
             )
             if rate is not None:
-                log.debug("link %s>%s: %.1f Mbit/s while sending", site, peer, rate / 1e6)
+                log.info("link %s>%s: %.1f Mbit/s while sending (peak %s)", site, peer, rate / 1e6, peak)
 
     def _observe_goodput(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         sent = sum(v for k, v in metrics.items() if k.startswith("link.") and k.endswith(".bytes_sent"))

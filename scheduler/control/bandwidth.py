@@ -162,10 +162,13 @@ class BandwidthEstimator:
         bytes_per_iteration: float | None,
         overlapped: bool,
         now: float,
+        lower_only: bool = False,
     ) -> BandwidthStep:
         """One decision's worth of telemetry in (the critical rank's idle and times), the new estimate out.
 
         ``overlapped``: the exchange ran behind compute (staleness ≥ 1) rather than after it (staleness 0).
+        ``lower_only``: the telemetry is of a plan already being replaced; only a lowering is taken from it
+        (it is set from the measured rate, so taking it again is idempotent — a raise compounds, it is not).
         """
         vals = (idle, iteration_s, compute_s, now)
         if not all(math.isfinite(v) for v in vals) or iteration_s <= 0 or compute_s < 0:
@@ -179,6 +182,8 @@ class BandwidthEstimator:
         cfg = self.cfg
         idle = min(max(idle, 0.0), 1.0)
         before = self._estimate
+        if lower_only and idle < cfg.bw_idle_threshold:
+            return BandwidthStep("hold", before, before, None, "")
         evidence: float | None = None
         if idle >= cfg.bw_idle_threshold:
             kind: StepKind = "lower"
@@ -192,6 +197,8 @@ class BandwidthEstimator:
             else:
                 evidence = before * (1.0 - idle)
             new = evidence / (1.0 - cfg.bw_target_idle)
+            if lower_only and new >= before:
+                return BandwidthStep("hold", before, before, evidence, "")
             if new > before:
                 # idle, but the fit says the link carries more than we thought (the idle is latency or
                 # CPU): move up towards it as a raise would, undoing an earlier misreading

@@ -206,25 +206,35 @@ class SchedulerPolicy:
         return cur
 
     def _update_bandwidth(self, now: float) -> None:
-        """Feed the estimator one aggregate of the telemetry gathered since the last decision."""
+        """Feed the estimator one aggregate of the telemetry gathered since the last decision.
+
+        While a new plan is on its way, the running plan's telemetry may still *lower* the estimate (a
+        drop must not wait the announce margin plus the slow iterations the drop itself causes: in the
+        real daemons 15 s at 30 Mbit/s), never raise it."""
+        lower_only = False
         if self._awaiting is not None:
             eff = self._awaiting.effective_iteration
             if eff is None or self._last_iteration < eff:
-                # the new plan is not running yet: drop the old plan's telemetry, move nothing
+                old = {i: v for i, v in self._window.items() if eff is None or i < eff}
                 self._window = {i: v for i, v in self._window.items() if eff is not None and i >= eff}
+                self._feed(old, now, lower_only=True)
                 return
             self._awaiting = None
             self._window = {i: v for i, v in self._window.items() if i >= eff}
-        if not self._window:
+        window, self._window = self._window, {}
+        self._feed(window, now, lower_only=lower_only)
+
+    def _feed(
+        self, window: dict[int, dict[int, tuple[float, float]]], now: float, *, lower_only: bool
+    ) -> None:
+        if not window:
             return
-        current = self._effect_at(self._last_iteration)
+        current = self._effect_at(max(window))
         if current is None:
-            self._window.clear()
             return
-        rows = [v for i, v in self._window.items() if i >= current.iteration]
+        rows = [v for i, v in window.items() if i >= current.iteration]
         complete = [v for v in rows if len(v) == len(self.ranks)]
         rows = complete or rows  # iterations every rank reported, if there are any
-        self._window.clear()
         if not rows:
             return
         # the critical rank of an iteration is the one that computed longest: its idle is the exchange's
@@ -233,14 +243,17 @@ class SchedulerPolicy:
         wall = float(np.median([t for _, t in crit]))
         idle = float(np.median([1.0 - c / t for c, t in crit]))
         payload = current.density * self.n_params * self.cfg.bytes_per_element
-        self.last_bandwidth_step = self.bandwidth.update(
+        step = self.bandwidth.update(
             idle=idle,
             iteration_s=wall,
             compute_s=compute,
             bytes_per_iteration=payload,
             overlapped=current.staleness >= 1,
             now=now,
+            lower_only=lower_only,
         )
+        if not (lower_only and step.kind == "hold"):
+            self.last_bandwidth_step = step
 
     def _apply_link_floor(self, floor: float | None, now: float) -> None:
         if self.cfg.link_rate_floor <= 0:
