@@ -20,23 +20,15 @@ counted for the same iterations at the same moment, so a window never pairs one 
 another's time. ``peak_bps``: the last reported iteration's fastest message, bytes over its span — also
 a lower bound on the link (the whole message crossed within its span), and a far better one when layers
 trickle out during backward: their spans then overlap into one long busy time that reads the rate the
-trainer produced bytes at, not the link's. Every span holds the acknowledgement's round trip, which for a
-small payload is most of it (a lower bound that falls with the payload lets an idle-driven estimate
-spiral down with it); so a message whose span is at least twice the peer's shortest recent span (that
-one is mostly round trip) is also read as ``bytes / (span − shortest)``: the round trip taken out, and
-the doubling bounds the error of that subtraction to 2×.
+trainer produced bytes at, not the link's.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
 __all__ = ["MAX_OUTSTANDING", "LinkTimes", "union_length"]
-
-#: recent spans per peer whose minimum is taken as its round trip
-RTT_SPANS: Final = 64
 
 #: Messages per peer awaiting acknowledgement before the oldest are forgotten (their measurement lost): a
 #: peer that never acknowledges must not make the sender's bookkeeping grow without bound.
@@ -81,7 +73,6 @@ class LinkTimes:
         #: per peer, the last reported iteration's fastest message (bit/s)
         self.peak_bps: dict[str, float] = {}
         self._sizes: dict[str, dict[int, int]] = {}  # peer -> seq -> bytes, while outstanding
-        self._recent: dict[str, deque[float]] = {}  # peer -> recent message spans (s)
 
     def queued(self, peer: str, seq: int, iteration: int, nbytes: int = 0) -> None:
         """Message ``seq`` of ``iteration`` (``nbytes`` long) was queued for ``peer`` (it counts until
@@ -129,21 +120,13 @@ class LinkTimes:
                 span.outstanding -= 1
                 span.intervals.append((now if start is None else start, now))
                 if start is not None and now > start and nbytes > 0:
-                    took = now - start
-                    recent = self._recent.setdefault(peer, deque(maxlen=RTT_SPANS))
-                    rtt = min(recent) if recent else None
-                    recent.append(took)
-                    rate = 8.0 * nbytes / took
-                    if rtt is not None and took >= 2.0 * rtt:
-                        rate = 8.0 * nbytes / (took - rtt)
-                    span.peak_bps = max(span.peak_bps, rate)
+                    span.peak_bps = max(span.peak_bps, 8.0 * nbytes / (now - start))
         return len(done)
 
     def drop_peer(self, peer: str) -> None:
         """The link to ``peer`` is gone: its unfinished measurements mean nothing."""
         self._seqs.pop(peer, None)
         self._sizes.pop(peer, None)
-        self._recent.pop(peer, None)
         for spans in self._spans.values():
             spans.pop(peer, None)
 
