@@ -13,8 +13,9 @@ gateway`` subprocesses, shaped unix-socket links, spawned trainer processes), so
    100 Mbit/s (``step_s`` per phase); the scheduler's decisions file gives its estimate at every decide
    tick. The error is |estimate − rate| / rate at the 10th tick ("decision": one call of the policy, as in
    the simulated key, where a decision is one round) after each step, the worse of the two steps. Beside
-   it: the error at the 10th *estimator update* after each step (the estimate moves only when the plan it
-   last chose is running, every few ticks), and at the end of each phase. The rate is the stepped link's;
+   it: the error at the 10th *estimator update* after each step (an update: a tick at which the estimate
+   moved — by the idle rule once a plan is in force, or by a link-rate lift or a lowering at any tick),
+   and at the end of each phase. The rate is the stepped link's;
    the estimate is the job's one "WAN bandwidth" (Eq. 6's B), whose bottleneck that link is. Measured on
    the timing model below (its payloads, not the 40 ms round trips, fill the link).
 3. **Communication overhead** (``comm_overhead_ratio_100mbit``, target ≤ 1.15): the steady iteration time

@@ -94,9 +94,9 @@ log = logging.getLogger("gateways.node")
 #: that stays away this long is declared lost and the round engine re-plans without it.
 MAX_BACKLOG: Final = 4096
 
-#: Links described in one telemetry report (the busiest): 3 keys each, beside ~30 others, must stay within
+#: Links described in one telemetry report (the busiest): 6 keys each, beside ~30 others, must stay within
 #: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
-MAX_REPORTED_LINKS: Final = 64
+MAX_REPORTED_LINKS: Final = 36
 #: Straggler sites of the running plan named in one report (one key each); STAR detaches a few at most.
 MAX_REPORTED_STRAGGLERS: Final = 16
 
@@ -1062,6 +1062,13 @@ class GatewayNode:
             last = snap.links[peer].last_time_s
             if last is not None:
                 m[f"link.{peer}.time_s"] = float(last)
+            busy = self.link_times.busy_s.get(peer)
+            if busy is not None:  # the scheduler's link rate while sending (scheduler/control/link_rate.py)
+                m[f"link.{peer}.busy_s"] = busy
+                m[f"link.{peer}.busy_bytes"] = float(self.link_times.busy_bytes.get(peer, 0))
+                peak = self.link_times.peak_bps.get(peer)
+                if peak is not None:
+                    m[f"link.{peer}.peak_bps"] = float(peak)
         return Telemetry(self.site, max(frontier, 0), m)
 
     # ------------------------------------------------------------------------------------------------

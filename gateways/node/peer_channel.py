@@ -94,11 +94,12 @@ class PeerChannel:
         tag_parts = self.conn.send_parts(tag)
         tag_item = next(self._item_ids)
         self._tag_items[tag_item] = seq
-        self._link_times.queued(self.peer, seq, msg.iteration)
+        parts = [] if payload is None else self.conn.send_parts(payload)
+        nbytes = sum(len(p) for p in (*tag_parts, *parts))
+        self._link_times.queued(self.peer, seq, msg.iteration, nbytes)
         if payload is None:
             self._queue.push(tag_item, self.peer, priority, tag_parts)
             return
-        parts = self.conn.send_parts(payload)
         if sum(len(p) for p in (*tag_parts, *parts)) < self._queue.coalesce_bytes:
             self._queue.push(tag_item, self.peer, priority, [*tag_parts, *parts])
             self._merged.add(tag_item)

@@ -13,6 +13,14 @@ gateway and every message of it was acknowledged — not a fixed number of itera
 allocator reacts to the iteration that just ended. A fallback reports an iteration ``settle`` iterations
 behind the frontier even if a peer still owes acknowledgements (counted with the time elapsed so far). A
 peer whose link goes down is left out. Sans-IO: times are passed in.
+
+Per peer, the reported iterations' times and bytes are also summed (``busy_s``, ``busy_bytes``): the
+scheduler's link rate while sending is their ratio over a window (scheduler/control/link_rate.py), both
+counted for the same iterations at the same moment, so a window never pairs one iteration's bytes with
+another's time. ``peak_bps``: the last reported iteration's fastest message, bytes over its span — also
+a lower bound on the link (the whole message crossed within its span), and a far better one when layers
+trickle out during backward: their spans then overlap into one long busy time that reads the rate the
+trainer produced bytes at, not the link's.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ MAX_OUTSTANDING: Final = 1 << 16
 @dataclass(slots=True)
 class _Span:
     outstanding: int = 0
+    nbytes: int = 0
+    peak_bps: float = 0.0
     intervals: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -57,17 +67,29 @@ class LinkTimes:
         self._spans: dict[int, dict[str, _Span]] = {}
         self._seqs: dict[str, dict[int, tuple[int, float | None]]] = {}  # seq -> (iteration, start)
         self._reported = -1
+        #: per peer, summed over the reported iterations: link time (s) and the bytes queued in them
+        self.busy_s: dict[str, float] = {}
+        self.busy_bytes: dict[str, int] = {}
+        #: per peer, the last reported iteration's fastest message (bit/s)
+        self.peak_bps: dict[str, float] = {}
+        self._sizes: dict[str, dict[int, int]] = {}  # peer -> seq -> bytes, while outstanding
 
-    def queued(self, peer: str, seq: int, iteration: int) -> None:
-        """Message ``seq`` of ``iteration`` was queued for ``peer`` (it counts until acknowledged)."""
+    def queued(self, peer: str, seq: int, iteration: int, nbytes: int = 0) -> None:
+        """Message ``seq`` of ``iteration`` (``nbytes`` long) was queued for ``peer`` (it counts until
+        acknowledged)."""
         seqs = self._seqs.setdefault(peer, {})
         if len(seqs) >= MAX_OUTSTANDING:
             old = next(iter(seqs))
             self._forget(peer, old, seqs.pop(old)[0])
+            self._sizes.get(peer, {}).pop(old, None)
         if iteration <= self._reported:
             return  # a late reply for a reported iteration (e.g. a final re-sent to a rejoining peer)
         seqs[seq] = (iteration, None)
-        self._spans.setdefault(iteration, {}).setdefault(peer, _Span()).outstanding += 1
+        if nbytes > 0:
+            self._sizes.setdefault(peer, {})[seq] = nbytes
+        span = self._spans.setdefault(iteration, {}).setdefault(peer, _Span())
+        span.outstanding += 1
+        span.nbytes += nbytes
 
     def _forget(self, peer: str, seq: int, iteration: int) -> None:
         span = self._spans.get(iteration, {}).get(peer)
@@ -89,17 +111,22 @@ class LinkTimes:
         if not seqs:
             return 0
         done = [s for s in seqs if s <= seq]  # sending order is EDF order, not sequence order
+        sizes = self._sizes.get(peer, {})
         for s in done:
             iteration, start = seqs.pop(s)
+            nbytes = sizes.pop(s, 0)
             span = self._spans.get(iteration, {}).get(peer)
             if span is not None:
                 span.outstanding -= 1
                 span.intervals.append((now if start is None else start, now))
+                if start is not None and now > start and nbytes > 0:
+                    span.peak_bps = max(span.peak_bps, 8.0 * nbytes / (now - start))
         return len(done)
 
     def drop_peer(self, peer: str) -> None:
         """The link to ``peer`` is gone: its unfinished measurements mean nothing."""
         self._seqs.pop(peer, None)
+        self._sizes.pop(peer, None)
         for spans in self._spans.values():
             spans.pop(peer, None)
 
@@ -126,6 +153,10 @@ class LinkTimes:
                     starts = [st for (it, st) in self._seqs.get(p, {}).values() if it == iteration]
                     intervals += [(now if st is None else st, now) for st in starts]
                 times[p] = union_length(intervals)
+                self.busy_s[p] = self.busy_s.get(p, 0.0) + times[p]
+                self.busy_bytes[p] = self.busy_bytes.get(p, 0) + s.nbytes
+                if s.peak_bps > 0:
+                    self.peak_bps[p] = s.peak_bps
             self._reported = max(self._reported, iteration)
             if times:
                 out.append((iteration, times))

@@ -27,8 +27,17 @@ nothing about the estimate (a small payload hides behind any link), and the esti
 
 **Cross-check with the gateways' goodput** (bytes delivered over the time spent sending them, bit/s): the
 estimate never sits below ``goodput_floor`` × goodput (the link demonstrably carried that), and while idle
-is high — the link saturated, so goodput *is* its capacity — never above ``goodput_ceiling`` × goodput.
+is high — the link saturated, so goodput *is* its capacity — never above ``goodput_ceiling`` × goodput (or
+× the link rate while sending, if that is larger: see :meth:`BandwidthEstimator._ceiling_basis`).
 Goodput older than ``goodput_max_age_s`` is ignored. Finally ``[bw_min_bps, bw_max_bps]`` bound everything.
+
+**Link-rate floor** (:mod:`scheduler.control.link_rate`, ours): the slowest link's rate *while sending*
+(bytes over the gateways' busy time) is what the links demonstrably carried, whatever the payload and
+whether or not the exchange hid behind compute. :meth:`BandwidthEstimator.apply_floor` lifts the estimate
+to ``link_rate_floor`` × that rate at every decide tick — also while a new plan is on its way, since it
+does not depend on which plan ran. It is what finds a *rise* at once: the idle rule's slow-start needs a
+plan in force per raise (StellaTrain §6's conservative direction is kept: the floor never exceeds what was
+carried, round trips included).
 
 Sans-IO: observations carry ``now``; nothing here reads a clock.
 """
@@ -56,7 +65,8 @@ class BandwidthStep:
     after_bps: float
     #: the rate the last exchange demonstrably achieved (lower) or needed (raise), bit/s; None if unknown
     evidence_bps: float | None
-    #: which bound moved the estimate last: "", "goodput_floor", "goodput_ceiling", "min", "max"
+    #: which bound moved the estimate last: "", "goodput_floor", "goodput_ceiling", "min", "max", or
+    #: "link_rate" (a lift by :meth:`BandwidthEstimator.apply_floor`)
     clamped_by: str
 
 
@@ -69,6 +79,7 @@ class BandwidthEstimator:
         self._raise_step = self.cfg.bw_raise_initial
         self._hold = 0
         self._goodput: tuple[float, float] | None = None  # (bps, time)
+        self._link_rate: tuple[float, float] | None = None  # (bps, time): the slowest link while sending
         self._points: list[tuple[float, float]] = []  # (bytes per iteration, exchange s) while lowering
 
     @property
@@ -86,10 +97,43 @@ class BandwidthEstimator:
             raise RemoteProtocolError("goodput must be finite and > 0", value=goodput_bps)
         self._goodput = (float(goodput_bps), float(now))
 
+    def observe_link_rate(self, rate_bps: float, now: float) -> None:
+        """The slowest link's measured rate while sending, bit/s (:mod:`scheduler.control.link_rate`)."""
+        if not (math.isfinite(rate_bps) and rate_bps > 0 and math.isfinite(now)):
+            raise RemoteProtocolError("link rate must be finite and > 0", value=rate_bps)
+        self._link_rate = (float(rate_bps), float(now))
+
     def _fresh_goodput(self, now: float) -> float | None:
         if self._goodput is None or now - self._goodput[1] > self.cfg.goodput_max_age_s:
             return None
         return self._goodput[0]
+
+    def _ceiling_basis(self, now: float) -> float | None:
+        """What the saturated link carried: the goodput, or the link rate while sending if larger. Goodput
+        (bytes over wall time) reads the capacity only if the link never paused; with acknowledgement round
+        trips and rounds waiting for their inputs it does pause, and at start-up the wall time holds no
+        traffic at all (the quick demo's first lowering went to 0.1 Mbit/s on a 100 Mbit/s link)."""
+        gp = self._fresh_goodput(now)
+        lr = self._link_rate
+        if lr is not None and now - lr[1] <= self.cfg.link_rate_max_age_s:
+            gp = lr[0] if gp is None else max(gp, lr[0])
+        return gp
+
+    def apply_floor(self, floor_bps: float, now: float) -> BandwidthStep | None:
+        """Lift the estimate to ``link_rate_floor × floor_bps`` (the slowest link's measured rate while
+        sending); None if it already is at least that. A lift ends a slow-start and its hold: the estimate
+        is now a measurement, and the idle rule probes onwards from it."""
+        if not (math.isfinite(floor_bps) and floor_bps > 0 and math.isfinite(now)):
+            raise RemoteProtocolError("link rate must be finite and > 0", value=floor_bps)
+        target = min(self.cfg.link_rate_floor * floor_bps, self.cfg.bw_max_bps)
+        before = self._estimate
+        if target <= before:
+            return None
+        self._estimate = target
+        self._raise_step = self.cfg.bw_raise_initial
+        self._hold = 0
+        self._points.clear()
+        return BandwidthStep("raise", before, target, floor_bps, "link_rate")
 
     def _fit(self, nbytes: float, comm: float) -> float | None:
         """Seconds per byte of the exchange, from a least-squares line comm = a + slope·bytes over the recent
@@ -118,10 +162,13 @@ class BandwidthEstimator:
         bytes_per_iteration: float | None,
         overlapped: bool,
         now: float,
+        lower_only: bool = False,
     ) -> BandwidthStep:
         """One decision's worth of telemetry in (the critical rank's idle and times), the new estimate out.
 
         ``overlapped``: the exchange ran behind compute (staleness ≥ 1) rather than after it (staleness 0).
+        ``lower_only``: the telemetry is of a plan already being replaced; only a lowering is taken from it
+        (it is set from the measured rate, so taking it again is idempotent — a raise compounds, it is not).
         """
         vals = (idle, iteration_s, compute_s, now)
         if not all(math.isfinite(v) for v in vals) or iteration_s <= 0 or compute_s < 0:
@@ -135,6 +182,8 @@ class BandwidthEstimator:
         cfg = self.cfg
         idle = min(max(idle, 0.0), 1.0)
         before = self._estimate
+        if lower_only and idle < cfg.bw_idle_threshold:
+            return BandwidthStep("hold", before, before, None, "")
         evidence: float | None = None
         if idle >= cfg.bw_idle_threshold:
             kind: StepKind = "lower"
@@ -148,6 +197,8 @@ class BandwidthEstimator:
             else:
                 evidence = before * (1.0 - idle)
             new = evidence / (1.0 - cfg.bw_target_idle)
+            if lower_only and new >= before:
+                return BandwidthStep("hold", before, before, evidence, "")
             if new > before:
                 # idle, but the fit says the link carries more than we thought (the idle is latency or
                 # CPU): move up towards it as a raise would, undoing an earlier misreading
@@ -175,11 +226,11 @@ class BandwidthEstimator:
                 self._raise_step = min(self._raise_step * cfg.bw_raise_growth, cfg.bw_raise_max)
         clamped = ""
         gp = self._fresh_goodput(now)
-        if gp is not None:
-            if new < cfg.goodput_floor * gp:
-                new, clamped = cfg.goodput_floor * gp, "goodput_floor"
-            if idle >= cfg.bw_idle_threshold and new > cfg.goodput_ceiling * gp:
-                new, clamped = cfg.goodput_ceiling * gp, "goodput_ceiling"
+        if gp is not None and new < cfg.goodput_floor * gp:
+            new, clamped = cfg.goodput_floor * gp, "goodput_floor"
+        top = self._ceiling_basis(now)
+        if top is not None and idle >= cfg.bw_idle_threshold and new > cfg.goodput_ceiling * top:
+            new, clamped = cfg.goodput_ceiling * top, "goodput_ceiling"
         if new < cfg.bw_min_bps:
             new, clamped = cfg.bw_min_bps, "min"
         if new > cfg.bw_max_bps:

@@ -76,6 +76,17 @@ class SchedulerConfig:
     goodput_ceiling: float = 1.5
     #: a goodput sample older than this is ignored (after a rate change it describes another link)
     goodput_max_age_s: float = 30.0
+    #: the estimate is never below this fraction of the slowest link's rate *while sending* (bytes over the
+    #: gateways' busy time: the link demonstrably carried that); 0 turns the link-rate floor off. 1.0: the
+    #: measured rate already includes the acknowledgement round trip, so it is below the link (§6: keep
+    #: the estimate conservative)
+    link_rate_floor: float = 1.0
+    #: a link's rate is measured over at least this much busy time (shorter spans are one message's
+    #: latency, not a rate)
+    link_rate_min_busy_s: float = 0.1
+    #: the floor needs every link measured within this age (a link not measured recently may be the
+    #: bottleneck; one stale this long is the old topology's and is forgotten after ``4 ×`` this)
+    link_rate_max_age_s: float = 3.0
 
     # -- ④ configuration search, Eq. 1–6 -----------------------------------------------------------------
     #: λ of Eq. 1, weighting the coefficient of variation (Eq. 3) against TTA; TTA enters normalised by the
@@ -179,6 +190,19 @@ class SchedulerConfig:
         check(0 <= self.goodput_floor <= 1, "goodput_floor", self.goodput_floor, "must be in [0, 1]")
         check(self.goodput_ceiling >= 1, "goodput_ceiling", self.goodput_ceiling, "must be >= 1")
         check(self.goodput_max_age_s > 0, "goodput_max_age_s", self.goodput_max_age_s, "must be > 0")
+        check(0 <= self.link_rate_floor <= 1, "link_rate_floor", self.link_rate_floor, "must be in [0, 1]")
+        check(
+            0 < self.link_rate_min_busy_s <= 60,
+            "link_rate_min_busy_s",
+            self.link_rate_min_busy_s,
+            "must be in (0, 60] s",
+        )
+        check(
+            0 < self.link_rate_max_age_s <= 3600,
+            "link_rate_max_age_s",
+            self.link_rate_max_age_s,
+            "must be in (0, 3600] s",
+        )
         check(self.tta_lambda >= 0, "tta_lambda", self.tta_lambda, "must be >= 0")
         check(self.min_batch <= self.max_batch, "max_batch", self.max_batch, "must be >= min_batch")
         check(

@@ -5,7 +5,9 @@ model (Eq. 2) → ③ update the bandwidth estimate from the idle rate → ④ s
 Eq. 6 → ⑤ apply from a designated iteration. :class:`SchedulerPolicy` composes the pieces of this package:
 
 * :class:`~scheduler.control.throughput.ThroughputModel` per rank (②);
-* :class:`~scheduler.control.bandwidth.BandwidthEstimator` (③), cross-checked with gateway goodput;
+* :class:`~scheduler.control.bandwidth.BandwidthEstimator` (③), cross-checked with gateway goodput and
+  lifted at every decide tick to the slowest link's measured rate while sending
+  (:class:`~scheduler.control.link_rate.LinkRates`);
 * :func:`~scheduler.control.search.search` (④), run when :class:`~scheduler.control.replan.ReplanPolicy`
   says so;
 * :class:`~scheduler.control.warmup.DensityWarmup` and :func:`~scheduler.control.staleness.choose_staleness`
@@ -15,6 +17,7 @@ How the daemon drives it::
 
     policy.observe_rank(rank, iteration=i, batch_size=x, compute_s=c, iteration_s=t, now=now)
     policy.observe_goodput(bps, now=now)          # from the gateways, when they report
+    policy.observe_link(link, bytes_sent=b, busy_s=s, now=now)   # per link, cumulative counters
     d = policy.decide(now)                        # a Decision, or None: keep the current one
     if d is not None:
         d = d.effective_from(n)                   # the daemon picks the common iteration n
@@ -23,8 +26,10 @@ How the daemon drives it::
 Why ``confirm``: the idle rate means something only together with the payload that caused it, and a new
 plan reaches the trainers some iterations after it was decided. The policy interprets telemetry of iteration
 ``i`` with the decision in effect at ``i`` (the confirmed one with the largest effective iteration ≤ i),
-and while a decision it made is not yet in effect it does not move the bandwidth estimate — telemetry of
-the old plan would otherwise raise (or cut) the estimate again for a change already on its way.
+and while a decision it made is not yet in effect it does not move the bandwidth estimate by the idle
+rule — telemetry of the old plan would otherwise raise (or cut) the estimate again for a change already on
+its way. The link-rate floor is applied at every tick regardless: bytes over busy time describe the link,
+not the plan, so it needs no plan in force.
 """
 
 from __future__ import annotations
@@ -36,9 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.control.bandwidth import BandwidthEstimator, BandwidthStep
+from scheduler.control.byte_cost import ByteCost, ByteCostFit
 from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import ConvergenceModel
 from scheduler.control.decision import Decision, DecisionReason
+from scheduler.control.link_rate import LinkRates
 from scheduler.control.replan import ReplanPolicy
 from scheduler.control.search import Plan, search
 from scheduler.control.staleness import choose_staleness
@@ -90,12 +97,14 @@ class SchedulerPolicy:
         self.n_params = int(n_params)
         self.ranks = tuple(sorted(ranks))
         self.bandwidth = BandwidthEstimator(config)
+        self.links = LinkRates(config)
         self.replan = ReplanPolicy(config)
         self.warmup = DensityWarmup(config)
         self._models = {
             r: ThroughputModel(window=config.throughput_window, min_batches=config.throughput_min_batches)
             for r in self.ranks
         }
+        self._byte_costs = {r: ByteCost(window=config.throughput_window) for r in self.ranks}
         self._in_effect: list[_InEffect] = []
         if initial_density is not None:
             self._in_effect.append(_InEffect(0, float(initial_density), int(initial_staleness)))
@@ -109,15 +118,37 @@ class SchedulerPolicy:
 
     # -- telemetry in --------------------------------------------------------------------------------------
     def observe_rank(
-        self, rank: int, *, iteration: int, batch_size: int, compute_s: float, iteration_s: float, now: float
+        self,
+        rank: int,
+        *,
+        iteration: int,
+        batch_size: int,
+        compute_s: float,
+        iteration_s: float,
+        now: float,
+        byte_s: float | None = None,
     ) -> None:
-        """One rank's iteration: its batch, forward/backward time and wall time (idle = 1 − compute/wall)."""
+        """One rank's iteration: its batch, compute time and wall time (idle = 1 − compute/wall).
+
+        ``byte_s``: the part of ``compute_s`` that depends on the payload (compressing, applying the sparse
+        update), if the trainer measures it apart. Then Eq. 2's throughput is fitted on the rest and the
+        payload's cost on the plan's payload (:mod:`scheduler.control.byte_cost`)."""
         if rank not in self._models:
             raise RemoteProtocolError(f"telemetry from unknown rank {rank}", value=rank)
         vals = (compute_s, iteration_s, now)
         if not all(math.isfinite(v) for v in vals) or compute_s <= 0 or iteration_s <= 0 or iteration < 0:
             raise RemoteProtocolError("rank telemetry must be finite with positive times", value=vals)
-        self._models[rank].observe(batch_size, batch_size / compute_s)
+        model_s = compute_s
+        if byte_s is not None:
+            if not (math.isfinite(byte_s) and byte_s >= 0):
+                raise RemoteProtocolError("byte time must be finite and >= 0", value=byte_s)
+            byte_s = min(byte_s, compute_s)
+            eff = self._effect_at(iteration)
+            if eff is not None:
+                payload = eff.density * self.n_params * self.cfg.bytes_per_element
+                self._byte_costs[rank].observe(payload, byte_s)
+                model_s = max(compute_s - byte_s, 1e-3 * compute_s)
+        self._models[rank].observe(batch_size, batch_size / model_s)
         self._window.setdefault(iteration, {})[rank] = (compute_s, max(iteration_s, compute_s))
         if len(self._window) > MAX_PENDING_ITERATIONS:
             del self._window[min(self._window)]
@@ -126,6 +157,14 @@ class SchedulerPolicy:
     def observe_goodput(self, goodput_bps: float, now: float) -> None:
         """The gateways' measured WAN goodput, bit/s (the estimator's cross-check)."""
         self.bandwidth.observe_goodput(goodput_bps, now)
+
+    def observe_link(
+        self, link: str, *, bytes_sent: float, busy_s: float, now: float, peak_bps: float | None = None
+    ) -> float | None:
+        """A WAN link's cumulative counters: bytes sent, and seconds it had bytes in flight (and its
+        fastest recent message, bit/s). Returns the link's new rate while sending (bit/s) when this report
+        completed a measurement window."""
+        return self.links.observe(link, bytes_sent=bytes_sent, busy_s=busy_s, now=now, peak_bps=peak_bps)
 
     def confirm(self, decision: Decision) -> None:
         """The daemon announced ``decision`` (with its effective iteration set)."""
@@ -154,6 +193,10 @@ class SchedulerPolicy:
     def fits(self) -> dict[int, ThroughputFit | None]:
         return {r: m.fit() for r, m in self._models.items()}
 
+    def byte_costs(self) -> dict[int, ByteCostFit | None]:
+        """Per rank, the payload's measured CPU time (None: the trainer does not measure it apart)."""
+        return {r: b.fit() for r, b in self._byte_costs.items()}
+
     # -- decisions out -------------------------------------------------------------------------------------
     def _effect_at(self, iteration: int) -> _InEffect | None:
         cur = None
@@ -163,25 +206,35 @@ class SchedulerPolicy:
         return cur
 
     def _update_bandwidth(self, now: float) -> None:
-        """Feed the estimator one aggregate of the telemetry gathered since the last decision."""
+        """Feed the estimator one aggregate of the telemetry gathered since the last decision.
+
+        While a new plan is on its way, the running plan's telemetry may still *lower* the estimate (a
+        drop must not wait the announce margin plus the slow iterations the drop itself causes: in the
+        real daemons 15 s at 30 Mbit/s), never raise it."""
+        lower_only = False
         if self._awaiting is not None:
             eff = self._awaiting.effective_iteration
             if eff is None or self._last_iteration < eff:
-                # the new plan is not running yet: drop the old plan's telemetry, move nothing
+                old = {i: v for i, v in self._window.items() if eff is None or i < eff}
                 self._window = {i: v for i, v in self._window.items() if eff is not None and i >= eff}
+                self._feed(old, now, lower_only=True)
                 return
             self._awaiting = None
             self._window = {i: v for i, v in self._window.items() if i >= eff}
-        if not self._window:
+        window, self._window = self._window, {}
+        self._feed(window, now, lower_only=lower_only)
+
+    def _feed(
+        self, window: dict[int, dict[int, tuple[float, float]]], now: float, *, lower_only: bool
+    ) -> None:
+        if not window:
             return
-        current = self._effect_at(self._last_iteration)
+        current = self._effect_at(max(window))
         if current is None:
-            self._window.clear()
             return
-        rows = [v for i, v in self._window.items() if i >= current.iteration]
+        rows = [v for i, v in window.items() if i >= current.iteration]
         complete = [v for v in rows if len(v) == len(self.ranks)]
         rows = complete or rows  # iterations every rank reported, if there are any
-        self._window.clear()
         if not rows:
             return
         # the critical rank of an iteration is the one that computed longest: its idle is the exchange's
@@ -190,21 +243,36 @@ class SchedulerPolicy:
         wall = float(np.median([t for _, t in crit]))
         idle = float(np.median([1.0 - c / t for c, t in crit]))
         payload = current.density * self.n_params * self.cfg.bytes_per_element
-        self.last_bandwidth_step = self.bandwidth.update(
+        step = self.bandwidth.update(
             idle=idle,
             iteration_s=wall,
             compute_s=compute,
             bytes_per_iteration=payload,
             overlapped=current.staleness >= 1,
             now=now,
+            lower_only=lower_only,
         )
+        if not (lower_only and step.kind == "hold"):
+            self.last_bandwidth_step = step
+
+    def _apply_link_floor(self, floor: float | None, now: float) -> None:
+        if self.cfg.link_rate_floor <= 0:
+            return
+        if floor is not None:
+            step = self.bandwidth.apply_floor(floor, now)
+            if step is not None:
+                self.last_bandwidth_step = step
 
     def decide(self, now: float) -> Decision | None:
         """A new decision if one is due (initial, bandwidth change, period, warm-up stage), else None."""
         fits = self.fits()
         if any(f is None for f in fits.values()):
             return None  # a rank without telemetry cannot be given a batch size yet
+        floor = self.links.floor_bps(now)
+        if floor is not None:
+            self.bandwidth.observe_link_rate(floor, now)
         self._update_bandwidth(now)
+        self._apply_link_floor(floor, now)
         bw = self.bandwidth.estimate_bps
         reason: DecisionReason | None = self.replan.reason(now, bw)
         next_iter = self._last_iteration + 1
@@ -216,6 +284,7 @@ class SchedulerPolicy:
                 n_params=self.n_params,
                 convergence=self.convergence,
                 config=self.cfg,
+                byte_costs=list(self.byte_costs().values()),
             )
             self.replan.planned(now, bw)
             reason = reason or "initial"

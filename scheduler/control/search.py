@@ -20,6 +20,12 @@ and polishes with Nelder–Mead second:
 4. **Polish.** Nelder–Mead over the continuous (log x_i, −log10(1 − r)) from the best candidate, Eq. 6
    enforced by construction (r is lifted to its bound), rounded back to integers; kept only if better.
 
+**Payload CPU time** (ours, :mod:`scheduler.control.byte_cost`): with per-rank fits ``a_i + κ_i·payload``,
+each rank's iteration time is ``x_i/f_i(x_i) + a_i + κ_i·(1 − r)·m`` in Eq. 4/5 (what the trainer measured
+the bytes to cost), while Eq. 6 keeps the compute ``x_i/f_i(x_i)`` alone as the time the exchange must fit
+in — the conservative reading (§6), and the one that cannot feed a denser plan's own CPU time back into a
+looser bound. Without fits (``byte_costs`` None) this is the paper's model exactly.
+
 If no X satisfies Eq. 6 even at ``r_max`` (a very slow link), the plan says ``feasible=False`` and is the
 configuration whose exchange overruns compute the least in TTA terms: its iteration time is the exchange
 time, not the compute time.
@@ -35,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
+from scheduler.control.byte_cost import ByteCostFit
 from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import ConvergenceModel
 from scheduler.control.objective import G_FLOOR, eq6_r_lower_bound
@@ -142,7 +149,14 @@ class _Problem:
         n_params: int,
         convergence: ConvergenceModel,
         config: SchedulerConfig,
+        byte_costs: Sequence[ByteCostFit | None] | None = None,
     ) -> None:
+        n = len(fits)
+        bc = list(byte_costs) if byte_costs is not None else [None] * n
+        if len(bc) != n:
+            raise ConfigError("one byte cost per rank", key="byte_costs", value=len(bc))
+        self.fixed_s = np.array([0.0 if b is None else b.fixed_s for b in bc], dtype=np.float64)
+        self.per_byte_s = np.array([0.0 if b is None else b.per_byte_s for b in bc], dtype=np.float64)
         self.alpha = np.array([f.alpha for f in fits], dtype=np.float64)
         self.beta = np.array([f.beta for f in fits], dtype=np.float64)
         self.bandwidth_bps = float(bandwidth_bps)
@@ -156,20 +170,29 @@ class _Problem:
         """Objective and parts for rows of batches ``x`` (K, n) and rates ``r`` (K,) or (K, R)."""
         xf = np.asarray(x, dtype=np.float64)
         t = np.maximum(self.alpha / self.beta, xf / self.beta)
-        tmax = t.max(axis=1)
-        t_bind = t.min(axis=1) if self.cfg.eq6_iteration_time == "each_rank" else tmax
+        t_bind = t.min(axis=1) if self.cfg.eq6_iteration_time == "each_rank" else t.max(axis=1)
         total = xf.sum(axis=1)
-        cv = t.std(axis=1) / t.mean(axis=1)
         rr = np.asarray(r, dtype=np.float64)
         col = (lambda a: a[:, None]) if rr.ndim == 2 else (lambda a: a)
-        exch = (1.0 - rr) * self.model_bytes / self.bw_bytes
+        payload = (1.0 - rr) * self.model_bytes
+        if np.any(self.per_byte_s > 0) or np.any(self.fixed_s > 0):
+            # every rank's time with its payload CPU cost, for every candidate r: (K, [R,] n)
+            base = t[:, None, :] if rr.ndim == 2 else t
+            tk = base + self.fixed_s + self.per_byte_s * payload[..., None]
+            tmax_r = tk.max(axis=-1)
+            cv = tk.std(axis=-1) / tk.mean(axis=-1)
+        else:
+            tmax_r = col(t.max(axis=1))
+            cv = col(t.std(axis=1) / t.mean(axis=1))
+        exch = payload / self.bw_bytes
         lb = eq6_r_lower_bound(self.bw_bytes, self.model_bytes, t_bind)
         feasible = rr >= col(lb) - 1e-12
-        pace = np.where(feasible, col(tmax), np.maximum(col(tmax), exch))
+        tmax = tmax_r
+        pace = np.where(feasible, tmax_r, np.maximum(tmax_r, exch))
         speed = col(total) / pace
         g = np.maximum(self.g.penalty(rr, np.broadcast_to(col(total), rr.shape)), G_FLOOR)
         tta = (1.0 + g) / speed
-        obj = tta * self.beta_sum + self.cfg.tta_lambda * col(cv)
+        obj = tta * self.beta_sum + self.cfg.tta_lambda * cv
         return {
             "objective": obj,
             "tta": tta,
@@ -284,9 +307,10 @@ def evaluate_plan(
     n_params: int,
     convergence: ConvergenceModel,
     config: SchedulerConfig,
+    byte_costs: Sequence[ByteCostFit | None] | None = None,
 ) -> Plan:
     """The model's view of one given configuration (for brute-force checks and for reporting)."""
-    return _Problem(fits, bandwidth_bps, n_params, convergence, config).plan(batches, r)
+    return _Problem(fits, bandwidth_bps, n_params, convergence, config, byte_costs).plan(batches, r)
 
 
 def search(
@@ -296,6 +320,7 @@ def search(
     n_params: int,
     convergence: ConvergenceModel,
     config: SchedulerConfig,
+    byte_costs: Sequence[ByteCostFit | None] | None = None,
 ) -> Plan:
     """The configuration minimising Eq. 1 under Eq. 6 (see the module docstring for how)."""
     if not fits:
@@ -304,7 +329,7 @@ def search(
         raise ConfigError("bandwidth must be finite and > 0", key="bandwidth_bps", value=bandwidth_bps)
     if n_params < 1:
         raise ConfigError("model must have parameters", key="n_params", value=n_params)
-    p = _Problem(fits, bandwidth_bps, n_params, convergence, config)
+    p = _Problem(fits, bandwidth_bps, n_params, convergence, config, byte_costs)
     lo, hi = _total_range(len(fits), convergence, config)
     totals = _candidates(lo, hi, config.search_batch_candidates)
     obj, X, r = _best_over_r(p, totals)

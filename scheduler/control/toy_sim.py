@@ -8,7 +8,11 @@ checked, shared by the tests and ``tools/bench_scheduler.py``:
 * the exchange moves ``density · n_params · bytes_per_element`` bytes at the true rate;
 * iteration time ``= max(compute, exchange)`` at staleness 1 (the exchange overlaps the next compute),
   ``compute + exchange`` at staleness 0; every rank reports ``idle = 1 − compute_i / iteration``;
-* each decision is effective from the next iteration (the daemon's part, instantaneous here).
+* each decision is effective from the next iteration (the daemon's part, instantaneous here), or
+  ``effect_delay`` iterations later (the daemon's announce margin: the plan reaches the trainers late);
+* optionally (``link_telemetry``) the link reports its counters after every iteration, as the gateways'
+  ``link.<peer>.bytes_sent`` / ``busy_s``: the exchange's bytes and its time, which includes
+  ``latency_s`` (the acknowledgement round trip of a real link; it adds to the exchange time as well).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ def run_toy_loop(
     goodput: bool = False,
     seed: int = 0,
     start_iteration: int = 0,
+    link_telemetry: bool = False,
+    latency_s: float = 0.0,
+    effect_delay: int = 0,
 ) -> ToyTrace:
     """Run ``rounds`` decision rounds; ``gpus[i]`` is rank ``policy.ranks[i]``'s true (α, β)."""
     rng = np.random.default_rng(seed)
@@ -58,19 +65,28 @@ def run_toy_loop(
     it, now = start_iteration, 0.0
     trace = ToyTrace()
     current: Decision | None = None
+    pending: list[Decision] = []
+    sent_bytes = busy_s = 0.0
     for k in range(rounds):
         rate = float(true_bps(k))
         d = policy.decide(now)
         if d is not None:
-            current = d.effective_from(it)
-            policy.confirm(current)
-            batches = np.array(current.batch_sizes, dtype=np.int64)
-            density, staleness = current.density, current.staleness
+            d = d.effective_from(it + effect_delay)
+            policy.confirm(d)
+            pending.append(d)
         trace.true_bps.append(rate)
         trace.estimate_bps.append(policy.bandwidth_estimate_bps)
-        trace.decisions.append(current)
-        exchange = density * policy.n_params * cfg.bytes_per_element * 8.0 / rate
         for _ in range(iterations_per_round):
+            while (
+                pending
+                and pending[0].effective_iteration is not None
+                and pending[0].effective_iteration <= it
+            ):
+                current = pending.pop(0)
+                batches = np.array(current.batch_sizes, dtype=np.int64)
+                density, staleness = current.density, current.staleness
+            payload = density * policy.n_params * cfg.bytes_per_element
+            exchange = latency_s + payload * 8.0 / rate
             t = np.maximum(alpha / beta, batches / beta) * (1.0 + noise * rng.standard_normal(len(gpus)))
             t = np.maximum(t, 1e-6)
             c = float(t.max())
@@ -85,7 +101,12 @@ def run_toy_loop(
                     iteration_s=wall,
                     now=now,
                 )
+            if link_telemetry:
+                sent_bytes += payload
+                busy_s += exchange
+                policy.observe_link("toy", bytes_sent=sent_bytes, busy_s=busy_s, now=now)
             it += 1
+        trace.decisions.append(current)
         if goodput:
             policy.observe_goodput(rate * (1.0 - 0.02 * abs(rng.standard_normal())), now)
     return trace

@@ -55,3 +55,20 @@ def test_sites_are_ranks_and_batches_come_back_per_site() -> None:
     }
     policy.committed(values, 40)
     assert policy._pending is None  # confirmed to the controller with its effective iteration
+
+
+def test_link_counters_reach_the_controller_and_goodput_needs_a_long_window() -> None:
+    policy = AdaptivePolicy(("a", "b"), SchedulerConfig(), PowerLawConvergence())
+    for k in range(12):  # 0.25 s reports; each site's link to the other carries 1.25 MB per 0.1 s busy
+        now = 0.25 * k
+        for site in ("a", "b"):
+            peer = "b" if site == "a" else "a"
+            rep = _report(site, k, now, batch=16, compute=0.1, wall=0.2, sent=4e6 * k)  # bursty counter
+            rep[f"link.{peer}.busy_s"] = 0.1 * k
+            rep[f"link.{peer}.busy_bytes"] = 1.25e6 * k
+            policy.observe(site, rep, now)
+    assert policy.policy is not None
+    assert policy.policy.links.rates() == {"a>b": pytest.approx(100e6), "b>a": pytest.approx(100e6)}
+    assert policy.policy.links.floor_bps(now) == pytest.approx(100e6)
+    # goodput from bytes_sent: one reading per 2 s window, not one per report
+    assert policy._goodput["a"] == pytest.approx(4e6 * 8 * 8 / 2.0)

@@ -67,3 +67,33 @@ def test_queued_but_not_started_keeps_the_iteration_open() -> None:
     lt.started("b", 1, now=1.5)
     lt.acked_through("b", 1, now=2.0)
     assert lt.ready(None, frontier=2, now=2.0) == [(2, {"b": pytest.approx(1.5)})]
+
+
+def test_busy_time_and_bytes_are_summed_per_peer_for_the_same_iterations() -> None:
+    lt = LinkTimes(settle=3)
+    lt.queued("b", 0, iteration=0, nbytes=1000)
+    lt.queued("b", 1, iteration=0, nbytes=500)
+    lt.started("b", 0, 1.0)
+    lt.started("b", 1, 1.2)
+    lt.acked_through("b", 1, 1.5)
+    lt.queued("b", 2, iteration=1, nbytes=4000)  # not yet acknowledged: not counted yet
+    lt.started("b", 2, 1.6)
+    assert [i for i, _ in lt.ready(None, frontier=1, now=1.7)] == [0]
+    assert lt.busy_s["b"] == pytest.approx(0.5)
+    assert lt.busy_bytes["b"] == 1500  # iteration 1's bytes wait for its time
+    lt.acked_through("b", 2, 2.0)
+    lt.ready(None, frontier=2, now=2.0)
+    assert lt.busy_s["b"] == pytest.approx(0.9)
+    assert lt.busy_bytes["b"] == 5500
+
+
+def test_peak_is_the_fastest_message_of_the_last_reported_iteration() -> None:
+    lt = LinkTimes(settle=3)
+    lt.queued("b", 0, iteration=0, nbytes=1_000_000)
+    lt.queued("b", 1, iteration=0, nbytes=1000)
+    lt.started("b", 0, 0.0)
+    lt.acked_through("b", 0, 0.2)  # 8 Mbit in 0.2 s
+    lt.started("b", 1, 0.3)
+    lt.acked_through("b", 1, 0.34)  # a small message: its round trip dominates
+    lt.ready(None, frontier=1, now=0.4)
+    assert lt.peak_bps["b"] == pytest.approx(40e6)

@@ -52,20 +52,22 @@ def test_first_decision_and_its_contents() -> None:
         p.confirm(d)  # without an effective iteration
 
 
-def test_estimate_is_frozen_until_the_new_plan_runs() -> None:
-    p = _policy()
+def test_old_plan_telemetry_never_raises_but_may_lower() -> None:
+    """A raise from the old plan would compound with the one already on its way; a lowering is set from
+    the rate the old plan measured, so taking it before the new plan runs is safe and finds a drop sooner."""
+    p = _policy(link_rate_floor=0.0)
     _feed(p, 0, 0.3)
     d = p.decide(0.3)
     assert d is not None
-    p.confirm(d.effective_from(10))
+    p.confirm(d.effective_from(20))
     before = p.bandwidth_estimate_bps
-    for it in range(1, 10):  # old plan's telemetry, very idle: must not move the estimate
-        _feed(p, it, 0.3 * it, wall=1.0)
-    p.decide(3.0)
+    for it in range(1, 6):  # old plan's telemetry, no idle: would raise, must not
+        _feed(p, it, 0.3 * it, wall=20 / 99)
+    p.decide(2.0)
     assert p.bandwidth_estimate_bps == before
-    for it in range(10, 14):  # the new plan runs and the link is slow: now it moves
+    for it in range(6, 12):  # old plan's telemetry, very idle: the link dropped, lower now
         _feed(p, it, 0.3 * it, wall=1.0)
-    p.decide(5.0)
+    p.decide(4.0)
     assert p.bandwidth_estimate_bps < before
 
 

@@ -1,0 +1,104 @@
+"""The WAN links' rate *while sending*, from the gateways' counters: a lower bound on the bandwidth that
+needs no particular plan to be running.
+
+Why: StellaTrain §4.1 ③ reads the bandwidth only from the GPU idle rate. Idle says "the link was too
+slow" (and by how much: the iteration *is* the exchange), but below the threshold it says only "fast
+enough" — how much faster the link has become is invisible until a plan with a bigger payload runs, so
+a rise 30 → 100 Mbit/s takes a slow-start of raises, each only after the previous plan is in force
+(docs/demo.md: still 0.67 off ten decide ticks after the rise). The gateways see the link directly:
+every gateway reports, per peer, the time that peer's link had bytes in flight (``link.<peer>.busy_s``:
+per iteration, the union of the messages' spans from first chunk to acknowledgement, summed) and the bytes
+of the same iterations' messages (``link.<peer>.busy_bytes``: counted with the time, so that a window
+never pairs one iteration's bytes with another's time — with the send counter ``bytes_sent`` instead,
+windows read anything from 0.1 to 187 Mbit/s on a 100 Mbit/s link). Their ratio over a window is what
+the link carried while it was carrying: at least its capacity minus the acknowledgement round trip per
+burst, whatever the payload. Unlike the gateways' *goodput* (bytes over wall time), it does not fall when
+the exchange hides behind compute and the link idles.
+
+The job has one bandwidth B (Eq. 6): the exchange is as slow as its slowest link, so the floor is the
+**minimum** over the links — and only while every link has a fresh measurement (a link that was not
+measured may be the bottleneck). StellaTrain §6 ("overestimation is more harmful than underestimation ...
+we adopt a conservative approach"): the floor only ever raises the estimate to what was demonstrably
+carried, so it cannot cause the overshoot the paper warns about (the acknowledgement round trip in every
+span keeps it below the link).
+
+Sans-IO: counters and ``now`` are passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scheduler.control.config import SchedulerConfig
+from wanrt.errors import RemoteProtocolError
+
+__all__ = ["LinkRates"]
+
+#: links remembered at most (a gateway reports at most 48 peers; a job's links are sites × peers)
+MAX_LINKS = 4096
+
+
+@dataclass(slots=True)
+class _Link:
+    bytes0: float  # counters at the start of the current window
+    busy0: float
+    rate_bps: float | None = None
+    measured_at: float | None = None
+    seen_at: float = 0.0
+
+
+class LinkRates:
+    """Per link: the rate over the last window of at least ``link_rate_min_busy_s`` busy seconds."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.cfg = config if config is not None else SchedulerConfig()
+        self._links: dict[str, _Link] = {}
+
+    def observe(
+        self, link: str, *, bytes_sent: float, busy_s: float, now: float, peak_bps: float | None = None
+    ) -> float | None:
+        """Cumulative counters of ``link`` (bytes sent, seconds busy); returns a new rate (bit/s) when the
+        window since the last one holds enough busy time, else None. ``peak_bps``: the gateway's fastest
+        message of its last reported iteration (bytes over its span); the window's rate is the larger of
+        the two lower bounds. A counter that went backwards (the gateway restarted) starts a new window."""
+        vals = (bytes_sent, busy_s, now, 0.0 if peak_bps is None else peak_bps)
+        if not all(math.isfinite(v) for v in vals) or min(vals[:2]) < 0 or vals[3] < 0:
+            raise RemoteProtocolError("link counters must be finite and >= 0", value=vals)
+        st = self._links.get(link)
+        if st is None:
+            if len(self._links) >= MAX_LINKS:
+                oldest = min(self._links, key=lambda k: self._links[k].seen_at)
+                del self._links[oldest]
+            self._links[link] = _Link(bytes_sent, busy_s, seen_at=now)
+            return None
+        st.seen_at = now
+        if bytes_sent < st.bytes0 or busy_s < st.busy0:
+            st.bytes0, st.busy0 = bytes_sent, busy_s
+            return None
+        busy = busy_s - st.busy0
+        if busy < self.cfg.link_rate_min_busy_s:
+            return None
+        st.rate_bps = max(8.0 * (bytes_sent - st.bytes0) / busy, peak_bps or 0.0)
+        st.measured_at = now
+        st.bytes0, st.busy0 = bytes_sent, busy_s
+        return st.rate_bps
+
+    def rates(self) -> dict[str, float]:
+        return {k: v.rate_bps for k, v in self._links.items() if v.rate_bps is not None}
+
+    def floor_bps(self, now: float) -> float | None:
+        """The slowest link's rate while sending over the links measured within ``link_rate_max_age_s``;
+        None if there is none, or if a link's gateway stopped reporting (it may be the bottleneck). A link
+        still reported but without a fresh window carried less than ``link_rate_min_busy_s`` of busy time
+        since its last one: it is nearly idle, not the bottleneck, and left out."""
+        max_age = self.cfg.link_rate_max_age_s
+        for k in [k for k, v in self._links.items() if now - v.seen_at > 4 * max_age]:
+            del self._links[k]  # no longer reported at all: the old topology's link
+        fresh: list[float] = []
+        for st in self._links.values():
+            if now - st.seen_at > max_age:
+                return None
+            if st.rate_bps is not None and st.measured_at is not None and now - st.measured_at <= max_age:
+                fresh.append(st.rate_bps)
+        return min(fresh) if fresh else None
