@@ -43,7 +43,16 @@ import numpy as np
 
 from gateways.rounds.config import RoundConfig
 from gateways.service.peer_links import MAX_PREAUTH_PER_HOST
-from tools.chaos_cluster import CONTROL_TOKEN, JOB, SECRET, Accounting, SoakCluster, grow_count, soak_configs
+from tools.chaos_cluster import (
+    CONTROL_TOKEN,
+    JOB,
+    LOG_SITE,
+    SECRET,
+    Accounting,
+    SoakCluster,
+    grow_count,
+    soak_configs,
+)
 from tools.chaos_peer import MaliciousPeer, finite_payload, nan_payload
 from tools.chaos_trainer import ChaosTrainer, layer_shape, make_payload
 from transports.urls import short_socket_dir
@@ -331,6 +340,32 @@ class Soak:
             await asyncio.gather(*runs, return_exceptions=True)
             await self.cluster.aclose()
 
+    def _log_state(self, end: int) -> None:
+        """With ``-v``: where every site stands when the final wait is over (finding a wedge's cause)."""
+        if not log.isEnabledFor(logging.INFO):
+            return
+        for s, d in sorted(self.cluster.daemons.items()):
+            t = self.trainers[s]
+            eng = d.engine if self.cluster.up(s) else None
+            if eng is None:
+                log.info("[%s] down or not joined; trainer next_it %d", s, t.next_it)
+                continue
+            rounds = [eng._rounds[k] for k in eng.open_rounds()[:6]]
+            log.info(
+                "[%s] frontier %d, live %s, trainer next_it %d (end %d), %d open: %s",
+                s,
+                eng.frontier,
+                ",".join(sorted(eng.live)),
+                t.next_it,
+                end,
+                len(eng.open_rounds()),
+                "; ".join(
+                    f"{r.iteration}/{r.layer} plan {','.join(r.plan.members)} parent {r.plan.parent_of(s)} "
+                    f"gathered {r.gathered} taken {r.taken} waits {r.wait_peer} inputs {sorted(r.inputs)}"
+                    for r in rounds
+                ),
+            )
+
     async def _soak(self, runs: list[asyncio.Task[None]]) -> dict[str, Any]:
         plan = self.plan
         a = self.trainers["a"]
@@ -373,6 +408,7 @@ class Soak:
                 for t in self.trainers.values():
                     await t.wait(lambda t=t: t.complete(end))  # type: ignore[misc]
         finished_at = self.now()
+        self._log_state(end)
         missing = set().union(*(t.missing(end) for t in self.trainers.values()))
         open_rounds = sum(
             len(d.engine.open_rounds())
@@ -557,6 +593,15 @@ def meets(key: str, value: Any) -> bool:
     return bool(value == target) if op == "==" else bool(value <= target)
 
 
+log = logging.getLogger("tools.chaos_soak")
+
+
+def _name_site(record: logging.LogRecord) -> bool:
+    """Every log line names the gateway whose task wrote it (six run in this one process)."""
+    record.site = LOG_SITE.get()
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the same soak, fewer events (< 60 s)")
@@ -567,7 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("WANRT_KERNELS", "numpy")
     level = logging.INFO if args.verbose else logging.ERROR
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format="%(levelname)s [%(site)s] %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_name_site)
     plan = quick_plan(args.seed) if args.quick else full_plan(args.seed)
     plan = dataclasses.replace(plan, skip=tuple(args.skip))
     print(

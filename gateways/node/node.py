@@ -149,6 +149,9 @@ class GatewayNode:
         #: the frontier this site had seen before a restart (the daemon's state_file): announced while
         #: fresh, so gateways restarted together resume the job past it instead of at iteration 0
         self.resume_frontier = -1
+        #: until when a fresh gateway refuses to join the job from a peer that is fresh too while either
+        #: of them resumes (a state file): a running peer should place them (see _fresh_pair_problem)
+        self._fresh_wait_until = math.inf
         self._no_link_deadline: dict[str, float] = {}
         self._item_ids = itertools.count(1)
         self._trainer: int | None = None  # the current trainer session
@@ -179,6 +182,8 @@ class GatewayNode:
         """Listeners are up: a gateway without peers runs the job alone from iteration 0."""
         if not self.cfg.peers:
             self._create_engine(0, set(self.sites), now)
+        t = self.cfg.timeouts
+        self._fresh_wait_until = now + t.heartbeat_interval * t.heartbeat_misses
         self.state = "joining" if self.engine is None else "running"
 
     @property
@@ -476,6 +481,24 @@ class GatewayNode:
                 value=other.join_at,
             )
 
+    def _fresh_pair_problem(self, mine: LinkInfo, other: LinkInfo, now: float) -> str | None:
+        """Why two fresh gateways must not start the job between themselves yet (None: they may).
+
+        Two gateways restarted together (chaos soak, kill2) reach each other first, and would join "the
+        job" among themselves at their state files' frontier + a window, behind the survivors, who are
+        many iterations further: their trainers then wait for rounds the others finished long ago. A
+        restarted gateway takes its place from a running peer instead. Only when no running peer links
+        within the time a silent peer is declared lost (the whole job restarted) do fresh ones start
+        it together. A cold start (no state file: frontier -1 at both ends) is never held up."""
+        if self.engine is not None or not (mine.fresh and other.fresh):
+            return None
+        if max(mine.frontier, other.frontier) < 0 or now >= self._fresh_wait_until:
+            return None
+        return (
+            "both gateways restarted; waiting for a running gateway of the job to take this gateway's "
+            f"place from (at most {self._fresh_wait_until - now:.1f} s more)"
+        )
+
     def link_up(
         self, peer: str, conn: Connection, ours: dict[str, Any], theirs: dict[str, Any], now: float
     ) -> int:
@@ -487,6 +510,9 @@ class GatewayNode:
             )
         mine, other = LinkInfo.parse(ours, peer=self.site), LinkInfo.parse(theirs, peer=peer)
         self._check_claims(peer, other)
+        problem = self._fresh_pair_problem(mine, other, now)
+        if problem is not None:
+            raise RemoteProtocolError(problem, peer=peer)
         sig = ModelSignature.from_info(theirs, site=None, peer=peer)
         old = self._by_peer.get(peer)
         if old is not None:

@@ -587,6 +587,8 @@ class RoundEngine:
             for t in targets:
                 sent[t] = plan.plan_id
                 self._send(out, t, down)
+        if self._buffer:
+            self._answer_held(key, out)
         out.append(
             RoundClosed(
                 r.iteration,
@@ -740,6 +742,25 @@ class RoundEngine:
             self._send(out, peer, self._with_hint(final))
         else:
             self.stats.late_inputs += 1
+
+    def _answer_held(self, key: Key, out: list[Action]) -> None:
+        """The round ``key`` just got its result here: whoever sent us messages for it under a plan we did
+        not run (held for a re-plan that will now never come) is answered with the result, as a message
+        arriving after the result would be (:meth:`_answer_finished`). Without this, after a partition
+        between two sites (each dropped the other, the rest dropped neither) a site whose parent differs
+        in its plan sent that parent its partial, the parent held it and finished the round under its own
+        plan, and the site waited for the result forever with the parent's link up (the chaos soak's
+        wedge after a short partition)."""
+        for peer, q in list(self._buffer.items()):
+            if not any((m.iteration, m.layer) == key for m in q):
+                continue
+            keep: deque[RoundMsg] = deque()
+            for m in q:
+                if (m.iteration, m.layer) == key:
+                    self._answer_finished(peer, m, out)
+                else:
+                    keep.append(m)
+            self._buffer[peer] = keep
 
     def _hold(self, peer: str, m: RoundMsg) -> None:
         q = self._buffer.get(peer)
