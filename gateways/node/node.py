@@ -457,6 +457,7 @@ class GatewayNode:
             fresh=engine is None,
             join_at=join_at,
             live=None if engine is None else tuple(engine.live),
+            low=None if engine is None else engine.oldest_unfinished(),
         ).to_info()
         info["rounds"] = self._rounds_digest
         info.update(self.model.info())

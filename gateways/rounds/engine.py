@@ -303,6 +303,12 @@ class RoundEngine:
     def open_rounds(self) -> list[Key]:
         return sorted(self._rounds)
 
+    def oldest_unfinished(self) -> int:
+        """The oldest iteration with a round still open here (frontier + 1 if none): what a running peer
+        that lost this site takes it back from (:func:`gateways.membership.joining.join_iteration`)."""
+        oldest = min((i for i, _ in self._rounds), default=self._frontier + 1)
+        return max(oldest, 0)
+
     def held(self, layer: int) -> list[tuple[SparsePayload | None, tuple[ContribId, ...]]]:
         """Every piece of this site's mass of ``layer`` not yet in a final result: the carry (with the
         gateway residual) and the own contributions of open rounds. For accounting in tests and metrics."""
