@@ -96,8 +96,8 @@ class LinkInfo:
 def join_iteration(ours: LinkInfo, theirs: LinkInfo, *, margin: int) -> int:
     """The iteration from which the *other* end (``theirs``) takes part, as both ends compute it.
 
-    Symmetric in the frontiers, so a fresh gateway's engine start (computed with ``ours`` = its own info)
-    equals the J its peer uses for it.
+    A fresh gateway starts its engine at ``join_iteration(peer's info, its own info)``: the J its peer
+    uses for it (symmetric in the frontiers; the peer's own ``join_at`` is where the *peer* joined).
     """
     if theirs.join_at is not None:
         return theirs.join_at

@@ -549,8 +549,11 @@ class GatewayNode:
             ch.send_control(JobModel(self.model.info()))
         margin = self.cfg.rounds.window
         if self.engine is None:
+            # the iteration from which *this* site takes part, as the peer computes it (``join_iteration``
+            # with the roles swapped): the peer's own join_at says where the peer joined, not where a
+            # gateway starting now may, and adopting it put restarted gateways behind the job
             self._create_engine(
-                join_iteration(mine, other, margin=margin),
+                join_iteration(other, mine, margin=margin),
                 initial_live(self.site, peer, other, self.sites),
                 now,
             )

@@ -7,6 +7,7 @@ The held partial must be answered with the result, or the site waits for it fore
 
 from __future__ import annotations
 
+from gateways.membership.joining import LinkInfo, join_iteration
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import RoundMsg
 from tests.gateways.harness import Net, Trainers, assert_accounted
@@ -28,7 +29,17 @@ class StrictTrainers(Trainers):
         super()._maybe_start(site)
 
 
-def _partition(flaps: int) -> tuple[Net, StrictTrainers]:
+def _rejoin_at(net: Net, x: str, y: str, cfg: RoundConfig) -> int:
+    """The iteration two running gateways take each other back from, as their handshake decides it."""
+    info = {
+        s: LinkInfo(net.engines[s].frontier, False, low=net.engines[s].oldest_unfinished()) for s in (x, y)
+    }
+    at = join_iteration(info[x], info[y], margin=cfg.window)
+    assert at == join_iteration(info[y], info[x], margin=cfg.window)
+    return at
+
+
+def _partition(flaps: int, *, until: float = 400.0) -> tuple[Net, StrictTrainers]:
     cfg = RoundConfig(topology="tree", round_deadline_s=3.0, suspect_after_s=3.0)
     net = Net(SITES, cfg.spec(), cfg)
     tr = StrictTrainers(net, iterations=40, layers=3, compute=0.05)
@@ -46,17 +57,17 @@ def _partition(flaps: int) -> tuple[Net, StrictTrainers]:
     net.lose("f", "d")
     for k in range(flaps):  # redials that come up and are reset again at once (the soak's partition)
         net.run(until=0.5 + 2.5 * (k + 1) / (flaps + 1))
-        at = max(net.engines[s].frontier for s in pair) + 1 + cfg.window
+        at = _rejoin_at(net, "d", "f", cfg)
         net.join("d", "f", at)
         net.join("f", "d", at)
         net.lose("d", "f")
         net.lose("f", "d")
     net.run(until=3.0)
     cut[0] = False
-    at = max(net.engines[s].frontier for s in pair) + 1 + cfg.window
+    at = _rejoin_at(net, "d", "f", cfg)
     net.join("d", "f", at)
     net.join("f", "d", at)
-    net.run(until=400.0)
+    net.run(until=until)
     return net, tr
 
 
@@ -76,3 +87,13 @@ def test_a_flapping_partition_between_two_sites_does_not_wedge_the_job() -> None
     assert_accounted(net)
     # the site whose parent differed was answered from the parent's held messages
     assert net.engines["b"].stats.final_replies > 0
+
+
+def test_after_the_partition_every_site_runs_the_same_plan_for_every_open_round() -> None:
+    """Taken back from the oldest round either still had open, the two run the plans every other site
+    runs (which never lost either), so nothing waits on a plan only two sites know."""
+    net, _ = _partition(flaps=3, until=3.0)
+    iterations = {i for e in net.engines.values() for i, _ in e.open_rounds()}
+    assert iterations
+    for i in iterations:
+        assert len({e.plan_for(i).plan_id for e in net.engines.values()}) == 1, i
