@@ -23,9 +23,10 @@ each other back from ``min(low)`` instead: every round either still has open is 
 is at every other site, which never lost either. With J = max(frontiers) + 1 + margin the pair kept plans
 without each other for the rounds in between, which no other site runs: their partials were held by parents
 that did not know those plans, a root waited for a quorum it could never see, and the whole job wedged
-(chaos soak finding 1). A site cut off from everyone is taken back from its own oldest unfinished round by
-each peer alike, so the others agree on it too; rounds the others finished meanwhile answer its re-sent
-partials with their results (the round engine's "a result that exists always wins"). Sans-IO.
+(chaos soak finding 1). Only while neither end is behind the other (frontiers
+within ``margin``): a site cut off from everyone for longer fell behind the job, whose results for its old
+rounds are pruned; it rejoins past every frontier as before, and the ``outcome`` messages of the round
+engine settle the rounds it held. Sans-IO.
 """
 
 from __future__ import annotations
@@ -102,9 +103,11 @@ def join_iteration(ours: LinkInfo, theirs: LinkInfo, *, margin: int) -> int:
     if theirs.join_at is not None:
         return theirs.join_at
     top = max(ours.frontier, theirs.frontier)
-    if not ours.fresh and not theirs.fresh and ours.low is not None and theirs.low is not None:
-        # both running: back into every round either still has open (never past the fresh-join rule's J)
-        return max(0, min(ours.low, theirs.low, top + 1 + margin))
+    running = not ours.fresh and not theirs.fresh and ours.low is not None and theirs.low is not None
+    if running and abs(ours.frontier - theirs.frontier) <= margin:
+        # both running, neither behind the other: back into every round either still has open (never
+        # past the fresh-join rule's J)
+        return max(0, min(ours.low, theirs.low, top + 1 + margin))  # type: ignore[type-var]
     top = max(ours.frontier, theirs.frontier)
     return 0 if top < 0 else top + 1 + margin
 

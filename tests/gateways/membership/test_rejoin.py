@@ -94,6 +94,8 @@ def test_running_gateways_that_lost_each_other_take_each_other_back_from_their_o
     # never past the rule for a fresh gateway, whatever a peer claims
     assert join_iteration(LinkInfo(12, False, low=13), LinkInfo(12, False, low=900), margin=3) == 13
     assert join_iteration(LinkInfo(12, False, low=90), LinkInfo(12, False, low=900), margin=3) == 16
+    # one far behind the other (cut off from the job, whose old results are pruned) rejoins past both
+    assert join_iteration(LinkInfo(20, False, low=19), LinkInfo(42, False, low=40), margin=3) == 46
     # a fresh gateway (no rounds) still joins past every frontier; a claimed join_at still wins
     assert join_iteration(LinkInfo(-1, True), LinkInfo(41, False, low=30), margin=3) == 45
     assert join_iteration(LinkInfo(60, False, low=58), LinkInfo(46, False, 45, low=44), margin=3) == 45
