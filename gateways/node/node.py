@@ -633,10 +633,21 @@ class GatewayNode:
             self._on_message(ch.peer, msg)
         if msg.payload is not None and not msg.payload.is_finite():
             msg = dataclasses.replace(msg, payload=self._non_finite(msg.payload, ch.peer))
+        settled = engine.stats.settled
         if msg.kind == "outcome":
             self._send_push_acks(ledger.on_outcome(msg.layer, msg.step, msg.iteration, msg.sites))
         self._apply(engine.peer_message(ch.peer, msg, now), now)
         ch.taken(tag)
+        if engine.stats.settled > settled:
+            self._warn_trainer(
+                self.site,
+                "trainer",
+                f"this site fell behind the job (cut off from the others): its rounds before iteration "
+                f"{msg.iteration} were settled without a result here (empty aggregates; its contributions "
+                "are carried into the job's next rounds) and it continues at the job's frontier; its "
+                "parameters differ from the other sites' until they are resynchronised",
+                now,
+            )
 
     def link_closed(self, link_id: int, reason: str, now: float) -> None:
         """The driver saw link ``link_id`` end (the peer went away, the transport failed)."""

@@ -6,14 +6,16 @@ no sockets or loop.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gateways.config import GatewayConfig
 from gateways.membership.joining import LinkInfo, join_iteration
-from gateways.node import GatewayNode
+from gateways.node import GatewayNode, ToTrainer
 from gateways.wire.round_frames import GATEWAY_REGISTRY
 from wanrt.errors import RemoteProtocolError
-from wanrt.protocol import Connection, Hello, Role, Welcome
+from wanrt.payload import SparsePayload
+from wanrt.protocol import Aggregate, Connection, Hello, Notice, Push, Role, Welcome
 
 SITES = "abc"
 SECRET = "s" * 32
@@ -112,3 +114,71 @@ def test_low_travels_in_the_handshake_and_is_checked() -> None:
 def test_a_running_node_announces_its_oldest_unfinished_iteration() -> None:
     c = _running_at("c", 40)
     assert LinkInfo.parse(c.link_info("a"), peer="c").low == 40
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a site cut off from the job catches up instead of waiting forever, and its trainer is told
+# ---------------------------------------------------------------------------------------------------------
+class _Mesh:
+    """Nodes joined by in-memory links: bytes a node writes are handed to the other end at once."""
+
+    def __init__(self, nodes: dict[str, GatewayNode]) -> None:
+        self.nodes = nodes
+        self.links: dict[tuple[str, str], int] = {}  # (site, peer) -> that site's link id
+        self.now = 0.0
+        self.to_trainer: dict[str, list[object]] = {s: [] for s in nodes}
+
+    def link(self, a: str, b: str) -> None:
+        _link(self.nodes[a], self.nodes[b], self.now)
+        for x, y in ((a, b), (b, a)):
+            link_id = self.nodes[x].link_id_of(y)
+            assert link_id is not None
+            self.links[(x, y)] = link_id
+        self.pump()
+
+    def cut(self, a: str, b: str) -> None:
+        for x, y in ((a, b), (b, a)):
+            self.nodes[x].link_closed(self.links.pop((x, y)), "connection reset", self.now)
+        self.pump()
+
+    def pump(self) -> None:
+        moved = True
+        while moved:
+            moved = False
+            for (x, y), link_id in list(self.links.items()):
+                out = self.nodes[x].poll_link(link_id, self.now)
+                if out.parts and (y, x) in self.links:
+                    self.nodes[y].link_data(self.links[(y, x)], b"".join(out.parts), self.now)
+                    moved = True
+            for s, node in self.nodes.items():
+                for action in node.pop_actions():
+                    if isinstance(action, ToTrainer):
+                        self.to_trainer[s].append(action.msg)
+
+    def push(self, site: str, iteration: int) -> None:
+        payload = SparsePayload.from_dense_blocks(0, np.ones(64, np.float32), np.arange(2), 16)
+        self.nodes[site].trainer_push(1, Push("j", iteration, 0, 0, site, payload), self.now)
+        self.pump()
+
+
+def test_a_site_cut_off_from_the_job_catches_up_and_its_trainer_is_told() -> None:
+    mesh = _Mesh({s: _node(s) for s in SITES})
+    for a, b in (("a", "b"), ("a", "c"), ("b", "c")):
+        mesh.link(a, b)
+    for node in mesh.nodes.values():
+        node.trainer_connected(1)
+    mesh.cut("a", "b")
+    mesh.cut("a", "c")  # a is alone: no quorum, it holds its rounds
+    for it in range(3):
+        mesh.push("a", it)
+    for it in range(12):  # b and c (a majority) train on
+        mesh.push("b", it)
+        mesh.push("c", it)
+    a = mesh.nodes["a"]
+    assert a.engine is not None and sorted(a.engine.open_rounds()) == [(0, 0), (1, 0), (2, 0)]
+    mesh.link("a", "b")  # back, far behind the job: it rejoins at the job's frontier
+    assert not a.engine.open_rounds()  # its held rounds were settled: nothing waits forever
+    answered = {(m.iteration, m.payload.nnz) for m in mesh.to_trainer["a"] if isinstance(m, Aggregate)}
+    assert {(0, 0), (1, 0), (2, 0)} <= answered  # empty aggregates: the trainer goes on
+    notices = [m for m in mesh.to_trainer["a"] if isinstance(m, Notice)]
+    assert any(n.kind == "trainer" and "fell behind the job" in n.message for n in notices)
