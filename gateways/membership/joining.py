@@ -103,12 +103,13 @@ def join_iteration(ours: LinkInfo, theirs: LinkInfo, *, margin: int) -> int:
     if theirs.join_at is not None:
         return theirs.join_at
     top = max(ours.frontier, theirs.frontier)
-    running = not ours.fresh and not theirs.fresh and ours.low is not None and theirs.low is not None
-    if running and abs(ours.frontier - theirs.frontier) <= margin:
+    lows = (ours.low, theirs.low)
+    if ours.fresh or theirs.fresh or lows[0] is None or lows[1] is None:
+        return 0 if top < 0 else top + 1 + margin
+    if abs(ours.frontier - theirs.frontier) <= margin:
         # both running, neither behind the other: back into every round either still has open (never
         # past the fresh-join rule's J)
-        return max(0, min(ours.low, theirs.low, top + 1 + margin))  # type: ignore[type-var]
-    top = max(ours.frontier, theirs.frontier)
+        return max(0, min(lows[0], lows[1], top + 1 + margin))
     return 0 if top < 0 else top + 1 + margin
 
 
