@@ -23,10 +23,13 @@ each other back from ``min(low)`` instead: every round either still has open is 
 is at every other site, which never lost either. With J = max(frontiers) + 1 + margin the pair kept plans
 without each other for the rounds in between, which no other site runs: their partials were held by parents
 that did not know those plans, a root waited for a quorum it could never see, and the whole job wedged
-(chaos soak finding 1). Only while neither end is behind the other (frontiers
-within ``margin``): a site cut off from everyone for longer fell behind the job, whose results for its old
-rounds are pruned; it rejoins past every frontier as before, and the ``outcome`` messages of the round
-engine settle the rounds it held. Sans-IO.
+(chaos soak finding 1). Only while neither end is behind: both ends' oldest open rounds are within
+``margin`` of the newest frontier, so the results of the rounds re-run are still kept everywhere
+(``retain_finals`` > 2 windows) and answer them. A site cut off from everyone for longer fell behind the
+job, whose results for its old rounds are pruned: re-run, those rounds would wait until pruned here and be
+abandoned, their contributions carried though possibly counted (an engine experiment double-counted one
+that way). It rejoins past every frontier as before, and the ``outcome`` messages of the round engine
+settle the rounds it held with what the others counted. Sans-IO.
 """
 
 from __future__ import annotations
@@ -94,11 +97,13 @@ class LinkInfo:
         return cls(frontier, fresh, join_at, live, low)
 
 
-def join_iteration(ours: LinkInfo, theirs: LinkInfo, *, margin: int) -> int:
+def join_iteration(ours: LinkInfo, theirs: LinkInfo, *, margin: int, retained: int | None = None) -> int:
     """The iteration from which the *other* end (``theirs``) takes part, as both ends compute it.
 
     A fresh gateway starts its engine at ``join_iteration(peer's info, its own info)``: the J its peer
     uses for it (symmetric in the frontiers; the peer's own ``join_at`` is where the *peer* joined).
+    ``retained`` (``margin`` if None) is how far behind the newest frontier either end's oldest open round
+    may be for the two to take each other back from it (see the module docstring).
     """
     if theirs.join_at is not None:
         return theirs.join_at
@@ -106,7 +111,7 @@ def join_iteration(ours: LinkInfo, theirs: LinkInfo, *, margin: int) -> int:
     lows = (ours.low, theirs.low)
     if ours.fresh or theirs.fresh or lows[0] is None or lows[1] is None:
         return 0 if top < 0 else top + 1 + margin
-    if abs(ours.frontier - theirs.frontier) <= margin:
+    if min(lows[0], lows[1]) >= top - (margin if retained is None else retained):
         # both running, neither behind the other: back into every round either still has open (never
         # past the fresh-join rule's J)
         return max(0, min(lows[0], lows[1], top + 1 + margin))

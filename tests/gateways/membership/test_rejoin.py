@@ -91,13 +91,17 @@ def test_a_cold_start_is_never_held_up() -> None:
 
 
 def test_running_gateways_that_lost_each_other_take_each_other_back_from_their_oldest_open_round() -> None:
-    d, f = LinkInfo(12, False, low=9), LinkInfo(13, False, low=11)
-    assert join_iteration(d, f, margin=3) == join_iteration(f, d, margin=3) == 9  # both ends alike
+    d, f = LinkInfo(12, False, low=10), LinkInfo(13, False, low=11)
+    assert join_iteration(d, f, margin=3) == join_iteration(f, d, margin=3) == 10  # both ends alike
     # never past the rule for a fresh gateway, whatever a peer claims
     assert join_iteration(LinkInfo(12, False, low=13), LinkInfo(12, False, low=900), margin=3) == 13
     assert join_iteration(LinkInfo(12, False, low=90), LinkInfo(12, False, low=900), margin=3) == 16
     # one far behind the other (cut off from the job, whose old results are pruned) rejoins past both
     assert join_iteration(LinkInfo(20, False, low=19), LinkInfo(42, False, low=40), margin=3) == 46
+    # behind: an oldest open round more than a window behind the newest frontier (its result may be pruned)
+    ahead, behind = LinkInfo(30, False, low=29), LinkInfo(29, False, low=26)
+    assert join_iteration(ahead, behind, margin=3) == 34
+    assert join_iteration(ahead, behind, margin=3, retained=4) == 26
     # a fresh gateway (no rounds) still joins past every frontier; a claimed join_at still wins
     assert join_iteration(LinkInfo(-1, True), LinkInfo(41, False, low=30), margin=3) == 45
     assert join_iteration(LinkInfo(60, False, low=58), LinkInfo(46, False, 45, low=44), margin=3) == 45
