@@ -7,6 +7,8 @@ The held partial must be answered with the result, or the site waits for it fore
 
 from __future__ import annotations
 
+import pytest
+
 from gateways.membership.joining import LinkInfo, join_iteration
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import RoundMsg
@@ -97,3 +99,29 @@ def test_after_the_partition_every_site_runs_the_same_plan_for_every_open_round(
     assert iterations
     for i in iterations:
         assert len({e.plan_for(i).plan_id for e in net.engines.values()}) == 1, i
+
+
+@pytest.mark.parametrize("cut_for", [0.1, 0.3, 1.0])
+def test_a_site_cut_off_from_everyone_rejoins_without_counting_anything_twice(cut_for: float) -> None:
+    """The running-pair rule must not re-run rounds whose results the others no longer keep: re-run, such a
+    round waits until pruned, is abandoned, and its contribution (counted already) is carried and counted
+    again — which allowing frontiers ``retain_finals`` apart did after a 0.3 s cut."""
+    cfg = RoundConfig(topology="tree", round_deadline_s=0.5, suspect_after_s=1.0)
+    net = Net(SITES, cfg.spec(), cfg)
+    tr = Trainers(net, iterations=120, layers=3, compute=0.05)
+    tr.start()
+    net.run(until=1.0)
+    net.cut.add("f")
+    net.run(until=2.0)
+    others = [s for s in SITES if s != "f"]
+    for s in others:
+        net.lose(s, "f")
+        net.lose("f", s)
+    net.run(until=2.0 + cut_for)
+    net.cut.discard("f")
+    for s in others:
+        net.join(s, "f", _rejoin_at(net, s, "f", cfg))
+        net.join("f", s, _rejoin_at(net, "f", s, cfg))
+    net.run(until=500.0)
+    assert not net.errors
+    assert_accounted(net)
