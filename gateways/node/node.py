@@ -168,6 +168,11 @@ class GatewayNode:
         self._trainer_iteration = -1
         self._shards = ShardRelay(self.site)  # the trainer's data-shard traffic (scheduler.sharding)
         self._work: deque[Action] = deque()
+        #: trainer push acks of results made here (this site finished the round), held until a peer has the
+        #: result: see _deliver
+        self._unshared: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        self._final_seqs: dict[str, list[tuple[int, tuple[int, int]]]] = {}  # peer -> (seq, round) sent
+        self._peer_final = False  # the actions being applied come from a peer's result
         self._applying = False
         self._out: list[NodeAction] = []
         self._times_dirty = False
@@ -334,6 +339,10 @@ class GatewayNode:
                     self._suspect(action, now)
         finally:
             self._applying = False
+        if self._unshared:
+            waiting = {key for sent in self._final_seqs.values() for _, key in sent}
+            for key in [k for k in self._unshared if k not in waiting]:
+                self._send_push_acks(self._unshared.pop(key))  # sent to nobody: nobody to wait for
         self._observe_link_times(now)
 
     def _send_round(self, peer: str, msg: RoundMsg, now: float) -> None:
@@ -341,6 +350,9 @@ class GatewayNode:
         if ch is not None and not ch.ended and not ch.bye_sent:
             try:
                 ch.send_round(msg)
+                key = (msg.iteration, msg.layer)
+                if msg.kind == "final" and key in self._unshared:
+                    self._final_seqs.setdefault(peer, []).append((ch.sent_seq, key))
             except ProtocolError as exc:
                 log.error("cannot frame a round message for %s: %s; closing that link", peer, exc)
                 self._end_link(ch, f"cannot frame a round message: {exc}", now, abort=True)
@@ -363,6 +375,14 @@ class GatewayNode:
         sites = distinct_sites(d.sites) or (self.site,)
         self._to_trainer(Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites))
         self.stats.aggregates_delivered += 1
+        if acks and not self._peer_final:
+            # a result made here exists nowhere else until a peer has it: if this gateway died now, the
+            # others would re-run the round without this site's push, and a trainer told "counted" would
+            # never re-send it (the chaos soak lost a killed root's last pushes so). The acks wait until a
+            # peer acknowledged the result's frame (_release_shared); the trainer re-sends them otherwise
+            key = (d.iteration, d.layer)
+            self._unshared[key] = self._unshared.get(key, ()) + acks
+            return
         self._send_push_acks(acks)
 
     def _answer_empty(self, iteration: int, layer: int) -> None:
@@ -602,6 +622,7 @@ class GatewayNode:
             tag, msg = ch.on_payload(event)
             self._on_round_message(ch, tag, msg, now)
         elif isinstance(event, Ack):
+            self._release_shared(ch.peer, ch.acked_seq(event))
             if self.link_times.acked_through(ch.peer, ch.acked_seq(event), now):
                 self._times_dirty = True
                 self._observe_link_times(now)
@@ -636,7 +657,11 @@ class GatewayNode:
         settled = engine.stats.settled
         if msg.kind == "outcome":
             self._send_push_acks(ledger.on_outcome(msg.layer, msg.step, msg.iteration, msg.sites))
-        self._apply(engine.peer_message(ch.peer, msg, now), now)
+        self._peer_final = msg.kind in ("final", "segment_final")  # a result that exists elsewhere too
+        try:
+            self._apply(engine.peer_message(ch.peer, msg, now), now)
+        finally:
+            self._peer_final = False
         ch.taken(tag)
         if engine.stats.settled > settled:
             self._warn_trainer(
@@ -693,6 +718,25 @@ class GatewayNode:
                 self.t0 if now is None else now,
             )
 
+    def _release_shared(self, peer: str, seq: int | None) -> None:
+        """``peer`` acknowledged our frames up to ``seq`` (None: its link ended): the results made here
+        that it now has (or that only waited for it) release their trainer push acks."""
+        sent = self._final_seqs.get(peer)
+        if not sent:
+            return
+        done = [key for s, key in sent if seq is None or s <= seq]
+        rest = [] if seq is None else [(s, key) for s, key in sent if s > seq]
+        if rest:
+            self._final_seqs[peer] = rest
+        else:
+            del self._final_seqs[peer]
+        waiting = {key for other in self._final_seqs.values() for _, key in other}
+        for key in done:
+            acks = self._unshared.get(key)
+            if acks is not None and (seq is not None or key not in waiting):
+                del self._unshared[key]
+                self._send_push_acks(acks)
+
     def _end_link(
         self,
         ch: PeerChannel,
@@ -715,6 +759,7 @@ class GatewayNode:
         else:
             return  # an older link replaced by a newer one: nothing else to account for
         self.queue.cancel_peer(peer)  # the round engine re-plans what was queued (it keeps its own data)
+        self._release_shared(peer, None)
         self.link_times.drop_peer(peer)
         if self.state in ("stopping", "stopped"):
             self.stats.peer_state(peer, "down", now, reason)

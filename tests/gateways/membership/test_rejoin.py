@@ -15,7 +15,7 @@ from gateways.node import GatewayNode, ToTrainer
 from gateways.wire.round_frames import GATEWAY_REGISTRY
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload
-from wanrt.protocol import Aggregate, Connection, Hello, Notice, Push, Role, Welcome
+from wanrt.protocol import Ack, Aggregate, Connection, Hello, Notice, Push, Role, Welcome
 
 SITES = "abc"
 SECRET = "s" * 32
@@ -186,3 +186,27 @@ def test_a_site_cut_off_from_the_job_catches_up_and_its_trainer_is_told() -> Non
     assert {(0, 0), (1, 0), (2, 0)} <= answered  # empty aggregates: the trainer goes on
     notices = [m for m in mesh.to_trainer["a"] if isinstance(m, Notice)]
     assert any(n.kind == "trainer" and "fell behind the job" in n.message for n in notices)
+
+
+def test_a_root_acks_its_trainer_s_push_only_once_a_peer_has_the_result() -> None:
+    """A result made here exists nowhere else until a peer received it: a root killed in between would
+    leave its trainer believing a push counted that the others re-ran the round without (soak: pushes
+    lost with a killed root). The push ack waits for the peer's link-level Ack of the result."""
+    mesh = _Mesh({s: _node(s) for s in SITES})
+    for a, b in (("a", "b"), ("a", "c"), ("b", "c")):
+        mesh.link(a, b)
+    for node in mesh.nodes.values():
+        node.trainer_connected(1)
+    root = mesh.nodes["a"]
+    assert root.engine is not None and root.engine.plan_for(0).parent_of("a") is None
+    mesh.push("b", 0)
+    mesh.push("c", 0)  # the children's partials are at the root, which waits for its own push
+    payload = SparsePayload.from_dense_blocks(0, np.ones(64, np.float32), np.arange(2), 16)
+    root.trainer_push(1, Push("j", 0, 0, 0, "a", payload), mesh.now)
+    first = [a.msg for a in root.pop_actions() if isinstance(a, ToTrainer)]
+    assert any(isinstance(m, Aggregate) and m.iteration == 0 for m in first)  # delivered here at once
+    assert not any(isinstance(m, Ack) for m in first)  # but not yet acknowledged as counted
+    mesh.pump()  # the children receive the result and acknowledge its frame
+    assert any(isinstance(m, Ack) and (m.iteration, m.layer) == (0, 0) for m in mesh.to_trainer["a"])
+    # a child's own push ack came with the result from its parent, at once
+    assert any(isinstance(m, Ack) and m.iteration == 0 for m in mesh.to_trainer["b"])
