@@ -142,6 +142,7 @@ class RoundEngine:
         # round iteration -> (layer, ids of its result): what rejoining peers are told was counted
         self._history: dict[int, list[tuple[int, tuple[ContribId, ...]]]] = {}
         self._history_since = start_iteration
+        self._outcome_due: dict[str, int] = {}  # peer -> join_at: its outcomes wait for our rounds before
         self._floor = start_iteration - self.config.max_lag  # iterations below are settled here
         # with partial sums in the wire dtype, a contribution that is not summed with anything travels
         # in the dtype it came in (no widening to fp32 and narrowing back, which give the same bits)
@@ -270,7 +271,8 @@ class RoundEngine:
         for r in self._rounds.values():
             if r.iteration < join_at and not self._has_quorum(r.plan):
                 r.age_base = max(r.age_base, join_at)
-        self._send_outcomes(peer, join_at, out)
+        self._outcome_due[peer] = join_at
+        self._send_due_outcomes(out)
         self._replan(now, out)
         return out
 
@@ -606,6 +608,8 @@ class RoundEngine:
             )
         )
         self._flush(r.layer, now, out)
+        if self._outcome_due:
+            self._send_due_outcomes(out)
 
     def _with_hint(self, final: RoundMsg) -> RoundMsg:
         """``final`` as this node sends it, with ``step`` = the fold hint: the first round of the layer this
@@ -680,6 +684,8 @@ class RoundEngine:
                 r.iteration, r.layer, (), r.plan.members, tuple(sorted(r.late)), now - r.first_opened, False
             )
         )
+        if self._outcome_due:
+            self._send_due_outcomes(out)
 
     # ------------------------------------------------------------------------------------------------
     # peer messages
@@ -920,6 +926,19 @@ class RoundEngine:
             ids = tuple(sorted(set(counted.get(layer, ()))))
             self._send(out, peer, RoundMsg("outcome", join_at, layer, 0, None, ids, since))
 
+    def _send_due_outcomes(self, out: list[Action]) -> None:
+        """Tell rejoined peers what was counted once it is known: an ``outcome`` speaks for every round
+        before its join iteration, so it waits until this site finished its own (those that can finish:
+        with a quorum). Sent at once, it said "not counted" for a round still in flight here whose result
+        then counted it: the peer had carried that contribution already and it was counted twice (chaos
+        soak, full run: a root killed with results not yet acknowledged, whose trainer re-sent them)."""
+        for peer, join_at in list(self._outcome_due.items()):
+            if peer not in self._timeline.live:
+                del self._outcome_due[peer]
+            elif not any(r.iteration < join_at and self._has_quorum(r.plan) for r in self._rounds.values()):
+                del self._outcome_due[peer]
+                self._send_outcomes(peer, join_at, out)
+
     def _on_outcome(self, peer: str, m: RoundMsg, now: float, out: list[Action]) -> None:
         join_at, since, layer = m.iteration, m.step, m.layer
         if self._has_quorum(self._timeline.plan_for(max(join_at - 1, 0))) and not any(
@@ -956,7 +975,6 @@ class RoundEngine:
         keep_from = self._frontier - cfg.retain_finals
         for key in [k for k in self._finals if k[0] < keep_from]:
             del self._finals[key], self._final_plan[key], self._final_sent[key]
-            self._final_own.pop(key, None)
         for layer, its in self._done.items():
             if len(its) > 2 * cfg.max_lag:
                 self._done[layer] = {i for i in its if i >= floor}
@@ -965,6 +983,10 @@ class RoundEngine:
             for it in range(self._history_since, hist_floor):
                 self._history.pop(it, None)
             self._history_since = hist_floor
+            # own contributions in results are kept as long as the history: a rejoin's outcome (sent once
+            # the peer finished its rounds before the join) may come after the results themselves went
+            for key in [k for k in self._final_own if k[0] < hist_floor]:
+                del self._final_own[key]
         for peer, q in list(self._buffer.items()):
             if q and q[0].iteration < floor:
                 fresh = deque(m for m in q if m.iteration >= floor)
