@@ -11,6 +11,7 @@ when a restarted site delivered its first round and count every contribution of 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import socket
 import zlib
@@ -26,6 +27,9 @@ from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import Action, Deliver
 from gateways.service.daemon import GatewayDaemon
 from transports import ShapedTransport, Timeouts
+
+#: the site whose gateway task runs (copied into every task it starts): the soak's ``-v`` log names it
+LOG_SITE: contextvars.ContextVar[str] = contextvars.ContextVar("chaos_site", default="-")
 
 JOB = "chaos"
 SECRET = "chaos-s3cret-s3cret-0123"
@@ -190,7 +194,11 @@ class SoakCluster:
         self.daemons[site] = d
         self.generations.append(d)
         started = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(d.run(on_ready=started.set), name=f"gateway {site}")
+        ctx = contextvars.copy_context()
+        ctx.run(LOG_SITE.set, site)
+        task = asyncio.get_running_loop().create_task(
+            d.run(on_ready=started.set), name=f"gateway {site}", context=ctx
+        )
         self.tasks[site] = task
         waiter = asyncio.ensure_future(started.wait())
         await asyncio.wait([waiter, task], return_when=asyncio.FIRST_COMPLETED)

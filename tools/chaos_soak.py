@@ -43,7 +43,16 @@ import numpy as np
 
 from gateways.rounds.config import RoundConfig
 from gateways.service.peer_links import MAX_PREAUTH_PER_HOST
-from tools.chaos_cluster import CONTROL_TOKEN, JOB, SECRET, Accounting, SoakCluster, grow_count, soak_configs
+from tools.chaos_cluster import (
+    CONTROL_TOKEN,
+    JOB,
+    LOG_SITE,
+    SECRET,
+    Accounting,
+    SoakCluster,
+    grow_count,
+    soak_configs,
+)
 from tools.chaos_peer import MaliciousPeer, finite_payload, nan_payload
 from tools.chaos_trainer import ChaosTrainer, layer_shape, make_payload
 from transports.urls import short_socket_dir
@@ -254,11 +263,15 @@ class Soak:
         n, bs = layer_shape(0)
         forged = finite_payload(0, n, bs)
         # a final from a non-parent is never applied; it is ignored (and counted), not a reason to close
-        # the link (plans may differ for a moment after a partition): accepted if it was not recognised
-        ignored_before = d.engine.stats.foreign_finals if d.engine is not None else 0
-        await peer.forged_round(url, kind="final", iteration=it, layer=0, payload=forged, plan_id=plan_id)
-        ignored_after = d.engine.stats.foreign_finals if d.engine is not None else 0
-        if ignored_after == ignored_before:
+        # the link (plans may differ for a moment after a partition): accepted if the link stayed open and
+        # the engine did not count it as ignored — as foreign, or, when the job moved past that round while
+        # the handshake ran (a healthy job runs ~10 iterations a second), as stale or conflicting with the
+        # result it has. Applied, its values (1000) would also show in the sums (pushes_lost)
+        ignored_before = _ignored_finals(d)
+        open_after = await peer.forged_round(
+            url, kind="final", iteration=it, layer=0, payload=forged, plan_id=plan_id
+        )
+        if open_after and _ignored_finals(d) == ignored_before:
             accepted.append("final from a non-parent")
         poisoned = nan_payload(0, n, bs)
         if await peer.forged_round(
@@ -331,6 +344,40 @@ class Soak:
             await asyncio.gather(*runs, return_exceptions=True)
             await self.cluster.aclose()
 
+    def _log_state(self, end: int) -> None:
+        """With ``-v``: where every site stands when the final wait is over (finding a wedge's cause)."""
+        if not log.isEnabledFor(logging.INFO):
+            return
+        for s, d in sorted(self.cluster.daemons.items()):
+            t = self.trainers[s]
+            eng = d.engine if self.cluster.up(s) else None
+            if eng is None:
+                log.info("[%s] down or not joined; trainer next_it %d", s, t.next_it)
+                continue
+            rounds = [eng._rounds[k] for k in eng.open_rounds()[:2]]
+            log.info(
+                "[%s] t %.1f frontier %d, live %s joins %s held %s, trainer next_it %d (end %d), %d open: %s",
+                s,
+                self.now() - self.t0,
+                eng.frontier,
+                ",".join(sorted(eng.live)),
+                eng._timeline._joins,
+                {p: [(m.kind, m.iteration) for m in q][:3] for p, q in eng._buffer.items() if q},
+                t.next_it,
+                end,
+                len(eng.open_rounds()),
+                "; ".join(
+                    f"{r.iteration}/{r.layer} plan {','.join(r.plan.members)} parent {r.plan.parent_of(s)} "
+                    f"gathered {r.gathered} taken {r.taken} waits {r.wait_peer} inputs {sorted(r.inputs)}"
+                    for r in rounds
+                ),
+            )
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(2.0)
+            self._log_state(-1)
+
     async def _soak(self, runs: list[asyncio.Task[None]]) -> dict[str, Any]:
         plan = self.plan
         a = self.trainers["a"]
@@ -338,6 +385,7 @@ class Soak:
             await a.wait(lambda: a.complete(3))
         gc.collect()
         rss_start = rss_mb()
+        watch = asyncio.create_task(self._watch()) if log.isEnabledFor(logging.INFO) else None
         for n, (kind, sites, dur) in enumerate(schedule(plan), 1):
             started = self.now()
             if kind in ("kill1", "kill2"):
@@ -373,6 +421,9 @@ class Soak:
                 for t in self.trainers.values():
                     await t.wait(lambda t=t: t.complete(end))  # type: ignore[misc]
         finished_at = self.now()
+        if watch is not None:
+            watch.cancel()
+        self._log_state(end)
         missing = set().union(*(t.missing(end) for t in self.trainers.values()))
         open_rounds = sum(
             len(d.engine.open_rounds())
@@ -557,6 +608,23 @@ def meets(key: str, value: Any) -> bool:
     return bool(value == target) if op == "==" else bool(value <= target)
 
 
+log = logging.getLogger("tools.chaos_soak")
+
+
+def _ignored_finals(d: Any) -> int:
+    """Round messages the gateway's engine recognised and dropped (foreign, stale, or conflicting)."""
+    if d.engine is None:
+        return 0
+    st = d.engine.stats
+    return int(st.foreign_finals + st.stale_ignored + st.conflicts)
+
+
+def _name_site(record: logging.LogRecord) -> bool:
+    """Every log line names the gateway whose task wrote it (six run in this one process)."""
+    record.site = LOG_SITE.get()
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the same soak, fewer events (< 60 s)")
@@ -567,7 +635,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("WANRT_KERNELS", "numpy")
     level = logging.INFO if args.verbose else logging.ERROR
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format="%(levelname)s [%(site)s] %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_name_site)
     plan = quick_plan(args.seed) if args.quick else full_plan(args.seed)
     plan = dataclasses.replace(plan, skip=tuple(args.skip))
     print(

@@ -149,6 +149,9 @@ class GatewayNode:
         #: the frontier this site had seen before a restart (the daemon's state_file): announced while
         #: fresh, so gateways restarted together resume the job past it instead of at iteration 0
         self.resume_frontier = -1
+        #: until when a fresh gateway refuses to join the job from a peer that is fresh too while either
+        #: of them resumes (a state file): a running peer should place them (see _fresh_pair_problem)
+        self._fresh_wait_until = math.inf
         self._no_link_deadline: dict[str, float] = {}
         self._item_ids = itertools.count(1)
         self._trainer: int | None = None  # the current trainer session
@@ -165,6 +168,11 @@ class GatewayNode:
         self._trainer_iteration = -1
         self._shards = ShardRelay(self.site)  # the trainer's data-shard traffic (scheduler.sharding)
         self._work: deque[Action] = deque()
+        #: trainer push acks of results made here (this site finished the round), held until a peer has the
+        #: result: see _deliver
+        self._unshared: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        self._final_seqs: dict[str, list[tuple[int, tuple[int, int]]]] = {}  # peer -> (seq, round) sent
+        self._peer_final = False  # the actions being applied come from a peer's result
         self._applying = False
         self._out: list[NodeAction] = []
         self._times_dirty = False
@@ -179,6 +187,8 @@ class GatewayNode:
         """Listeners are up: a gateway without peers runs the job alone from iteration 0."""
         if not self.cfg.peers:
             self._create_engine(0, set(self.sites), now)
+        t = self.cfg.timeouts
+        self._fresh_wait_until = now + t.heartbeat_interval * t.heartbeat_misses
         self.state = "joining" if self.engine is None else "running"
 
     @property
@@ -329,6 +339,10 @@ class GatewayNode:
                     self._suspect(action, now)
         finally:
             self._applying = False
+        if self._unshared:
+            waiting = {key for sent in self._final_seqs.values() for _, key in sent}
+            for key in [k for k in self._unshared if k not in waiting]:
+                self._send_push_acks(self._unshared.pop(key))  # sent to nobody: nobody to wait for
         self._observe_link_times(now)
 
     def _send_round(self, peer: str, msg: RoundMsg, now: float) -> None:
@@ -336,6 +350,9 @@ class GatewayNode:
         if ch is not None and not ch.ended and not ch.bye_sent:
             try:
                 ch.send_round(msg)
+                key = (msg.iteration, msg.layer)
+                if msg.kind == "final" and key in self._unshared:
+                    self._final_seqs.setdefault(peer, []).append((ch.sent_seq, key))
             except ProtocolError as exc:
                 log.error("cannot frame a round message for %s: %s; closing that link", peer, exc)
                 self._end_link(ch, f"cannot frame a round message: {exc}", now, abort=True)
@@ -358,6 +375,14 @@ class GatewayNode:
         sites = distinct_sites(d.sites) or (self.site,)
         self._to_trainer(Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites))
         self.stats.aggregates_delivered += 1
+        if acks and not self._peer_final:
+            # a result made here exists nowhere else until a peer has it: if this gateway died now, the
+            # others would re-run the round without this site's push, and a trainer told "counted" would
+            # never re-send it (the chaos soak lost a killed root's last pushes so). The acks wait until a
+            # peer acknowledged the result's frame (_release_shared); the trainer re-sends them otherwise
+            key = (d.iteration, d.layer)
+            self._unshared[key] = self._unshared.get(key, ()) + acks
+            return
         self._send_push_acks(acks)
 
     def _answer_empty(self, iteration: int, layer: int) -> None:
@@ -452,6 +477,7 @@ class GatewayNode:
             fresh=engine is None,
             join_at=join_at,
             live=None if engine is None else tuple(engine.live),
+            low=None if engine is None else engine.oldest_unfinished(),
         ).to_info()
         info["rounds"] = self._rounds_digest
         info.update(self.model.info())
@@ -476,6 +502,24 @@ class GatewayNode:
                 value=other.join_at,
             )
 
+    def _fresh_pair_problem(self, mine: LinkInfo, other: LinkInfo, now: float) -> str | None:
+        """Why two fresh gateways must not start the job between themselves yet (None: they may).
+
+        Two gateways restarted together (chaos soak, kill2) reach each other first, and would join "the
+        job" among themselves at their state files' frontier + a window, behind the survivors, who are
+        many iterations further: their trainers then wait for rounds the others finished long ago. A
+        restarted gateway takes its place from a running peer instead. Only when no running peer links
+        within the time a silent peer is declared lost (the whole job restarted) do fresh ones start
+        it together. A cold start (no state file: frontier -1 at both ends) is never held up."""
+        if self.engine is not None or not (mine.fresh and other.fresh):
+            return None
+        if max(mine.frontier, other.frontier) < 0 or now >= self._fresh_wait_until:
+            return None
+        return (
+            "both gateways restarted; waiting for a running gateway of the job to take this gateway's "
+            f"place from (at most {self._fresh_wait_until - now:.1f} s more)"
+        )
+
     def link_up(
         self, peer: str, conn: Connection, ours: dict[str, Any], theirs: dict[str, Any], now: float
     ) -> int:
@@ -487,6 +531,9 @@ class GatewayNode:
             )
         mine, other = LinkInfo.parse(ours, peer=self.site), LinkInfo.parse(theirs, peer=peer)
         self._check_claims(peer, other)
+        problem = self._fresh_pair_problem(mine, other, now)
+        if problem is not None:
+            raise RemoteProtocolError(problem, peer=peer)
         sig = ModelSignature.from_info(theirs, site=None, peer=peer)
         old = self._by_peer.get(peer)
         if old is not None:
@@ -522,8 +569,11 @@ class GatewayNode:
             ch.send_control(JobModel(self.model.info()))
         margin = self.cfg.rounds.window
         if self.engine is None:
+            # the iteration from which *this* site takes part, as the peer computes it (``join_iteration``
+            # with the roles swapped): the peer's own join_at says where the peer joined, not where a
+            # gateway starting now may, and adopting it put restarted gateways behind the job
             self._create_engine(
-                join_iteration(mine, other, margin=margin),
+                join_iteration(other, mine, margin=margin),
                 initial_live(self.site, peer, other, self.sites),
                 now,
             )
@@ -572,6 +622,7 @@ class GatewayNode:
             tag, msg = ch.on_payload(event)
             self._on_round_message(ch, tag, msg, now)
         elif isinstance(event, Ack):
+            self._release_shared(ch.peer, ch.acked_seq(event))
             if self.link_times.acked_through(ch.peer, ch.acked_seq(event), now):
                 self._times_dirty = True
                 self._observe_link_times(now)
@@ -603,10 +654,25 @@ class GatewayNode:
             self._on_message(ch.peer, msg)
         if msg.payload is not None and not msg.payload.is_finite():
             msg = dataclasses.replace(msg, payload=self._non_finite(msg.payload, ch.peer))
+        settled = engine.stats.settled
         if msg.kind == "outcome":
             self._send_push_acks(ledger.on_outcome(msg.layer, msg.step, msg.iteration, msg.sites))
-        self._apply(engine.peer_message(ch.peer, msg, now), now)
+        self._peer_final = msg.kind in ("final", "segment_final")  # a result that exists elsewhere too
+        try:
+            self._apply(engine.peer_message(ch.peer, msg, now), now)
+        finally:
+            self._peer_final = False
         ch.taken(tag)
+        if engine.stats.settled > settled:
+            self._warn_trainer(
+                self.site,
+                "trainer",
+                f"this site fell behind the job (cut off from the others): its rounds before iteration "
+                f"{msg.iteration} were settled without a result here (empty aggregates; its contributions "
+                "are carried into the job's next rounds) and it continues at the job's frontier; its "
+                "parameters differ from the other sites' until they are resynchronised",
+                now,
+            )
 
     def link_closed(self, link_id: int, reason: str, now: float) -> None:
         """The driver saw link ``link_id`` end (the peer went away, the transport failed)."""
@@ -652,6 +718,25 @@ class GatewayNode:
                 self.t0 if now is None else now,
             )
 
+    def _release_shared(self, peer: str, seq: int | None) -> None:
+        """``peer`` acknowledged our frames up to ``seq`` (None: its link ended): the results made here
+        that it now has (or that only waited for it) release their trainer push acks."""
+        sent = self._final_seqs.get(peer)
+        if not sent:
+            return
+        done = [key for s, key in sent if seq is None or s <= seq]
+        rest = [] if seq is None else [(s, key) for s, key in sent if s > seq]
+        if rest:
+            self._final_seqs[peer] = rest
+        else:
+            del self._final_seqs[peer]
+        waiting = {key for other in self._final_seqs.values() for _, key in other}
+        for key in done:
+            acks = self._unshared.get(key)
+            if acks is not None and (seq is not None or key not in waiting):
+                del self._unshared[key]
+                self._send_push_acks(acks)
+
     def _end_link(
         self,
         ch: PeerChannel,
@@ -674,6 +759,7 @@ class GatewayNode:
         else:
             return  # an older link replaced by a newer one: nothing else to account for
         self.queue.cancel_peer(peer)  # the round engine re-plans what was queued (it keeps its own data)
+        self._release_shared(peer, None)
         self.link_times.drop_peer(peer)
         if self.state in ("stopping", "stopped"):
             self.stats.peer_state(peer, "down", now, reason)

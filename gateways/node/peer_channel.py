@@ -194,6 +194,11 @@ class PeerChannel:
             assert isinstance(event, (Message, ConnectionClosed))
             yield event
 
+    @property
+    def sent_seq(self) -> int:
+        """The sequence number of the last round message queued (-1: none yet)."""
+        return self._seq - 1
+
     def on_tag(self, tag: RoundTag) -> RoundMsg | None:
         return self._inbox.on_tag(tag)
 

@@ -142,6 +142,7 @@ class RoundEngine:
         # round iteration -> (layer, ids of its result): what rejoining peers are told was counted
         self._history: dict[int, list[tuple[int, tuple[ContribId, ...]]]] = {}
         self._history_since = start_iteration
+        self._outcome_due: dict[str, int] = {}  # peer -> join_at: its outcomes wait for our rounds before
         self._floor = start_iteration - self.config.max_lag  # iterations below are settled here
         # with partial sums in the wire dtype, a contribution that is not summed with anything travels
         # in the dtype it came in (no widening to fp32 and narrowing back, which give the same bits)
@@ -270,7 +271,8 @@ class RoundEngine:
         for r in self._rounds.values():
             if r.iteration < join_at and not self._has_quorum(r.plan):
                 r.age_base = max(r.age_base, join_at)
-        self._send_outcomes(peer, join_at, out)
+        self._outcome_due[peer] = join_at
+        self._send_due_outcomes(out)
         self._replan(now, out)
         return out
 
@@ -302,6 +304,12 @@ class RoundEngine:
 
     def open_rounds(self) -> list[Key]:
         return sorted(self._rounds)
+
+    def oldest_unfinished(self) -> int:
+        """The oldest iteration with a round still open here (frontier + 1 if none): what a running peer
+        that lost this site takes it back from (:func:`gateways.membership.joining.join_iteration`)."""
+        oldest = min((i for i, _ in self._rounds), default=self._frontier + 1)
+        return max(oldest, 0)
 
     def held(self, layer: int) -> list[tuple[SparsePayload | None, tuple[ContribId, ...]]]:
         """Every piece of this site's mass of ``layer`` not yet in a final result: the carry (with the
@@ -587,6 +595,8 @@ class RoundEngine:
             for t in targets:
                 sent[t] = plan.plan_id
                 self._send(out, t, down)
+        if self._buffer:
+            self._answer_held(key, out)
         out.append(
             RoundClosed(
                 r.iteration,
@@ -598,6 +608,8 @@ class RoundEngine:
             )
         )
         self._flush(r.layer, now, out)
+        if self._outcome_due:
+            self._send_due_outcomes(out)
 
     def _with_hint(self, final: RoundMsg) -> RoundMsg:
         """``final`` as this node sends it, with ``step`` = the fold hint: the first round of the layer this
@@ -672,6 +684,8 @@ class RoundEngine:
                 r.iteration, r.layer, (), r.plan.members, tuple(sorted(r.late)), now - r.first_opened, False
             )
         )
+        if self._outcome_due:
+            self._send_due_outcomes(out)
 
     # ------------------------------------------------------------------------------------------------
     # peer messages
@@ -740,6 +754,25 @@ class RoundEngine:
             self._send(out, peer, self._with_hint(final))
         else:
             self.stats.late_inputs += 1
+
+    def _answer_held(self, key: Key, out: list[Action]) -> None:
+        """The round ``key`` just got its result here: whoever sent us messages for it under a plan we did
+        not run (held for a re-plan that will now never come) is answered with the result, as a message
+        arriving after the result would be (:meth:`_answer_finished`). Without this, after a partition
+        between two sites (each dropped the other, the rest dropped neither) a site whose parent differs
+        in its plan sent that parent its partial, the parent held it and finished the round under its own
+        plan, and the site waited for the result forever with the parent's link up (the chaos soak's
+        wedge after a short partition)."""
+        for peer, q in list(self._buffer.items()):
+            if not any((m.iteration, m.layer) == key for m in q):
+                continue
+            keep: deque[RoundMsg] = deque()
+            for m in q:
+                if (m.iteration, m.layer) == key:
+                    self._answer_finished(peer, m, out)
+                else:
+                    keep.append(m)
+            self._buffer[peer] = keep
 
     def _hold(self, peer: str, m: RoundMsg) -> None:
         q = self._buffer.get(peer)
@@ -893,6 +926,19 @@ class RoundEngine:
             ids = tuple(sorted(set(counted.get(layer, ()))))
             self._send(out, peer, RoundMsg("outcome", join_at, layer, 0, None, ids, since))
 
+    def _send_due_outcomes(self, out: list[Action]) -> None:
+        """Tell rejoined peers what was counted once it is known: an ``outcome`` speaks for every round
+        before its join iteration, so it waits until this site finished its own (those that can finish:
+        with a quorum). Sent at once, it said "not counted" for a round still in flight here whose result
+        then counted it: the peer had carried that contribution already and it was counted twice (chaos
+        soak, full run: a root killed with results not yet acknowledged, whose trainer re-sent them)."""
+        for peer, join_at in list(self._outcome_due.items()):
+            if peer not in self._timeline.live:
+                del self._outcome_due[peer]
+            elif not any(r.iteration < join_at and self._has_quorum(r.plan) for r in self._rounds.values()):
+                del self._outcome_due[peer]
+                self._send_outcomes(peer, join_at, out)
+
     def _on_outcome(self, peer: str, m: RoundMsg, now: float, out: list[Action]) -> None:
         join_at, since, layer = m.iteration, m.step, m.layer
         if self._has_quorum(self._timeline.plan_for(max(join_at - 1, 0))) and not any(
@@ -929,7 +975,6 @@ class RoundEngine:
         keep_from = self._frontier - cfg.retain_finals
         for key in [k for k in self._finals if k[0] < keep_from]:
             del self._finals[key], self._final_plan[key], self._final_sent[key]
-            self._final_own.pop(key, None)
         for layer, its in self._done.items():
             if len(its) > 2 * cfg.max_lag:
                 self._done[layer] = {i for i in its if i >= floor}
@@ -938,6 +983,10 @@ class RoundEngine:
             for it in range(self._history_since, hist_floor):
                 self._history.pop(it, None)
             self._history_since = hist_floor
+            # own contributions in results are kept as long as the history: a rejoin's outcome (sent once
+            # the peer finished its rounds before the join) may come after the results themselves went
+            for key in [k for k in self._final_own if k[0] < hist_floor]:
+                del self._final_own[key]
         for peer, q in list(self._buffer.items()):
             if q and q[0].iteration < floor:
                 fresh = deque(m for m in q if m.iteration >= floor)

@@ -62,6 +62,8 @@ async def test_killed_gateway_rejoins_and_every_push_is_counted_once() -> None:
                 await asyncio.gather(*runs)
                 for t in trainers.values():
                     await t.wait_all(ITERATIONS)
+                    # a root acks a push once a peer has the result: just after the aggregate, not with it
+                    await t.wait(lambda t=t: not t.unacked)  # type: ignore[misc]
             for t in trainers.values():
                 await t.close()
             await cluster.stop_all()
@@ -144,8 +146,10 @@ async def test_link_failure_between_two_gateways_loses_nothing() -> None:
 
         finals = cluster.delivered("a")
         assert finals.keys() == cluster.delivered("b").keys()
+        # both gateways kept running, so each takes the other back into every round still open (both
+        # hold them: neither has a quorum alone) and they finish with results; a round settled without
+        # one (had either fallen behind) is answered with an empty aggregate, never left waiting
         settled = trainers["a"].aggregates.keys() - finals.keys()
-        assert settled, "some rounds were settled without a result"
         for key in settled:  # answered with an empty aggregate, so the trainer did not wait for it
             agg = trainers["a"].aggregates[key]
             assert agg.payload.nnz_blocks == 0 and agg.sites == ("a",)
@@ -161,8 +165,8 @@ async def test_link_failure_between_two_gateways_loses_nothing() -> None:
             assert all(n == 1 for n in seen.values())
             expect = dense_sum((p for tp, _ in pushed for (_, lay), p in tp.items() if lay == layer), layer)
             np.testing.assert_array_equal(got, expect)
-        assert any(it < i for (i, _), d in finals.items() for _, it in d.sites)  # carried into later rounds
-        assert cluster.stats["a"]["late_contributions"] > 0
+        # the rounds held across the reset were re-run by both and finished with results: none abandoned
+        assert not settled and len(finals) == 30 * LAYERS
 
 
 @pytest.mark.timeout(120)
@@ -200,6 +204,7 @@ async def test_gateways_restarted_together_resume_the_job_past_where_it_was() ->
                 await asyncio.gather(*runs)
                 for t in trainers.values():
                     await t.wait_all(iterations)
+                    await t.wait(lambda t=t: not t.unacked)  # type: ignore[misc]  # (see above)
             for s, w in welcomes.items():
                 assert w.info["join_at"] == restarted[s].join_at
             for t in trainers.values():

@@ -52,6 +52,8 @@ async def _exchange(kind: str) -> None:
                 await asyncio.gather(*(t.run() for t in trainers.values()))
                 for t in trainers.values():
                     await t.wait_all(ITERATIONS)
+                    # a root acks a push once a peer has the result: just after the aggregate, not with it
+                    await t.wait(lambda t=t: not t.unacked)  # type: ignore[misc]
             for t in trainers.values():
                 await t.close()
             await cluster.stop_all()

@@ -1,0 +1,212 @@
+"""Where a (re)joining gateway takes its place: from a running peer, never behind the job (chaos soak).
+
+Node level: real :class:`GatewayNode` s, linked with the real handshake (as :mod:`sims.des.world` does),
+no sockets or loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gateways.config import GatewayConfig
+from gateways.membership.joining import LinkInfo, join_iteration
+from gateways.node import GatewayNode, ToTrainer
+from gateways.wire.round_frames import GATEWAY_REGISTRY
+from wanrt.errors import RemoteProtocolError
+from wanrt.payload import SparsePayload
+from wanrt.protocol import Ack, Aggregate, Connection, Hello, Notice, Push, Role, Welcome
+
+SITES = "abc"
+SECRET = "s" * 32
+LOST_AFTER = 5.0 * 3  # the default heartbeat_interval × heartbeat_misses
+
+
+def _node(site: str, *, resume: int = -1) -> GatewayNode:
+    peers = {p: f"tcp://127.0.0.1:{9000 + ord(p)}" for p in SITES if p != site}
+    node = GatewayNode(GatewayConfig(site=site, job="j", secret=SECRET, peers=peers), 0.0)
+    node.resume_frontier = resume  # what the daemon reads from its state file before start()
+    node.start(0.0)
+    return node
+
+
+def _link(na: GatewayNode, nb: GatewayNode, now: float) -> None:
+    """The real handshake (``na`` dials), then ``link_up`` on both sides; a refusal raises."""
+    a, b = na.site, nb.site
+    ca = Connection(Role.GATEWAY, a, "j", SECRET.encode(), side="client", registry=GATEWAY_REGISTRY, peer=b)
+    cb = Connection(Role.GATEWAY, b, "j", SECRET.encode(), side="server", registry=GATEWAY_REGISTRY, peer=a)
+    ours_a = na.link_info(b)
+    cb.receive_data(ca.hello(ours_a))
+    hello = cb.next_event()
+    assert isinstance(hello, Hello)
+    ours_b = nb.link_info(a)
+    ca.receive_data(cb.accept(ours_b))
+    welcome = ca.next_event()
+    assert isinstance(welcome, Welcome)
+    cb.receive_data(ca.authenticate())
+    cb.next_event()
+    nb.link_up(a, cb, ours_b, dict(hello.info), now)  # the accepting side decides first
+    na.link_up(b, ca, ours_a, dict(welcome.info), now)
+
+
+def _running_at(site: str, frontier: int) -> GatewayNode:
+    """A survivor that has run the job up to ``frontier``."""
+    node = _node(site)
+    node._create_engine(frontier, set(SITES), 0.0)
+    for peer in SITES:
+        if peer != site:
+            node._declare_lost(peer, "its gateway was killed", 0.0)
+    assert node.engine is not None and node.engine.frontier == frontier - 1
+    return node
+
+
+def test_two_restarted_gateways_take_their_place_from_a_running_peer() -> None:
+    a, b = _node("a", resume=10), _node("b", resume=10)  # restarted together, state files at 10
+    c = _running_at("c", 40)  # the job ran on meanwhile
+    with pytest.raises(RemoteProtocolError, match="waiting for a running gateway"):
+        _link(a, b, 0.1)  # they reach each other first: not a job of their own at 10 + 1 + window
+    assert not a.joined and not b.joined
+    _link(a, c, 0.2)
+    _link(b, a, 0.3)  # b joins from a, now running
+    # both past the job's frontier (39), each where every peer counts it in from
+    assert a.join_at == 39 + 1 + 3 and b.join_at == 42 + 1 + 3
+    assert c.engine is not None and a.engine is not None
+    assert c.engine.plan_for(44).members == a.engine.plan_for(44).members == ("a", "c")  # b from 46
+    _link(b, c, 0.4)
+    assert c.engine.plan_for(46).members == a.engine.plan_for(46).members == ("a", "b", "c")
+
+
+def test_fresh_gateways_start_together_when_no_running_peer_links_in_time() -> None:
+    a, b = _node("a", resume=10), _node("b", resume=10)  # the whole job restarted
+    with pytest.raises(RemoteProtocolError):
+        _link(a, b, 1.0)
+    _link(a, b, LOST_AFTER + 0.1)  # nobody running answered within the time a silent peer is lost
+    assert a.join_at == b.join_at == 10 + 1 + 3
+
+
+def test_a_cold_start_is_never_held_up() -> None:
+    a, b = _node("a"), _node("b")
+    _link(a, b, 0.1)
+    assert a.join_at == b.join_at == 0
+
+
+def test_running_gateways_that_lost_each_other_take_each_other_back_from_their_oldest_open_round() -> None:
+    d, f = LinkInfo(12, False, low=10), LinkInfo(13, False, low=11)
+    assert join_iteration(d, f, margin=3) == join_iteration(f, d, margin=3) == 10  # both ends alike
+    # never past the rule for a fresh gateway, whatever a peer claims
+    assert join_iteration(LinkInfo(12, False, low=13), LinkInfo(12, False, low=900), margin=3) == 13
+    assert join_iteration(LinkInfo(12, False, low=90), LinkInfo(12, False, low=900), margin=3) == 16
+    # one far behind the other (cut off from the job, whose old results are pruned) rejoins past both
+    assert join_iteration(LinkInfo(20, False, low=19), LinkInfo(42, False, low=40), margin=3) == 46
+    # behind: an oldest open round more than a window behind the newest frontier (its result may be pruned)
+    ahead, behind = LinkInfo(30, False, low=29), LinkInfo(29, False, low=26)
+    assert join_iteration(ahead, behind, margin=3) == 34
+    assert join_iteration(ahead, behind, margin=3, retained=4) == 26
+    # a fresh gateway (no rounds) still joins past every frontier; a claimed join_at still wins
+    assert join_iteration(LinkInfo(-1, True), LinkInfo(41, False, low=30), margin=3) == 45
+    assert join_iteration(LinkInfo(60, False, low=58), LinkInfo(46, False, 45, low=44), margin=3) == 45
+
+
+def test_low_travels_in_the_handshake_and_is_checked() -> None:
+    info = LinkInfo(5, False, None, ("a", "b"), low=4).to_info()
+    assert LinkInfo.parse(info, peer="x").low == 4
+    for bad in (-1, "4", 2**70):
+        with pytest.raises(RemoteProtocolError, match="low"):
+            LinkInfo.parse({**info, "low": bad}, peer="x")
+
+
+def test_a_running_node_announces_its_oldest_unfinished_iteration() -> None:
+    c = _running_at("c", 40)
+    assert LinkInfo.parse(c.link_info("a"), peer="c").low == 40
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a site cut off from the job catches up instead of waiting forever, and its trainer is told
+# ---------------------------------------------------------------------------------------------------------
+class _Mesh:
+    """Nodes joined by in-memory links: bytes a node writes are handed to the other end at once."""
+
+    def __init__(self, nodes: dict[str, GatewayNode]) -> None:
+        self.nodes = nodes
+        self.links: dict[tuple[str, str], int] = {}  # (site, peer) -> that site's link id
+        self.now = 0.0
+        self.to_trainer: dict[str, list[object]] = {s: [] for s in nodes}
+
+    def link(self, a: str, b: str) -> None:
+        _link(self.nodes[a], self.nodes[b], self.now)
+        for x, y in ((a, b), (b, a)):
+            link_id = self.nodes[x].link_id_of(y)
+            assert link_id is not None
+            self.links[(x, y)] = link_id
+        self.pump()
+
+    def cut(self, a: str, b: str) -> None:
+        for x, y in ((a, b), (b, a)):
+            self.nodes[x].link_closed(self.links.pop((x, y)), "connection reset", self.now)
+        self.pump()
+
+    def pump(self) -> None:
+        moved = True
+        while moved:
+            moved = False
+            for (x, y), link_id in list(self.links.items()):
+                out = self.nodes[x].poll_link(link_id, self.now)
+                if out.parts and (y, x) in self.links:
+                    self.nodes[y].link_data(self.links[(y, x)], b"".join(out.parts), self.now)
+                    moved = True
+            for s, node in self.nodes.items():
+                for action in node.pop_actions():
+                    if isinstance(action, ToTrainer):
+                        self.to_trainer[s].append(action.msg)
+
+    def push(self, site: str, iteration: int) -> None:
+        payload = SparsePayload.from_dense_blocks(0, np.ones(64, np.float32), np.arange(2), 16)
+        self.nodes[site].trainer_push(1, Push("j", iteration, 0, 0, site, payload), self.now)
+        self.pump()
+
+
+def test_a_site_cut_off_from_the_job_catches_up_and_its_trainer_is_told() -> None:
+    mesh = _Mesh({s: _node(s) for s in SITES})
+    for a, b in (("a", "b"), ("a", "c"), ("b", "c")):
+        mesh.link(a, b)
+    for node in mesh.nodes.values():
+        node.trainer_connected(1)
+    mesh.cut("a", "b")
+    mesh.cut("a", "c")  # a is alone: no quorum, it holds its rounds
+    for it in range(3):
+        mesh.push("a", it)
+    for it in range(12):  # b and c (a majority) train on
+        mesh.push("b", it)
+        mesh.push("c", it)
+    a = mesh.nodes["a"]
+    assert a.engine is not None and sorted(a.engine.open_rounds()) == [(0, 0), (1, 0), (2, 0)]
+    mesh.link("a", "b")  # back, far behind the job: it rejoins at the job's frontier
+    assert not a.engine.open_rounds()  # its held rounds were settled: nothing waits forever
+    answered = {(m.iteration, m.payload.nnz) for m in mesh.to_trainer["a"] if isinstance(m, Aggregate)}
+    assert {(0, 0), (1, 0), (2, 0)} <= answered  # empty aggregates: the trainer goes on
+    notices = [m for m in mesh.to_trainer["a"] if isinstance(m, Notice)]
+    assert any(n.kind == "trainer" and "fell behind the job" in n.message for n in notices)
+
+
+def test_a_root_acks_its_trainer_s_push_only_once_a_peer_has_the_result() -> None:
+    """A result made here exists nowhere else until a peer received it: a root killed in between would
+    leave its trainer believing a push counted that the others re-ran the round without (soak: pushes
+    lost with a killed root). The push ack waits for the peer's link-level Ack of the result."""
+    mesh = _Mesh({s: _node(s) for s in SITES})
+    for a, b in (("a", "b"), ("a", "c"), ("b", "c")):
+        mesh.link(a, b)
+    for node in mesh.nodes.values():
+        node.trainer_connected(1)
+    root = mesh.nodes["a"]
+    assert root.engine is not None and root.engine.plan_for(0).parent_of("a") is None
+    mesh.push("b", 0)
+    mesh.push("c", 0)  # the children's partials are at the root, which waits for its own push
+    payload = SparsePayload.from_dense_blocks(0, np.ones(64, np.float32), np.arange(2), 16)
+    root.trainer_push(1, Push("j", 0, 0, 0, "a", payload), mesh.now)
+    first = [a.msg for a in root.pop_actions() if isinstance(a, ToTrainer)]
+    assert any(isinstance(m, Aggregate) and m.iteration == 0 for m in first)  # delivered here at once
+    assert not any(isinstance(m, Ack) for m in first)  # but not yet acknowledged as counted
+    mesh.pump()  # the children receive the result and acknowledge its frame
+    assert any(isinstance(m, Ack) and (m.iteration, m.layer) == (0, 0) for m in mesh.to_trainer["a"])
+    # a child's own push ack came with the result from its parent, at once
+    assert any(isinstance(m, Ack) and m.iteration == 0 for m in mesh.to_trainer["b"])
