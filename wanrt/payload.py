@@ -93,10 +93,16 @@ class SparsePayload:
         return bf16_to_fp32(self.values)
 
     def is_finite(self) -> bool:
-        """True unless a value is NaN or ±Inf (bf16: exponent bits all ones). One pass, no copy."""
-        if self.value_dtype == "bf16":
-            return not bool(np.any((self.values & 0x7F80) == 0x7F80))
-        return bool(np.isfinite(self.values).all())
+        """True unless a value is NaN or ±Inf. 16-bit values are checked on their bits: NaN/Inf are the
+        patterns whose magnitude bits are at least the all-ones exponent, so the largest magnitude says it
+        (``np.isfinite`` on fp16 widens every element: ~10x slower, a tenth of a gateway's CPU per round)."""
+        if self.value_dtype == "fp32":
+            return bool(np.isfinite(self.values).all())
+        if self.values.shape[0] == 0:
+            return True
+        inf = 0x7F80 if self.value_dtype == "bf16" else 0x7C00
+        bits = self.values.view(np.uint16)
+        return int(np.bitwise_and(bits, np.uint16(0x7FFF)).max()) < inf
 
     def validate(self, *, peer: str | None = None) -> None:
         """Check every invariant; raise :class:`MalformedPayload` naming the first one that fails.
