@@ -757,9 +757,13 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
 #: Phases of a two-hop all-pairs round at one site, between the marks ``breakdown`` reads from the traces.
 PHASES = (
     ("push in", "trainer push -> its gateway sends the first part"),
-    ("reduce-scatter", "first part sent -> the last part for its own segment received"),
-    ("reduce", "last part received -> its finished segment sent"),
-    ("all-gather", "finished segment sent -> the last finished segment received"),
+    ("reduce-scatter", "first part sent -> the last part (piece) for its own segment received"),
+    ("reduce", "last part received -> its (last) finished piece sent"),
+    (
+        "all-gather",
+        "last finished piece sent -> the last finished piece received (with cut-through the"
+        " all-gather of earlier pieces overlaps the reduce-scatter: this is its tail)",
+    ),
     ("assemble", "last finished segment received -> result delivered to the node"),
     ("deliver out", "result delivered -> the trainer has the Aggregate"),
 )
@@ -783,7 +787,7 @@ def _site_marks(events: list[list[Any]], it: int) -> tuple[tuple[tuple[str, str]
             return PHASES, [
                 at("send", "segment", min),
                 at("recv", "segment", max),
-                at("send", "segment_final", min),
+                at("send", "segment_final", max),
                 at("recv", "segment_final", max),
                 at("deliver", "final", min),
             ]
