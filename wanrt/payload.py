@@ -102,7 +102,17 @@ class SparsePayload:
             return True
         inf = 0x7F80 if self.value_dtype == "bf16" else 0x7C00
         bits = self.values.view(np.uint16)
-        return int(np.bitwise_and(bits, np.uint16(0x7FFF)).max()) < inf
+        # in cache-sized slices through one small scratch: a layer-sized temporary is fresh memory the
+        # kernel must fault in (5x slower than the check itself on a loaded machine)
+        step = 1 << 16
+        scratch = np.empty(min(step, bits.shape[0]), np.uint16)
+        for i in range(0, bits.shape[0], step):
+            part = bits[i : i + step]
+            out = scratch[: part.shape[0]]
+            np.bitwise_and(part, np.uint16(0x7FFF), out=out)
+            if int(out.max()) >= inf:
+                return False
+        return True
 
     def validate(self, *, peer: str | None = None) -> None:
         """Check every invariant; raise :class:`MalformedPayload` naming the first one that fails.
