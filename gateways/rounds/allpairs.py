@@ -45,6 +45,7 @@ functions only update it and return what to send; the engine owns time, deadline
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -92,10 +93,12 @@ def piece_count(shape: tuple[int, int] | None, n: int, chunk_bytes: int) -> int:
     return max(1, min(seg, -(-seg * block_size * _F32 // chunk_bytes)))
 
 
+@functools.lru_cache(maxsize=1024)
 def piece_bounds(total_blocks: int, n: int, pieces: int) -> npt.NDArray[np.int64]:
     """``n * pieces + 1`` boundaries: segment ``g`` of :func:`segment_bounds` cut into ``pieces`` near-equal
     pieces; piece ``k`` of segment ``g`` is ``[b[g*pieces + k], b[g*pieces + k + 1])``. Segment boundaries
-    are kept, so one piece per segment is exactly the unchunked cut."""
+    are kept, so one piece per segment is exactly the unchunked cut. Cached and read-only (every message
+    of a round is checked against it)."""
     seg = segment_bounds(total_blocks, n)
     k = np.arange(pieces, dtype=np.int64)
     lo, width = seg[:-1, None], (seg[1:] - seg[:-1])[:, None]
