@@ -29,9 +29,11 @@ namespace's gateway before and after the measured rounds; per site and round.
 hivemind's DecentralizedAverager is run beside it only where ``import hivemind`` works (it is not a
 dependency of the project); otherwise "hivemind not installed: skipped".
 
-``--profile DIR`` runs each gateway under cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``);
-``--rows`` and ``--topologies`` select what runs. Needs root (namespaces, tc); every namespace and process
-is removed on exit, also on an error or Ctrl-C.
+``--chunk-bytes N`` sets ``[gateway.rounds] allpairs_chunk_bytes`` (the all-pairs cut-through piece size;
+0 = store-and-forward, for A/B runs in the same conditions). ``--profile DIR`` runs each gateway under
+cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``); ``--rows`` and ``--topologies`` select
+what runs. Needs root (namespaces, tc); every namespace and process is removed on exit, also on an error or
+Ctrl-C.
 
 Usage: sudo python tools/bench_round.py [--quick] [--json PATH]
 """
