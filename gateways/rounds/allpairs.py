@@ -176,6 +176,18 @@ def _covers(m: RoundMsg, pieces: int) -> range:
     return range(m.step, m.step + 1)
 
 
+def _stored(d: dict[tuple[int, int], RoundMsg], who: int, k: int) -> RoundMsg | None:
+    """The message standing for piece ``k`` from (or of) ``who``: the piece itself, or one stored under
+    piece 0 that stands for every piece (whole, or empty) — stored when the layer's shape was still unknown
+    here, so the cut was one piece then; it must not block the pieces of the cut learned since."""
+    m = d.get((who, k))
+    if m is None and k:
+        m0 = d.get((who, 0))
+        if m0 is not None and (m0.segment == WHOLE or m0.payload is None):
+            return m0
+    return m
+
+
 def take_part(peer: str, r: OpenRound, m: RoundMsg, pieces: int = 1) -> None:
     """Store a member's part for the segment this member owns (it may arrive before this member started):
     one piece, or a whole contribution / empty part standing for every piece."""
@@ -254,7 +266,7 @@ def _absorb(r: OpenRound, p: int, n: int, k: int, pieces: int) -> bool:
                 break
             part = _piece(slices[p], False, p, k, n, pieces)
         else:
-            m = r.ap_recv.get((nxt, k))
+            m = _stored(r.ap_recv, nxt, k)
             if m is None:
                 break
             whole = m.segment == WHOLE
@@ -303,15 +315,19 @@ def allpairs_reduce(
     for k in range(pieces):
         if (p, k) in r.ap_finals or not _absorb(r, p, n, k, pieces):
             continue
-        ids = merge_ids(r.ring_ids, *(recv[(q, k)].sites for q in range(n) if q != p))
+        senders = [_stored(recv, q, k) for q in range(n) if q != p]
+        ids = merge_ids(r.ring_ids, *(m.sites for m in senders if m is not None))
         _, acc = r.ap_sums.pop(k)
         fin = _finish(r, p, acc, ids, shape, bound, narrow, keep_residual=True, k=k)
         r.ap_finals[(p, k)] = fin
         for q in range(n):
-            recv.pop((q, k), None)  # summed: drop the slices now (a dense round holds N of them)
+            m = recv.get((q, k))
+            if m is not None and m.segment != WHOLE and m.payload is not None:
+                del recv[(q, k)]  # summed: drop the slice now (a dense round holds N of them)
         out.extend((s, fin) for s in plan.core if s != site)
     if all((p, k) in r.ap_finals for k in range(pieces)):
         r.ring_step = 1
+        recv.clear()
     return out
 
 
@@ -320,9 +336,10 @@ def allpairs_result(r: OpenRound, pieces: int = 1) -> RoundMsg | None:
     n = len(r.plan.core)
     if len(r.seg_finals) == n:
         return ring_result(r)
-    if len(r.ap_finals) < n * pieces:
+    got = [_stored(r.ap_finals, g, k) for g in range(n) for k in range(pieces)]
+    if any(m is None for m in got):
         return None
-    fins = [r.ap_finals[(g, k)] for g in range(n) for k in range(pieces)]
+    fins = [m for m in got if m is not None]
     ids = merge_ids(*(m.sites for m in fins))
     known = next((m.payload for m in fins if m.payload is not None), None)
     payload = None
@@ -347,11 +364,13 @@ def allpairs_waiting_on(r: OpenRound, site: str, pieces: int = 1) -> str | None:
     p = plan.ring_position(site)
     if not r.ring_step:
         for q, s in enumerate(plan.core):
-            if q != p and any((p, k) not in r.ap_finals and (q, k) not in r.ap_recv for k in range(pieces)):
+            if q != p and any(
+                (p, k) not in r.ap_finals and _stored(r.ap_recv, q, k) is None for k in range(pieces)
+            ):
                 return s
     if len(r.seg_finals) == len(plan.core):
         return None
     for g, s in enumerate(plan.core):
-        if g != p and any((g, k) not in r.ap_finals for k in range(pieces)):
+        if g != p and any(_stored(r.ap_finals, g, k) is None for k in range(pieces)):
             return s
     return None

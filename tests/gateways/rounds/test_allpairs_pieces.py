@@ -216,3 +216,21 @@ def test_cap_policy_keeps_one_piece_per_segment() -> None:
     pushed = {s: _payload(i) for i, s in enumerate(SITES)}
     _, sent = _drive(cfg, pushed, seed=0)
     assert sum(a.kind == "segment" for _, a in sent) == 6
+
+
+def test_an_empty_part_stored_before_the_shape_was_known_stands_for_every_piece() -> None:
+    """b knows nothing of the layer when c's empty whole part arrives (one piece then); a's dense pieces
+    teach it the shape (16 pieces): the empty part must count for all 16, not block pieces 1..15."""
+    e = RoundEngine("b", SITES, PlanSpec.make("allpairs"), RoundConfig(allpairs_chunk_bytes=CHUNK))
+    pid = e.plan_for(0).plan_id
+    assert e.peer_message("c", RoundMsg("segment", 0, LAYER, pid, None, (), 0, -1), now=0.0) == []
+    k = piece_count((DENSE_LEN, BS), 3, CHUNK)
+    for step in range(k):
+        part = _piece_of(0, 1, step, k)
+        e.peer_message("a", RoundMsg("segment", 0, LAYER, pid, part, (("a", 0),), step, 1), now=0.0)
+    out = e.tick(now=10.0)  # b's own trainer never pushed: past the deadline b goes on without it
+    fins = [a for a in out if isinstance(a, Send) and a.kind == "segment_final"]
+    assert sorted({a.msg.step for a in fins}) == list(range(k)) and {a.peer for a in fins} == {"a", "c"}
+    for a in fins:  # a's slice alone: the empty parts added nothing
+        assert a.msg.payload is not None
+        assert a.msg.payload.values.tobytes() == _piece_of(0, 1, a.msg.step, k).values.tobytes()
