@@ -29,9 +29,11 @@ namespace's gateway before and after the measured rounds; per site and round.
 hivemind's DecentralizedAverager is run beside it only where ``import hivemind`` works (it is not a
 dependency of the project); otherwise "hivemind not installed: skipped".
 
-``--profile DIR`` runs each gateway under cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``);
-``--rows`` and ``--topologies`` select what runs. Needs root (namespaces, tc); every namespace and process
-is removed on exit, also on an error or Ctrl-C.
+``--chunk-bytes N`` sets ``[gateway.rounds] allpairs_chunk_bytes`` (the all-pairs cut-through piece size;
+0 = store-and-forward, for A/B runs in the same conditions). ``--profile DIR`` runs each gateway under
+cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``); ``--rows`` and ``--topologies`` select
+what runs. Needs root (namespaces, tc); every namespace and process is removed on exit, also on an error or
+Ctrl-C.
 
 Usage: sudo python tools/bench_round.py [--quick] [--json PATH]
 """
@@ -440,7 +442,14 @@ def _env() -> dict[str, str]:
 
 
 def gateway_toml(
-    site: str, emu: Any, sock_dir: Path, topology: str, secret_file: Path, rate_bps: float, direct: bool
+    site: str,
+    emu: Any,
+    sock_dir: Path,
+    topology: str,
+    secret_file: Path,
+    rate_bps: float,
+    direct: bool,
+    chunk_bytes: int | None = None,
 ) -> str:
     i = SITES.index(site)
     peers = "\n".join(
@@ -470,6 +479,7 @@ round_deadline_s = 120.0
 t_w_s = 120.0
 suspect_after_s = 120.0
 allpairs_direct = {"true" if direct else "false"}
+{"" if chunk_bytes is None else f"allpairs_chunk_bytes = {chunk_bytes}"}
 
 [gateway.rates]
 enabled = false
@@ -500,6 +510,7 @@ async def session(
     profile: Path | None,
     trace: Path | None = None,
     direct: bool = True,
+    chunk_bytes: int | None = None,
 ) -> AsyncIterator[Session]:
     """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit."""
     s = Session(topology)
@@ -509,7 +520,7 @@ async def session(
         for site in SITES:
             i = SITES.index(site)
             cfg = work / f"{topology}-{site}.toml"
-            cfg.write_text(gateway_toml(site, emu, work, topology, secret, rate_bps, direct))
+            cfg.write_text(gateway_toml(site, emu, work, topology, secret, rate_bps, direct, chunk_bytes))
             ready = work / f"{topology}-{site}.ready"
             ready.unlink(missing_ok=True)
             s.stats_files[site] = work / f"{topology}-{site}.stats.json"
@@ -715,7 +726,10 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
         mine: list[dict[str, Any]] = []
         pace = args.pace_bps or args.rate
         t_start = time.monotonic()
-        async with session(emu, work, topology, pace, args.profile, args.trace, not args.no_direct) as s:
+        direct = not args.no_direct
+        async with session(
+            emu, work, topology, pace, args.profile, args.trace, direct, args.chunk_bytes
+        ) as s:
             print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
                 # sparse rounds take milliseconds and a loaded machine's noise is of that size: 3x as many
@@ -745,9 +759,13 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
 #: Phases of a two-hop all-pairs round at one site, between the marks ``breakdown`` reads from the traces.
 PHASES = (
     ("push in", "trainer push -> its gateway sends the first part"),
-    ("reduce-scatter", "first part sent -> the last part for its own segment received"),
-    ("reduce", "last part received -> its finished segment sent"),
-    ("all-gather", "finished segment sent -> the last finished segment received"),
+    ("reduce-scatter", "first part sent -> the last part (piece) for its own segment received"),
+    ("reduce", "last part received -> its (last) finished piece sent"),
+    (
+        "all-gather",
+        "last finished piece sent -> the last finished piece received (with cut-through the"
+        " all-gather of earlier pieces overlaps the reduce-scatter: this is its tail)",
+    ),
     ("assemble", "last finished segment received -> result delivered to the node"),
     ("deliver out", "result delivered -> the trainer has the Aggregate"),
 )
@@ -771,7 +789,7 @@ def _site_marks(events: list[list[Any]], it: int) -> tuple[tuple[tuple[str, str]
             return PHASES, [
                 at("send", "segment", min),
                 at("recv", "segment", max),
-                at("send", "segment_final", min),
+                at("send", "segment_final", max),
                 at("recv", "segment_final", max),
                 at("deliver", "final", min),
             ]
@@ -870,6 +888,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--topologies", nargs="+", default=["allpairs", "ring"])
     ap.add_argument(
         "--no-direct", action="store_true", help="all-pairs always two-hop ([gateway.rounds] allpairs_direct)"
+    )
+    ap.add_argument(
+        "--chunk-bytes",
+        type=int,
+        help="[gateway.rounds] allpairs_chunk_bytes: cut-through piece size (0: off; default: the gateway's)",
     )
     ap.add_argument("--rows", nargs="+", default=[r.name for r in ROWS], choices=[r.name for r in ROWS])
     ap.add_argument("--profile", type=Path, help="run each gateway under cProfile, .prof files here")

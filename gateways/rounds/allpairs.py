@@ -45,13 +45,15 @@ functions only update it and return what to send; the engine owns time, deadline
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
-from gateways.rounds.aggregate import aggregate, segment_bounds, split_segments
+from gateways.rounds.aggregate import aggregate, concat_segments, segment_bounds, split_segments
 from gateways.rounds.messages import ContribId, RoundMsg
-from gateways.rounds.ring import Bound
+from gateways.rounds.ring import Bound, ring_result
 from gateways.rounds.state import OpenRound, merge_ids
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
@@ -59,8 +61,12 @@ from wanrt.payload import SparsePayload, n_blocks
 __all__ = [
     "WHOLE",
     "allpairs_reduce",
+    "allpairs_result",
     "allpairs_start",
     "allpairs_waiting_on",
+    "cut_blocks",
+    "piece_bounds",
+    "piece_count",
     "sends_whole",
     "take_part",
     "take_segment_final",
@@ -68,6 +74,44 @@ __all__ = [
 
 #: ``segment`` of a part that carries a member's whole contribution (a direct round).
 WHOLE = -1
+
+#: Bytes of one dense fp32 value: pieces are sized on the dense fp32 layer, so every site cuts the same
+#: pieces whatever dtype its values travel in.
+_F32 = 4
+
+
+def piece_count(shape: tuple[int, int] | None, n: int, chunk_bytes: int) -> int:
+    """Pieces per segment: enough that one piece of dense fp32 values is at most ``chunk_bytes`` (1 if
+    off, the shape is unknown or a segment is a single block). A function of the layer shape and the
+    config only, so every member computes the same cut."""
+    if shape is None or chunk_bytes <= 0 or n < 1:
+        return 1
+    dense_len, block_size = shape
+    seg = n_blocks(dense_len, block_size) // n
+    if seg <= 1:
+        return 1
+    return max(1, min(seg, -(-seg * block_size * _F32 // chunk_bytes)))
+
+
+@functools.lru_cache(maxsize=1024)
+def piece_bounds(total_blocks: int, n: int, pieces: int) -> npt.NDArray[np.int64]:
+    """``n * pieces + 1`` boundaries: segment ``g`` of :func:`segment_bounds` cut into ``pieces`` near-equal
+    pieces; piece ``k`` of segment ``g`` is ``[b[g*pieces + k], b[g*pieces + k + 1])``. Segment boundaries
+    are kept, so one piece per segment is exactly the unchunked cut. Cached and read-only (every message
+    of a round is checked against it)."""
+    seg = segment_bounds(total_blocks, n)
+    k = np.arange(pieces, dtype=np.int64)
+    lo, width = seg[:-1, None], (seg[1:] - seg[:-1])[:, None]
+    out = np.append((lo + (width * k[None, :]) // pieces).reshape(-1), np.int64(total_blocks))
+    out.flags.writeable = False
+    return out
+
+
+def cut_blocks(p: SparsePayload, lo: int, hi: int) -> SparsePayload:
+    """The blocks of ``p`` in ``[lo, hi)``, as views of ``p``'s arrays (no copy, no conversion)."""
+    a, b = (int(x) for x in np.searchsorted(p.indices, (lo, hi)))
+    bs = p.block_size
+    return SparsePayload(p.layer, p.dense_len, bs, p.indices[a:b], p.values[a * bs : b * bs], p.value_dtype)
 
 
 def sends_whole(contrib: SparsePayload | None, n: int) -> bool:
@@ -85,9 +129,11 @@ def allpairs_start(
     shape: tuple[int, int] | None,
     *,
     direct: bool = True,
+    pieces: int = 1,
 ) -> list[tuple[str, RoundMsg]]:
-    """Send this member's contribution on, all at once: each segment to its owner, or (``direct`` and
-    sparse) the whole contribution to every other member."""
+    """Send this member's contribution on, all at once: each segment to its owner in ``pieces`` pieces
+    (piece-major: piece k goes out on every link before piece k+1, so every owner can start summing early),
+    or (``direct`` and sparse) the whole contribution to every other member."""
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     if contrib is None and shape is not None:
@@ -102,26 +148,64 @@ def allpairs_start(
     if r.whole:
         whole = RoundMsg("segment", r.iteration, r.layer, plan.plan_id, contrib, ids, 0, WHOLE)
         return [(owner, whole) for owner in plan.core if owner != site]
-    return [
-        (owner, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, r.ring_slices[g], ids, 0, g))
-        for g, owner in enumerate(plan.core)
-        if g != p
-    ]
+    slices = r.ring_slices
+    if contrib is None or pieces == 1:
+        return [
+            (owner, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, slices[g], ids, 0, g))
+            for g, owner in enumerate(plan.core)
+            if g != p
+        ]
+    b = piece_bounds(n_blocks(contrib.dense_len, contrib.block_size), n, pieces)
+    out: list[tuple[str, RoundMsg]] = []
+    for k in range(pieces):
+        for g, owner in enumerate(plan.core):
+            part = slices[g]
+            if g == p or part is None:
+                continue
+            lo, hi = int(b[g * pieces + k]), int(b[g * pieces + k + 1])
+            piece = cut_blocks(part, lo, hi)
+            out.append((owner, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, piece, ids, k, g)))
+    return out
 
 
-def take_part(peer: str, r: OpenRound, m: RoundMsg) -> None:
-    """Store a member's slice of the segment this member owns (it may arrive before this member started)."""
+def _covers(m: RoundMsg, pieces: int) -> range:
+    """The pieces one received message fills: all of them for a whole contribution or an empty message
+    (a sender that knew no shape cuts nothing), else its own (``step``)."""
+    if m.segment == WHOLE or m.payload is None:
+        return range(pieces)
+    return range(m.step, m.step + 1)
+
+
+def _stored(d: dict[tuple[int, int], RoundMsg], who: int, k: int) -> RoundMsg | None:
+    """The message standing for piece ``k`` from (or of) ``who``: the piece itself, or one stored under
+    piece 0 that stands for every piece (whole, or empty) — stored when the layer's shape was still unknown
+    here, so the cut was one piece then; it must not block the pieces of the cut learned since."""
+    m = d.get((who, k))
+    if m is None and k:
+        m0 = d.get((who, 0))
+        if m0 is not None and (m0.segment == WHOLE or m0.payload is None):
+            return m0
+    return m
+
+
+def take_part(peer: str, r: OpenRound, m: RoundMsg, pieces: int = 1) -> None:
+    """Store a member's part for the segment this member owns (it may arrive before this member started):
+    one piece, or a whole contribution / empty part standing for every piece."""
     q = r.plan.ring_position(peer)
-    if q in r.ring_recv or r.ring_step:
-        raise RemoteProtocolError("duplicate all-pairs part", peer=peer, value=m.segment)
-    r.ring_recv[q] = m
+    covers = _covers(m, pieces)
+    if r.ring_step or any((q, k) in r.ap_recv for k in covers):
+        raise RemoteProtocolError("duplicate all-pairs part", peer=peer, value=(m.segment, m.step))
+    for k in covers:
+        r.ap_recv[(q, k)] = m
 
 
-def take_segment_final(peer: str, r: OpenRound, m: RoundMsg) -> None:
-    """Store a finished segment from its owner."""
-    if m.segment in r.seg_finals:
-        raise RemoteProtocolError("duplicate segment result", peer=peer, value=m.segment)
-    r.seg_finals[m.segment] = m
+def take_segment_final(peer: str, r: OpenRound, m: RoundMsg, pieces: int = 1) -> None:
+    """Store a finished piece (or, from an owner that knew no shape, an empty finished segment)."""
+    covers = _covers(m, pieces)
+    if any((m.segment, k) in r.ap_finals for k in covers):
+        raise RemoteProtocolError("duplicate segment result", peer=peer, value=(m.segment, m.step))
+    for k in covers:
+        r.ap_finals[(m.segment, k)] = m
 
 
 def _slice(m: RoundMsg, g: int, n: int) -> SparsePayload | None:
@@ -130,9 +214,18 @@ def _slice(m: RoundMsg, g: int, n: int) -> SparsePayload | None:
     if m.segment != WHOLE or p is None:
         return p
     bounds = segment_bounds(n_blocks(p.dense_len, p.block_size), n)
-    a, b = (int(x) for x in np.searchsorted(p.indices, bounds[g : g + 2]))
-    bs = p.block_size
-    return SparsePayload(p.layer, p.dense_len, bs, p.indices[a:b], p.values[a * bs : b * bs], p.value_dtype)
+    return cut_blocks(p, int(bounds[g]), int(bounds[g + 1]))
+
+
+def _piece(
+    part: SparsePayload | None, whole: bool, g: int, k: int, n: int, pieces: int
+) -> SparsePayload | None:
+    """Piece ``k`` of segment ``g`` out of a part: a piece as received, or cut from a segment slice or a
+    whole contribution (views)."""
+    if part is None or (pieces == 1 and not whole):
+        return part
+    b = piece_bounds(n_blocks(part.dense_len, part.block_size), n, pieces)
+    return cut_blocks(part, int(b[g * pieces + k]), int(b[g * pieces + k + 1]))
 
 
 def _finish(
@@ -144,8 +237,10 @@ def _finish(
     bound: Bound,
     narrow: Callable[[RoundMsg], RoundMsg],
     keep_residual: bool,
+    k: int = 0,
 ) -> RoundMsg:
-    """Segment ``g``'s result from its sum: bounded, narrowed once."""
+    """Segment ``g``'s (piece ``k``'s) result from its sum: bounded, narrowed once. The bound is per
+    segment: with ``forward_policy = "cap"`` a segment is one piece (the engine asks for one)."""
     n = len(r.plan.core)
     scope = None
     if shape is not None:
@@ -154,32 +249,33 @@ def _finish(
     kept, rest = bound(acc, scope)
     if rest is not None and keep_residual:
         r.residuals[r.plan.plan_id] = rest
-    fin = narrow(RoundMsg("segment_final", r.iteration, r.layer, r.plan.plan_id, kept, ids, 0, g))
-    r.seg_finals[g] = fin
-    return fin
+    return narrow(RoundMsg("segment_final", r.iteration, r.layer, r.plan.plan_id, kept, ids, k, g))
 
 
-def _absorb(r: OpenRound, p: int, n: int) -> None:
-    """Add every slice of the owned segment that is here to the running sum, in core order: the sum is
-    built while later slices are still on the wire, so the last arrival costs one addition, not N - 1.
-    ``aggregate`` of a prefix and the next slice adds each block in the order a single ``aggregate`` of
-    all N would (the first addend lands unchanged, the others in input order), so the bits are the same."""
-    while r.ap_next < n:
-        q = r.ap_next
-        if q == p:
-            if r.ring_slices is None:
-                return
-            part = r.ring_slices[p]
+def _absorb(r: OpenRound, p: int, n: int, k: int, pieces: int) -> bool:
+    """Add every slice of piece ``k`` of the owned segment that is here to its running sum, in core order:
+    the sum is built while later slices are still on the wire, so the last arrival costs one addition, not
+    N - 1. ``aggregate`` of a prefix and the next slice adds each block in the order a single ``aggregate``
+    of all N would (the first addend lands unchanged, the others in input order), so the bits are the same
+    (and the same for any number of pieces: sums are per block). True once all N are summed."""
+    nxt, acc = r.ap_sums.get(k, (0, None))
+    slices = r.ring_slices
+    while nxt < n:
+        if nxt == p:
+            if slices is None:
+                break
+            part = _piece(slices[p], False, p, k, n, pieces)
         else:
-            m = r.ring_recv.get(q)
+            m = _stored(r.ap_recv, nxt, k)
             if m is None:
-                return
-            part = _slice(m, p, n)
-        peer = None if q == p else r.plan.core[q]
-        r.ap_sum = (
-            aggregate([part], peers=[peer]) if q == 0 else aggregate([r.ap_sum, part], peers=[None, peer])
-        )
-        r.ap_next += 1
+                break
+            whole = m.segment == WHOLE
+            part = _piece(m.payload, True, p, k, n, pieces) if whole else m.payload
+        peer = None if nxt == p else r.plan.core[nxt]
+        acc = aggregate([part], peers=[peer]) if nxt == 0 else aggregate([acc, part], peers=[None, peer])
+        nxt += 1
+    r.ap_sums[k] = (nxt, acc)
+    return nxt == n
 
 
 def allpairs_reduce(
@@ -188,48 +284,93 @@ def allpairs_reduce(
     shape: tuple[int, int] | None,
     bound: Bound,
     narrow: Callable[[RoundMsg], RoundMsg],
+    pieces: int = 1,
 ) -> list[tuple[str, RoundMsg]]:
-    """Once every member's part is here: if all came whole, compute every segment here (a direct round,
-    nothing more to send); else finish the sum of the owned segment (built in core order as the slices
-    came, :func:`_absorb`), bound it, and send the finished segment to every other member (narrowed once,
-    here, so the owner keeps the very bytes the others get). Returns the messages to send."""
+    """Once every member's part is here and all came whole, compute every segment here (a direct round,
+    nothing more to send). Else, as soon as the round is known to be two-hop (some part was cut, or this
+    member cut its own), finish every piece of the owned segment whose N slices are summed (built in core
+    order as they came, :func:`_absorb`): bound, narrow once (the owner keeps the very bytes the others
+    get) and send it to every other member, while later pieces are still arriving (cut-through). Returns
+    the messages to send."""
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     slices = r.ring_slices
-    if r.ring_step:
+    if r.ring_step or slices is None:
         return []
-    _absorb(r, p, n)
-    if slices is None or len(r.ring_recv) < n - 1:
-        return []
-    recv = r.ring_recv
-    ids = merge_ids(r.ring_ids, *(recv[q].sites for q in range(n) if q != p))
-    r.ring_step = 1
-    own, r.ap_sum = r.ap_sum, None
-    if r.whole and all(m.segment == WHOLE for m in recv.values()):
+    recv = r.ap_recv
+    two_hop = not r.whole or any(m.segment != WHOLE for m in recv.values())
+    if not two_hop:
+        if any((q, 0) not in recv for q in range(n) if q != p):
+            return []
+        whole = {q: recv[(q, 0)] for q in range(n) if q != p}
+        ids = merge_ids(r.ring_ids, *(m.sites for m in whole.values()))
+        r.ring_step = 1
         for g in range(n):
-            if g == p:
-                acc = own
-            else:
-                parts = [slices[g] if q == p else _slice(recv[q], g, n) for q in range(n)]
-                acc = aggregate(parts, peers=[plan.core[q] for q in range(n)])
-            _finish(r, g, acc, ids, shape, bound, narrow, keep_residual=g == p)
+            parts = [slices[g] if q == p else _slice(whole[q], g, n) for q in range(n)]
+            acc = aggregate(parts, peers=[plan.core[q] for q in range(n)])
+            r.seg_finals[g] = _finish(r, g, acc, ids, shape, bound, narrow, keep_residual=g == p)
         recv.clear()
         return []
-    fin = _finish(r, p, own, ids, shape, bound, narrow, keep_residual=True)
-    recv.clear()  # the slices are summed: drop them now (a dense round holds N of them)
-    return [(q, fin) for q in plan.core if q != site]
+    out: list[tuple[str, RoundMsg]] = []
+    for k in range(pieces):
+        if (p, k) in r.ap_finals or not _absorb(r, p, n, k, pieces):
+            continue
+        senders = [_stored(recv, q, k) for q in range(n) if q != p]
+        ids = merge_ids(r.ring_ids, *(m.sites for m in senders if m is not None))
+        _, acc = r.ap_sums.pop(k)
+        fin = _finish(r, p, acc, ids, shape, bound, narrow, keep_residual=True, k=k)
+        r.ap_finals[(p, k)] = fin
+        for q in range(n):
+            m = recv.get((q, k))
+            if m is not None and m.segment != WHOLE and m.payload is not None:
+                del recv[(q, k)]  # summed: drop the slice now (a dense round holds N of them)
+        out.extend((s, fin) for s in plan.core if s != site)
+    if all((p, k) in r.ap_finals for k in range(pieces)):
+        r.ring_step = 1
+        recv.clear()
+    return out
 
 
-def allpairs_waiting_on(r: OpenRound, site: str) -> str | None:
-    """The first member this one still waits for: a missing slice before the reduce, then a missing
-    finished segment (``None``: nothing is missing)."""
+def allpairs_result(r: OpenRound, pieces: int = 1) -> RoundMsg | None:
+    """The round's result once every finished segment (direct round) or piece (two-hop) is here."""
+    n = len(r.plan.core)
+    if len(r.seg_finals) == n:
+        return ring_result(r)
+    got = [_stored(r.ap_finals, g, k) for g in range(n) for k in range(pieces)]
+    if any(m is None for m in got):
+        return None
+    fins = [m for m in got if m is not None]
+    ids = merge_ids(*(m.sites for m in fins))
+    known = next((m.payload for m in fins if m.payload is not None), None)
+    payload = None
+    if known is not None:
+        seen: set[int] = set()
+        parts = []
+        for m in fins:  # an empty finished segment from an owner that knew no shape stands for all pieces
+            if m.payload is None:
+                if id(m) not in seen:
+                    seen.add(id(m))
+                    parts.append(SparsePayload.empty(r.layer, known.dense_len, known.block_size))
+            else:
+                parts.append(m.payload)
+        payload = concat_segments(parts)
+    return RoundMsg("final", r.iteration, r.layer, r.plan.plan_id, payload, ids)
+
+
+def allpairs_waiting_on(r: OpenRound, site: str, pieces: int = 1) -> str | None:
+    """The first member this one still waits for: a missing slice of a piece not yet finished, then a
+    missing finished piece (``None``: nothing is missing)."""
     plan = r.plan
     p = plan.ring_position(site)
     if not r.ring_step:
         for q, s in enumerate(plan.core):
-            if q != p and q not in r.ring_recv:
+            if q != p and any(
+                (p, k) not in r.ap_finals and _stored(r.ap_recv, q, k) is None for k in range(pieces)
+            ):
                 return s
+    if len(r.seg_finals) == len(plan.core):
+        return None
     for g, s in enumerate(plan.core):
-        if g != p and g not in r.seg_finals:
+        if g != p and any(_stored(r.ap_finals, g, k) is None for k in range(pieces)):
             return s
     return None

@@ -8,6 +8,7 @@ and keeps serving the others; nothing a peer sends can crash the engine or make 
 from __future__ import annotations
 
 from gateways.rounds.aggregate import segment_bounds
+from gateways.rounds.allpairs import piece_bounds
 from gateways.rounds.config import MAX_LAYERS
 from gateways.rounds.ids import ContribIds
 from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
@@ -111,12 +112,14 @@ def check_ring_message(
 
 
 def check_allpairs_message(
-    peer: str, plan: Plan, site: str, m: RoundMsg, shape: tuple[int, int] | None
+    peer: str, plan: Plan, site: str, m: RoundMsg, shape: tuple[int, int] | None, pieces: int = 1
 ) -> None:
     """All-pairs: a ``segment`` (a slice for the reduce-scatter) must come from another core member and
-    carry only blocks of the segment this member owns, or be that member's whole contribution (``segment``
-    -1, a direct round); a ``segment_final`` only from that segment's owner, with only blocks of that
-    segment."""
+    carry only blocks of piece ``step`` of the segment this member owns, or be that member's whole
+    contribution (``segment`` -1, a direct round); a ``segment_final`` only from that segment's owner, with
+    only blocks of that piece. ``pieces`` is this member's cut (:func:`~gateways.rounds.allpairs.piece_count`,
+    the same at every member): a piece number or block outside it is refused before anything is stored.
+    A part without payload (its sender knew no shape) is piece 0 and stands for the whole segment."""
     n = len(plan.core)
     if n < 2 or not plan.in_core(site) or not plan.in_core(peer) or peer == site:
         raise RemoteProtocolError("all-pairs message from a site outside the core", peer=peer)
@@ -124,9 +127,20 @@ def check_allpairs_message(
         if m.step != 0:
             raise RemoteProtocolError("malformed whole all-pairs part", peer=peer, value=m.step)
         return
-    _check_blocks(peer, m, n, shape)
+    if not 0 <= m.segment < n:
+        raise RemoteProtocolError("segment out of range", peer=peer, value=m.segment)
+    if not 0 <= m.step < (pieces if m.payload is not None else 1):
+        raise RemoteProtocolError("all-pairs piece out of range", peer=peer, value=m.step)
+    if m.payload is not None and m.payload.indices.shape[0] and shape is not None:
+        b = piece_bounds(n_blocks(*shape), n, pieces)
+        v = m.segment * pieces + m.step
+        idx = m.payload.indices
+        if idx[0] < b[v] or idx[-1] >= b[v + 1]:
+            raise MalformedPayload(
+                "piece holds blocks outside its range", peer=peer, value=(m.segment, m.step)
+            )
     if m.kind == "segment":
-        if m.segment != plan.ring_position(site) or m.step != 0:
+        if m.segment != plan.ring_position(site):
             raise RemoteProtocolError(
                 "all-pairs part for a segment this member does not own", peer=peer, value=m.segment
             )

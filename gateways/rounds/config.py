@@ -60,6 +60,13 @@ class RoundConfig:
       (density ≤ 1/(N(N-1)) at every core member) sends each contribution whole to every member and is
       finished in one hop, without the all-gather (see :mod:`gateways.rounds.allpairs`); ``false`` always
       runs the two-hop reduce-scatter + all-gather.
+    * ``allpairs_chunk_bytes`` — under ``allpairs``, a two-hop round cuts every segment into pieces of
+      about this many bytes of dense fp32 values (half that on the wire in fp16) and runs the
+      reduce-scatter and all-gather per piece (cut-through, :mod:`gateways.rounds.allpairs`): an owner sums
+      and sends on piece k while piece k+1 is still arriving, so the two WAN hops and the sums overlap
+      instead of each waiting for a whole segment. 0 turns it off (one piece per segment); with
+      ``forward_policy = "cap"`` a segment is always one piece (the cap is per segment). Every gateway of a
+      job must use the same value: a piece outside the receiver's cut is refused.
     * ``topology`` / ``tree_arity`` — the default :class:`~gateways.rounds.topology.PlanSpec` (see
     :meth:`spec`).
     """
@@ -79,6 +86,7 @@ class RoundConfig:
     tree_arity: int = 2
     partial_sums: str = "wire"
     allpairs_direct: bool = True
+    allpairs_chunk_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
         check(0 < self.round_deadline_s <= 3600, "round_deadline_s", self.round_deadline_s, "0 < s <= 3600")
@@ -102,6 +110,14 @@ class RoundConfig:
         check(self.partial_sums in ("wire", "fp32"), "partial_sums", self.partial_sums, "wire or fp32")
         check(
             isinstance(self.allpairs_direct, bool), "allpairs_direct", self.allpairs_direct, "true or false"
+        )
+
+        check(
+            type(self.allpairs_chunk_bytes) is int
+            and (self.allpairs_chunk_bytes == 0 or 1 << 12 <= self.allpairs_chunk_bytes <= 1 << 30),
+            "allpairs_chunk_bytes",
+            self.allpairs_chunk_bytes,
+            "0 (off) or 4 KiB..1 GiB",
         )
 
     def spec(self) -> PlanSpec:

@@ -53,8 +53,10 @@ from collections.abc import Iterable, Sequence
 from gateways.rounds.aggregate import aggregate, aggregate_cap, per_site_cap, top_blocks
 from gateways.rounds.allpairs import (
     allpairs_reduce,
+    allpairs_result,
     allpairs_start,
     allpairs_waiting_on,
+    piece_count,
     take_part,
     take_segment_final,
 )
@@ -251,7 +253,9 @@ class RoundEngine:
                 and r.ring_slices is None
                 and not r.ring_recv
                 and not r.seg_finals
-                and r.ap_sum is None
+                and not r.ap_sums
+                and not r.ap_recv
+                and not r.ap_finals
                 and not r.residuals
             ):
                 del self._rounds[key]
@@ -817,8 +821,9 @@ class RoundEngine:
 
     def _on_segment(self, peer: str, r: OpenRound, m: RoundMsg, now: float, out: list[Action]) -> None:
         if r.plan.all_pairs:
-            check_allpairs_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
-            take_part(peer, r, m)
+            k = self._pieces(r)
+            check_allpairs_message(peer, r.plan, self.site, m, self._shapes.get(m.layer), k)
+            take_part(peer, r, m, k)
         else:
             n, p = check_ring_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
             take_segment_step(peer, r, m, n, p)
@@ -826,8 +831,9 @@ class RoundEngine:
 
     def _on_segment_final(self, peer: str, r: OpenRound, m: RoundMsg, now: float, out: list[Action]) -> None:
         if r.plan.all_pairs:
-            check_allpairs_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
-            take_segment_final(peer, r, m)
+            k = self._pieces(r)
+            check_allpairs_message(peer, r.plan, self.site, m, self._shapes.get(m.layer), k)
+            take_segment_final(peer, r, m, k)
         else:
             n, _ = check_ring_message(peer, r.plan, self.site, m, self._shapes.get(m.layer))
             for to, fwd in take_segment_result(peer, r, m, self.site, n):
@@ -846,7 +852,8 @@ class RoundEngine:
         if r.plan.all_pairs:
             shape = self._shapes.get(r.layer)
             direct = self.config.allpairs_direct
-            for to, msg in allpairs_start(r, self.site, contrib, ids, shape, direct=direct):
+            k = self._pieces(r)
+            for to, msg in allpairs_start(r, self.site, contrib, ids, shape, direct=direct, pieces=k):
                 self._send(out, to, msg)
             r.wait_since, r.wait_reason = now, "ring"
             return
@@ -857,10 +864,11 @@ class RoundEngine:
     def _ring_progress(self, r: OpenRound, now: float, out: list[Action]) -> None:
         if r.plan.all_pairs:
             shape = self._shapes.get(r.layer)
-            for to, msg in allpairs_reduce(r, self.site, shape, self._bound, self._narrow):
+            k = self._pieces(r)
+            for to, msg in allpairs_reduce(r, self.site, shape, self._bound, self._narrow, k):
                 self._send(out, to, msg)
             # wait on the first member still missing; a new wait (progress) restarts the suspect clock
-            waiting = allpairs_waiting_on(r, self.site)
+            waiting = allpairs_waiting_on(r, self.site, k)
             if waiting != r.wait_peer:
                 r.wait_peer, r.wait_since, r.suspected = waiting, now, False
         else:
@@ -869,9 +877,15 @@ class RoundEngine:
                 self._send(out, to, msg)
             if sends:
                 r.wait_since = now
-        final = ring_result(r)
+        final = allpairs_result(r, self._pieces(r)) if r.plan.all_pairs else ring_result(r)
         if final is not None:
             self._close(r, self._narrow(final), None, now, out)
+
+    def _pieces(self, r: OpenRound) -> int:
+        """Pieces per all-pairs segment of ``r`` (cut-through, ``allpairs_chunk_bytes``); one under the
+        ``cap`` policy, which bounds whole segments."""
+        chunk = self.config.allpairs_chunk_bytes if self.config.forward_policy != "cap" else 0
+        return piece_count(self._shapes.get(r.layer), len(r.plan.core), chunk)
 
     # ------------------------------------------------------------------------------------------------
     # plan changes, rejoin outcomes, pruning

@@ -69,8 +69,12 @@ class OpenRound:
     ring_recv: dict[int, RoundMsg] = field(default_factory=dict)
     ring_step: int = 0
     whole: bool = False  # all-pairs: this member sent its contribution whole (a direct round if all did)
-    ap_sum: SparsePayload | None = None  # all-pairs: running sum of the owned segment, in core order ...
-    ap_next: int = 0  # ... over core positions below this one
+    #: all-pairs two-hop, per piece k of the owned segment: (core positions summed so far, running sum)
+    ap_sums: dict[int, tuple[int, SparsePayload | None]] = field(default_factory=dict)
+    #: all-pairs: parts received, keyed (sender's core position, piece); a whole part fills every piece
+    ap_recv: dict[tuple[int, int], RoundMsg] = field(default_factory=dict)
+    #: all-pairs two-hop: finished pieces, keyed (segment, piece); the direct round uses ``seg_finals``
+    ap_finals: dict[tuple[int, int], RoundMsg] = field(default_factory=dict)
     seg_finals: dict[int, RoundMsg] = field(default_factory=dict)
     residuals: dict[int, SparsePayload] = field(default_factory=dict)
     wait_peer: str | None = None
@@ -96,8 +100,9 @@ class OpenRound:
         self.ring_recv.clear()
         self.ring_step = 0
         self.whole = False
-        self.ap_sum = None
-        self.ap_next = 0
+        self.ap_sums.clear()
+        self.ap_recv.clear()
+        self.ap_finals.clear()
         self.seg_finals.clear()
         self.wait_peer = None
         self.suspected = False

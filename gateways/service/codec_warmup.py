@@ -32,6 +32,7 @@ def warm_up_codec() -> None:
     dense = np.arange(1, 4097, dtype=np.float32)
     for index in get_args(IndexEncoding):
         for dtype in VALUE_DTYPES:
-            p = SparsePayload.from_dense_blocks(0, dense, np.array([0, 3, 700, 1023]), 4)
+            idx = np.arange(4) if index == "run" else np.array([0, 3, 700, 1023])  # a run is contiguous
+            p = SparsePayload.from_dense_blocks(0, dense, idx, 4)
             meta, buffers = codec.encode_payload(p, wire_dtype=dtype, index_encoding=index)
             codec.decode_payload(meta, [memoryview(b) for b in buffers])

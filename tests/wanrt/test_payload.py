@@ -71,3 +71,16 @@ def test_is_finite_remembers_only_read_only_finite_payloads() -> None:
     idx.flags.writeable = False
     assert not SparsePayload(0, 16, 16, idx, bad).is_finite()
     assert ro.is_finite()
+
+
+def test_is_finite_of_16_bit_values_agrees_with_numpy_on_every_bit_pattern() -> None:
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    fp16 = patterns.view(np.float16)
+    bf16_finite = np.isfinite((patterns.astype(np.uint32) << 16).view(np.float32))
+    for blk in range(0, 1 << 16, 16):
+        sl = slice(blk, blk + 16)
+        p = SparsePayload(0, 16, 16, np.array([0]), fp16[sl].copy(), "fp16")
+        assert p.is_finite() == bool(np.isfinite(fp16[sl]).all())
+        b = SparsePayload(0, 16, 16, np.array([0]), patterns[sl].copy(), "bf16")
+        assert b.is_finite() == bool(bf16_finite[sl].all())
+    assert SparsePayload.empty(0, 16, 16, "fp16").is_finite()

@@ -4,9 +4,10 @@ Why several: the values are what they are, so the index stream is the only part 
 can shrink, and which encoding is smallest depends on the density. At the usual 1 % density the gaps
 between selected blocks are small and delta + LEB128 varint wins (1.27 bytes per block at block-16, 1.28
 per element element-wise, against 4 for raw uint32); d16 (2 bytes) wins when the gaps are all in
-[128, 65536); above about 1 selected block in 8 a bitmap wins. All four sizes follow from one pass over the
-indices (:meth:`CodecKernels.gap_stats`), so the encoder picks the smallest per payload and names it in
-``meta["index"]``. Measured sizes and speeds: ``docs/codec.md``.
+[128, 65536); above about 1 selected block in 8 a bitmap wins. ``run`` is one contiguous range of blocks
+(a dense layer, or a piece of one cut by the all-pairs cut-through): 8 bytes, the first index. The sizes
+follow from one pass over the indices (:meth:`CodecKernels.gap_stats`), so the encoder picks the smallest
+per payload and names it in ``meta["index"]``. Measured sizes and speeds: ``docs/codec.md``.
 
 Delta encodings store ``gap = idx[i] - idx[i-1] - 1`` (``idx[-1] = -1``): a strictly increasing sequence is
 then the only thing the stream can express, so a peer cannot smuggle in a duplicate or unsorted index.
@@ -33,12 +34,13 @@ __all__ = [
     "encode_indices",
     "encoded_sizes",
     "encoded_sizes_of",
+    "is_run",
 ]
 
-IndexEncoding = Literal["u32", "d16", "varint", "bitmap"]
+IndexEncoding = Literal["run", "u32", "d16", "varint", "bitmap"]
 
 #: Known encodings in order of preference when two are equally small (fastest to decode first).
-INDEX_ENCODINGS: Final[tuple[IndexEncoding, ...]] = ("u32", "d16", "varint", "bitmap")
+INDEX_ENCODINGS: Final[tuple[IndexEncoding, ...]] = ("run", "u32", "d16", "varint", "bitmap")
 
 _U32_LIMIT: Final = 1 << 32
 _U16_LIMIT: Final = 1 << 16
@@ -46,9 +48,14 @@ _U16_LIMIT: Final = 1 << 16
 Int64Array = npt.NDArray[np.int64]
 
 
-def encoded_sizes(count: int, n_blocks: int, max_gap: int, varint_bytes: int) -> dict[IndexEncoding, int]:
-    """Wire size in bytes of every encoding able to hold ``count`` valid indices with these gap stats."""
+def encoded_sizes(
+    count: int, n_blocks: int, max_gap: int, varint_bytes: int, contiguous: bool = False
+) -> dict[IndexEncoding, int]:
+    """Wire size in bytes of every encoding able to hold ``count`` valid indices with these gap stats
+    (``contiguous``: they are one run ``first .. first + count - 1``)."""
     sizes: dict[IndexEncoding, int] = {}
+    if contiguous:
+        sizes["run"] = 8
     if n_blocks <= _U32_LIMIT:
         sizes["u32"] = 4 * count
     if max_gap < _U16_LIMIT:
@@ -63,7 +70,13 @@ def encoded_sizes_of(indices: Int64Array, n_blocks: int, kernels: CodecKernels) 
     ok, max_gap, varint_bytes = kernels.gap_stats(indices, n_blocks)
     if not ok:
         raise ValueError("indices are not strictly increasing inside the layer")
-    return encoded_sizes(int(indices.shape[0]), n_blocks, max_gap, varint_bytes)
+    return encoded_sizes(int(indices.shape[0]), n_blocks, max_gap, varint_bytes, is_run(indices))
+
+
+def is_run(indices: Int64Array) -> bool:
+    """Valid (strictly increasing) indices that form one contiguous (maybe empty) range: O(1)."""
+    n = int(indices.shape[0])
+    return n == 0 or int(indices[-1]) - int(indices[0]) == n - 1
 
 
 def choose_encoding(sizes: dict[IndexEncoding, int]) -> IndexEncoding:
@@ -82,6 +95,8 @@ def encode_indices(
 
     The returned contiguous array's raw bytes are the wire form (little-endian).
     """
+    if encoding == "run":
+        return np.array([indices[0] if indices.shape[0] else 0], dtype="<i8")
     if encoding == "u32":
         return indices.astype("<u4")
     if encoding == "d16":
@@ -114,6 +129,12 @@ def decode_indices(
     Guarantees the stream is consumed exactly; range and strict monotonicity of the result are checked by
     the caller (``SparsePayload.validate``) for every encoding alike.
     """
+    if encoding == "run":
+        _expect_len(buf, 8, encoding, peer)
+        first = int(np.frombuffer(buf, dtype="<i8")[0])
+        if first < 0 or first + count > n_blocks:  # count <= n_blocks: checked by the caller
+            raise _bad("run outside the layer", peer, limit=n_blocks, value=first)
+        return np.arange(first, first + count, dtype=np.int64)
     if encoding == "u32":
         _expect_len(buf, 4 * count, encoding, peer)
         return np.frombuffer(buf, dtype="<u4").astype(np.int64)

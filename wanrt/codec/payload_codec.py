@@ -32,6 +32,7 @@ from wanrt.codec.index_encodings import (
     decode_indices,
     encode_indices,
     encoded_sizes,
+    is_run,
 )
 from wanrt.codec.kernel_choice import codec_kernels
 from wanrt.codec.limits import (
@@ -74,7 +75,7 @@ def encode_payload(
     ok, max_gap, varint_bytes = kernels.gap_stats(p.indices, nb)
     if not ok:
         _refuse(p, "indices not strictly increasing inside the layer")
-    sizes = encoded_sizes(p.nnz_blocks, nb, max_gap, varint_bytes)
+    sizes = encoded_sizes(p.nnz_blocks, nb, max_gap, varint_bytes, is_run(p.indices))
     if index_encoding is None:
         encoding = choose_encoding(sizes)
     elif index_encoding in sizes:
