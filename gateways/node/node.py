@@ -233,9 +233,9 @@ class GatewayNode:
         if self._next_report is not None and (best is None or self._next_report < best):
             best = self._next_report
         if self.engine is not None:
-            d = self.engine.next_deadline()
-            if d is not None and (best is None or d < best):
-                best = d
+            e = self.engine.next_deadline()
+            if e is not None and (best is None or e < best):
+                best = e
         return best
 
     def tick(self, now: float) -> None:
