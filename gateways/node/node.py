@@ -138,6 +138,15 @@ class GatewayNode:
         )
         self.link_times = LinkTimes(settle=cfg.rounds.window + 1)
         self._channels: dict[int, PeerChannel] = {}
+        #: channels that may have bytes to write: each queued frame adds its channel (PeerChannel.outbox),
+        #: pop_actions keeps the ones still pending; every other channel has nothing to write
+        self._maybe_pending: dict[int, PeerChannel] = {}
+        #: two links to one peer share its EDF queue, so a frame queued through one makes both pending:
+        #: from the first such link on, pop_actions looks at every link again (rare: a reconnect race)
+        self._scan_all_links = False
+        #: min over live channels of PeerChannel.due (None: recompute); both times only move forward, so
+        #: a receive changes the min only when it moves the very channel holding it
+        self._links_due: float | None = None
         self._by_peer: dict[str, PeerChannel] = {}
         self._link_ids = itertools.count(1)
         self._backlog: dict[str, list[RoundMsg]] = {}
@@ -199,27 +208,45 @@ class GatewayNode:
         """What the driver must do now; also a :class:`Wake` for every link with bytes to write."""
         out = self._out
         self._out = []
-        for ch in self._channels.values():
-            if not ch.ended and ch.pending():
-                out.append(Wake(ch.link_id))
+        maybe = self._maybe_pending
+        if self._scan_all_links:
+            for ch in self._channels.values():
+                if not ch.ended and ch.pending():
+                    out.append(Wake(ch.link_id))
+        elif maybe:
+            channels = self._channels
+            # in link-id order: the order of self._channels, which the driver's writes follow; the dict
+            # is shared with the channels (PeerChannel.outbox), so it is trimmed in place
+            for link_id in sorted(maybe) if len(maybe) > 1 else list(maybe):
+                ch = maybe[link_id]
+                if channels.get(link_id) is ch and not ch.ended and ch.pending():
+                    out.append(Wake(link_id))
+                else:
+                    del maybe[link_id]
         return out
 
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`tick` has something to do (rounds, heartbeats, a member not linked)."""
-        due: list[float] = list(self._no_link_deadline.values())
-        if self._next_report is not None:
-            due.append(self._next_report)
+        best = self._links_due
+        if best is None and self._channels:
+            t = self.cfg.timeouts
+            lost_after = t.heartbeat_interval * t.heartbeat_misses
+            for ch in self._channels.values():
+                if not ch.ended:
+                    d = ch.due(lost_after)
+                    if best is None or d < best:
+                        best = d
+            self._links_due = best
+        for d in self._no_link_deadline.values():
+            if best is None or d < best:
+                best = d
+        if self._next_report is not None and (best is None or self._next_report < best):
+            best = self._next_report
         if self.engine is not None:
-            d = self.engine.next_deadline()
-            if d is not None:
-                due.append(d)
-        t = self.cfg.timeouts
-        lost_after = t.heartbeat_interval * t.heartbeat_misses
-        for ch in self._channels.values():
-            if not ch.ended:
-                due.append(ch.next_beat)
-                due.append(ch.last_rx + lost_after)
-        return min(due) if due else None
+            e = self.engine.next_deadline()
+            if e is not None and (best is None or e < best):
+                best = e
+        return best
 
     def tick(self, now: float) -> None:
         """Time is ``now``: round deadlines, heartbeats, silent peers, members that never linked."""
@@ -245,6 +272,7 @@ class GatewayNode:
             if now >= ch.next_beat:
                 ch.heartbeat(now)
                 ch.next_beat = now + t.heartbeat_interval
+        self._links_due = None  # the beats above moved it
         for peer, at in list(self._no_link_deadline.items()):
             if at <= now:
                 del self._no_link_deadline[peer]
@@ -555,7 +583,11 @@ class GatewayNode:
             now=now,
         )
         ch.next_beat = now + self.cfg.timeouts.heartbeat_interval
+        ch.outbox = self._maybe_pending
+        if peer in self._by_peer or self.queue.pending(peer):
+            self._scan_all_links = True
         self._channels[ch.link_id] = ch
+        self._links_due = None
         self._by_peer[peer] = ch
         self._contacted.add(peer)
         if self.engine is None:  # after the join, handshakes are not serialised (see link_epoch)
@@ -595,6 +627,17 @@ class GatewayNode:
         ch = self._channels.get(link_id)
         if ch is None or ch.ended:
             return
+        links_due = self._links_due
+        if links_due is not None:
+            t = self.cfg.timeouts
+            lost_after = t.heartbeat_interval * t.heartbeat_misses
+            before = ch.due(lost_after)
+            ch.last_rx = now  # what ch.receive sets first
+            after = ch.due(lost_after)
+            if after < links_due:
+                self._links_due = after
+            elif after != before and before <= links_due:
+                self._links_due = None  # it held the min and moved: recompute on demand
         try:
             self._receive(ch, ch.receive(data, now), now)
         except (ProtocolError, AuthError) as exc:
@@ -687,6 +730,7 @@ class GatewayNode:
         if ch is None:
             return SendOut(done=True)
         out = ch.poll(now)
+        self._maybe_pending[link_id] = ch  # a frame the pacer held back is still pending
         if out.done or (ch.ended and not out.parts):
             out.done = True
         return out
@@ -751,6 +795,7 @@ class GatewayNode:
         if ch.ended:
             return
         ch.ended = True
+        self._links_due = None
         if notify:
             self._out.append(CloseLink(ch.link_id, reason, error=error, abort=abort))
         peer = ch.peer

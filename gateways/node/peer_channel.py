@@ -82,6 +82,9 @@ class PeerChannel:
         self.last_rx = now
         self.next_beat = now
         self.beats = 0
+        #: the owner's "may have bytes to write" set: every frame queued here enters it, so the owner's
+        #: pop_actions looks at the channels that changed, not at every link (``None``: not tracked)
+        self.outbox: dict[int, PeerChannel] | None = None
 
     # -- out ----------------------------------------------------------------------------------------
 
@@ -90,6 +93,8 @@ class PeerChannel:
         tag, payload = encode_round(msg, seq=self._seq, job=self.conn.job, site=self.conn.site)
         seq = self._seq
         self._seq += 1
+        if self.outbox is not None:
+            self.outbox[self.link_id] = self
         priority = (msg.iteration, msg.layer)
         tag_parts = self.conn.send_parts(tag)
         tag_item = next(self._item_ids)
@@ -111,6 +116,8 @@ class PeerChannel:
         """Queue a small control frame (sent before any queued data); nothing after our Bye."""
         if self.bye_sent:
             return
+        if self.outbox is not None:
+            self.outbox[self.link_id] = self
         self._control.append(self.conn.send_parts(msg))
         if isinstance(msg, Bye):
             self.bye_sent = True
@@ -118,6 +125,11 @@ class PeerChannel:
     def heartbeat(self, now: float) -> None:
         self.beats += 1
         self.send_control(Heartbeat(self.beats, now))
+
+    def due(self, lost_after: float) -> float:
+        """The earliest time the owner's tick has something to do for this link (beat, or silence)."""
+        nb, lost = self.next_beat, self.last_rx + lost_after
+        return nb if nb < lost else lost
 
     def pending(self) -> bool:
         return bool(self._control) or self._held is not None or self._queue.pending(self.peer)
