@@ -79,9 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--profile",
         metavar="JSON|auto|none",
-        help="the scheduler's convergence profile: a file from `wanrt profile`; auto: a profile of the demo's "
-        "own workload, computed on first use (about a minute) and cached; none (default): the analytic "
-        "stand-in",
+        help="the scheduler's convergence profile: a file from `wanrt profile`; auto: a profile of the "
+        "demo's own workload, computed on first use (about a minute) and cached; none (default): the "
+        "analytic stand-in",
     )
     p.add_argument(
         "--target-loss",
