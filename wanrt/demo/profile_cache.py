@@ -38,10 +38,12 @@ if TYPE_CHECKING:
 __all__ = ["CachedProfile", "cache_dir", "demo_profile_config", "ensure_profile", "profile_key"]
 
 #: bump when the probe's recipe changes meaning, so old cache files are not reused
-RECIPE_VERSION: Final = 1
+RECIPE_VERSION: Final = 2
 #: the probe's sample budget in iterations of the demo's starting total batch: its dense arm reaches the
 #: default target (loss 0.1) in 145 iterations (docs/demo.md)
 BUDGET_ITERATIONS: Final = 150
+#: a probe stops at the target or at this many budgets (its count is then extrapolated)
+CAP_BUDGETS: Final = 2
 #: per-rank batch range the profile covers (the scheduler does not extrapolate ḡ beyond it)
 MIN_RANK_BATCH: Final = 4
 MAX_RANK_BATCH: Final = 256
@@ -66,8 +68,11 @@ def demo_profile_config(cfg: DemoConfig) -> ProfileConfig:
     probe = ProbeSettings(
         hidden=cfg.model_hidden,
         lr=cfg.lr,
-        samples=BUDGET_ITERATIONS * ranks * cfg.batch,
+        samples=CAP_BUDGETS * BUDGET_ITERATIONS * ranks * cfg.batch,
         seed=cfg.seed,
+        measure="samples_to_target",
+        target_loss=cfg.target_loss,
+        eval_every=cfg.eval_every,
     )
     return ProfileConfig(min_total_batch=lo, max_total_batch=hi, seed=cfg.seed, probe=probe)
 

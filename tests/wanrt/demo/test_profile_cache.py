@@ -43,6 +43,7 @@ def test_the_probe_trains_the_demo_workload() -> None:
     assert (p.probe.hidden, p.probe.lr, p.probe.seed) == (DEFAULT.model_hidden, DEFAULT.lr, DEFAULT.seed)
     assert p.min_total_batch <= ranks * DEFAULT.batch <= p.max_total_batch
     assert p.probe.samples % (ranks * DEFAULT.batch) == 0
+    assert p.probe.measure == "samples_to_target" and p.probe.target_loss == DEFAULT.target_loss
     q = demo_profile_config(QUICK)
     assert q.probe.hidden == QUICK.model_hidden and q.max_total_batch <= QUICK.sites * QUICK.ranks * 256
 
