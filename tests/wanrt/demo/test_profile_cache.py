@@ -118,3 +118,14 @@ def test_profile_none_and_a_given_file_are_left_alone(tmp_path: Path) -> None:
     given = dataclasses.replace(DEFAULT, profile="/x/p.json", auto_profile=True)
     assert demo.with_profile(given).profile == "/x/p.json"
     assert demo.profile is None and not (tmp_path / "cache").exists()
+
+
+def test_the_summary_line_gives_the_profile_cost_apart_from_the_time_to_target(tmp_path: Path) -> None:
+    from wanrt.demo.cli import profile_line
+    from wanrt.demo.profile_cache import CachedProfile
+
+    made = CachedProfile(tmp_path / "p.json", cached=False, seconds=52.2, probes=32, key="k")
+    line = profile_line(DEFAULT, made)
+    assert "52.2 s (32 probes)" in line and "not counted in any time to target" in line
+    assert "from the cache" in profile_line(DEFAULT, dataclasses.replace(made, cached=True, seconds=0.0))
+    assert "stand-in" in profile_line(DEFAULT, None)
