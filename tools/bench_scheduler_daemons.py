@@ -101,10 +101,24 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def measure_tta(plan: DaemonPlan, out: Path) -> dict[str, Any]:
     runs: list[dict[Mode, RunResult]] = []
+    #: the convergence model the adaptive arm's scheduler had: Demo.run resolves it as `wanrt demo` does
+    #: (the config's file, its own-workload profile with ``auto_profile``, else the analytic stand-in)
+    profiles: list[dict[str, Any]] = []
     for seed in plan.seeds:
         cfg = dataclasses.replace(plan.tta, seed=seed)
         with Demo(cfg, out / f"tta-seed{seed}", progress=False, on_line=_say) as demo:
             runs.append({mode: demo.run(mode) for mode in ARMS})
+            made = demo.profile
+            profiles.append(
+                {"kind": "stand-in" if cfg.profile is None else "file", "path": cfg.profile}
+                if made is None
+                else {
+                    "kind": "own workload",
+                    "path": str(made.path),
+                    "seconds": made.seconds,
+                    "cached": made.cached,
+                }
+            )
     tta: dict[str, list[float | None]] = {m: [r[m].tta_s for r in runs] for m in ARMS}
     its: dict[str, list[int | None]] = {m: [r[m].iters_to_target for r in runs] for m in ARMS}
 
@@ -125,6 +139,7 @@ def measure_tta(plan: DaemonPlan, out: Path) -> dict[str, Any]:
         "bytes_sent": {m: [r[m].wan_bytes_sent for r in runs] for m in ARMS},
         "final_settings_adaptive": [r["adaptive"].final_settings for r in runs],
         "decisions_committed": [len(r["adaptive"].commits) for r in runs],
+        "tta_convergence_profile": profiles,
         "tta_seeds": list(plan.seeds),
         "tta_config": {
             "sites": plan.tta.sites,

@@ -18,6 +18,7 @@ from wanrt.demo.config import DEFAULT, OPTIMIZERS, DemoConfig, config_from_args
 from wanrt.demo.ddp_option import ENABLE_HINT, add_ddp_argument, ddp_setup
 from wanrt.demo.ddp_results import ddp_headline, ddp_json, format_ddp_table
 from wanrt.demo.plot import plot_loss_vs_time
+from wanrt.demo.profile_cache import CachedProfile
 from wanrt.demo.results import compare, format_table, write_json
 from wanrt.demo.runner import Demo
 from wanrt.demo.straggler_results import StragglerComparison, format_straggler_table
@@ -77,8 +78,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--profile",
-        metavar="JSON",
-        help="the scheduler's convergence profile (from `wanrt profile`; default: its analytic stand-in)",
+        metavar="JSON|auto|none",
+        help="the scheduler's convergence profile: a file from `wanrt profile`; auto: a profile of the "
+        "demo's own workload, computed on first use (about a minute) and cached; none (default): the "
+        "analytic stand-in",
     )
     p.add_argument(
         "--target-loss",
@@ -125,6 +128,19 @@ def _describe(cfg: DemoConfig, parameters: int, sep: str = "; ") -> str:
     )
 
 
+def profile_line(cfg: DemoConfig, made: CachedProfile | None) -> str:
+    """Which ḡ the adaptive run's scheduler had, and what it cost: apart from every time to target."""
+    if made is not None:
+        cost = "from the cache" if made.cached else f"computed in {made.seconds:.1f} s ({made.probes} probes)"
+        return (
+            f"convergence profile of this workload: {made.path}, {cost}; like StellaTrain's offline profile "
+            "(§4.3) it is not counted in any time to target"
+        )
+    if cfg.profile is not None:
+        return f"convergence profile: {cfg.profile} (--profile)"
+    return "convergence profile: the scheduler's analytic stand-in (--profile auto: one of this workload)"
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "ddp", False) and getattr(args, "straggler", None):
         print("wanrt demo: error: --ddp and --straggler are separate comparisons; give one", file=sys.stderr)
@@ -148,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
             wanrt = demo.run("wanrt")
             adaptive = demo.run("adaptive") if cfg.scheduler else None
             parameters = demo.parameters
+            made = demo.profile
     except KeyboardInterrupt:
         print(f"\nwanrt demo: interrupted; every child process was stopped (logs in {out})", file=sys.stderr)
         return 130
@@ -158,12 +175,20 @@ def run(args: argparse.Namespace) -> int:
         print(format_ddp_table(ddp, c))
         print()
     print(format_table(c))
+    if adaptive is not None:
+        print(profile_line(cfg, made))
     if ddp is None:
         print(f"\n({ENABLE_HINT})")
     png = plot_loss_vs_time(c, out / "loss_vs_time.png", title=_describe(cfg, parameters, "\n"))
     print(f"\nplot: {png}")
     data = c.to_json(
-        {"config": dataclasses.asdict(cfg), "parameters": parameters, "plot": str(png), "out_dir": str(out)}
+        {
+            "config": dataclasses.asdict(cfg),
+            "parameters": parameters,
+            "plot": str(png),
+            "out_dir": str(out),
+            "profile": None if made is None else {**dataclasses.asdict(made), "path": str(made.path)},
+        }
     )
     if ddp is not None:
         data.update(ddp_json(ddp, c))

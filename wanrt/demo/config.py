@@ -94,8 +94,13 @@ class DemoConfig:
     #: four epochs"; the controller counts iterations, and its default of 200 is longer than a whole demo
     #: run: an epoch here is ~7.5 iterations); 0: no warm-up
     warmup_epochs: float = 4.0
-    #: the scheduler's convergence profile ḡ (JSON from ``wanrt profile``); None: its analytic stand-in
+    #: the scheduler's convergence profile ḡ (JSON from ``wanrt profile``); None: see ``auto_profile``
     profile: str | None = None
+    #: with no ``profile``: profile the demo's own workload (``--profile auto``: ``wanrt.demo.profile_cache``,
+    #: Algorithm 1 of StellaTrain §4.3, cached after the first run) rather than use the scheduler's analytic
+    #: stand-in. Off by default: measured, the own-workload profile made the adaptive arm slower, not faster
+    #: (docs/demo.md, "A profile of the demo's own workload")
+    auto_profile: bool = False
     #: stop a run after this many seconds of training even before the target (0: only the target and
     #: ``max_iters`` stop it); benchmarks that follow a bandwidth trace for a fixed time use it
     max_train_s: float = 0.0
@@ -253,6 +258,9 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         value = getattr(args, name, None)
         if value is not None:
             changes[name] = value
+    chosen = str(changes.get("profile")).lower()
+    if chosen in ("none", "auto"):
+        changes["profile"], changes["auto_profile"] = None, chosen == "auto"
     if changes.get("profile") is not None:
         profile = Path(str(changes["profile"])).expanduser()
         if not profile.is_file():

@@ -22,6 +22,7 @@ straggling site's trainers are slowed in every mode (:class:`~wanrt.demo.straggl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -37,6 +38,7 @@ from transports.traces import BandwidthTrace
 from wanrt.client.config import ClientConfig
 from wanrt.demo.config import DemoConfig, site_names
 from wanrt.demo.failures import DemoFailed
+from wanrt.demo.profile_cache import CachedProfile, ensure_profile
 from wanrt.demo.results import CurvePoint, DecisionPoint, RunResult
 from wanrt.demo.sites.config_files import (
     fluctuating_trace,
@@ -150,8 +152,13 @@ class Demo:
         gateway_command: Sequence[str] = GATEWAY_COMMAND,
         scheduler_command: Sequence[str] = SCHEDULER_COMMAND,
         netns: NetnsSites | None = None,
+        profile_cache: Path | None = None,
     ) -> None:
         self.cfg = cfg
+        #: where the demo's own convergence profile is cached (None: ``profile_cache.cache_dir()``)
+        self.profile_cache = profile_cache
+        #: the profile the adaptive run used when the demo made it (``auto_profile``), with its cost
+        self.profile: CachedProfile | None = None
         #: sites on network namespaces: gateways run inside them and dial each other over shaped veths
         self.netns = netns
         self.out_dir = out_dir
@@ -276,6 +283,18 @@ class Demo:
             "warmup_iterations": math.ceil(cfg.warmup_epochs * per_epoch),
         }
 
+    def with_profile(self, cfg: DemoConfig) -> DemoConfig:
+        """``cfg`` with the convergence profile the adaptive scheduler gets: the given file, else (with
+        ``auto_profile``) the demo workload's own, from the cache or profiled now — before the run's clock
+        starts, so its time is not in the time to target (StellaTrain's profile is offline, §4.3)."""
+        if cfg.profile is not None or not cfg.auto_profile:
+            return cfg
+        if self.profile is None:
+            self.profile = ensure_profile(
+                cfg, directory=self.profile_cache, on_line=self.say, progress=self.progress
+            )
+        return dataclasses.replace(cfg, profile=str(self.profile.path))
+
     def run(
         self,
         mode: Mode,
@@ -315,6 +334,8 @@ class Demo:
                 trace_file.parent.mkdir(parents=True, exist_ok=True)
                 state.trace.save(trace_file)
             scheduler_url = None
+            if mode == "adaptive":
+                cfg = self.with_profile(cfg)
             if mode in SCHEDULER_POLICY:
                 sched_files = write_scheduler_files(
                     cfg,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -80,3 +81,20 @@ def test_cli_reports_bad_flags_with_their_name(tmp_path: Path, capsys: pytest.Ca
     assert "--probes" in capsys.readouterr().err
     assert main(["profile", "--out", str(tmp_path / "nodir" / "p.json"), "--no-progress"]) == 1
     assert "--out" in capsys.readouterr().err
+
+
+def test_samples_to_target_counts_samples_until_the_target_and_extrapolates_past_the_cap() -> None:
+    easy = dataclasses.replace(
+        TINY, samples=3200, lr=0.3, measure="samples_to_target", target_loss=1.5, eval_every=1
+    )
+    probe = DigitsProbe(easy)
+    reached = round(probe.loss(0.0, 16, 0) * 1000)
+    assert 0 < reached < easy.samples and reached % 16 == 0
+    hard = DigitsProbe(dataclasses.replace(easy, target_loss=1e-4), probe.data)
+    assert hard.loss(0.0, 16, 0) * 1000 > hard.settings.samples  # not reached: beyond the cap
+
+
+def test_probe_settings_reject_an_unknown_measure() -> None:
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(TINY, measure="accuracy")
+    assert info.value.fields["key"] == "measure"

@@ -100,3 +100,11 @@ def test_scheduler_settings_are_validated(field: str, value: float) -> None:
     with pytest.raises(ConfigError) as info:
         DemoConfig(**{field: value})  # type: ignore[arg-type]
     assert info.value.fields["key"] == field
+
+
+def test_profile_auto_profiles_the_workload_and_none_selects_the_analytic_stand_in() -> None:
+    assert DEFAULT.profile is None and config_from_args(parse()).auto_profile == DEFAULT.auto_profile
+    cfg = config_from_args(parse("--profile", "none"))
+    assert cfg.profile is None and cfg.auto_profile is False
+    cfg = config_from_args(parse("--profile", "auto"))
+    assert cfg.profile is None and cfg.auto_profile is True
