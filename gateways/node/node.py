@@ -604,11 +604,20 @@ class GatewayNode:
             # the iteration from which *this* site takes part, as the peer computes it (``join_iteration``
             # with the roles swapped): the peer's own join_at says where the peer joined, not where a
             # gateway starting now may, and adopting it put restarted gateways behind the job
-            self._create_engine(
-                join_iteration(other, mine, margin=margin),
-                initial_live(self.site, peer, other, self.sites),
-                now,
-            )
+            start = join_iteration(other, mine, margin=margin)
+            if (
+                not other.fresh
+                and other.low is not None
+                and other.live is not None
+                and self.site in other.live
+            ):
+                # the peer never lost this site (it started with every configured site live, or has not
+                # yet noticed a crash): it counts this site in every round it has open and will not call
+                # peer_joined, so J computed as for a rejoin would leave those rounds waiting for a site
+                # that starts past them (a late-starting gateway stalled a 4-site tree until the round
+                # deadline)
+                start = max(0, min(start, other.low))
+            self._create_engine(start, initial_live(self.site, peer, other, self.sites), now)
             if other.fresh and self.resume_frontier >= 0 and self.ledger is not None:
                 # resumed from a state file with a peer that restarted too: no survivor will say which of
                 # the trainer's re-sent pushes were counted, so they are carried (at least once)

@@ -210,3 +210,28 @@ def test_a_root_acks_its_trainer_s_push_only_once_a_peer_has_the_result() -> Non
     assert any(isinstance(m, Ack) and (m.iteration, m.layer) == (0, 0) for m in mesh.to_trainer["a"])
     # a child's own push ack came with the result from its parent, at once
     assert any(isinstance(m, Ack) and m.iteration == 0 for m in mesh.to_trainer["b"])
+
+
+def test_a_gateway_that_starts_late_takes_part_in_the_rounds_its_peers_count_it_in() -> None:
+    """A cold start where one site's gateway comes up after the others' trainers pushed (bench_gateway's
+    4-gateway tree under load): the running peers started with every configured site live and never lost
+    it, so they do not re-plan it in at a later iteration. The late gateway must start in their open
+    rounds, not past them, or every site waits for it until the round deadline."""
+    mesh = _Mesh({s: _node(s) for s in SITES})
+    mesh.link("a", "b")  # c is not up yet
+    for node in (mesh.nodes["a"], mesh.nodes["b"]):
+        node.trainer_connected(1)
+    for it in range(2):  # staleness 1: two pushes in flight, waiting for c
+        mesh.push("a", it)
+        mesh.push("b", it)
+    a, c = mesh.nodes["a"], mesh.nodes["c"]
+    assert a.engine is not None and "c" in a.engine.live and a.engine.open_rounds()
+    mesh.link("c", "a")
+    mesh.link("c", "b")
+    assert c.join_at == 0  # where a counts it in (its oldest open round), not frontier + 1 + window
+    c.trainer_connected(1)
+    for it in range(2):
+        mesh.push("c", it)
+    assert not a.engine.open_rounds() and c.engine is not None and not c.engine.open_rounds()
+    got = {(m.iteration, m.payload.nnz) for m in mesh.to_trainer["c"] if isinstance(m, Aggregate)}
+    assert {it for it, nnz in got if nnz > 0} == {0, 1}  # c's trainer got both results
