@@ -193,7 +193,8 @@ def missing_members(ids: Sequence[ContribId], members: tuple[str, ...]) -> tuple
 
 def intern_sites(sites: Iterable[str]) -> frozenset[str]:
     """One shared frozenset per distinct site set, so "already checked against this set" is an identity
-    test (the simulator's 1 000 engines all check the same results against equal sets)."""
+    test (the simulator's 1 000 engines all check the same results against equal sets), and a plan lookup
+    keyed by the live set compares by identity (``timeline``: 1 000 equal sets, ~13 us per comparison)."""
     key = frozenset(sites)
     got = _site_sets.get(key)
     if got is None:

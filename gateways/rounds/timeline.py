@@ -11,6 +11,7 @@ before each iteration in the same spirit).
 
 from __future__ import annotations
 
+from gateways.rounds.ids import intern_sites
 from gateways.rounds.topology import Plan, PlanSpec, build_plan
 
 __all__ = ["PlanTimeline"]
@@ -34,21 +35,6 @@ def shared_plan(spec: PlanSpec, members: frozenset[str]) -> Plan:
             _SHARED.clear()
         plan = _SHARED[key] = build_plan(spec, members)
     return plan
-
-
-#: Member sets of :func:`shared_plan` keys, one object per distinct set: the simulator's 1 000 timelines each
-#: build an equal 1 000-name set, and a plan lookup keyed by a different-but-equal set compared all 1 000
-#: names (~13 us, twice per gateway per round); with one shared object the key compares by identity.
-_MEMBER_SETS: dict[frozenset[str], frozenset[str]] = {}
-
-
-def _interned(members: frozenset[str]) -> frozenset[str]:
-    got = _MEMBER_SETS.get(members)
-    if got is None:
-        if len(_MEMBER_SETS) >= _PLAN_CACHE_LIMIT:
-            _MEMBER_SETS.clear()
-        got = _MEMBER_SETS[members] = members
-    return got
 
 
 class PlanTimeline:
@@ -75,7 +61,7 @@ class PlanTimeline:
             members = frozenset(s for s in self.live if self._joins.get(s, -1) <= iteration)
         else:
             if self._all_live is None:
-                self._all_live = _interned(frozenset(self.live))
+                self._all_live = intern_sites(self.live)
             members = self._all_live
         plan = shared_plan(spec, members)
         if len(self._by_iteration) >= _PLAN_CACHE_LIMIT:
