@@ -131,8 +131,12 @@ async def test_changing_the_tbf_rate_mid_run_changes_goodput() -> None:
     print(
         f"goodput {before / 1e6:.2f} then {after / 1e6:.2f} Mbit/s (tbf {fast / 1e6:.0f} -> {slow / 1e6:.0f})"
     )
-    assert 0.8 * fast <= before <= 1.25 * fast
+    # upper bounds are the shaping; the lower bound before the change is loose because a loaded 2-core
+    # machine cannot always fill 20 Mbit/s in 50 ms reports (0.72 x seen in a full-suite run), while the
+    # slow rate is easy to fill: the change itself must show as a drop of at least 2x
+    assert 0.5 * fast <= before <= 1.25 * fast
     assert 0.7 * slow <= after <= 1.3 * slow
+    assert before >= 2 * after
 
 
 async def test_one_way_delay_reaches_the_wire_with_or_without_netem() -> None:
