@@ -130,9 +130,7 @@ class SiteShardRequest(Message):
 
     def __post_init__(self) -> None:
         check_name(self.site, "site")
-        check_shard_request(self.rank, self.request, self.epoch, self.dataset_len, self.want)
-        if type(self.fresh) is not bool:
-            raise LocalProtocolError("fresh must be true or false")
+        check_shard_request(self.rank, self.request, self.epoch, self.dataset_len, self.want, self.fresh)
 
 
 @dataclass(frozen=True, slots=True)

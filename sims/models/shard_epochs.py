@@ -99,7 +99,26 @@ class _Dds:
         self.svc.expire(now)
 
 
-class _Queue:
+class _Untracked:
+    """The baselines without a lease table: nothing to report back, nothing expires."""
+
+    c: EpochsConfig
+
+    def grant(self, sid: int, epoch: int) -> Grant:
+        start = sid * self.c.shard_size
+        return Grant("granted", epoch, ((sid, start, min(start + self.c.shard_size, self.c.samples)),))
+
+    def done(self, rank: int, epoch: int, ids: list[int], now: float) -> None:
+        return None
+
+    def release(self, rank: int, now: float) -> None:
+        return None
+
+    def expire(self, now: float) -> None:
+        return None
+
+
+class _Queue(_Untracked):
     """Hands each shard out once and forgets it; an epoch ends when its queue is empty."""
 
     def __init__(self, c: EpochsConfig) -> None:
@@ -120,20 +139,10 @@ class _Queue:
         if not self.q:
             return Grant("drained", epoch)
         sid = self.q.popleft()
-        start = sid * self.c.shard_size
-        return Grant("granted", epoch, ((sid, start, min(start + self.c.shard_size, self.c.samples)),))
-
-    def done(self, rank: int, epoch: int, ids: list[int], now: float) -> None:
-        return None
-
-    def release(self, rank: int, now: float) -> None:
-        return None
-
-    def expire(self, now: float) -> None:
-        return None
+        return self.grant(sid, epoch)
 
 
-class _Static:
+class _Static(_Untracked):
     """Rank r trains shards [r·K/R, (r+1)·K/R) of every epoch, from the start again after a restart."""
 
     def __init__(self, c: EpochsConfig) -> None:
@@ -153,17 +162,7 @@ class _Static:
             return Grant("drained", epoch)
         sid = part[self.next[rank]]
         self.next[rank] += 1
-        start = sid * self.c.shard_size
-        return Grant("granted", epoch, ((sid, start, min(start + self.c.shard_size, self.c.samples)),))
-
-    def done(self, rank: int, epoch: int, ids: list[int], now: float) -> None:
-        return None
-
-    def release(self, rank: int, now: float) -> None:
-        return None
-
-    def expire(self, now: float) -> None:
-        return None
+        return self.grant(sid, epoch)
 
 
 @dataclass

@@ -632,7 +632,7 @@ class Notice(Message):
 SHARD_STATUSES: Final = ("granted", "drained", "wait", "finished", "unavailable", "refused")
 
 
-def check_shard_request(rank: Any, request: Any, epoch: Any, dataset_len: Any, want: Any) -> None:
+def check_shard_request(rank: Any, request: Any, epoch: Any, dataset_len: Any, want: Any, fresh: Any) -> None:
     """The fields a shard request shares on the trainer and the scheduler link."""
     check_uint(rank, "rank", MAX_RANK)
     check_uint(request, "request", MAX_COUNTER)
@@ -640,6 +640,8 @@ def check_shard_request(rank: Any, request: Any, epoch: Any, dataset_len: Any, w
     check_uint(dataset_len, "dataset_len", MAX_SAMPLES)
     if check_uint(want, "want", MAX_SHARDS_PER_MESSAGE) == 0:
         raise LocalProtocolError("want must be at least 1", value=want)
+    if type(fresh) is not bool:
+        raise LocalProtocolError("fresh must be true or false")
 
 
 def check_shard_ranges(value: Any) -> tuple[tuple[int, int, int], ...]:
@@ -702,9 +704,7 @@ class ShardRequest(Message):
     fresh: bool
 
     def __post_init__(self) -> None:
-        check_shard_request(self.rank, self.request, self.epoch, self.dataset_len, self.want)
-        if type(self.fresh) is not bool:
-            raise LocalProtocolError("fresh must be true or false")
+        check_shard_request(self.rank, self.request, self.epoch, self.dataset_len, self.want, self.fresh)
 
 
 @dataclass(frozen=True, slots=True)
