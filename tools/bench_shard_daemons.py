@@ -12,11 +12,9 @@ count of shards DONE after being handed out more than once, ``samples_twice`` = 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from shard_trainer import TrainerProcess
 from gateways.config import GatewayConfig
 from gateways.service.daemon import GatewayDaemon
 from scheduler.daemon_config import SchedulerDaemonConfig
-from scheduler.service.daemon import SchedulerDaemon
+from scheduler.service.daemon import serving as _scheduler
 from scheduler.sharding import ShardingConfig
 from transports import Timeouts
 from transports.urls import short_socket_dir
@@ -37,18 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 JOB, SECRET = "testjob", "s3cret-s3cret-s3cret"  # what tools/shard_trainer.py presents
 SHARD, BATCH = 20, 8
 TIMEOUTS = Timeouts(connect=5.0, handshake=5.0, send=30.0, close=2.0, heartbeat_interval=0.5)
-
-
-@contextlib.asynccontextmanager
-async def _scheduler(cfg: SchedulerDaemonConfig) -> AsyncIterator[SchedulerDaemon]:
-    d = SchedulerDaemon(cfg)
-    task = asyncio.create_task(d.run())
-    await d.wait_for(lambda: d._listener is not None)
-    try:
-        yield d
-    finally:
-        d.request_stop()
-        await asyncio.wait_for(task, 20)
 
 
 async def _run(samples: int, d: Path) -> dict[str, Any]:

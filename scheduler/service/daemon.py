@@ -21,7 +21,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,7 +46,7 @@ from wanrt.protocol import (
     Role,
 )
 
-__all__ = ["DecisionsFile", "SchedulerDaemon"]
+__all__ = ["DecisionsFile", "SchedulerDaemon", "serving"]
 
 log = logging.getLogger(__name__)
 
@@ -419,3 +419,18 @@ class SchedulerDaemon:
             except ConfigError as exc:  # a value outside the shared schema: that gateway's problem
                 raise ProtocolError(str(exc)) from None
             self._after()
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    cfg: SchedulerDaemonConfig, *, policy: DecisionPolicy | None = None
+) -> AsyncIterator[SchedulerDaemon]:
+    """A scheduler daemon listening in this event loop for the duration of the block (tests, tools)."""
+    d = SchedulerDaemon(cfg, policy=policy)
+    task = asyncio.create_task(d.run())
+    await d.wait_for(lambda: d._listener is not None)
+    try:
+        yield d
+    finally:
+        d.request_stop()
+        await asyncio.wait_for(task, 20)

@@ -4,16 +4,14 @@ keeps training while the scheduler is down and a restarted scheduler resumes fro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 
 from scheduler.daemon_config import SchedulerDaemonConfig
-from scheduler.service.daemon import SchedulerDaemon
+from scheduler.service.daemon import serving as scheduler
 from tests.gateways.service.daemon_cluster import (
     JOB,
     SECRET,
@@ -43,18 +41,6 @@ def _sched_cfg(d: Path, **kw: object) -> SchedulerDaemonConfig:
         timeouts=TEST_TIMEOUTS,
         **kw,  # type: ignore[arg-type]
     )
-
-
-@contextlib.asynccontextmanager
-async def scheduler(cfg: SchedulerDaemonConfig) -> AsyncIterator[SchedulerDaemon]:
-    d = SchedulerDaemon(cfg)
-    task = asyncio.create_task(d.run())
-    await d.wait_for(lambda: d._listener is not None)
-    try:
-        yield d
-    finally:
-        d.request_stop()
-        await asyncio.wait_for(task, 20)
 
 
 async def test_a_change_reaches_every_site_for_the_same_iteration() -> None:

@@ -5,16 +5,15 @@ restarted loses no shard; a restarted scheduler keeps the job's progress."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.service.daemon import SchedulerDaemon
+from scheduler.service.daemon import serving as scheduler
 from scheduler.sharding import ShardingConfig
 from tests.gateways.service.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, running, short_dir, site_configs
 
@@ -35,18 +34,6 @@ def _sched_cfg(d: Path, epochs: int = 1, **sharding: Any) -> SchedulerDaemonConf
         timeouts=TEST_TIMEOUTS,
         sharding=ShardingConfig(shard_size=SHARD, lease_s=60.0, epochs=epochs, max_outstanding=2, **sharding),
     )
-
-
-@contextlib.asynccontextmanager
-async def scheduler(cfg: SchedulerDaemonConfig) -> AsyncIterator[SchedulerDaemon]:
-    d = SchedulerDaemon(cfg)
-    task = asyncio.create_task(d.run())
-    await d.wait_for(lambda: d._listener is not None)
-    try:
-        yield d
-    finally:
-        d.request_stop()
-        await asyncio.wait_for(task, 20)
 
 
 class Trainer(TrainerProcess):
