@@ -52,7 +52,7 @@ from gateways.sending.pacer import Pacer
 from gateways.sending.rate_allocator import RateAllocator
 from gateways.stats import GatewayStats, peer_view, render_prometheus
 from gateways.wire.config_update import trainer_config_update
-from gateways.wire.round_frames import JobModel, RoundTag
+from gateways.wire.round_frames import JobModel, RoundData, RoundTag
 from gateways.wire.site_fault import SiteFault
 from scheduler.wire import Announce, AnnounceReply, SiteShardGrant, site_values
 from wanrt.errors import (
@@ -666,7 +666,9 @@ class GatewayNode:
         """Handle one message from a peer; False once the link ended."""
         if isinstance(event, Heartbeat):
             return True
-        if isinstance(event, RoundTag):
+        if type(event) is RoundData:
+            self._on_round_message(ch, event, ch.on_data(event), now)
+        elif isinstance(event, RoundTag):
             msg = ch.on_tag(event)
             if msg is not None:
                 self._on_round_message(ch, event, msg, now)

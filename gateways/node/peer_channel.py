@@ -8,9 +8,10 @@ owed to the peer, and whether the peer has gone silent. Whoever moves the bytes 
 writer tasks, or the simulator's link model — feeds :meth:`PeerChannel.receive` and drains
 :meth:`PeerChannel.poll`; the node decides what received messages mean.
 
-Why a message's tag and small payload share one queue item: both fit one coalesced chunk and go out back
-to back, so a small round costs one chunk, not two. A larger payload is its own item, cut into chunks the
-peer reassembles; a chunked item must be exactly one frame, so a tag is never merged with one.
+Why a message whose payload fits one chunk is one frame (:class:`~gateways.wire.round_frames.RoundData`)
+and one queue item: a small round then costs one frame and one chunk, not two of each. A larger payload
+travels as a tag and a Push, the Push its own item, cut into chunks the peer reassembles; a chunked item
+must be exactly one frame, so a tag is never merged with one.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from gateways.sending.edf_queue import SendQueue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.stats import LinkCounters
-from gateways.wire.round_frames import SEQ_MODULUS, AckWindow, RoundInbox, RoundTag, encode_round
+from gateways.wire.round_frames import (
+    SEQ_MODULUS,
+    AckWindow,
+    RoundData,
+    RoundInbox,
+    RoundTag,
+    encode_round,
+    encode_round_data,
+)
 from wanrt.errors import LocalProtocolError
 from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message, Push
 
@@ -90,12 +99,25 @@ class PeerChannel:
 
     def send_round(self, msg: RoundMsg) -> None:
         """Frame one round message and queue it by (iteration, layer) for EDF."""
-        tag, payload = encode_round(msg, seq=self._seq, job=self.conn.job, site=self.conn.site)
         seq = self._seq
         self._seq += 1
         if self.outbox is not None:
             self.outbox[self.link_id] = self
         priority = (msg.iteration, msg.layer)
+        p = msg.payload
+        if p is not None and p.indices.nbytes + p.values.nbytes <= self._queue.chunk_bytes // 2:
+            # one frame, one chunk, if the whole message fits one (a payload encodes to at most its size
+            # plus a few bytes per block, so half a chunk of raw payload is a safe test before encoding);
+            # joined into one part, or the queue would cut it at its first part of coalesce_bytes or more
+            frame = self.conn.send_parts(encode_round_data(msg, seq=seq))
+            nbytes = sum(len(b) for b in frame)
+            if nbytes <= self._queue.chunk_bytes:
+                item = next(self._item_ids)
+                self._tag_items[item] = seq
+                self._link_times.queued(self.peer, seq, msg.iteration, nbytes)
+                self._queue.push(item, self.peer, priority, [memoryview(b"".join(frame))])
+                return
+        tag, payload = encode_round(msg, seq=seq, job=self.conn.job, site=self.conn.site)
         tag_parts = self.conn.send_parts(tag)
         tag_item = next(self._item_ids)
         self._tag_items[tag_item] = seq
@@ -213,6 +235,9 @@ class PeerChannel:
 
     def on_tag(self, tag: RoundTag) -> RoundMsg | None:
         return self._inbox.on_tag(tag)
+
+    def on_data(self, msg: RoundData) -> RoundMsg:
+        return self._inbox.on_data(msg)
 
     def on_payload(self, msg: Push) -> tuple[RoundTag, RoundMsg]:
         return self._inbox.on_payload(msg)

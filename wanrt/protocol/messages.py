@@ -80,7 +80,10 @@ __all__ = [
     "ShardRequest",
     "Telemetry",
     "Welcome",
+    "check_payload",
     "decode_message",
+    "payload_from_wire",
+    "payload_wire_form",
 ]
 
 #: Length of an HMAC-SHA256 proof.
@@ -355,7 +358,7 @@ def _check_update_ids(job: Any, iteration: Any, layer: Any, round_: Any, sender:
     check_name(sender, "sender")
 
 
-def _check_payload(payload: Any, layer: int) -> None:
+def check_payload(payload: Any, layer: int) -> None:
     # Cheap structural checks only: the O(nnz) invariants are the codec's job on receive, and the
     # compressor's on send (re-validating a 100 MB payload per send would cost more than framing it).
     if not isinstance(payload, SparsePayload):
@@ -372,7 +375,7 @@ _ENCODED_MAX: Final = 16
 _encoded: dict[int, tuple[SparsePayload, dict[str, Any], tuple[memoryview, ...]]] = {}
 
 
-def _encoded_payload(payload: SparsePayload) -> tuple[dict[str, Any], tuple[memoryview, ...]]:
+def payload_wire_form(payload: SparsePayload) -> tuple[dict[str, Any], tuple[memoryview, ...]]:
     hit = _encoded.get(id(payload))
     if hit is not None and hit[0] is payload:
         return hit[1], hit[2]
@@ -394,7 +397,7 @@ _DECODED_MAX_BYTES: Final = 64 * 1024
 _decoded: dict[tuple[Any, ...], SparsePayload] = {}
 
 
-def _decode_payload(meta: Any, buffers: Sequence[memoryview], peer: str | None) -> SparsePayload:
+def payload_from_wire(meta: Any, buffers: Sequence[memoryview], peer: str | None) -> SparsePayload:
     if not isinstance(meta, dict):
         raise MalformedPayload("payload meta is not a map", peer=peer)
     key: tuple[Any, ...] | None = None
@@ -442,10 +445,10 @@ class Push(Message):
 
     def __post_init__(self) -> None:
         _check_update_ids(self.job, self.iteration, self.layer, self.round, self.sender)
-        _check_payload(self.payload, self.layer)
+        check_payload(self.payload, self.layer)
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        meta, buffers = _encoded_payload(self.payload)
+        meta, buffers = payload_wire_form(self.payload)
         header = {name: getattr(self, name) for name in field_names(type(self)) if name != "payload"}
         header["payload"] = dict(meta)
         return header, list(buffers)
@@ -454,7 +457,7 @@ class Push(Message):
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
         _expect_keys(cls, header, field_names(cls))
         fields = dict(header)
-        fields["payload"] = _decode_payload(fields["payload"], buffers, peer)
+        fields["payload"] = payload_from_wire(fields["payload"], buffers, peer)
         return cls(**fields)
 
 

@@ -15,9 +15,11 @@ from gateways.wire.round_frames import (
     SEQ_MODULUS,
     AckWindow,
     JobModel,
+    RoundData,
     RoundInbox,
     RoundTag,
     encode_round,
+    encode_round_data,
     unwrap,
 )
 from tests.gateways.harness import make_payload
@@ -209,3 +211,39 @@ def test_cumulative_acks_cover_the_contiguous_prefix() -> None:
     assert unwrap(5, SEQ_MODULUS * 3 + 2) == SEQ_MODULUS * 3 + 5
     assert unwrap(1, SEQ_MODULUS - 1) == SEQ_MODULUS + 1
     assert MAX_ACK_GAP > 1000
+
+
+@pytest.mark.parametrize("kind", [k for k in MSG_KINDS if k != "outcome"])
+def test_a_round_message_with_a_small_payload_is_one_round_data_frame(kind: str) -> None:
+    c, s = _pair()
+    inbox = RoundInbox("a", "j")
+    ids = (("a", 6), ("a", 7), ("c", 7))
+    msg = RoundMsg(kind, 7, 3, 2**62 + 5, make_payload("a", 7, 3), ids, 9, 2 if "segment" in kind else -1)  # type: ignore[arg-type]
+    frame = encode_round_data(msg, seq=SEQ_MODULUS + 4)
+    assert frame.seq == 4 and frame.payload is True
+    (got,) = _receive(s, c.send(frame))
+    assert type(got) is RoundData
+    out = inbox.on_data(got)
+    assert _same(out, msg) and inbox.pending == 0
+
+
+def test_round_data_lies_are_typed_errors() -> None:
+    p = make_payload("a", 1, 0)
+    good = encode_round_data(RoundMsg("partial", 1, 0, 1, p, (("a", 1),)), seq=3)
+    header, buffers = good.to_wire()
+    decode_message(RoundData, dict(header), buffers)  # the honest form decodes
+    lies = [
+        ({**header, "layer": 5}, buffers),  # the payload names another layer
+        ({**header, "payload": False}, buffers),  # a RoundData without a payload
+        ({k: v for k, v in header.items() if k != "data"}, buffers),  # no payload map
+        (dict(header), buffers[:1]),  # the payload's buffers missing
+        ({**header, "ids": 2}, buffers),  # ids disagree with their count
+    ]
+    for h, b in lies:
+        with pytest.raises(RemoteProtocolError):
+            decode_message(RoundData, h, b)
+    inbox = RoundInbox("a", "j")
+    tag, _ = encode_round(RoundMsg("partial", 1, 0, 1, p, (("a", 1),)), seq=3, job="j", site="a")
+    assert inbox.on_tag(tag) is None
+    with pytest.raises(RemoteProtocolError, match="reused"):
+        inbox.on_data(good)  # the same sequence number as a tag still waiting for its payload
