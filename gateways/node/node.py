@@ -1189,6 +1189,8 @@ class GatewayNode:
                 m[f"plan.straggler.{s}"] = 1.0
             if spec.t_w_s is not None:
                 m["plan.t_w_s"] = float(spec.t_w_s)
+            if spec.x_order:
+                m["plan.x_order"] = float(spec.x_order)
         if self._trainer_iteration >= 0:
             m["trainer.iteration"] = float(self._trainer_iteration)
             for k, v in self._trainer_metrics.items():

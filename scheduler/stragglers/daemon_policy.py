@@ -99,8 +99,8 @@ class SiteStragglerPolicy:
         report = self.detector.report(now)
         self.last_report = report
         slow = report.persistent if self.cfg.trigger == "persistent" else report.persistent + report.transient
-        plan_on = "parent_child" in self.cfg.modes
-        if not slow and self._running is None and not (plan_on and self.plan.children):
+        plan_on = "parent_child" in self.cfg.modes or "x_order" in self.cfg.modes
+        if not slow and self._running is None and not (plan_on and self.plan.detached):
             return None
         rates = [self.detector.throughput(s, now) for s in self.sites]
         if any(r is None or r <= 0 for r in rates):

@@ -15,10 +15,12 @@ from scheduler.stragglers.config import BatchConfig, DetectionConfig
 from wanrt.config import check
 from wanrt.live_settings import MAX_T_W_S, PLAN_TOPOLOGIES
 
-__all__ = ["SITE_MODES", "SiteMode", "SiteStragglerConfig"]
+__all__ = ["SITE_MODES", "X_ORDER_TOPOLOGIES", "SiteMode", "SiteStragglerConfig"]
 
-SiteMode: TypeAlias = Literal["adjust_bs", "parent_child"]
-SITE_MODES: Final[tuple[SiteMode, ...]] = ("adjust_bs", "parent_child")
+SiteMode: TypeAlias = Literal["adjust_bs", "parent_child", "x_order"]
+SITE_MODES: Final[tuple[SiteMode, ...]] = ("adjust_bs", "parent_child", "x_order")
+#: Plans whose rounds have one root: the only ones where the engine can apply static x-order.
+X_ORDER_TOPOLOGIES: Final = ("star", "tree")
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,12 @@ class SiteStragglerConfig:
     * ``modes`` — what a persistent straggler site gets: ``adjust_bs`` (the above; the default, today's
       behaviour) and/or ``parent_child`` (STAR §IV-B: the site leaves the gateways' core and is attached
       to a core member that waits ``t_w`` for it, when Eq. 3 predicts less time to the same progress than
-      BSP's Eq. 1; see :mod:`scheduler.stragglers.mode_policy`).
+      BSP's Eq. 1; see :mod:`scheduler.stragglers.mode_policy`), and/or ``x_order`` (STAR §IV-B static
+      x-order: the root goes on once the x fastest sites contributed, the others' pushes arrive in later
+      rounds, when Eq. 1 with x < N predicts less time than with x = N). With both plan modes the one with
+      the least predicted time wins (STAR-H). ``x_order`` needs ``noise_scale`` > 0 (with φ = 0 Eq. 1
+      rates one site's gradient as good as all of them and always picks x = 1, asynchronous SGD) and a
+      one-root ``base_topology`` (star or tree).
     * ``noise_scale`` — STAR's φ (PGNS, samples) for Eq. 1/3. STAR pre-computes it per model (§IV-C);
       sites do not report gradient norms to the scheduler, so it is configured. 0 (the default) counts a
       lost gradient as free, i.e. favours dropping the straggler; a larger φ values its samples more.
@@ -76,6 +83,19 @@ class SiteStragglerConfig:
             self.noise_scale,
             "φ must be finite and ≥ 0",
         )
+        if "x_order" in self.modes:
+            check(
+                self.noise_scale > 0,
+                "noise_scale",
+                self.noise_scale,
+                "modes with x_order need φ > 0 (with φ = 0 Eq. 1 always picks x = 1: asynchronous SGD)",
+            )
+            check(
+                self.base_topology in X_ORDER_TOPOLOGIES,
+                "base_topology",
+                self.base_topology,
+                f"modes with x_order need a one-root topology: {' or '.join(X_ORDER_TOPOLOGIES)}",
+            )
         check(0.0 <= self.straggler_ratio <= 100.0, "straggler_ratio", self.straggler_ratio, "[0, 100]")
         check(0.0 <= self.max_wait_s <= MAX_T_W_S, "max_wait_s", self.max_wait_s, f"[0, {MAX_T_W_S:g}] s")
         check(0.0 <= self.switch_gain < 1.0, "switch_gain", self.switch_gain, "must be in [0, 1)")

@@ -123,3 +123,16 @@ def test_the_gateways_own_config_endpoint_refuses_plan_settings() -> None:
     with pytest.raises(ConfigError) as err:
         _node().apply_config({"topology": "ring"}, None, 1.0)
     assert err.value.key == "topology"
+
+
+def test_a_committed_x_order_is_reported_so_a_restarted_scheduler_learns_it() -> None:
+    node = _node()
+    assert node.engine is not None
+    values = {"x_order": 2}
+    _announce(node, 1, "prepare", values)
+    [reply] = _replies(node)
+    assert reply.accepted
+    _announce(node, 1, "commit", values)
+    assert node.engine.plan_for(10).spec.x_order == 2
+    m = node.telemetry(2.0).metrics
+    assert m["plan.parent_child"] == 0.0 and m["plan.x_order"] == 2.0
