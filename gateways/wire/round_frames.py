@@ -150,7 +150,7 @@ class RoundTag(Message):
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
-        return cls(**_tag_fields(header, buffers))
+        return cls(**_received_tag_fields(header, buffers))
 
     @property
     def sites(self) -> tuple[str, ...]:
@@ -158,7 +158,7 @@ class RoundTag(Message):
         return distinct_sites(self.ids)
 
 
-def _tag_fields(header: dict[str, Any], buffers: Sequence[memoryview]) -> dict[str, Any]:
+def _received_tag_fields(header: dict[str, Any], buffers: Sequence[memoryview]) -> dict[str, Any]:
     """A received tag's fields, its ids decoded and bounded (the dataclass checks the rest)."""
     names = field_names(RoundTag)
     if set(header) != set(names):
@@ -214,7 +214,7 @@ class RoundData(RoundTag):
             raise LocalProtocolError("RoundData needs its payload map and the ids buffer")
         fields = dict(header)
         meta = fields.pop("data")
-        fields = _tag_fields(fields, buffers[:1])
+        fields = _received_tag_fields(fields, buffers[:1])
         fields["data"] = payload_from_wire(meta, buffers[1:], peer)
         return cls(**fields)
 
@@ -252,37 +252,29 @@ class JobModel(Message):
 GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(RoundTag, RoundData, JobModel, SiteFault)
 
 
+def _tag_args(msg: RoundMsg, seq: int) -> dict[str, Any]:
+    """A RoundTag's fields for ``msg``, all but ``payload``."""
+    return {
+        "seq": seq % SEQ_MODULUS,
+        "kind": msg.kind,
+        "iteration": msg.iteration,
+        "layer": msg.layer,
+        "plan_id": msg.plan_id,
+        "step": msg.step,
+        "segment": msg.segment,
+        "ids": as_ids(msg.sites),
+    }
+
+
 def encode_round_data(msg: RoundMsg, *, seq: int) -> RoundData:
     """``msg`` (which has a payload) as one :class:`RoundData` frame."""
     assert msg.payload is not None
-    return RoundData(
-        seq % SEQ_MODULUS,
-        msg.kind,
-        msg.iteration,
-        msg.layer,
-        msg.plan_id,
-        msg.step,
-        msg.segment,
-        as_ids(msg.sites),
-        True,
-        msg.payload,
-    )
+    return RoundData(**_tag_args(msg, seq), payload=True, data=msg.payload)
 
 
 def encode_round(msg: RoundMsg, *, seq: int, job: str, site: str) -> tuple[RoundTag, Push | None]:
     """The frames that carry ``msg`` (send them in this order on one link)."""
-    has_payload = msg.payload is not None
-    tag = RoundTag(
-        seq % SEQ_MODULUS,
-        msg.kind,
-        msg.iteration,
-        msg.layer,
-        msg.plan_id,
-        msg.step,
-        msg.segment,
-        as_ids(msg.sites),
-        has_payload,
-    )
+    tag = RoundTag(**_tag_args(msg, seq), payload=msg.payload is not None)
     if msg.payload is None:
         return tag, None
     # every payload travels as a Push: the tag already names the contributions, and an Aggregate would list

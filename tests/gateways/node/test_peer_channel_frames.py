@@ -14,6 +14,7 @@ from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.stats import LinkCounters
 from gateways.wire.round_frames import GATEWAY_REGISTRY, RoundData, RoundTag
+from tests.gateways.wire.gateway_pair import gateway_pair
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Connection, Push
 from wanrt.protocol.frame import FrameReader, parse_fixed_header
@@ -22,14 +23,7 @@ SECRET = b"peer-channel-test-secret"
 
 
 def _channels(chunk_bytes: int) -> tuple[PeerChannel, PeerChannel]:
-    c = Connection("gateway", "a", "j", SECRET, side="client", registry=GATEWAY_REGISTRY)
-    s = Connection("gateway", "b", "j", SECRET, side="server", registry=GATEWAY_REGISTRY)
-    s.receive_data(c.hello({}))
-    s.next_event()
-    c.receive_data(s.accept({}))
-    c.next_event()
-    s.receive_data(c.authenticate())
-    s.next_event()
+    c, s = gateway_pair(SECRET)
 
     def channel(conn: Connection, peer: str) -> PeerChannel:
         return PeerChannel(

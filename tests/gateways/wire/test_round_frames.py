@@ -9,7 +9,6 @@ import pytest
 
 from gateways.rounds.messages import MSG_KINDS, RoundMsg
 from gateways.wire.round_frames import (
-    GATEWAY_REGISTRY,
     MAX_ACK_GAP,
     MAX_ROUND_IDS,
     SEQ_MODULUS,
@@ -23,6 +22,7 @@ from gateways.wire.round_frames import (
     unwrap,
 )
 from tests.gateways.harness import make_payload
+from tests.gateways.wire.gateway_pair import gateway_pair
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from wanrt.protocol import Aggregate, Connection, Push, split_frame
 from wanrt.protocol.events import NEED_DATA
@@ -32,15 +32,7 @@ SECRET = b"wire-test-secret-0123"
 
 
 def _pair() -> tuple[Connection, Connection]:
-    c = Connection("gateway", "a", "j", SECRET, side="client", registry=GATEWAY_REGISTRY)
-    s = Connection("gateway", "b", "j", SECRET, side="server", registry=GATEWAY_REGISTRY)
-    s.receive_data(c.hello({}))
-    s.next_event()
-    c.receive_data(s.accept({}))
-    c.next_event()
-    s.receive_data(c.authenticate())
-    s.next_event()
-    return c, s
+    return gateway_pair(SECRET)
 
 
 def _receive(conn: Connection, data: bytes) -> list[object]:
