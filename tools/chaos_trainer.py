@@ -6,7 +6,11 @@ ConfigUpdate, a Notice, a Welcome, an error), so the longest wait with no news i
 trainer's own clock, a pause per iteration (``compute_s``) so a run lasts as long as the event schedule,
 and :meth:`ChaosTrainer.kill`, which drops the connection as a crashed trainer would (no Bye). Pushes the
 gateway has not acknowledged are kept and sent again by :meth:`ChaosTrainer.reconnect` (a trainer that
-checkpoints its unacknowledged pushes; the parameters are not resynchronised, see docs/chaos.md).
+checkpoints its unacknowledged pushes). Parameter resync (docs/chaos.md) runs through the client's own
+:mod:`wanrt.client.link.param_resync`: on a ``resync`` notice the trainer asks for the job's parameters,
+holds the results it receives until the snapshot is in, swaps it in and applies the held results the
+snapshot lacks; asked by its gateway for a peer, it answers with its parameters once it has applied every
+result below the asked iteration.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 
 from sims.exact_payloads import layer_shape, make_payload
 from transports import Transport, connect
+from wanrt.client.link.param_resync import Snapshot, SnapshotReceiver, snapshot_frames, snapshot_point
 from wanrt.errors import PeerLost, RemoteProtocolError, WanrtError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import (
@@ -34,6 +39,10 @@ from wanrt.protocol import (
     Error,
     Heartbeat,
     Notice,
+    ParamAnnounce,
+    ParamChunk,
+    ParamRefuse,
+    ParamRequest,
     Push,
     Welcome,
 )
@@ -87,6 +96,16 @@ class ChaosTrainer:
         self.events: list[tuple[float, str]] = []  # (loop time, kind): what the silent-wait metric reads
         self.skip_below = 0
         self.next_it = 0
+        # parameter resync: the asking side, results held while a snapshot is on its way, the snapshot
+        # swapped in last (results it holds are skipped), and peers' questions waiting to be answered
+        self.resync = SnapshotReceiver(tuple(layer_shape(layer)[0] for layer in range(layers)), peer=url)
+        self.held: dict[Key, SparsePayload] = {}
+        self.snapshot: Snapshot | None = None
+        self.resyncs = 0
+        self.served = 0
+        self._serve: list[tuple[int, int]] = []  # (request id, iteration) from the gateway
+        self._low = 0  # the first iteration whose results are not all in params
+        self._high = 0  # one past the highest iteration with a result
         self._clock = clock or (lambda: asyncio.get_running_loop().time())
         self._conn: Connection | None = None
         self._transport: Transport | None = None
@@ -112,6 +131,7 @@ class ChaosTrainer:
             raise RemoteProtocolError(f"no Welcome: {event!r}")
         await transport.send([conn.authenticate()])
         self._conn, self._transport = conn, transport
+        self._serve.clear()  # questions of the old session: the gateway dropped them with it
         join_at = event.info.get("join_at", -1)
         if isinstance(join_at, int) and join_at > 0:
             self.skip_below = max(self.skip_below, join_at)
@@ -181,9 +201,12 @@ class ChaosTrainer:
                             self.mismatched_duplicates += seen != fingerprint
                         else:
                             self._set_fingerprint(key, fingerprint)
-                            event.payload.add_into(self.params[event.layer])
+                            self._take(key, event.payload)
                     await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
                     self._event("aggregate")
+                    await self._maybe_serve(conn, transport)
+                elif isinstance(event, (ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest)):
+                    await self._on_params(event, conn, transport)
                 elif isinstance(event, Ack):
                     self.unacked.pop((event.iteration, event.layer), None)
                     self._progress.set()
@@ -193,6 +216,9 @@ class ChaosTrainer:
                 elif isinstance(event, Notice):
                     self.notices.append(event)
                     self._event("notice")
+                    request = self.resync.on_notice(event)
+                    if request is not None:
+                        await transport.send(conn.send_parts(request))
                 elif isinstance(event, Heartbeat):
                     continue
                 elif isinstance(event, (Bye, Error, ConnectionClosed)):
@@ -205,6 +231,70 @@ class ChaosTrainer:
         finally:
             self._connected.clear()
             self._progress.set()
+
+    # -- parameter resync ------------------------------------------------------------------------------
+
+    def _take(self, key: Key, payload: SparsePayload) -> None:
+        """A new result: held while a snapshot is on its way, skipped if the last snapshot holds it."""
+        it, layer = key
+        self._high = max(self._high, it + 1)
+        if self.resync.holding:
+            self.held[key] = payload
+        elif self.snapshot is None or self.snapshot.wants(it, layer):
+            payload.add_into(self.params[layer])
+
+    def _swap(self, snap: Snapshot) -> None:
+        self.params = snap.layers
+        for (it, layer), payload in sorted(self.held.items()):
+            if snap.wants(it, layer):
+                payload.add_into(self.params[layer])
+        self.held.clear()
+        self.snapshot = snap
+        self.resyncs += 1
+
+    def _advance_low(self) -> None:
+        floor = max(self.skip_below, 0 if self.snapshot is None else self.snapshot.iteration)
+        self._low = max(self._low, floor)
+        while all(self.fingerprint(self._low, layer) >= 0 for layer in range(self.layers)):
+            self._low += 1
+
+    async def _on_params(self, msg: Any, conn: Connection, transport: Transport) -> None:
+        if isinstance(msg, ParamRequest):  # the gateway asks on behalf of a peer site
+            if self.resync.holding:
+                refuse = ParamRefuse(msg.request, f"site {self.site}'s trainer is resyncing itself")
+                await transport.send(conn.send_parts(refuse))
+                return
+            self._serve.append((msg.request, msg.iteration))
+            await self._maybe_serve(conn, transport)
+        elif isinstance(msg, ParamAnnounce):
+            self.resync.on_announce(msg)
+        elif isinstance(msg, ParamChunk):
+            snap = self.resync.on_chunk(msg)
+            if snap is not None:
+                self._swap(snap)
+                self._event("resync")
+        elif self.resync.on_refuse(msg):  # nobody will answer: stop holding, apply what was held
+            for (it, layer), payload in sorted(self.held.items()):
+                if self.snapshot is None or self.snapshot.wants(it, layer):
+                    payload.add_into(self.params[layer])
+            self.held.clear()
+
+    async def _maybe_serve(self, conn: Connection, transport: Transport) -> None:
+        if not self._serve:
+            return
+        self._advance_low()
+        waiting = []
+        for request, iteration in self._serve:
+            point = snapshot_point(
+                iteration, self._low, lambda i, la: self.fingerprint(i, la) >= 0, self._high, self.layers
+            )
+            if point is None:
+                waiting.append((request, iteration))
+                continue
+            for frame in snapshot_frames(request, point[0], point[1], [p.copy() for p in self.params]):
+                await transport.send(conn.send_parts(frame))
+            self.served += 1
+        self._serve = waiting
 
     # -- training loop ---------------------------------------------------------------------------------
 

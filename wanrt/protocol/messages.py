@@ -587,8 +587,10 @@ class ConfigUpdate(Message):
 
 
 #: What a :class:`Notice` is about: a site's trainer runs another model, a connection failed to
-#: authenticate, a gateway was refused for its settings, a site's trainer went away.
-NOTICE_KINDS: Final = ("model", "auth", "config", "trainer")
+#: authenticate, a gateway was refused for its settings, a site's trainer went away, this site's trainer
+#: missed rounds and must fetch the job's parameters (``resync``: ``info["iteration"]`` is the iteration J
+#: from which its gateway takes part again; see :mod:`wanrt.protocol.params`).
+NOTICE_KINDS: Final = ("model", "auth", "config", "trainer", "resync")
 
 
 @dataclass(frozen=True, slots=True)
