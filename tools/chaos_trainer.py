@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from sims.exact_params import ExactParams
 from sims.exact_payloads import layer_shape, make_payload
 from transports import Transport, connect
-from wanrt.client.link.param_resync import Snapshot, SnapshotReceiver, snapshot_frames, snapshot_point
 from wanrt.errors import PeerLost, RemoteProtocolError, WanrtError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import (
@@ -87,7 +87,6 @@ class ChaosTrainer:
         # per layer and iteration: a fingerprint (crc of ids and values, -1: none yet) of the aggregate;
         # the payloads go into ``params`` and are dropped
         self.fingerprints = [np.full(0, -1, np.int64) for _ in range(layers)]
-        self.params = [np.zeros(layer_shape(layer)[0], np.float32) for layer in range(layers)]
         self.duplicates = 0
         self.mismatched_duplicates = 0
         self.configs: list[ConfigUpdate] = []
@@ -96,16 +95,8 @@ class ChaosTrainer:
         self.events: list[tuple[float, str]] = []  # (loop time, kind): what the silent-wait metric reads
         self.skip_below = 0
         self.next_it = 0
-        # parameter resync: the asking side, results held while a snapshot is on its way, the snapshot
-        # swapped in last (results it holds are skipped), and peers' questions waiting to be answered
-        self.resync = SnapshotReceiver(tuple(layer_shape(layer)[0] for layer in range(layers)), peer=url)
-        self.held: dict[Key, SparsePayload] = {}
-        self.snapshot: Snapshot | None = None
-        self.resyncs = 0
-        self.served = 0
-        self._serve: list[tuple[int, int]] = []  # (request id, iteration) from the gateway
-        self._low = 0  # the first iteration whose results are not all in params
-        self._high = 0  # one past the highest iteration with a result
+        # the parameters (every result applied, summed) and the resync state (sims.exact_params)
+        self.state = ExactParams(layers, peer=url)
         self._clock = clock or (lambda: asyncio.get_running_loop().time())
         self._conn: Connection | None = None
         self._transport: Transport | None = None
@@ -131,7 +122,7 @@ class ChaosTrainer:
             raise RemoteProtocolError(f"no Welcome: {event!r}")
         await transport.send([conn.authenticate()])
         self._conn, self._transport = conn, transport
-        self._serve.clear()  # questions of the old session: the gateway dropped them with it
+        self.state.connected()  # questions of the old session: the gateway dropped them with it
         join_at = event.info.get("join_at", -1)
         if isinstance(join_at, int) and join_at > 0:
             self.skip_below = max(self.skip_below, join_at)
@@ -201,7 +192,7 @@ class ChaosTrainer:
                             self.mismatched_duplicates += seen != fingerprint
                         else:
                             self._set_fingerprint(key, fingerprint)
-                            self._take(key, event.payload)
+                            self.state.take(key, event.payload)
                     await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
                     self._event("aggregate")
                     await self._maybe_serve(conn, transport)
@@ -216,9 +207,8 @@ class ChaosTrainer:
                 elif isinstance(event, Notice):
                     self.notices.append(event)
                     self._event("notice")
-                    request = self.resync.on_notice(event)
-                    if request is not None:
-                        await transport.send(conn.send_parts(request))
+                    for frame in self.state.on_notice(event):
+                        await transport.send(conn.send_parts(frame))
                 elif isinstance(event, Heartbeat):
                     continue
                 elif isinstance(event, (Bye, Error, ConnectionClosed)):
@@ -232,69 +222,33 @@ class ChaosTrainer:
             self._connected.clear()
             self._progress.set()
 
-    # -- parameter resync ------------------------------------------------------------------------------
+    # -- parameter resync (sims.exact_params: the client's mechanism) --------------------------------
 
-    def _take(self, key: Key, payload: SparsePayload) -> None:
-        """A new result: held while a snapshot is on its way, skipped if the last snapshot holds it."""
-        it, layer = key
-        self._high = max(self._high, it + 1)
-        if self.resync.holding:
-            self.held[key] = payload
-        elif self.snapshot is None or self.snapshot.wants(it, layer):
-            payload.add_into(self.params[layer])
+    @property
+    def resyncs(self) -> int:
+        return self.state.resyncs
 
-    def _swap(self, snap: Snapshot) -> None:
-        self.params = snap.layers
-        for (it, layer), payload in sorted(self.held.items()):
-            if snap.wants(it, layer):
-                payload.add_into(self.params[layer])
-        self.held.clear()
-        self.snapshot = snap
-        self.resyncs += 1
+    @property
+    def served(self) -> int:
+        return self.state.served
 
-    def _advance_low(self) -> None:
-        floor = max(self.skip_below, 0 if self.snapshot is None else self.snapshot.iteration)
-        self._low = max(self._low, floor)
-        while all(self.fingerprint(self._low, layer) >= 0 for layer in range(self.layers)):
-            self._low += 1
+    @property
+    def params(self) -> list[np.ndarray]:
+        return self.state.params
+
+    def _seen(self, iteration: int, layer: int) -> bool:
+        return self.fingerprint(iteration, layer) >= 0
 
     async def _on_params(self, msg: Any, conn: Connection, transport: Transport) -> None:
-        if isinstance(msg, ParamRequest):  # the gateway asks on behalf of a peer site
-            if self.resync.holding:
-                refuse = ParamRefuse(msg.request, f"site {self.site}'s trainer is resyncing itself")
-                await transport.send(conn.send_parts(refuse))
-                return
-            self._serve.append((msg.request, msg.iteration))
-            await self._maybe_serve(conn, transport)
-        elif isinstance(msg, ParamAnnounce):
-            self.resync.on_announce(msg)
-        elif isinstance(msg, ParamChunk):
-            snap = self.resync.on_chunk(msg)
-            if snap is not None:
-                self._swap(snap)
-                self._event("resync")
-        elif self.resync.on_refuse(msg):  # nobody will answer: stop holding, apply what was held
-            for (it, layer), payload in sorted(self.held.items()):
-                if self.snapshot is None or self.snapshot.wants(it, layer):
-                    payload.add_into(self.params[layer])
-            self.held.clear()
+        out, swapped = self.state.on_params(msg, self._seen, self.skip_below)
+        for frame in out:
+            await transport.send(conn.send_parts(frame))
+        if swapped:
+            self._event("resync")
 
     async def _maybe_serve(self, conn: Connection, transport: Transport) -> None:
-        if not self._serve:
-            return
-        self._advance_low()
-        waiting = []
-        for request, iteration in self._serve:
-            point = snapshot_point(
-                iteration, self._low, lambda i, la: self.fingerprint(i, la) >= 0, self._high, self.layers
-            )
-            if point is None:
-                waiting.append((request, iteration))
-                continue
-            for frame in snapshot_frames(request, point[0], point[1], [p.copy() for p in self.params]):
-                await transport.send(conn.send_parts(frame))
-            self.served += 1
-        self._serve = waiting
+        for frame in self.state.serve(self._seen, self.skip_below):
+            await transport.send(conn.send_parts(frame))
 
     # -- training loop ---------------------------------------------------------------------------------
 

@@ -72,8 +72,12 @@ class _Mesh:
 
     def link(self, a: str, b: str) -> None:
         na, nb = self.nodes[a], self.nodes[b]
-        ca = Connection(Role.GATEWAY, a, "j", SECRET.encode(), side="client", registry=GATEWAY_REGISTRY, peer=b)
-        cb = Connection(Role.GATEWAY, b, "j", SECRET.encode(), side="server", registry=GATEWAY_REGISTRY, peer=a)
+        ca = Connection(
+            Role.GATEWAY, a, "j", SECRET.encode(), side="client", registry=GATEWAY_REGISTRY, peer=b
+        )
+        cb = Connection(
+            Role.GATEWAY, b, "j", SECRET.encode(), side="server", registry=GATEWAY_REGISTRY, peer=a
+        )
         ours_a = na.link_info(b)
         cb.receive_data(ca.hello(ours_a))
         hello = cb.next_event()
@@ -168,7 +172,11 @@ def test_a_restarted_gateway_s_trainer_gets_the_parameters_of_a_running_site() -
     assert mesh.nodes["a"].resync.stats.served == 1
     assert not mesh.closed["a"] and not mesh.closed["c"]
     c.trainer_connected(2)  # done: a reconnecting trainer is not told again
-    assert not any(isinstance(a.msg, Notice) and a.msg.kind == "resync" for a in c.pop_actions() if isinstance(a, ToTrainer))
+    assert not any(
+        isinstance(a.msg, Notice) and a.msg.kind == "resync"
+        for a in c.pop_actions()
+        if isinstance(a, ToTrainer)
+    )
 
 
 def test_a_site_without_a_trainer_refuses_and_the_question_waits_for_another_site() -> None:
