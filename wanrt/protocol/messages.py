@@ -117,6 +117,10 @@ class MsgType(IntEnum):
     SHARD_GRANT = 0x23
     SHARD_DONE = 0x24
     NOTICE = 0x25
+    PARAM_REQUEST = 0x26  # parameter resync (wanrt.protocol.params)
+    PARAM_ANNOUNCE = 0x27
+    PARAM_CHUNK = 0x28
+    PARAM_REFUSE = 0x29
 
 
 class ErrorCode(IntEnum):

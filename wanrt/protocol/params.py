@@ -29,7 +29,7 @@ import numpy as np
 from wanrt.errors import LocalProtocolError
 from wanrt.protocol.checks import check_count, check_text, check_uint
 from wanrt.protocol.limits import MAX_COUNTER, MAX_LAYER_ELEMENTS, MAX_LAYER_ID
-from wanrt.protocol.messages import Message, field_names
+from wanrt.protocol.messages import Message, MsgType, field_names
 
 __all__ = [
     "MAX_PARAM_CHUNK_ELEMENTS",
@@ -111,7 +111,7 @@ class ParamRequest(Message):
     job's signature check, whose per-layer digests cover the shapes), so its gateway can bound what a peer
     sends. Gateway → gateway and gateway → the serving trainer: ``lengths`` is empty."""
 
-    TYPE: ClassVar[int] = 0x26
+    TYPE: ClassVar[int] = MsgType.PARAM_REQUEST
     STREAM: ClassVar[bool] = True
     MAX_BUFFERS: ClassVar[int] = 1
     request: int
@@ -139,7 +139,7 @@ class ParamAnnounce(Message):
     (K) and, beyond them, exactly the results listed in ``extras``; its layers have ``lengths`` elements.
     The receiver checks all of it against its own model before it reserves room for one value."""
 
-    TYPE: ClassVar[int] = 0x27
+    TYPE: ClassVar[int] = MsgType.PARAM_ANNOUNCE
     STREAM: ClassVar[bool] = True
     MAX_BUFFERS: ClassVar[int] = 2
     request: int
@@ -189,7 +189,7 @@ def _counted(
 class ParamChunk(Message):
     """Values ``[offset, offset + len(values))`` of layer ``layer`` of the snapshot (fp32, finite)."""
 
-    TYPE: ClassVar[int] = 0x28
+    TYPE: ClassVar[int] = MsgType.PARAM_CHUNK
     STREAM: ClassVar[bool] = True
     MAX_BUFFERS: ClassVar[int] = 1
     request: int
@@ -240,7 +240,7 @@ class ParamChunk(Message):
 class ParamRefuse(Message):
     """Request ``request`` will not be answered (``reason``): the asker tries another peer or later."""
 
-    TYPE: ClassVar[int] = 0x29
+    TYPE: ClassVar[int] = MsgType.PARAM_REFUSE
     STREAM: ClassVar[bool] = True
     request: int
     reason: str
