@@ -53,9 +53,12 @@ class ExactParams:
         elif self.snapshot is None or self.snapshot.wants(it, layer):
             payload.add_into(self.params[layer])
 
-    def connected(self) -> None:
-        """A new trainer connection: the gateway dropped the questions of the old one."""
+    def connected(self) -> list[Message]:
+        """A new trainer connection: the gateway dropped the questions of the old one; a snapshot still
+        owed is asked for again (send these)."""
         self._serve.clear()
+        request = self.receiver.ask_again()
+        return [] if request is None else [request]
 
     def on_notice(self, notice: Notice) -> list[Message]:
         request = self.receiver.on_notice(notice)

@@ -122,7 +122,8 @@ class ChaosTrainer:
             raise RemoteProtocolError(f"no Welcome: {event!r}")
         await transport.send([conn.authenticate()])
         self._conn, self._transport = conn, transport
-        self.state.connected()  # questions of the old session: the gateway dropped them with it
+        for frame in self.state.connected():  # a snapshot still owed is asked for again
+            await transport.send(conn.send_parts(frame))
         join_at = event.info.get("join_at", -1)
         if isinstance(join_at, int) and join_at > 0:
             self.skip_below = max(self.skip_below, join_at)

@@ -71,6 +71,7 @@ class ResyncStats:
     requested: int = 0  # resyncs this site needed
     asked: int = 0  # questions sent to peers
     refused: int = 0  # refusals received
+    refused_non_member: int = 0  # questions of sites that are not members here (answered with a refusal)
     completed: int = 0  # snapshots relayed to this site's trainer in full
     served: int = 0  # questions of peers handed to this site's trainer
     values_in: int = 0
@@ -113,6 +114,7 @@ class ParamResync:
     site: str
     stats: ResyncStats = field(default_factory=ResyncStats)
     need: int | None = None  # J: this site's trainer must fetch the parameters (None: nothing pending)
+    done_at: int | None = None  # J of the last snapshot relayed in full (a trainer that lost it may re-ask)
     trainer_up: bool = False
     _trainer_req: int | None = None  # the trainer's id for its question
     _lengths: tuple[int, ...] | None = None
@@ -153,12 +155,12 @@ class ParamResync:
         return [ToSiteTrainer(notice)] if notice is not None and self.trainer_up else []
 
     def trainer_connected(self) -> list[Out]:
+        """A (new) trainer session: questions the old one was answering are refused (it cannot finish
+        them), and the new one is told of a pending resync."""
+        out = self.trainer_left()
         self.trainer_up = True
-        self._trainer_req = self._lengths = None
-        for ask in self._asks.values():
-            ask.forward = False
         notice = self.notice()
-        return [] if notice is None else [ToSiteTrainer(notice)]
+        return out if notice is None else [*out, ToSiteTrainer(notice)]
 
     def trainer_left(self) -> list[Out]:
         self.trainer_up = False
@@ -204,6 +206,10 @@ class ParamResync:
     def _trainer_asks(
         self, msg: ParamRequest, n_layers: int | None, candidates: list[str], now: float
     ) -> list[Out]:
+        if self.need is None and msg.iteration == self.done_at:
+            # relayed in full, but the trainer's connection ended before it had all of it: once more
+            self.need = msg.iteration
+            self.stats.requested += 1
         if self.need is None or msg.iteration != self.need:
             return [
                 ToSiteTrainer(ParamRefuse(msg.request, "no parameter resync is pending for that iteration"))
@@ -316,7 +322,7 @@ class ParamResync:
                 ask.peer,
                 ask.iteration,
             )
-            self.need = None
+            self.need, self.done_at = None, ask.iteration
             self._trainer_req = self._lengths = None
         return []
 
@@ -324,9 +330,11 @@ class ParamResync:
         self, peer: str, msg: ParamRequest, member: bool, frontier: int, claim_margin: int, trainer_up: bool
     ) -> list[Out]:
         if not member:
-            raise RemoteProtocolError(
-                f"site {peer} asks for the job's parameters but is not a member of the job here", peer=peer
-            )
+            # refused, not a protocol violation: an honest site may ask in the moment between this site
+            # counting it out and its link ending; a cheat gets nothing either way
+            self.stats.refused_non_member += 1
+            log.warning("site %s asks for the job's parameters but is not a member of the job here", peer)
+            return [ToPeer(peer, ParamRefuse(msg.request, f"site {peer} is not a member of the job here"))]
         if msg.lengths:
             raise RemoteProtocolError("a gateway's parameter request carries no lengths", peer=peer)
         limit = frontier + claim_margin

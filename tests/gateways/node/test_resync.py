@@ -256,16 +256,15 @@ def test_an_answer_to_a_question_never_asked_ends_the_link() -> None:
     _link_ended(mesh, "never sent")
 
 
-def test_a_question_from_a_site_that_is_not_a_member_ends_the_link() -> None:
+def test_a_question_from_a_site_that_is_not_a_member_is_refused() -> None:
     mesh, j = _restarted_c()
-    a = mesh.nodes["a"]
+    a, c = mesh.nodes["a"], mesh.nodes["c"]
     assert a.engine is not None
     a.engine.peer_lost("c", mesh.now)  # a counts c out (its link is still up)
-    mesh.forge("c", "a", ParamRequest(1, j))
-    assert mesh.links.get(("a", "c")) is None
-    error = mesh.closed["a"][0].error
-    assert isinstance(error, RemoteProtocolError) and "not a member" in str(error)
+    mesh.trainer_sends("c", ParamRequest(5, j, LENGTHS))
     assert not mesh.last("a", ParamRequest)  # a's trainer was never asked
+    assert a.resync.stats.refused_non_member == 1 and c.resync.stats.refused == 1
+    assert c.resync.need == j  # still owed: asked again later
 
 
 def test_a_question_far_past_the_frontier_ends_the_link() -> None:

@@ -86,12 +86,23 @@ class SnapshotReceiver:
             raise RemoteProtocolError("resync notice without an iteration", peer=self.peer)
         if self.done is not None and j <= self.done:
             return None
+        if self.pending == j and self._request is not None:
+            return None  # already asked on this connection (ask_again after a reconnect)
         if self.pending is None or j >= self.pending:
             self.pending = j
             self._reset()
             self._request = next(self._ids)
             return ParamRequest(self._request, j, self.lengths)
         return None
+
+    def ask_again(self) -> ParamRequest | None:
+        """After a reconnect: the question again if a snapshot is still owed (the gateway may have relayed
+        it in full to the connection that ended; it answers a repeated question for the same iteration)."""
+        if self.pending is None:
+            return None
+        self._reset()
+        self._request = next(self._ids)
+        return ParamRequest(self._request, self.pending, self.lengths)
 
     def _reset(self) -> None:
         self._announce = None
