@@ -1358,6 +1358,7 @@ class GatewayNode:
                 "conflicts": [list(c) for c in self.model.conflicts[-8:]],
             },
             "faults": self.faults.status(),
+            "resync": {"need": self.resync.need, **asdict(self.resync.stats)},
             "counters": self.stats.counters(),
         }
 

@@ -168,7 +168,7 @@ def test_a_restarted_gateway_s_trainer_gets_the_parameters_of_a_running_site() -
     for mine, theirs in zip(got.layers, served, strict=True):
         np.testing.assert_array_equal(mine, theirs)
     c = mesh.nodes["c"]
-    assert c.resync.need is None and c.resync.stats.completed == 1
+    assert c.resync.need is None and c.status()["resync"]["completed"] == 1
     assert mesh.nodes["a"].resync.stats.served == 1
     assert not mesh.closed["a"] and not mesh.closed["c"]
     c.trainer_connected(2)  # done: a reconnecting trainer is not told again
