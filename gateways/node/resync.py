@@ -105,6 +105,7 @@ class _Serve:
     peer: str
     request: int  # the peer's id for it
     iteration: int
+    remaining: int | None = None  # values still to relay once the trainer announced its answer
 
 
 @dataclass
@@ -188,6 +189,10 @@ class ParamResync:
                 if not msg.finite():
                     raise MalformedPayload("the trainer's snapshot holds NaN or Inf values", peer="trainer")
                 self.stats.values_out += int(msg.values.size)
+                if serve.remaining is not None:
+                    serve.remaining -= int(msg.values.size)
+                    if serve.remaining <= 0:
+                        del self._serving[msg.request]  # answered in full
                 return [
                     ToPeer(
                         serve.peer,
@@ -196,6 +201,9 @@ class ParamResync:
                     )
                 ]
             if isinstance(msg, ParamAnnounce):
+                serve.remaining = sum(msg.lengths)
+                if serve.remaining == 0:
+                    del self._serving[msg.request]
                 return [
                     ToPeer(serve.peer, ParamAnnounce(serve.request, msg.iteration, msg.lengths, msg.extras))
                 ]

@@ -169,7 +169,7 @@ def test_a_restarted_gateway_s_trainer_gets_the_parameters_of_a_running_site() -
         np.testing.assert_array_equal(mine, theirs)
     c = mesh.nodes["c"]
     assert c.resync.need is None and c.status()["resync"]["completed"] == 1
-    assert mesh.nodes["a"].resync.stats.served == 1
+    assert mesh.nodes["a"].resync.stats.served == 1 and not mesh.nodes["a"].resync._serving
     assert not mesh.closed["a"] and not mesh.closed["c"]
     c.trainer_connected(2)  # done: a reconnecting trainer is not told again
     assert not any(
