@@ -994,6 +994,9 @@ class GatewayNode:
             self._out.append(RefuseTrainer(old, "replaced by a new connection of this site's trainer"))
         self._trainer = session
         self.stats.trainer_connections += 1
+        # a pending resync first: the trainer must hold every result it gets from now on (one applied
+        # before the notice, of an iteration the snapshot lacks, would be overwritten by the snapshot)
+        self._resync_out(self.resync.trainer_connected())
         if self.ledger is not None:
             for msg in self.ledger.unacked_aggregates():
                 self._out.append(ToTrainer(session, msg))
@@ -1001,7 +1004,6 @@ class GatewayNode:
             self._out.append(ToTrainer(session, self._config_update))
         for notice in self.faults.replay():
             self._out.append(ToTrainer(session, notice))
-        self._resync_out(self.resync.trainer_connected())
 
     def trainer_disconnected(self, session: int, reason: str) -> None:
         if self._trainer == session:
