@@ -741,7 +741,9 @@ class GatewayNode:
                 "parameters differ from the other sites' until they are resynchronised",
                 now,
             )
-            self._resync_out(self.resync.start(msg.iteration))
+            # past every iteration seen here: a settled round's real result is then in the snapshot (K ≥ J),
+            # and nothing the trainer applied before the notice is of an iteration ≥ K
+            self._resync_out(self.resync.start(engine.frontier + 1))
 
     def link_closed(self, link_id: int, reason: str, now: float) -> None:
         """The driver saw link ``link_id`` end (the peer went away, the transport failed)."""

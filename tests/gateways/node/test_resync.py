@@ -17,6 +17,7 @@ from gateways.wire.round_frames import GATEWAY_REGISTRY
 from wanrt.client.link.param_resync import SnapshotReceiver, snapshot_frames
 from wanrt.client.link.signature import LayerSignature
 from wanrt.errors import MalformedPayload, RemoteProtocolError
+from wanrt.payload import SparsePayload
 from wanrt.protocol import (
     Connection,
     Hello,
@@ -26,6 +27,7 @@ from wanrt.protocol import (
     ParamChunk,
     ParamRefuse,
     ParamRequest,
+    Push,
     Role,
     Welcome,
 )
@@ -293,3 +295,26 @@ def test_the_link_going_down_mid_transfer_tells_the_trainer_to_start_over() -> N
     mesh.pump()
     refusals = mesh.last("c", ParamRefuse)
     assert refusals and refusals[-1].request == 5 and c.resync.need == j  # still owed
+
+
+def test_a_site_whose_held_rounds_were_settled_is_told_past_every_iteration_it_saw() -> None:
+    """Cut off from the job, its rounds settled without results when it came back: the real results of
+    those rounds must be in the snapshot, so J is past every iteration this site saw."""
+    mesh = _Mesh({s: _node(s) for s in SITES})
+    for x, y in (("a", "b"), ("a", "c"), ("b", "c")):
+        mesh.link(x, y)
+    for x, y in (("a", "b"), ("a", "c")):
+        for u, v in ((x, y), (y, x)):
+            mesh.nodes[u].link_closed(mesh.links.pop((u, v)), "connection reset", mesh.now)
+    mesh.pump()
+    payload = SparsePayload.from_dense_blocks(0, np.ones(64, np.float32), np.arange(2), 16)
+    for it in range(12):
+        for s in "abc" if it < 3 else "bc":
+            mesh.nodes[s].trainer_push(1, Push("j", it, 0, 0, s, payload), mesh.now)
+            mesh.pump()
+    a = mesh.nodes["a"]
+    assert a.resync.need is None
+    mesh.link("a", "b")  # back, far behind: its held rounds 0..2 are settled without results here
+    assert a.engine is not None and a.engine.stats.settled > 0
+    notices = [n for n in mesh.last("a", Notice) if n.kind == "resync"]
+    assert len(notices) == 1 and notices[0].info["iteration"] == a.engine.frontier + 1 > 2
