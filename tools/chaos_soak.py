@@ -157,6 +157,7 @@ class Soak:
         self.rows: list[EventRow] = []
         self.resyncs: list[float] = []
         self.resync_missing = 0
+        self.restarts: list[tuple[str, float, Any]] = []  # (site, restarted at, that gateway generation)
         self.forged = 0
         self.unauth_accepted = 0
         self.auth_change_applied = 0
@@ -165,6 +166,26 @@ class Soak:
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
+
+    def param_resyncs(self) -> dict[str, Any]:
+        """Parameter resyncs (docs/chaos.md): restarts whose gateway asked its trainer to fetch the job's
+        parameters, how many snapshots were swapped in, and the worst time from restart to swap."""
+        needed = done = 0
+        worst: float | None = None
+        for site, at, daemon in self.restarts:
+            if daemon.node.resync.stats.requested == 0:
+                continue  # came back before the job moved on: nothing missed
+            needed += 1
+            swapped = [t for t, kind in self.trainers[site].events if kind == "resync" and t >= at]
+            if swapped:
+                done += 1
+                worst = max(worst or 0.0, swapped[0] - at)
+        return {
+            "param_resyncs_needed": needed,
+            "param_resyncs_done": done,
+            "param_resync_worst_s": None if worst is None else round(worst, 3),
+            "params_served": sum(t.served for t in self.trainers.values()),
+        }
 
     # -- events ------------------------------------------------------------------------------------
 
@@ -175,6 +196,7 @@ class Soak:
         for s in sites:
             starts[s] = self.now()
             await self.cluster.start(s)
+            self.restarts.append((s, starts[s], self.cluster.daemons[s]))
         # the target is 30 s; once a site missed it the job is wedged, and later restarts get 5 s each so
         # that a wedged soak still ends (its keys say so) instead of waiting 30 s per event
         limit = 5.0 if self.resync_missing else 30.0
@@ -452,6 +474,7 @@ class Soak:
             all(np.array_equal(p[layer], params[0][layer]) for layer in range(plan.layers)) for p in params
         )
         resync = max(self.resyncs) if self.resyncs and not self.resync_missing else None
+        param = self.param_resyncs()
         return {
             "pushes_lost": acc["pushes_lost"],
             "pushes_double_counted": acc["pushes_double_counted"],
@@ -481,6 +504,7 @@ class Soak:
             "final_conflict_examples": acc["final_conflict_examples"],
             "open_rounds_at_end": open_rounds,
             "resync_median_s": None if not self.resyncs else round(float(np.median(self.resyncs)), 3),
+            **param,
             "resync_missing": self.resync_missing,
             "silent_wait_per_site_s": {s: round(v, 3) for s, v in silent.items()},
             "trainer_restarts": self.trainer_restarts,
@@ -668,6 +692,11 @@ def main(argv: list[str] | None = None) -> int:
         "final_conflicts",
         "open_rounds_at_end",
         "resync_median_s",
+        "param_resyncs_needed",
+        "param_resyncs_done",
+        "param_resync_worst_s",
+        "params_served",
+        "rounds_missed_by_some_trainer",
         "trainer_restarts",
         "end_iteration",
         "elapsed_s",

@@ -6,7 +6,11 @@ ConfigUpdate, a Notice, a Welcome, an error), so the longest wait with no news i
 trainer's own clock, a pause per iteration (``compute_s``) so a run lasts as long as the event schedule,
 and :meth:`ChaosTrainer.kill`, which drops the connection as a crashed trainer would (no Bye). Pushes the
 gateway has not acknowledged are kept and sent again by :meth:`ChaosTrainer.reconnect` (a trainer that
-checkpoints its unacknowledged pushes; the parameters are not resynchronised, see docs/chaos.md).
+checkpoints its unacknowledged pushes). Parameter resync (docs/chaos.md) runs through the client's own
+:mod:`wanrt.client.link.param_resync`: on a ``resync`` notice the trainer asks for the job's parameters,
+holds the results it receives until the snapshot is in, swaps it in and applies the held results the
+snapshot lacks; asked by its gateway for a peer, it answers with its parameters once it has applied every
+result below the asked iteration.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from sims.exact_params import ExactParams
 from sims.exact_payloads import layer_shape, make_payload
 from transports import Transport, connect
 from wanrt.errors import PeerLost, RemoteProtocolError, WanrtError
@@ -34,6 +39,10 @@ from wanrt.protocol import (
     Error,
     Heartbeat,
     Notice,
+    ParamAnnounce,
+    ParamChunk,
+    ParamRefuse,
+    ParamRequest,
     Push,
     Welcome,
 )
@@ -78,7 +87,6 @@ class ChaosTrainer:
         # per layer and iteration: a fingerprint (crc of ids and values, -1: none yet) of the aggregate;
         # the payloads go into ``params`` and are dropped
         self.fingerprints = [np.full(0, -1, np.int64) for _ in range(layers)]
-        self.params = [np.zeros(layer_shape(layer)[0], np.float32) for layer in range(layers)]
         self.duplicates = 0
         self.mismatched_duplicates = 0
         self.configs: list[ConfigUpdate] = []
@@ -87,6 +95,8 @@ class ChaosTrainer:
         self.events: list[tuple[float, str]] = []  # (loop time, kind): what the silent-wait metric reads
         self.skip_below = 0
         self.next_it = 0
+        # the parameters (every result applied, summed) and the resync state (sims.exact_params)
+        self.state = ExactParams(layers, peer=url)
         self._clock = clock or (lambda: asyncio.get_running_loop().time())
         self._conn: Connection | None = None
         self._transport: Transport | None = None
@@ -112,6 +122,8 @@ class ChaosTrainer:
             raise RemoteProtocolError(f"no Welcome: {event!r}")
         await transport.send([conn.authenticate()])
         self._conn, self._transport = conn, transport
+        for frame in self.state.connected():  # a snapshot still owed is asked for again
+            await transport.send(conn.send_parts(frame))
         join_at = event.info.get("join_at", -1)
         if isinstance(join_at, int) and join_at > 0:
             self.skip_below = max(self.skip_below, join_at)
@@ -181,9 +193,12 @@ class ChaosTrainer:
                             self.mismatched_duplicates += seen != fingerprint
                         else:
                             self._set_fingerprint(key, fingerprint)
-                            event.payload.add_into(self.params[event.layer])
+                            self.state.take(key, event.payload)
                     await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
                     self._event("aggregate")
+                    await self._maybe_serve(conn, transport)
+                elif isinstance(event, (ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest)):
+                    await self._on_params(event, conn, transport)
                 elif isinstance(event, Ack):
                     self.unacked.pop((event.iteration, event.layer), None)
                     self._progress.set()
@@ -193,6 +208,8 @@ class ChaosTrainer:
                 elif isinstance(event, Notice):
                     self.notices.append(event)
                     self._event("notice")
+                    for frame in self.state.on_notice(event):
+                        await transport.send(conn.send_parts(frame))
                 elif isinstance(event, Heartbeat):
                     continue
                 elif isinstance(event, (Bye, Error, ConnectionClosed)):
@@ -205,6 +222,34 @@ class ChaosTrainer:
         finally:
             self._connected.clear()
             self._progress.set()
+
+    # -- parameter resync (sims.exact_params: the client's mechanism) --------------------------------
+
+    @property
+    def resyncs(self) -> int:
+        return self.state.resyncs
+
+    @property
+    def served(self) -> int:
+        return self.state.served
+
+    @property
+    def params(self) -> list[np.ndarray]:
+        return self.state.params
+
+    def _seen(self, iteration: int, layer: int) -> bool:
+        return self.fingerprint(iteration, layer) >= 0
+
+    async def _on_params(self, msg: Any, conn: Connection, transport: Transport) -> None:
+        out, swapped = self.state.on_params(msg, self._seen, self.skip_below)
+        for frame in out:
+            await transport.send(conn.send_parts(frame))
+        if swapped:
+            self._event("resync")
+
+    async def _maybe_serve(self, conn: Connection, transport: Transport) -> None:
+        for frame in self.state.serve(self._seen, self.skip_below):
+            await transport.send(conn.send_parts(frame))
 
     # -- training loop ---------------------------------------------------------------------------------
 

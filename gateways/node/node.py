@@ -41,6 +41,7 @@ from gateways.membership.trainer_ledger import TrainerLedger
 from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.node.peer_channel import PeerChannel, SendOut
 from gateways.node.plan_values import plan_problem, plan_spec
+from gateways.node.resync import ParamResync, ToPeer, ToSiteTrainer
 from gateways.node.shard_relay import ShardRelay
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.ids import distinct_sites
@@ -79,6 +80,10 @@ from wanrt.protocol import (
     Hello,
     Message,
     Notice,
+    ParamAnnounce,
+    ParamChunk,
+    ParamRefuse,
+    ParamRequest,
     Push,
     Role,
     ShardDone,
@@ -176,6 +181,7 @@ class GatewayNode:
         self._trainer_metrics: dict[str, float] = {}  # the leader's latest per-iteration measurements
         self._trainer_iteration = -1
         self._shards = ShardRelay(self.site)  # the trainer's data-shard traffic (scheduler.sharding)
+        self.resync = ParamResync(self.site)  # parameter resync of a trainer that missed rounds
         self._work: deque[Action] = deque()
         #: trainer push acks of results made here (this site finished the round), held until a peer has the
         #: result: see _deliver
@@ -242,6 +248,9 @@ class GatewayNode:
                 best = d
         if self._next_report is not None and (best is None or self._next_report < best):
             best = self._next_report
+        retry = self.resync.retry_at
+        if retry is not None and (best is None or retry < best):
+            best = retry
         if self.engine is not None:
             e = self.engine.next_deadline()
             if e is not None and (best is None or e < best):
@@ -281,6 +290,8 @@ class GatewayNode:
         if self._next_report is not None and now >= self._next_report:
             self._next_report = now + self.cfg.telemetry_interval_s
             self._out.append(ToScheduler(self.telemetry(now)))
+        if self.resync.retry_at is not None and now >= self.resync.retry_at:
+            self._resync_out(self.resync.retry(self._resync_candidates(), now))
         self._observe_link_times(now)
 
     # ------------------------------------------------------------------------------------------------
@@ -618,6 +629,8 @@ class GatewayNode:
                 # deadline)
                 start = max(0, min(start, other.low))
             self._create_engine(start, initial_live(self.site, peer, other, self.sites), now)
+            if not other.fresh and start > self.resume_frontier + 1:  # missed rounds: fetch the parameters
+                self._resync_out(self.resync.start(start))
             if other.fresh and self.resume_frontier >= 0 and self.ledger is not None:
                 # resumed from a state file with a peer that restarted too: no survivor will say which of
                 # the trainer's re-sent pushes were counted, so they are carried (at least once)
@@ -628,6 +641,7 @@ class GatewayNode:
             self._apply(self.engine.peer_joined(peer, now, at), now)
         for msg in self._backlog.pop(peer, []):
             ch.send_round(msg)
+        self._resync_out(self.resync.retry(self._resync_candidates(), now))
         self._receive(ch, ch.events(), now)  # bytes that arrived with the handshake
         return ch.link_id
 
@@ -687,6 +701,8 @@ class GatewayNode:
             self._offer_model(sig, event.info.get("model_established") is True, source=ch)
         elif isinstance(event, SiteFault):
             self._on_site_fault(ch, event, now)
+        elif isinstance(event, (ParamRequest, ParamAnnounce, ParamChunk, ParamRefuse)):
+            self._resync_peer(ch, event, now)
         elif isinstance(event, Bye):
             ch.send_control(Bye("bye"))
             self._end_link(ch, f"peer closed the link: {event.reason or 'no reason given'}", now)
@@ -727,6 +743,9 @@ class GatewayNode:
                 "parameters differ from the other sites' until they are resynchronised",
                 now,
             )
+            # past every iteration seen here: a settled round's real result is then in the snapshot (K ≥ J),
+            # and nothing the trainer applied before the notice is of an iteration ≥ K
+            self._resync_out(self.resync.start(engine.frontier + 1))
 
     def link_closed(self, link_id: int, reason: str, now: float) -> None:
         """The driver saw link ``link_id`` end (the peer went away, the transport failed)."""
@@ -817,6 +836,7 @@ class GatewayNode:
         self.queue.cancel_peer(peer)  # the round engine re-plans what was queued (it keeps its own data)
         self._release_shared(peer, None)
         self.link_times.drop_peer(peer)
+        self._resync_out(self.resync.link_ended(peer, self._resync_candidates(), now))
         if self.state in ("stopping", "stopped"):
             self.stats.peer_state(peer, "down", now, reason)
             log.info("link to %s closed: %s", peer, reason)
@@ -978,6 +998,9 @@ class GatewayNode:
             self._out.append(RefuseTrainer(old, "replaced by a new connection of this site's trainer"))
         self._trainer = session
         self.stats.trainer_connections += 1
+        # a pending resync first: the trainer must hold every result it gets from now on (one applied
+        # before the notice, of an iteration the snapshot lacks, would be overwritten by the snapshot)
+        self._resync_out(self.resync.trainer_connected())
         if self.ledger is not None:
             for msg in self.ledger.unacked_aggregates():
                 self._out.append(ToTrainer(session, msg))
@@ -990,6 +1013,7 @@ class GatewayNode:
         if self._trainer == session:
             self._trainer = None
             self._to_scheduler(self._shards.trainer_left(reason, self._scheduler_up))  # DOING → TODO
+            self._resync_out(self.resync.trainer_left())
         log.info("trainer disconnected: %s", reason)
 
     def check_trainer_push(self, push: Push) -> None:
@@ -1038,6 +1062,62 @@ class GatewayNode:
         up, down = self._shards.from_trainer(msg, self._scheduler_up)
         self._to_scheduler(up)
         self._out.extend(ToTrainer(session, m) for m in down)
+
+    # ------------------------------------------------------------------------------------------------
+    # parameter resync (gateways.node.resync: the decisions; here only routing)
+    # ------------------------------------------------------------------------------------------------
+
+    def trainer_params(
+        self, session: int, msg: ParamRequest | ParamAnnounce | ParamChunk | ParamRefuse, now: float
+    ) -> None:
+        """A resync message of the current trainer: its own question, or its answer to a peer's."""
+        if session != self._trainer:
+            return
+        sig = self.model.current
+        n_layers = None if sig is None else sig.n_layers
+        self._resync_out(self.resync.from_trainer(msg, n_layers, self._resync_candidates(), now))
+
+    def _resync_peer(
+        self, ch: PeerChannel, msg: ParamRequest | ParamAnnounce | ParamChunk | ParamRefuse, now: float
+    ) -> None:
+        engine = self.engine
+        out = self.resync.from_peer(
+            ch.peer,
+            msg,
+            member=engine is not None and ch.peer in engine.live,
+            frontier=-1 if engine is None else engine.frontier,
+            claim_margin=4 * self.cfg.rounds.window + 2,  # as far as a join may be claimed (_check_claims)
+            trainer_up=self._trainer is not None and self.resync.need is None,
+            candidates=self._resync_candidates(),
+            now=now,
+        )
+        self._resync_out(out)
+
+    def _resync_candidates(self) -> list[str]:
+        """Peers that may be asked for the parameters: live members with a link, the plan's parent first."""
+        engine = self.engine
+        if engine is None or self.resync.need is None:
+            return []
+        linked = [p for p in sorted(engine.live) if p != self.site and p in self._by_peer]
+        parent = engine.plan_for(self.resync.need).parent_of(self.site)
+        if parent in linked:
+            linked.remove(parent)
+            linked.insert(0, parent)
+        return linked
+
+    def _resync_out(self, outs: list[ToPeer | ToSiteTrainer]) -> None:
+        for o in outs:
+            if isinstance(o, ToSiteTrainer):
+                if self._trainer is not None:
+                    self._out.append(ToTrainer(self._trainer, o.msg))
+                continue
+            ch = self._by_peer.get(o.peer)
+            if ch is None or ch.ended:
+                continue
+            if o.bulk is not None:
+                ch.send_bulk(o.msg, o.bulk)
+            else:
+                ch.send_control(o.msg)
 
     def _to_scheduler(self, msgs: list[Message]) -> None:
         if self._scheduler_up:
@@ -1286,6 +1366,7 @@ class GatewayNode:
                 "conflicts": [list(c) for c in self.model.conflicts[-8:]],
             },
             "faults": self.faults.status(),
+            "resync": {"need": self.resync.need, **asdict(self.resync.stats)},
             "counters": self.stats.counters(),
         }
 

@@ -144,6 +144,15 @@ class PeerChannel:
         if isinstance(msg, Bye):
             self.bye_sent = True
 
+    def send_bulk(self, msg: Message, priority: tuple[int, int]) -> None:
+        """Queue a large frame that is not a round message (a parameter-resync chunk) in the EDF queue at
+        ``priority``: paced like round data and cut into chunks, so it never starves the rounds."""
+        if self.bye_sent:
+            return
+        if self.outbox is not None:
+            self.outbox[self.link_id] = self
+        self._queue.push(next(self._item_ids), self.peer, priority, self.conn.send_parts(msg))
+
     def heartbeat(self, now: float) -> None:
         self.beats += 1
         self.send_control(Heartbeat(self.beats, now))

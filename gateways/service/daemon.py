@@ -34,7 +34,21 @@ from gateways.service.scheduler_link import SchedulerLink
 from gateways.service.state_file import load_frontier, save_frontier
 from gateways.service.trainer_session import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
-from wanrt.protocol import Ack, Connection, Hello, Message, Notice, Push, ShardDone, ShardRequest, Telemetry
+from wanrt.protocol import (
+    Ack,
+    Connection,
+    Hello,
+    Message,
+    Notice,
+    ParamAnnounce,
+    ParamChunk,
+    ParamRefuse,
+    ParamRequest,
+    Push,
+    ShardDone,
+    ShardRequest,
+    Telemetry,
+)
 
 __all__ = ["GatewayDaemon"]
 
@@ -491,6 +505,12 @@ class GatewayDaemon:
 
     def trainer_shards(self, session: TrainerSession, msg: ShardRequest | ShardDone) -> None:
         self.node.trainer_shards(session.session_id, msg, self._now())
+        self._after()
+
+    def trainer_params(
+        self, session: TrainerSession, msg: ParamRequest | ParamAnnounce | ParamChunk | ParamRefuse
+    ) -> None:
+        self.node.trainer_params(session.session_id, msg, self._now())
         self._after()
 
     # ------------------------------------------------------------------------------------------------

@@ -44,6 +44,10 @@ from wanrt.protocol import (
     Hello,
     Message,
     Notice,
+    ParamAnnounce,
+    ParamChunk,
+    ParamRefuse,
+    ParamRequest,
     Push,
     Role,
     ShardDone,
@@ -85,6 +89,10 @@ class TrainerOwner(Protocol):
     def trainer_ack(self, session: TrainerSession, ack: Ack) -> None: ...
 
     def trainer_telemetry(self, session: TrainerSession, msg: Telemetry) -> None: ...
+
+    def trainer_params(
+        self, session: TrainerSession, msg: ParamRequest | ParamAnnounce | ParamChunk | ParamRefuse
+    ) -> None: ...
 
     def trainer_shards(self, session: TrainerSession, msg: ShardRequest | ShardDone) -> None:
         """A data-shard request or DONE report, relayed to the scheduler (scheduler.sharding)."""
@@ -265,6 +273,8 @@ async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
             owner.trainer_telemetry(session, event)
         elif isinstance(event, (ShardRequest, ShardDone)):
             owner.trainer_shards(session, event)
+        elif isinstance(event, (ParamRequest, ParamAnnounce, ParamChunk, ParamRefuse)):
+            owner.trainer_params(session, event)
         elif isinstance(event, Heartbeat):
             continue
         elif isinstance(event, Bye):

@@ -10,7 +10,11 @@ It ties the pieces together around the user's ordinary training loop:
   (:mod:`~wanrt.client.leader.staleness`, StellaTrain §3.3), broadcasts the decision and the updates inside
   the site (:mod:`~wanrt.client.site.broadcast`), and every rank applies them with the sparse optimizer
   (StellaTrain §3.1), so all ranks of all sites keep identical parameters;
-* configuration changes announced by the scheduler take effect at their effective iteration on every rank.
+* configuration changes announced by the scheduler take effect at their effective iteration on every rank;
+* a site that missed the job's rounds (its gateway says so) fetches the job's parameters from another site,
+  holds the updates that arrive meanwhile, installs the snapshot on the leader and broadcasts it to every
+  rank, then applies the held updates the snapshot lacks; asked for its own parameters, the leader answers
+  once every update below the asked iteration is applied (:mod:`~wanrt.client.link.param_resync`).
 
 Only the leader talks to the network; the other ranks learn everything, including the leader's errors,
 from its broadcasts, so a failure on the leader stops the whole site with a message instead of a hang.
@@ -34,7 +38,17 @@ from wanrt.client.leader.compression import LayerCompressor
 from wanrt.client.leader.staleness import StalenessTracker
 from wanrt.client.leader.step_timing import StepTimer
 from wanrt.client.leader.worker import LeaderPipeline
-from wanrt.client.link.api import Link, LinkFactory, LinkSpec, UpdateArrived
+from wanrt.client.link.api import (
+    Link,
+    LinkFactory,
+    LinkSpec,
+    ResyncAbandoned,
+    ResyncStarted,
+    ServeRequested,
+    SnapshotArrived,
+    UpdateArrived,
+)
+from wanrt.client.link.param_resync import Snapshot, snapshot_frames, snapshot_point
 from wanrt.client.link.signature import LayerSignature
 
 if TYPE_CHECKING:
@@ -101,6 +115,15 @@ class Context:
         self._timer = StepTimer()  # leader: compute / idle per iteration for the scheduler
         self._batch_size: int | None = None
         self._batch_weight = 1.0
+        # parameter resync (leader): updates held while a snapshot is on its way, the snapshot to install
+        # at the next step, the last one installed (updates it holds are skipped), peers' questions
+        self._resync_at: int | None = None
+        self._held: list[SiteUpdate] = []
+        self._incoming: Snapshot | None = None
+        self._snapshot: Snapshot | None = None
+        self._serve: list[tuple[int, int]] = []
+        #: parameter snapshots installed on this rank (every rank counts the same)
+        self.resyncs = 0
 
     # -- what the user sees ------------------------------------------------------------------------------
 
@@ -252,6 +275,8 @@ class Context:
             self._broken = exc  # the site is out of step: no more collectives, not even from hooks
             self._reducer.remove()
             raise
+        if self.is_leader:
+            self._serve_params()
         self._report(self._iteration)
         self._iteration += 1
         self._switch_config()
@@ -320,9 +345,67 @@ class Context:
             self._poll(remaining, block=True)
             self._timer.waited(time.monotonic() - blocked)
         self._poll(0.0)
-        ready = self._tracker.take_ready(t)
+        updates = [r.item for r in self._tracker.take_ready(t)]
         changes, self._announced = self._announced, []
-        return SiteDecision([r.item for r in ready], changes)
+        snapshot = self._incoming is not None
+        if snapshot:
+            self._snapshot, self._incoming, self._resync_at = self._incoming, None, None
+            updates, self._held = self._held + updates, []
+        elif self._resync_at is not None:
+            self._held.extend(updates)  # may already be in the snapshot on its way
+            updates = []
+        elif self._held:  # abandoned: nobody sends a snapshot
+            updates, self._held = self._held + updates, []
+        if self._snapshot is not None:
+            snap = self._snapshot
+            updates = [u for u in updates if snap.wants(u.iteration, u.layer)]
+        updates.sort(key=lambda u: (u.iteration, u.layer))
+        return SiteDecision(updates, changes, snapshot=snapshot)
+
+    def _install_snapshot(self) -> None:
+        """Every rank: the leader copies the received snapshot into its parameters, the site's other ranks
+        receive them by broadcast (so every rank of every site ends with the same parameters). Optimizer
+        state (e.g. momentum) is not transferred: each rank keeps its own."""
+        with torch.no_grad():
+            if self.is_leader:
+                assert self._snapshot is not None
+                for p, values in zip(self._params, self._snapshot.layers, strict=True):
+                    src = torch.from_numpy(values).to(device=p.device, dtype=p.dtype)
+                    p.data.view(-1).copy_(src)
+            if self.world_size > 1:
+                self._channel.params(self._params)
+        self.resyncs += 1
+
+    def _serve_params(self) -> None:
+        """Leader: answer the peers' questions whose iteration every applied update has reached: the
+        parameters now hold every update of the iterations below K and the ones listed beyond (one model
+        copy per answer, made only while a question is pending)."""
+        if not self._serve or self._link is None or self._tracker is None:
+            return
+        send = getattr(self._link, "send_params", None)
+        if send is None or self._resync_at is not None or self._incoming is not None:
+            return  # this site's own parameters are not the job's yet (or the link cannot answer)
+        snap = self._snapshot
+        pending = {k for k in self._tracker.unapplied() if snap is None or snap.wants(*k)}
+        pushed = self._tracker.last_pushed + 1
+        in_snap = frozenset() if snap is None else snap.extras
+        high = max([pushed, *(it + 1 for it, _ in in_snap)])
+        low = min((it for it, _ in pending), default=pushed)
+        if snap is not None:
+            low = max(low, snap.iteration)  # every update below it is in the installed snapshot
+
+        def applied(i: int, layer: int) -> bool:
+            return (i, layer) in in_snap or (i < pushed and (i, layer) not in pending)
+
+        keep = []
+        for request, iteration in self._serve:
+            point = snapshot_point(iteration, low, applied, high, len(self._params))
+            if point is None:
+                keep.append((request, iteration))
+                continue
+            layers = [p.detach().reshape(-1).to("cpu", torch.float32).numpy() for p in self._params]
+            send(list(snapshot_frames(request, point[0], point[1], layers)))
+        self._serve = keep
 
     def _poll(self, timeout: float, *, block: bool = False) -> None:
         """Handle the next event (block) or every event already queued (no block)."""
@@ -333,6 +416,19 @@ class Context:
                 return
             if isinstance(event, UpdateArrived):
                 self._tracker.arrived(event.iteration, event.layer, self._check_update(event))
+            elif isinstance(event, ResyncStarted):
+                log.warning(
+                    "this site missed the job's rounds before iteration %d: fetching the job's "
+                    "parameters from another site",
+                    event.iteration,
+                )
+                self._resync_at = event.iteration
+            elif isinstance(event, SnapshotArrived):
+                self._incoming = event.snapshot
+            elif isinstance(event, ResyncAbandoned):
+                self._resync_at = None  # the held updates are applied at this step
+            elif isinstance(event, ServeRequested):
+                self._serve.append((event.request, event.iteration))
             else:
                 self._announced.append(event)
             if block:
@@ -361,6 +457,8 @@ class Context:
     def _apply(self, decision: SiteDecision) -> None:
         """Every rank: average each summed update over its contributing sites and apply it sparsely."""
         assert self._optimizer is not None
+        if decision.snapshot:
+            self._install_snapshot()
         with torch.no_grad():
             for u in decision.updates:
                 p = u.payload

@@ -33,6 +33,7 @@ from wanrt.protocol.messages import (
     Telemetry,
     Welcome,
 )
+from wanrt.protocol.params import ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
 from wanrt.protocol.registry import CORE_REGISTRY, SCHEDULER_TYPES, MessageRegistry
 from wanrt.protocol.states import Side, State
 
@@ -61,6 +62,10 @@ __all__ = [
     "MsgType",
     "NeedData",
     "Notice",
+    "ParamAnnounce",
+    "ParamChunk",
+    "ParamRefuse",
+    "ParamRequest",
     "ProtocolConfig",
     "Push",
     "Reassembler",

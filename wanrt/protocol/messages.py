@@ -120,6 +120,10 @@ class MsgType(IntEnum):
     SHARD_GRANT = 0x23
     SHARD_DONE = 0x24
     NOTICE = 0x25
+    PARAM_REQUEST = 0x26  # parameter resync (wanrt.protocol.params)
+    PARAM_ANNOUNCE = 0x27
+    PARAM_CHUNK = 0x28
+    PARAM_REFUSE = 0x29
 
 
 class ErrorCode(IntEnum):
@@ -590,8 +594,10 @@ class ConfigUpdate(Message):
 
 
 #: What a :class:`Notice` is about: a site's trainer runs another model, a connection failed to
-#: authenticate, a gateway was refused for its settings, a site's trainer went away.
-NOTICE_KINDS: Final = ("model", "auth", "config", "trainer")
+#: authenticate, a gateway was refused for its settings, a site's trainer went away, this site's trainer
+#: missed rounds and must fetch the job's parameters (``resync``: ``info["iteration"]`` is the iteration J
+#: from which its gateway takes part again; see :mod:`wanrt.protocol.params`).
+NOTICE_KINDS: Final = ("model", "auth", "config", "trainer", "resync")
 
 
 @dataclass(frozen=True, slots=True)

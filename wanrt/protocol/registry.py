@@ -35,6 +35,7 @@ from wanrt.protocol.messages import (
     Telemetry,
     Welcome,
 )
+from wanrt.protocol.params import PARAM_MESSAGES
 
 __all__ = [
     "CORE_MESSAGES",
@@ -68,6 +69,7 @@ CORE_MESSAGES: Final[tuple[type[Message], ...]] = (
     ShardRequest,
     ShardGrant,
     ShardDone,
+    *PARAM_MESSAGES,
 )
 
 

@@ -4,6 +4,8 @@ Pushes one payload per layer and iteration (last layer first, like a backward pa
 iterations ahead of the aggregates it has received, acknowledges every Aggregate, and keeps each push until
 the gateway acknowledges it, so that after its gateway was restarted it can send the unacknowledged ones
 again (:meth:`FakeTrainer.reconnect`). Everything it pushed and received is recorded for the checks.
+Its parameters (the sum of every result it applied) and their resync are the soak trainer's
+(:class:`sims.exact_params.ExactParams`: the client's resync mechanism).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from sims.exact_params import ExactParams
 from tests.gateways.harness import make_payload
 from transports import Transport, connect
 from wanrt.errors import PeerLost, RemoteProtocolError
@@ -28,6 +31,10 @@ from wanrt.protocol import (
     Error,
     Heartbeat,
     Notice,
+    ParamAnnounce,
+    ParamChunk,
+    ParamRefuse,
+    ParamRequest,
     Push,
     Welcome,
 )
@@ -72,6 +79,7 @@ class FakeTrainer:
         self.skip_below = 0  # iterations below never get aggregates (the gateway joined later)
         self.next_it = 0
         self.errors: list[str] = []
+        self.state = ExactParams(layers, peer=url)
         self._conn: Connection | None = None
         self._transport: Transport | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -92,6 +100,8 @@ class FakeTrainer:
             raise RemoteProtocolError(f"no Welcome: {event!r}")
         await transport.send([conn.authenticate()])
         self._conn, self._transport, self.welcome = conn, transport, event
+        for frame in self.state.connected():  # a snapshot still owed is asked for again
+            await transport.send(conn.send_parts(frame))
         join_at = event.info.get("join_at", -1)
         if isinstance(join_at, int) and join_at > 0:
             self.skip_below = max(self.skip_below, join_at)
@@ -142,7 +152,16 @@ class FakeTrainer:
                         _check_same(self.aggregates[key], event)
                     else:
                         self.aggregates[key] = event
+                        if 0 <= event.layer < self.layers:
+                            self.state.take(key, event.payload)
                     await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
+                    self._progress.set()
+                    for frame in self.state.serve(self._seen, self.skip_below):
+                        await transport.send(conn.send_parts(frame))
+                elif isinstance(event, (ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest)):
+                    out, _ = self.state.on_params(event, self._seen, self.skip_below)
+                    for frame in out:
+                        await transport.send(conn.send_parts(frame))
                     self._progress.set()
                 elif isinstance(event, Ack):
                     self.unacked.pop((event.iteration, event.layer), None)
@@ -152,6 +171,8 @@ class FakeTrainer:
                     self._progress.set()
                 elif isinstance(event, Notice):
                     self.notices.append(event)
+                    for frame in self.state.on_notice(event):
+                        await transport.send(conn.send_parts(frame))
                     self._progress.set()
                 elif isinstance(event, Heartbeat):
                     continue
@@ -163,6 +184,9 @@ class FakeTrainer:
         finally:
             self._connected.clear()
             self._progress.set()
+
+    def _seen(self, iteration: int, layer: int) -> bool:
+        return (iteration, layer) in self.aggregates
 
     # -- training loop ---------------------------------------------------------------------------------
 

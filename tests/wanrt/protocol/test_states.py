@@ -42,6 +42,7 @@ from wanrt.protocol.checks import check_uint
 from wanrt.protocol.frame import encode_frame
 from wanrt.protocol.limits import MAX_HANDSHAKE_FRAME_BYTES
 from wanrt.protocol.messages import MsgType
+from wanrt.protocol.params import ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
 from wanrt.protocol.registry import MessageRegistry
 from wanrt.protocol.states import EOF, transition_table
 
@@ -66,6 +67,10 @@ SAMPLES: dict[int, Message] = {
     MsgType.SHARD_REQUEST: ShardRequest(0, 1, 0, 100, 2, False),
     MsgType.SHARD_GRANT: ShardGrant(0, 1, 0, "granted", ((3, 30, 40),)),
     MsgType.SHARD_DONE: ShardDone(0, 0, (3,)),
+    MsgType.PARAM_REQUEST: ParamRequest(1, 5, (3, 0)),
+    MsgType.PARAM_ANNOUNCE: ParamAnnounce(1, 5, (3, 0), ((5, 1),)),
+    MsgType.PARAM_CHUNK: ParamChunk(1, 0, 0, np.ones(3, np.float32)),
+    MsgType.PARAM_REFUSE: ParamRefuse(1, "no trainer"),
 }
 
 

@@ -95,6 +95,12 @@ class StalenessTracker(Generic[T]):
         """Every pushed update that has not arrived (what a final flush must wait for)."""
         return sorted((it, layer) for it, layers in self._missing.items() for layer in layers)
 
+    def unapplied(self) -> set[tuple[int, int]]:
+        """Every pushed update not taken yet (missing or arrived): what a parameter snapshot lacks."""
+        out = {(it, layer) for it, layers in self._missing.items() for layer in layers}
+        out.update(self._arrived)
+        return out
+
     def take_ready(self, step: int) -> list[Ready[T]]:
         """Remove and return every arrived update of an iteration ``<= step``, oldest iteration first."""
         keys = sorted(k for k in self._arrived if k[0] <= step)

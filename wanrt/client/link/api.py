@@ -13,11 +13,22 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from wanrt.client.config import ClientConfig
+from wanrt.client.link.param_resync import Snapshot
 from wanrt.client.link.signature import LayerSignature
 from wanrt.client.site.decision import ConfigChange
 from wanrt.payload import SparsePayload
 
-__all__ = ["Link", "LinkEvent", "LinkFactory", "LinkSpec", "UpdateArrived"]
+__all__ = [
+    "Link",
+    "LinkEvent",
+    "LinkFactory",
+    "LinkSpec",
+    "ResyncAbandoned",
+    "ResyncStarted",
+    "ServeRequested",
+    "SnapshotArrived",
+    "UpdateArrived",
+]
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,36 @@ class UpdateArrived:
     sites: tuple[str, ...]
 
 
-LinkEvent = UpdateArrived | ConfigChange
+@dataclass(frozen=True)
+class ResyncStarted:
+    """This site missed the job's rounds before ``iteration``: the job's parameters were asked for; hold
+    the updates that arrive until the snapshot is in (docs/client.md, "Parameter resync")."""
+
+    iteration: int
+
+
+@dataclass(frozen=True)
+class SnapshotArrived:
+    """The job's parameters (checked against this model), to swap in at the next step."""
+
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True)
+class ResyncAbandoned:
+    """No site will send the parameters (the gateway has no resync pending): apply the held updates."""
+
+
+@dataclass(frozen=True)
+class ServeRequested:
+    """A peer site asks for this site's parameters as of iteration ``iteration`` (answer with the link's
+    ``send_params`` once every update below it is applied)."""
+
+    request: int
+    iteration: int
+
+
+LinkEvent = UpdateArrived | ConfigChange | ResyncStarted | SnapshotArrived | ResyncAbandoned | ServeRequested
 
 
 @dataclass(frozen=True)

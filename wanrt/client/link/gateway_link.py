@@ -26,12 +26,23 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, Final
 
+import numpy as np
+
 from transports import Timeouts, Transport, connect
 from transports.connection_io import next_event
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import GatewayUnreachable, ModelMismatch
-from wanrt.client.link.api import LinkEvent, LinkSpec, UpdateArrived
+from wanrt.client.link.api import (
+    LinkEvent,
+    LinkSpec,
+    ResyncAbandoned,
+    ResyncStarted,
+    ServeRequested,
+    SnapshotArrived,
+    UpdateArrived,
+)
 from wanrt.client.link.notices import notice_error
+from wanrt.client.link.param_resync import SnapshotReceiver
 from wanrt.client.link.signature import compare_info
 from wanrt.client.site.decision import ConfigChange
 from wanrt.codec.value_casts import in_wire_dtype
@@ -65,6 +76,7 @@ from wanrt.protocol.messages import (
     Telemetry,
     Welcome,
 )
+from wanrt.protocol.params import ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
 
 __all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
 
@@ -114,6 +126,8 @@ class GatewayLink:
         self._conn: Connection | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        lengths = tuple(int(np.prod(s, dtype=np.int64)) for s in spec.signature.shapes)
+        self._resync = SnapshotReceiver(lengths, peer=spec.url)  # parameter resync (param_resync)
 
     # -- training-thread API ---------------------------------------------------------------------------
 
@@ -174,6 +188,11 @@ class GatewayLink:
     def report_shards(self, rank: int, epoch: int, shards: tuple[int, ...]) -> None:
         """Tell the shard service these shards are DONE; sent after the pushes queued before it."""
         self._queue_message(ShardDone(rank, epoch, shards))
+
+    def send_params(self, frames: list[Message]) -> None:
+        """Queue this site's answer to a peer's parameter request (ParamAnnounce, ParamChunk s)."""
+        for frame in frames:
+            self._queue_message(frame)
 
     def next_grant(self, timeout: float) -> ShardGrant | None:
         if self._error is not None:
@@ -313,6 +332,21 @@ class GatewayLink:
                     err = notice_error(self.spec, event)
                     if err is not None:
                         raise err
+                    request = self._resync.on_notice(event)
+                    if request is not None:
+                        self._events.put(ResyncStarted(request.iteration))
+                        await self._send(request)
+                elif isinstance(event, ParamAnnounce):
+                    self._resync.on_announce(event)  # checked against this model before any allocation
+                elif isinstance(event, ParamChunk):
+                    snapshot = self._resync.on_chunk(event)
+                    if snapshot is not None:
+                        self._events.put(SnapshotArrived(snapshot))
+                elif isinstance(event, ParamRefuse):
+                    if self._resync.on_refuse(event):
+                        self._events.put(ResyncAbandoned())
+                elif isinstance(event, ParamRequest):
+                    self._events.put(ServeRequested(event.request, event.iteration))
                 elif isinstance(event, ShardGrant):
                     if self._shard_grants.full():  # answers nobody asked for: the gateway misbehaves
                         raise RemoteProtocolError("too many unread shard grants", peer=url)

@@ -38,6 +38,18 @@ class SiteChannel:
         if values.shape[0]:
             self._bcast(torch.from_numpy(values))
 
+    def params(self, tensors: list[torch.Tensor]) -> None:
+        """Every rank: the leader's parameters into every rank's own tensors (a parameter resync installed
+        on the leader reaches the whole site; the shapes are the model's, checked at attach)."""
+        with torch.no_grad():
+            for p in tensors:
+                if self._group is None and not dist.is_initialized():
+                    continue
+                staged = p.data.to(self._device)
+                dist.broadcast(staged, src=self._src, group=self._group)
+                if staged is not p.data:
+                    p.data.copy_(staged)
+
     def recv(self) -> SiteDecision:
         header = self._bcast(torch.zeros(HEADER_LEN, dtype=torch.int64)).numpy()
         n_body, n_val = decode_header(header, max_elements=self._max)

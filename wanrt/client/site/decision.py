@@ -75,6 +75,9 @@ class SiteDecision:
     updates: list[SiteUpdate] = field(default_factory=list)
     config_changes: list[ConfigChange] = field(default_factory=list)
     error: tuple[str, str] | None = None  # (exception class name, message)
+    #: the job's parameters follow (one broadcast per parameter, into every rank's own tensors) and are
+    #: installed before ``updates`` are applied: a parameter resync (wanrt.client.link.param_resync)
+    snapshot: bool = False
 
 
 def encode(
@@ -115,7 +118,16 @@ def encode(
     body = np.concatenate([meta.reshape(-1), *indices, cfg.reshape(-1), err_arr]).astype(np.int64)
     vals = np.concatenate(values).astype(np.float32) if values else np.zeros(0, dtype=np.float32)
     header = np.array(
-        [MAGIC, len(ups), n_idx, int(vals.shape[0]), cfg.shape[0], len(err), body.shape[0], 0],
+        [
+            MAGIC,
+            len(ups),
+            n_idx,
+            int(vals.shape[0]),
+            cfg.shape[0],
+            len(err),
+            body.shape[0],
+            int(decision.snapshot),
+        ],
         dtype=np.int64,
     )
     return header, body, vals
@@ -137,6 +149,8 @@ def decode_header(header: npt.NDArray[np.int64], *, max_elements: int) -> tuple[
             raise LimitExceeded(
                 f"site broadcast: {name} {value} exceeds {limit}", name=name, limit=limit, value=value
             )
+    if int(header[7]) not in (0, 1):
+        raise MalformedPayload("site broadcast: bad snapshot flag")
     if n_body != n_up * UPDATE_FIELDS + n_idx + n_cfg * CONFIG_FIELDS + n_err:
         raise MalformedPayload("site broadcast: body length disagrees with the header")
     return n_body, n_val
@@ -180,4 +194,4 @@ def decode_body(
         text = body[pos : pos + n_err].astype(np.uint8).tobytes().decode("utf-8", "replace")
         kind, _, message = text.partition("\0")
         error = (kind, message)
-    return SiteDecision(updates, changes, error)
+    return SiteDecision(updates, changes, error, snapshot=bool(header[7]))

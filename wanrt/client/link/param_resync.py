@@ -1,0 +1,199 @@
+"""Parameter resync, the trainer's part: ask for the job's parameters, take a snapshot in, hand one out.
+
+Sans-IO and framework-free (numpy arrays, one per layer in layer-id order), so the site leader of the
+client API, the chaos soak's trainer and the test trainers run the very same checks. The gateway's part and
+the flow are in :mod:`gateways.node.resync`; the messages in :mod:`wanrt.protocol.params`.
+
+Asking (:class:`SnapshotReceiver`). A ``Notice`` of kind ``resync`` names J, the first iteration whose
+results this site's gateway takes part in again; every result of an earlier iteration this trainer missed.
+It asks (:meth:`SnapshotReceiver.on_notice` → ``ParamRequest``) and, until the snapshot is in, *holds* the
+results it receives instead of applying them (they may already be in the snapshot). The snapshot holds
+every result of the iterations below K (K ≥ J, the serving trainer's choice) and the ones listed in
+``extras``; after swapping it in the trainer applies the held results :meth:`Snapshot.wants` says, and
+from then on skips the results the snapshot already holds (:meth:`Snapshot.wants` again).
+
+Memory: the announce is checked against this trainer's own layer lengths before anything is allocated;
+the snapshot is assembled in one staging copy of the model (allocated from the trainer's own shapes, never
+from the announce), so a half-received snapshot never touches the parameters and a transfer that restarts
+(another peer) starts over in the same buffers.
+
+Serving (:func:`snapshot_frames`, :func:`snapshot_point`). The serving trainer answers with its
+parameters as they are when the request can be answered: K is the first iteration whose results it has
+not all applied (it must be ≥ J: before that it waits), ``extras`` the results of iterations ≥ K it has
+applied. No snapshot is kept in advance (the copy is made at answer time, only while a request is
+pending), so serving costs nothing in steady state and one model copy per request.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from wanrt.errors import MalformedPayload, RemoteProtocolError
+from wanrt.protocol import Notice, ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
+
+__all__ = ["CHUNK_ELEMENTS", "Snapshot", "SnapshotReceiver", "snapshot_frames", "snapshot_point"]
+
+#: Values per ParamChunk a trainer sends (1 MiB of fp32): well under the protocol's chunk limit.
+CHUNK_ELEMENTS = 1 << 18
+
+Key = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The job's parameters: every result of the iterations below ``iteration`` and those in ``extras``."""
+
+    iteration: int
+    extras: frozenset[Key]
+    layers: list[np.ndarray]
+
+    def wants(self, iteration: int, layer: int) -> bool:
+        """Whether a result of (iteration, layer) must still be applied on top of this snapshot."""
+        return iteration >= self.iteration and (iteration, layer) not in self.extras
+
+
+@dataclass
+class SnapshotReceiver:
+    """The asking side (see the module docstring). ``lengths``: this trainer's layers' dense lengths."""
+
+    lengths: tuple[int, ...]
+    peer: str = "gateway"
+    pending: int | None = None  # J of the resync in progress
+    done: int | None = None  # J of the last resync completed
+    failed: int = 0
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _request: int | None = None
+    _staging: list[np.ndarray] | None = None
+    _announce: ParamAnnounce | None = None
+    _layer: int = 0
+    _offset: int = 0
+
+    @property
+    def holding(self) -> bool:
+        """Results received now must be held, not applied (a snapshot is on its way)."""
+        return self.pending is not None
+
+    def on_notice(self, notice: Notice) -> ParamRequest | None:
+        """A ``resync`` notice: the request to send (again, after a reconnect), or None."""
+        if notice.kind != "resync":
+            return None
+        j = notice.info.get("iteration")
+        if type(j) is not int or j < 0:
+            raise RemoteProtocolError("resync notice without an iteration", peer=self.peer)
+        if self.done is not None and j <= self.done:
+            return None
+        if self.pending == j and self._request is not None:
+            return None  # already asked on this connection (ask_again after a reconnect)
+        if self.pending is None or j >= self.pending:
+            self.pending = j
+            self._reset()
+            self._request = next(self._ids)
+            return ParamRequest(self._request, j, self.lengths)
+        return None
+
+    def ask_again(self) -> ParamRequest | None:
+        """After a reconnect: the question again if a snapshot is still owed (the gateway may have relayed
+        it in full to the connection that ended; it answers a repeated question for the same iteration)."""
+        if self.pending is None:
+            return None
+        self._reset()
+        self._request = next(self._ids)
+        return ParamRequest(self._request, self.pending, self.lengths)
+
+    def _reset(self) -> None:
+        self._announce = None
+        self._layer = self._offset = 0
+
+    def on_refuse(self, msg: ParamRefuse) -> bool:
+        """The transfer failed (the gateway asks another site and a new announce follows) or nobody will
+        answer (no resync pending at the gateway: True, the caller stops holding and applies what it held)."""
+        if msg.request != self._request:
+            return False
+        self._reset()
+        if "no parameter resync is pending" in msg.reason:
+            self.pending = self._request = None
+            self.failed += 1
+            return True
+        return False
+
+    def on_announce(self, msg: ParamAnnounce) -> None:
+        if msg.request != self._request or self.pending is None:
+            return
+        if msg.lengths != self.lengths:
+            raise RemoteProtocolError(
+                f"resync snapshot of {len(msg.lengths)} layers / {sum(msg.lengths)} values; this model has "
+                f"{len(self.lengths)} / {sum(self.lengths)}",
+                peer=self.peer,
+            )
+        if msg.iteration < self.pending:
+            raise RemoteProtocolError(
+                f"resync snapshot at iteration {msg.iteration}, asked for {self.pending}", peer=self.peer
+            )
+        if self._staging is None:  # from our own lengths, never from the announce
+            self._staging = [np.empty(n, np.float32) for n in self.lengths]
+        self._announce = msg
+        self._layer = self._offset = 0
+        self._skip_empty()
+
+    def _skip_empty(self) -> None:
+        while self._layer < len(self.lengths) and self._offset >= self.lengths[self._layer]:
+            self._layer += 1
+            self._offset = 0
+
+    def on_chunk(self, msg: ParamChunk) -> Snapshot | None:
+        """One chunk in; the whole snapshot once the last one is."""
+        if msg.request != self._request or self._announce is None or self._staging is None:
+            return None
+        n = int(msg.values.size)
+        if (msg.layer, msg.offset) != (self._layer, self._offset) or msg.offset + n > self.lengths[msg.layer]:
+            raise RemoteProtocolError(
+                f"resync chunk for layer {msg.layer} at {msg.offset} (+{n}); expected layer {self._layer} "
+                f"at {self._offset}",
+                peer=self.peer,
+            )
+        if not msg.finite():
+            raise MalformedPayload(f"resync chunk of layer {msg.layer} holds NaN or Inf", peer=self.peer)
+        self._staging[msg.layer][msg.offset : msg.offset + n] = msg.values
+        self._offset += n
+        self._skip_empty()
+        if self._layer < len(self.lengths):
+            return None
+        ann = self._announce
+        snap = Snapshot(ann.iteration, frozenset(ann.extras), self._staging)
+        self._staging = None  # handed over: the trainer swaps it in
+        self.done, self.pending, self._request = self.pending, None, None
+        self._reset()
+        return snap
+
+
+def snapshot_point(
+    request_iteration: int, low: int, applied: Callable[[int, int], bool], high: int, n_layers: int
+) -> tuple[int, tuple[Key, ...]] | None:
+    """K and ``extras`` for answering now, or None (wait: the results below J are not all applied yet).
+
+    ``low`` is the first iteration whose results are not all applied, ``applied(it, layer)`` says whether
+    a result was, ``high`` is one past the highest iteration with an applied result."""
+    if low < request_iteration:
+        return None
+    extras = tuple((it, la) for it in range(low, high) for la in range(n_layers) if applied(it, la))
+    return low, extras
+
+
+def snapshot_frames(
+    request: int,
+    iteration: int,
+    extras: Sequence[Key],
+    layers: Sequence[np.ndarray],
+    chunk: int = CHUNK_ELEMENTS,
+) -> Iterator[ParamAnnounce | ParamChunk]:
+    """The answer to ``request``: the announce, then the layers in order, ``chunk`` values at a time (the
+    arrays are copied into the frames, so the caller may go on training while they are sent)."""
+    yield ParamAnnounce(request, iteration, tuple(int(a.size) for a in layers), tuple(extras))
+    for layer, a in enumerate(layers):
+        flat = np.asarray(a, dtype=np.float32).reshape(-1)
+        for off in range(0, flat.size, chunk):
+            yield ParamChunk(request, layer, off, flat[off : off + chunk].copy())
