@@ -45,6 +45,7 @@ from scheduler.control.byte_cost import ByteCost, ByteCostFit
 from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import ConvergenceModel
 from scheduler.control.decision import Decision, DecisionReason
+from scheduler.control.latency import ExchangeLatency
 from scheduler.control.link_rate import LinkRates
 from scheduler.control.replan import ReplanPolicy
 from scheduler.control.search import Plan, search
@@ -98,6 +99,7 @@ class SchedulerPolicy:
         self.ranks = tuple(sorted(ranks))
         self.bandwidth = BandwidthEstimator(config)
         self.links = LinkRates(config)
+        self.latency = ExchangeLatency(config.latency_window)
         self.replan = ReplanPolicy(config)
         self.warmup = DensityWarmup(config)
         self._models = {
@@ -115,6 +117,8 @@ class SchedulerPolicy:
         self._plan: Plan | None = None
         self._decision: Decision | None = None
         self.last_bandwidth_step: BandwidthStep | None = None
+        #: what the estimator was last fed (the critical rank's medians), for the decisions file
+        self.last_observation: dict[str, float] | None = None
 
     # -- telemetry in --------------------------------------------------------------------------------------
     def observe_rank(
@@ -243,14 +247,30 @@ class SchedulerPolicy:
         wall = float(np.median([t for _, t in crit]))
         idle = float(np.median([1.0 - c / t for c, t in crit]))
         payload = current.density * self.n_params * self.cfg.bytes_per_element
+        exposed = idle >= self.cfg.bw_idle_threshold
+        overlapped = current.staleness >= 1
+        # the exchange took this long when it paced the iteration: an upper bound on its latency. (When it
+        # hid, compute bounds it too, but the search sizes compute to the latency, and L then ratchets up
+        # with the batch: 204 → 296 samples in 100 ticks of the toy loop)
+        comm = wall if overlapped else idle * wall
+        latency = self.latency.observe(comm) if exposed else self.latency.latency_s
+        self.last_observation = {
+            "compute_s": compute,
+            "iteration_s": wall,
+            "idle": idle,
+            "payload_bytes": payload,
+            "iterations": float(len(rows)),
+            "latency_s": latency,
+        }
         step = self.bandwidth.update(
             idle=idle,
             iteration_s=wall,
             compute_s=compute,
             bytes_per_iteration=payload,
-            overlapped=current.staleness >= 1,
+            overlapped=overlapped,
             now=now,
             lower_only=lower_only,
+            latency_s=latency,
         )
         if not (lower_only and step.kind == "hold"):
             self.last_bandwidth_step = step
@@ -285,6 +305,7 @@ class SchedulerPolicy:
                 convergence=self.convergence,
                 config=self.cfg,
                 byte_costs=list(self.byte_costs().values()),
+                latency_s=self.latency.latency_s,
             )
             self.replan.planned(now, bw)
             reason = reason or "initial"
@@ -295,7 +316,7 @@ class SchedulerPolicy:
                 return None
             reason = "warmup_stage"
         self._plan = plan
-        exchange = density * self.n_params * self.cfg.bytes_per_element * 8.0 / bw
+        exchange = self.latency.latency_s + density * self.n_params * self.cfg.bytes_per_element * 8.0 / bw
         choice = choose_staleness(
             compute_s=plan.compute_time_s,
             exchange_s=exchange,

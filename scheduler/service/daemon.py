@@ -97,6 +97,7 @@ class DecisionsFile:
                 f"cannot open the decisions file {path}: {exc.strerror}", key="--decisions-file"
             ) from None
         self._last_step: object = None
+        self._last_seen: object = None
 
     def write(self, node: SchedulerNode, policy: DecisionPolicy | None, kind: str) -> None:
         if self._fh is None:
@@ -120,6 +121,10 @@ class DecisionsFile:
         if step is not None and step is not self._last_step:
             self._last_step = step
             rec["bandwidth_step"] = str(getattr(step, "kind", ""))
+        seen = getattr(controller, "last_observation", None)
+        if isinstance(seen, dict) and seen is not self._last_seen:
+            self._last_seen = seen
+            rec["observed"] = dict(seen)
         self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
         self._fh.flush()
 
