@@ -196,16 +196,22 @@ class BandwidthEstimator:
         before = self._estimate
         exposed = idle >= cfg.bw_idle_threshold
         byte_time: float | None = None  # the exchange's time net of the latency, when that is measurable
+        # with the latency on, the idle rule's raises stop at the configured prior (a raise is a probe, not
+        # a measurement, and an exchange of a few kB in a 50 ms round trip measures nothing): above it
+        # only the link-rate floor lifts the estimate, with what the links carried
+        probe_cap = max(min(cfg.bw_initial_bps, cfg.bw_max_bps), before) if latency_s > 0 else cfg.bw_max_bps
         if exposed and latency_s > 0 and bytes_per_iteration is not None and bytes_per_iteration > 0:
             predicted = 8.0 * bytes_per_iteration / before
             comm = iteration_s if overlapped else idle * iteration_s
             measured = comm - latency_s
-            if measured > max(
-                predicted * (1.0 + cfg.bw_idle_threshold), cfg.latency_min_byte_share * latency_s
-            ):
-                byte_time = measured  # the bytes took longer than the estimate allows, beyond the jitter
+            if max(predicted, measured) < cfg.latency_min_byte_share * latency_s:
+                # the bytes are lost in the latency's jitter: no evidence about B either way. Probe upwards
+                # as the paper does below 5 % idle, so a payload shrunk by an earlier drop can grow back
+                exposed = False
+            elif measured > predicted * (1.0 + cfg.bw_idle_threshold):
+                byte_time = measured  # the bytes took longer than the estimate allows
             else:
-                exposed = False  # they kept up, or hid in the latency as they would behind compute
+                exposed = False  # they kept up with the estimate: the idle was the latency
         if lower_only and not exposed:
             return BandwidthStep("hold", before, before, None, "")
         evidence: float | None = None
@@ -257,14 +263,17 @@ class BandwidthEstimator:
             else:
                 kind = "raise"
                 self._points.clear()  # the link may have changed: fit afresh
-                new = before * (1.0 + self._raise_step)
+                new = min(before * (1.0 + self._raise_step), probe_cap)
                 self._raise_step = min(self._raise_step * cfg.bw_raise_growth, cfg.bw_raise_max)
         clamped = ""
         gp = self._fresh_goodput(now)
         if gp is not None and new < cfg.goodput_floor * gp:
             new, clamped = cfg.goodput_floor * gp, "goodput_floor"
         top = self._ceiling_basis(now)
-        if top is not None and exposed and new > cfg.goodput_ceiling * top:
+        # the ceiling reads goodput as the link's capacity, true only if the bytes kept the link busy: with
+        # the latency on, the idle is the round trip's as much as the link's (goodput of a 5 kB payload per
+        # 50 ms round capped the demo's estimate at 2.2 Mbit/s), and a lowering has measured the bytes
+        if top is not None and exposed and latency_s <= 0 and new > cfg.goodput_ceiling * top:
             new, clamped = cfg.goodput_ceiling * top, "goodput_ceiling"
         if new < cfg.bw_min_bps:
             new, clamped = cfg.bw_min_bps, "min"

@@ -9,12 +9,15 @@ link and lowered the estimate 100 → 2 Mbit/s on 20–100 Mbit/s links, and the
 at its compute, took large batches "for free" (docs/demo.md).
 
 How it is measured: every estimator observation in which the exchange paced the iteration (idle ≥ the
-threshold) measures the exchange's time, and so bounds L from above (bytes take ≥ 0 s). L is the
-**smallest** such bound over the last ``latency_window`` observations: a
-round's latency has a floor and only jitter above it, the smallest payloads in the window come closest to
-it, and a window (not all history) forgets a machine that got busier. Subtracting the bytes' time at the
-estimate (``comm − bytes / B̂``) was tried: it is a bound only while B̂ is not below the link, and when B̂
-was low it pulled L to 0 within a few ticks in the toy loop — the paper's model again, and its collapse.
+threshold) measures the exchange's time at the payload then running. L is the **median** of the last
+``latency_window`` such times: what an exchange of recent payloads typically takes, jitter included, so
+that the idle rule lowers the estimate only on an exchange slower than that — a link that got slower —
+and not on the jitter of a loaded machine. It includes the recent payloads' own byte time, so the bytes'
+share of a slower exchange is read as only its increase (the estimate errs high by that much; the
+search, pricing bytes on top of L, errs towards fewer). Two bounds were tried first and dropped: the
+smallest time (the floor of the jitter: on the demo under load 23 ms against 50–160 ms exchanges, so
+all the jitter read as bytes and the estimate collapsed to 0.7 Mbit/s as with the paper's rule), and the
+smallest ``time − bytes / B̂`` (a bound only while B̂ is not below the link; with a low B̂ it fell to 0).
 Nothing is measured until the first observation: L = 0, the paper's model.
 
 Sans-IO: observations carry their values; nothing here reads a clock.
@@ -23,6 +26,7 @@ Sans-IO: observations carry their values; nothing here reads a clock.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 
 from wanrt.errors import RemoteProtocolError
@@ -31,7 +35,7 @@ __all__ = ["ExchangeLatency"]
 
 
 class ExchangeLatency:
-    """The minimum over a window of upper bounds on the exchange's fixed cost, seconds."""
+    """The median over a window of measured exchange times, seconds (module docstring)."""
 
     def __init__(self, window: int) -> None:
         self.window = int(window)
@@ -46,10 +50,10 @@ class ExchangeLatency:
         """L, seconds (0 while off or before any observation)."""
         if not self.enabled or not self._bounds:
             return 0.0
-        return min(self._bounds)
+        return float(statistics.median(self._bounds))
 
     def observe(self, comm_s: float) -> float:
-        """An exchange that took at most ``comm_s`` seconds; returns the new L."""
+        """An exchange that paced its iteration and took ``comm_s`` seconds; returns the new L."""
         if not (math.isfinite(comm_s) and comm_s >= 0):
             raise RemoteProtocolError("exchange time must be finite and >= 0", value=comm_s)
         if self.enabled:

@@ -56,6 +56,9 @@ from wanrt.errors import ConfigError, RemoteProtocolError
 
 __all__ = ["MAX_PENDING_ITERATIONS", "SchedulerPolicy"]
 
+#: with the exchange latency on, the first plan waits for this many telemetry windows of the running plan
+FIRST_PLAN_WINDOWS = 3
+
 #: iterations of telemetry kept between two decisions; a daemon that stops calling ``decide`` must not
 #: make the policy grow without bound (the oldest iterations are dropped first)
 MAX_PENDING_ITERATIONS = 4096
@@ -119,6 +122,7 @@ class SchedulerPolicy:
         self.last_bandwidth_step: BandwidthStep | None = None
         #: what the estimator was last fed (the critical rank's medians), for the decisions file
         self.last_observation: dict[str, float] | None = None
+        self._fed = 0  # windows fed to the estimator
 
     # -- telemetry in --------------------------------------------------------------------------------------
     def observe_rank(
@@ -254,6 +258,7 @@ class SchedulerPolicy:
         # with the batch: 204 → 296 samples in 100 ticks of the toy loop)
         comm = wall if overlapped else idle * wall
         latency = self.latency.observe(comm) if exposed else self.latency.latency_s
+        self._fed += 1
         self.last_observation = {
             "compute_s": compute,
             "iteration_s": wall,
@@ -293,6 +298,11 @@ class SchedulerPolicy:
             self.bandwidth.observe_link_rate(floor, now)
         self._update_bandwidth(now)
         self._apply_link_floor(floor, now)
+        if self.latency.enabled and self._plan is None and self._in_effect and self._fed < FIRST_PLAN_WINDOWS:
+            # the first plan waits for a few windows of the running plan: priced without the latency it is
+            # the paper's Eq. 6 plan (density 0.35 in the demo, 125–200 ms per iteration for 40 iterations),
+            # and from one iteration per site the Eq. 2 fits split 97 samples per rank as 1/48/48 for good
+            return None
         bw = self.bandwidth.estimate_bps
         reason: DecisionReason | None = self.replan.reason(now, bw)
         next_iter = self._last_iteration + 1
