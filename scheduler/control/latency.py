@@ -9,15 +9,13 @@ link and lowered the estimate 100 → 2 Mbit/s on 20–100 Mbit/s links, and the
 at its compute, took large batches "for free" (docs/demo.md).
 
 How it is measured: every estimator observation in which the exchange paced the iteration (idle ≥ the
-threshold) measures the exchange's time at the payload then running. L is the **median** of the last
-``latency_window`` such times: what an exchange of recent payloads typically takes, jitter included, so
-that the idle rule lowers the estimate only on an exchange slower than that — a link that got slower —
-and not on the jitter of a loaded machine. It includes the recent payloads' own byte time, so the bytes'
-share of a slower exchange is read as only its increase (the estimate errs high by that much; the
-search, pricing bytes on top of L, errs towards fewer). Two bounds were tried first and dropped: the
-smallest time (the floor of the jitter: on the demo under load 23 ms against 50–160 ms exchanges, so
-all the jitter read as bytes and the estimate collapsed to 0.7 Mbit/s as with the paper's rule), and the
-smallest ``time − bytes / B̂`` (a bound only while B̂ is not below the link; with a low B̂ it fell to 0).
+threshold) measures the exchange's time at the payload then running; the caller passes it net of the
+bytes' time at the estimate (``time − bytes / B̂``). L is the **median** of the last ``latency_window``
+such values: what the fixed part of an exchange typically takes, jitter included, so that the idle rule
+lowers the estimate only on an exchange slower than that — a link that got slower — and not on the
+jitter of a loaded machine. The minimum was tried first and dropped: it is the floor of the jitter (on
+the demo under load 23 ms against 50–160 ms exchanges), so all the jitter read as bytes and the estimate
+collapsed to 0.7 Mbit/s as with the paper's rule; and with a B̂ below the link it fell to 0.
 Nothing is measured until the first observation: L = 0, the paper's model.
 
 Sans-IO: observations carry their values; nothing here reads a clock.
@@ -53,7 +51,8 @@ class ExchangeLatency:
         return float(statistics.median(self._bounds))
 
     def observe(self, comm_s: float) -> float:
-        """An exchange that paced its iteration and took ``comm_s`` seconds; returns the new L."""
+        """An exchange that paced its iteration and took ``comm_s`` seconds beyond its bytes' time at the
+        estimate; returns the new L."""
         if not (math.isfinite(comm_s) and comm_s >= 0):
             raise RemoteProtocolError("exchange time must be finite and >= 0", value=comm_s)
         if self.enabled:

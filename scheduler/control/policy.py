@@ -257,7 +257,10 @@ class SchedulerPolicy:
         # hid, compute bounds it too, but the search sizes compute to the latency, and L then ratchets up
         # with the batch: 204 → 296 samples in 100 ticks of the toy loop)
         comm = wall if overlapped else idle * wall
-        latency = self.latency.observe(comm) if exposed else self.latency.latency_s
+        # net of the bytes' time at the estimate: with a 42 MB model the byte time is most of the exchange,
+        # and L (a typical exchange) would hold it, reading a drop's rate as only its excess
+        net = max(0.0, comm - 8.0 * payload / self.bandwidth.estimate_bps)
+        latency = self.latency.observe(net) if exposed else self.latency.latency_s
         self._fed += 1
         self.last_observation = {
             "compute_s": compute,

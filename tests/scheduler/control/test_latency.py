@@ -214,8 +214,9 @@ def test_with_a_latency_the_first_plan_waits_for_windows_of_the_running_plan() -
         decided.append(pol.decide(now))
     assert decided[:2] == [None, None]  # one window each: not enough to know the latency
     assert decided[2] is not None
-    assert pol.latency.latency_s == pytest.approx(0.05)
-    assert decided[2].predicted_exchange_s >= 0.05
+    # 50 ms less the payload's 1.9 ms at the estimate's 100 Mbit/s
+    assert pol.latency.latency_s == pytest.approx(0.05 - 8 * 0.02 * 300_000 * 4.0 / 100e6)
+    assert decided[2].predicted_exchange_s >= pol.latency.latency_s
     paper = SchedulerPolicy(
         dataclasses.replace(cfg, latency_window=0), conv, n_params=300_000, ranks=[0, 1], initial_density=0.02
     )
