@@ -236,3 +236,12 @@ def test_the_daemon_builds_the_standin_from_the_control_table() -> None:
     assert isinstance(conv, PowerLawConvergence)
     assert conv.fixed_lr and conv.batch_ref == 192.0
     assert conv.batch_coef == pytest.approx(192.0 / (12.0 + 192.0))
+
+
+def test_with_a_latency_a_tiny_payload_in_a_slow_exchange_is_jitter_not_a_slow_link() -> None:
+    e = _est(bw_initial_bps=100 * M)
+    # 3.4 kB (0.3 ms at the estimate) in an exchange 48 ms over the typical 70 ms: the machine, not the link
+    assert _latency_bound(e, latency=0.07, iteration_s=0.118, nbytes=3.4e3) != "lower"
+    assert e.estimate_bps == pytest.approx(100 * M)
+    paper = _est(bw_initial_bps=100 * M)
+    assert _latency_bound(paper, latency=0.0, iteration_s=0.118, nbytes=3.4e3) == "lower"
