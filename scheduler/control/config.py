@@ -136,6 +136,9 @@ class SchedulerConfig:
     #: re-plan when the bandwidth estimate moved this much relative to the one the plan used
     #: (half the first raise step, so a raise and the lowering after it are both followed by a new plan)
     replan_bandwidth_change: float = 0.05
+    #: re-plan when the exchange latency L (``latency_window`` > 0) moved this much relative to the one the
+    #: plan used: L jitters by ±10 % tick to tick on a loaded machine, a plan per jitter would churn
+    replan_latency_change: float = 0.2
     #: never re-plan more often than this (each plan is announced to every site)
     replan_min_interval_s: float = 0.5
 
@@ -285,6 +288,12 @@ class SchedulerConfig:
             "replan_bandwidth_change",
             self.replan_bandwidth_change,
             "must be in (0, 1)",
+        )
+        check(
+            0 < self.replan_latency_change < 10,
+            "replan_latency_change",
+            self.replan_latency_change,
+            "must be in (0, 10)",
         )
         check(
             0 <= self.replan_min_interval_s <= self.replan_period_s,

@@ -58,6 +58,8 @@ __all__ = ["MAX_PENDING_ITERATIONS", "SchedulerPolicy"]
 
 #: with the exchange latency on, the first plan waits for this many telemetry windows of the running plan
 FIRST_PLAN_WINDOWS = 3
+#: ... and for up to this many windows until one of them measured the latency (the exchange paced it)
+FIRST_PLAN_MAX_WINDOWS = 8
 
 #: iterations of telemetry kept between two decisions; a daemon that stops calling ``decide`` must not
 #: make the policy grow without bound (the oldest iterations are dropped first)
@@ -301,13 +303,18 @@ class SchedulerPolicy:
             self.bandwidth.observe_link_rate(floor, now)
         self._update_bandwidth(now)
         self._apply_link_floor(floor, now)
-        if self.latency.enabled and self._plan is None and self._in_effect and self._fed < FIRST_PLAN_WINDOWS:
+        waiting = self._fed < FIRST_PLAN_WINDOWS or (
+            self.latency.latency_s <= 0 and self._fed < FIRST_PLAN_MAX_WINDOWS
+        )
+        if self.latency.enabled and self._plan is None and self._in_effect and waiting:
             # the first plan waits for a few windows of the running plan: priced without the latency it is
             # the paper's Eq. 6 plan (density 0.35 in the demo, 125–200 ms per iteration for 40 iterations),
-            # and from one iteration per site the Eq. 2 fits split 97 samples per rank as 1/48/48 for good
+            # and from one iteration per site the Eq. 2 fits split 97 samples per rank as 1/48/48 for good.
+            # Until L is measured it waits longer: the first iterations are slow (connections, first
+            # rounds: compute-bound at 60-90 ms under load), and a plan made then was the paper's
             return None
         bw = self.bandwidth.estimate_bps
-        reason: DecisionReason | None = self.replan.reason(now, bw)
+        reason: DecisionReason | None = self.replan.reason(now, bw, self.latency.latency_s)
         next_iter = self._last_iteration + 1
         plan = self._plan
         if reason is not None or plan is None:
@@ -320,7 +327,7 @@ class SchedulerPolicy:
                 byte_costs=list(self.byte_costs().values()),
                 latency_s=self.latency.latency_s,
             )
-            self.replan.planned(now, bw)
+            self.replan.planned(now, bw, self.latency.latency_s)
             reason = reason or "initial"
         density = self.warmup.density(next_iter, plan.density)
         if reason is None:

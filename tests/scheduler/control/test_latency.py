@@ -245,3 +245,14 @@ def test_with_a_latency_a_tiny_payload_in_a_slow_exchange_is_jitter_not_a_slow_l
     assert e.estimate_bps == pytest.approx(100 * M)
     paper = _est(bw_initial_bps=100 * M)
     assert _latency_bound(paper, latency=0.0, iteration_s=0.118, nbytes=3.4e3) == "lower"
+
+
+def test_a_moved_latency_replans_and_its_jitter_does_not() -> None:
+    from scheduler.control.replan import ReplanPolicy
+
+    r = ReplanPolicy(SchedulerConfig(replan_latency_change=0.2))
+    assert r.reason(0.0, 100 * M, 0.05) == "initial"
+    r.planned(0.0, 100 * M, 0.05)
+    assert r.reason(1.0, 100 * M, 0.055) is None  # +10 %: jitter
+    assert r.reason(1.0, 100 * M, 0.07) == "latency_change"
+    assert r.reason(1.0, 100 * M, 0.0) is None  # the paper's mode: no latency, no such reason
