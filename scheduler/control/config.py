@@ -104,6 +104,8 @@ class SchedulerConfig:
     #: the stand-in's iterations do not fall past ``standin_batch_ref`` (a learning rate tuned there and
     #: not scaled with the batch; :class:`~scheduler.control.convergence.PowerLawConvergence`)
     standin_fixed_lr: bool = False
+    #: the stand-in's compression term ``density_coef · ((1 − r)^−0.5 − 1)`` (its long-standing 0.05)
+    standin_density_coef: float = 0.05
 
     # -- ④ configuration search, Eq. 1–6 -----------------------------------------------------------------
     #: λ of Eq. 1, weighting the coefficient of variation (Eq. 3) against TTA; TTA enters normalised by the
@@ -242,6 +244,12 @@ class SchedulerConfig:
             "must be > 0",
         )
         check(self.standin_batch_ref > 0, "standin_batch_ref", self.standin_batch_ref, "must be > 0")
+        check(
+            0 <= self.standin_density_coef <= 10,
+            "standin_density_coef",
+            self.standin_density_coef,
+            "must be in [0, 10]",
+        )
         check(self.tta_lambda >= 0, "tta_lambda", self.tta_lambda, "must be >= 0")
         check(self.min_batch <= self.max_batch, "max_batch", self.max_batch, "must be >= min_batch")
         check(

@@ -100,7 +100,7 @@ class PowerLawConvergence:
 
     @classmethod
     def from_critical_batch(
-        cls, critical_batch: float, batch_ref: float, *, fixed_lr: bool = False
+        cls, critical_batch: float, batch_ref: float, *, fixed_lr: bool = False, density_coef: float = 0.05
     ) -> PowerLawConvergence:
         """The stand-in whose batch term is McCandlish et al.'s: samples to a loss ∝ 1 + Σx / B_noise.
 
@@ -112,5 +112,8 @@ class PowerLawConvergence:
         check(critical_batch > 0, "standin_critical_batch", critical_batch, "must be > 0")
         check(batch_ref > 0, "standin_batch_ref", batch_ref, "must be > 0")
         return cls(
-            batch_coef=batch_ref / (critical_batch + batch_ref), batch_ref=batch_ref, fixed_lr=fixed_lr
+            batch_coef=batch_ref / (critical_batch + batch_ref),
+            batch_ref=batch_ref,
+            fixed_lr=fixed_lr,
+            density_coef=density_coef,
         )

@@ -229,13 +229,16 @@ def test_the_daemon_builds_the_standin_from_the_control_table() -> None:
     from scheduler.daemon_config import SchedulerDaemonConfig
     from scheduler.service.policies import make_policy
 
-    control = SchedulerConfig(standin_critical_batch=12.0, standin_batch_ref=192.0, standin_fixed_lr=True)
+    control = SchedulerConfig(
+        standin_critical_batch=12.0, standin_batch_ref=192.0, standin_fixed_lr=True, standin_density_coef=0.02
+    )
     cfg = SchedulerDaemonConfig(job="j", sites=("a", "b"), secret="s" * 32, control=control)
     policy = make_policy(cfg)
     conv = policy.convergence  # type: ignore[attr-defined]
     assert isinstance(conv, PowerLawConvergence)
     assert conv.fixed_lr and conv.batch_ref == 192.0
     assert conv.batch_coef == pytest.approx(192.0 / (12.0 + 192.0))
+    assert conv.density_coef == 0.02
 
 
 def test_with_a_latency_a_tiny_payload_in_a_slow_exchange_is_jitter_not_a_slow_link() -> None:
