@@ -44,6 +44,11 @@ class ExchangeLatency:
         return self.window > 0
 
     @property
+    def count(self) -> int:
+        """Exchange times in the window."""
+        return len(self._bounds) if self.enabled else 0
+
+    @property
     def latency_s(self) -> float:
         """L, seconds (0 while off or before any observation)."""
         if not self.enabled or not self._bounds:
