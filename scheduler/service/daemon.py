@@ -84,7 +84,9 @@ class DecisionsFile:
     ``bandwidth_estimate_bps``: the adaptive policy's estimate once it has built its controller (None
     before, and for policies without one). A tick also says what the estimator's last update did
     (``bandwidth_step``: raise/lower/hold) when it updated since the previous line, so a reader can count
-    estimator updates ("decisions" of §4.1's loop) rather than ticks. Lines are flushed as written: a reader
+    estimator updates ("decisions" of §4.1's loop) rather than ticks, and ``observed``: what the estimator
+    was fed at that update (the critical rank's compute, iteration time, idle, payload, exchange latency L).
+    Lines are flushed as written: a reader
     may follow the file while the daemon runs, and a killed daemon leaves every line but the last whole.
     """
 
