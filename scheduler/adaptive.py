@@ -60,14 +60,17 @@ class AdaptivePolicy:
             params = metrics.get("trainer.params")
             if params is None or params < 1:
                 return  # no trainer report yet: nothing to plan with
-            density = metrics.get("cfg.density")
+            # what the trainers run: a committed decision's values, else what the leader reports running
+            density = metrics.get("cfg.density", metrics.get("trainer.density"))
+            staleness = metrics.get("cfg.staleness", metrics.get("trainer.staleness", 1))
+            ok = density is not None and math.isfinite(density) and 0 < density <= 1
             self.policy = SchedulerPolicy(
                 self.cfg,
                 self.convergence,
                 n_params=int(params),
                 ranks=range(len(self.sites)),
-                initial_density=None if density is None else float(density),
-                initial_staleness=int(metrics.get("cfg.staleness", 1)),
+                initial_density=float(density) if ok and density is not None else None,
+                initial_staleness=int(staleness) if math.isfinite(staleness) else 1,
             )
         self._observe_goodput(site, metrics, now)
         self._observe_links(site, metrics, now)

@@ -39,6 +39,14 @@ does not depend on which plan ran. It is what finds a *rise* at once: the idle r
 plan in force per raise (StellaTrain §6's conservative direction is kept: the floor never exceeds what was
 carried, round trips included).
 
+**Latency** (ours, :mod:`scheduler.control.latency`; ``latency_s`` = 0 is the paper's rule): an exchange
+takes ``L + bytes / B``. When it paced the iteration (idle ≥ threshold), only ``comm − L`` is the bytes'
+time, so the idle is judged by it: the bytes took longer than ``bytes / B̂`` (by more than the threshold)
+→ lower to ``bytes / (comm − L)``; no longer → the link kept up with the estimate, a raise as for low
+idle; and if the bytes' predicted time is under ``latency_min_byte_share`` of L, hold — they are lost in
+the latency's jitter, and a latency-bound iteration says nothing about B. Without this, the 40 ms round
+trip of the demo's tree read as a 2–12 Mbit/s link on 20–100 Mbit/s links (docs/demo.md).
+
 Sans-IO: observations carry ``now``; nothing here reads a clock.
 """
 
@@ -163,12 +171,14 @@ class BandwidthEstimator:
         overlapped: bool,
         now: float,
         lower_only: bool = False,
+        latency_s: float = 0.0,
     ) -> BandwidthStep:
         """One decision's worth of telemetry in (the critical rank's idle and times), the new estimate out.
 
         ``overlapped``: the exchange ran behind compute (staleness ≥ 1) rather than after it (staleness 0).
         ``lower_only``: the telemetry is of a plan already being replaced; only a lowering is taken from it
         (it is set from the measured rate, so taking it again is idempotent — a raise compounds, it is not).
+        ``latency_s``: the exchange's fixed cost L (module docstring; 0: the paper's rule).
         """
         vals = (idle, iteration_s, compute_s, now)
         if not all(math.isfinite(v) for v in vals) or iteration_s <= 0 or compute_s < 0:
@@ -180,13 +190,44 @@ class BandwidthEstimator:
                 "bytes per iteration must be finite and >= 0", value=bytes_per_iteration
             )
         cfg = self.cfg
+        if not (math.isfinite(latency_s) and latency_s >= 0):
+            raise RemoteProtocolError("latency must be finite and >= 0", value=latency_s)
         idle = min(max(idle, 0.0), 1.0)
         before = self._estimate
-        if lower_only and idle < cfg.bw_idle_threshold:
+        exposed = idle >= cfg.bw_idle_threshold
+        byte_time: float | None = None  # the exchange's time net of the latency, when that is measurable
+        # with the latency on, the idle rule's raises stop at the configured prior (a raise is a probe, not
+        # a measurement, and an exchange of a few kB in a 50 ms round trip measures nothing): above it
+        # only the link-rate floor lifts the estimate, with what the links carried
+        probe_cap = max(min(cfg.bw_initial_bps, cfg.bw_max_bps), before) if latency_s > 0 else cfg.bw_max_bps
+        if exposed and latency_s > 0 and bytes_per_iteration is not None and bytes_per_iteration > 0:
+            predicted = 8.0 * bytes_per_iteration / before
+            comm = iteration_s if overlapped else idle * iteration_s
+            measured = comm - latency_s
+            if predicted < cfg.latency_min_byte_share * latency_s:
+                # bytes this small cannot be told from the latency's jitter: a slow exchange says nothing
+                # about B (the demo under load: 48 ms over L with a 3.4 kB payload read as 0.6 Mbit/s and
+                # cut the estimate 100 → 20 → 5.7). Probe upwards as the paper does below 5 % idle, so a
+                # payload shrunk by an earlier drop can grow back until it is measurable
+                exposed = False
+            elif measured > predicted * (1.0 + cfg.bw_idle_threshold):
+                byte_time = measured  # the bytes took longer than the estimate allows
+            else:
+                exposed = False  # they kept up with the estimate: the idle was the latency
+        if lower_only and not exposed:
             return BandwidthStep("hold", before, before, None, "")
         evidence: float | None = None
-        if idle >= cfg.bw_idle_threshold:
-            kind: StepKind = "lower"
+        kind: StepKind
+        if exposed and byte_time is not None:
+            kind = "lower"
+            evidence = 8.0 * float(bytes_per_iteration or 0.0) / max(byte_time, 1e-9)
+            new = max(evidence / (1.0 - cfg.bw_target_idle), before * (1.0 - cfg.bw_lower_max))
+            if new >= before:
+                return BandwidthStep("hold", before, before, evidence, "")
+            self._raise_step = cfg.bw_raise_initial
+            self._hold = cfg.bw_raise_hold
+        elif exposed:
+            kind = "lower"
             comm = iteration_s if overlapped else idle * iteration_s
             if bytes_per_iteration is not None and bytes_per_iteration > 0 and comm > 0:
                 evidence = 8.0 * bytes_per_iteration / comm
@@ -211,7 +252,9 @@ class BandwidthEstimator:
                 self._hold = cfg.bw_raise_hold
         else:
             need = None
-            if bytes_per_iteration is not None and compute_s > 0:
+            # with the latency on, the search prices every byte (search.py), so a raise makes the next
+            # plan's payload grow until the link shows: the loop closes without the utilisation test
+            if bytes_per_iteration is not None and compute_s > 0 and latency_s <= 0:
                 need = 8.0 * bytes_per_iteration / compute_s
                 evidence = need
             if need is not None and need < cfg.bw_raise_min_utilisation * before:
@@ -222,14 +265,17 @@ class BandwidthEstimator:
             else:
                 kind = "raise"
                 self._points.clear()  # the link may have changed: fit afresh
-                new = before * (1.0 + self._raise_step)
+                new = min(before * (1.0 + self._raise_step), probe_cap)
                 self._raise_step = min(self._raise_step * cfg.bw_raise_growth, cfg.bw_raise_max)
         clamped = ""
         gp = self._fresh_goodput(now)
         if gp is not None and new < cfg.goodput_floor * gp:
             new, clamped = cfg.goodput_floor * gp, "goodput_floor"
         top = self._ceiling_basis(now)
-        if top is not None and idle >= cfg.bw_idle_threshold and new > cfg.goodput_ceiling * top:
+        # the ceiling reads goodput as the link's capacity, true only if the bytes kept the link busy: with
+        # the latency on, the idle is the round trip's as much as the link's (goodput of a 5 kB payload per
+        # 50 ms round capped the demo's estimate at 2.2 Mbit/s), and a lowering has measured the bytes
+        if top is not None and exposed and latency_s <= 0 and new > cfg.goodput_ceiling * top:
             new, clamped = cfg.goodput_ceiling * top, "goodput_ceiling"
         if new < cfg.bw_min_bps:
             new, clamped = cfg.bw_min_bps, "min"

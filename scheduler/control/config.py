@@ -87,6 +87,25 @@ class SchedulerConfig:
     #: the floor needs every link measured within this age (a link not measured recently may be the
     #: bottleneck; one stale this long is the old topology's and is forgotten after ``4 ×`` this)
     link_rate_max_age_s: float = 3.0
+    #: the exchange's latency (ours; 0: off, the paper's model): estimator observations the fixed part L of
+    #: an exchange ``L + bytes / B`` is measured over (:mod:`scheduler.control.latency`). The paper's
+    #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
+    #: round trip paces the iteration and the idle rule reads it as a slow link (docs/scheduler.md)
+    latency_window: int = 0
+    #: with the latency on, an exchange that paced the iteration says something about B only if its bytes'
+    #: predicted time at the estimate is at least this share of L (below, the bytes are lost in the
+    #: latency's own jitter and the estimate holds, as ``bw_raise_min_utilisation`` holds a hidden one)
+    latency_min_byte_share: float = 0.25
+    #: the analytic stand-in ḡ's critical batch (McCandlish et al. 2018's B_noise: samples to a loss grow
+    #: as 1 + Σx / B_noise), used when the job has no profile, and the batch it is relative to. 512 and
+    #: 128 are the stand-in's long-standing batch term 0.2·(Σx/128 − 1)
+    standin_critical_batch: float = 512.0
+    standin_batch_ref: float = 128.0
+    #: the stand-in's iterations do not fall past ``standin_batch_ref`` (a learning rate tuned there and
+    #: not scaled with the batch; :class:`~scheduler.control.convergence.PowerLawConvergence`)
+    standin_fixed_lr: bool = False
+    #: the stand-in's compression term ``density_coef · ((1 − r)^−0.5 − 1)`` (its long-standing 0.05)
+    standin_density_coef: float = 0.05
 
     # -- ④ configuration search, Eq. 1–6 -----------------------------------------------------------------
     #: λ of Eq. 1, weighting the coefficient of variation (Eq. 3) against TTA; TTA enters normalised by the
@@ -119,6 +138,9 @@ class SchedulerConfig:
     #: re-plan when the bandwidth estimate moved this much relative to the one the plan used
     #: (half the first raise step, so a raise and the lowering after it are both followed by a new plan)
     replan_bandwidth_change: float = 0.05
+    #: re-plan when the exchange latency L (``latency_window`` > 0) moved this much relative to the one the
+    #: plan used: L jitters by ±10 % tick to tick on a loaded machine, a plan per jitter would churn
+    replan_latency_change: float = 0.2
     #: never re-plan more often than this (each plan is announced to every site)
     replan_min_interval_s: float = 0.5
 
@@ -203,6 +225,31 @@ class SchedulerConfig:
             self.link_rate_max_age_s,
             "must be in (0, 3600] s",
         )
+        check(
+            isinstance(self.latency_window, int) and 0 <= self.latency_window <= 256,
+            "latency_window",
+            self.latency_window,
+            "must be an integer in 0..256",
+        )
+        check(
+            0 <= self.latency_min_byte_share <= 10,
+            "latency_min_byte_share",
+            self.latency_min_byte_share,
+            "must be in [0, 10]",
+        )
+        check(
+            self.standin_critical_batch > 0,
+            "standin_critical_batch",
+            self.standin_critical_batch,
+            "must be > 0",
+        )
+        check(self.standin_batch_ref > 0, "standin_batch_ref", self.standin_batch_ref, "must be > 0")
+        check(
+            0 <= self.standin_density_coef <= 10,
+            "standin_density_coef",
+            self.standin_density_coef,
+            "must be in [0, 10]",
+        )
         check(self.tta_lambda >= 0, "tta_lambda", self.tta_lambda, "must be >= 0")
         check(self.min_batch <= self.max_batch, "max_batch", self.max_batch, "must be >= min_batch")
         check(
@@ -249,6 +296,12 @@ class SchedulerConfig:
             "replan_bandwidth_change",
             self.replan_bandwidth_change,
             "must be in (0, 1)",
+        )
+        check(
+            0 < self.replan_latency_change < 10,
+            "replan_latency_change",
+            self.replan_latency_change,
+            "must be in (0, 10)",
         )
         check(
             0 <= self.replan_min_interval_s <= self.replan_period_s,

@@ -17,7 +17,7 @@ from wanrt.config import check
 
 __all__ = ["Decision", "DecisionReason"]
 
-DecisionReason = Literal["initial", "bandwidth_change", "periodic", "warmup_stage"]
+DecisionReason = Literal["initial", "bandwidth_change", "latency_change", "periodic", "warmup_stage"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,14 @@ the bytes to cost), while Eq. 6 keeps the compute ``x_i/f_i(x_i)`` alone as the 
 in — the conservative reading (§6), and the one that cannot feed a denser plan's own CPU time back into a
 looser bound. Without fits (``byte_costs`` None) this is the paper's model exactly.
 
+**Exchange latency** (ours, :mod:`scheduler.control.latency`; ``latency_s`` = 0 is the paper's model): the
+exchange takes ``L + (1 − r)·m / B``, and an iteration with staleness 1 takes ``max(compute, L + (1 − r)·m /
+B)``. Eq. 6 becomes ``r ≥ 1 − B/m · (t_i − L)``; where compute is shorter than L no r satisfies it, and
+where it is slightly longer it would force r to 0.999. So with L > 0 Eq. 6 is no longer a hard constraint:
+every candidate is priced at that pace in Eq. 4/5 (Eq. 6's bound stays among the candidates, the point
+where the bytes just hide), and the search trades the bytes' time against ḡ's compression penalty, and
+larger batches against the latency they hide behind, directly.
+
 If no X satisfies Eq. 6 even at ``r_max`` (a very slow link), the plan says ``feasible=False`` and is the
 configuration whose exchange overruns compute the least in TTA terms: its iteration time is the exchange
 time, not the compute time.
@@ -150,8 +158,12 @@ class _Problem:
         convergence: ConvergenceModel,
         config: SchedulerConfig,
         byte_costs: Sequence[ByteCostFit | None] | None = None,
+        latency_s: float = 0.0,
     ) -> None:
         n = len(fits)
+        if not (math.isfinite(latency_s) and latency_s >= 0):
+            raise ConfigError("exchange latency must be finite and >= 0", key="latency_s", value=latency_s)
+        self.latency = float(latency_s)
         bc = list(byte_costs) if byte_costs is not None else [None] * n
         if len(bc) != n:
             raise ConfigError("one byte cost per rank", key="byte_costs", value=len(bc))
@@ -184,11 +196,14 @@ class _Problem:
         else:
             tmax_r = col(t.max(axis=1))
             cv = col(t.std(axis=1) / t.mean(axis=1))
-        exch = payload / self.bw_bytes
-        lb = eq6_r_lower_bound(self.bw_bytes, self.model_bytes, t_bind)
+        exch = self.latency + payload / self.bw_bytes
+        lb = eq6_r_lower_bound(self.bw_bytes, self.model_bytes, t_bind - self.latency)
         feasible = rr >= col(lb) - 1e-12
         tmax = tmax_r
-        pace = np.where(feasible, tmax_r, np.maximum(tmax_r, exch))
+        if self.latency > 0:  # priced at its pace everywhere (module docstring)
+            pace = np.maximum(tmax_r, exch)
+        else:
+            pace = np.where(feasible, tmax_r, np.maximum(tmax_r, exch))
         speed = col(total) / pace
         g = np.maximum(self.g.penalty(rr, np.broadcast_to(col(total), rr.shape)), G_FLOOR)
         tta = (1.0 + g) / speed
@@ -253,11 +268,14 @@ def _best_over_r(p: _Problem, totals: I64) -> tuple[float, int, float]:
     rgrid = _r(ugrid)
     e0 = p.evaluate(x, np.full(totals.shape, cfg.r_max))
     lb = np.clip(e0["lb"], cfg.r_min, cfg.r_max)
-    # per row: Eq. 6's bound itself plus every grid rate above it (lifted to the bound below it)
-    rr = np.concatenate([lb[:, None], np.maximum(rgrid[None, :], lb[:, None])], axis=1)
+    # per row: Eq. 6's bound itself plus every grid rate above it (lifted to the bound below it); with a
+    # latency every grid rate (Eq. 6 is priced, not imposed)
+    floor = lb[:, None] if p.latency <= 0 else np.full_like(lb[:, None], cfg.r_min)
+    rr = np.concatenate([lb[:, None], np.maximum(rgrid[None, :], floor)], axis=1)
     e = p.evaluate(x, rr)
     obj = e["objective"]
-    if e["feasible"].any():  # Eq. 6 is a constraint: an overrunning candidate only wins when all overrun
+    # Eq. 6 is a constraint (without a latency): an overrunning candidate only wins when all overrun
+    if p.latency <= 0 and e["feasible"].any():
         obj = np.where(e["feasible"], obj, np.inf)
     k, j = np.unravel_index(int(np.argmin(obj)), obj.shape)
     return float(obj[k, j]), int(totals[k]), float(rr[k, j])
@@ -274,7 +292,9 @@ def _polish(p: _Problem, x0: Sequence[int], r0: float, lo_tot: int, hi_tot: int)
             xs = xs * (min(max(tot, lo_tot), hi_tot) / tot)
         t = np.maximum(p.alpha / p.beta, xs / p.beta)
         t_bind = t.min() if cfg.eq6_iteration_time == "each_rank" else t.max()
-        lb = float(eq6_r_lower_bound(p.bw_bytes, p.model_bytes, t_bind))
+        lb = float(eq6_r_lower_bound(p.bw_bytes, p.model_bytes, t_bind - p.latency))
+        if p.latency > 0:
+            lb = cfg.r_min
         r = float(np.clip(_r(float(z[-1])), max(cfg.r_min, min(lb, cfg.r_max)), cfg.r_max))
         return xs, r
 
@@ -308,9 +328,11 @@ def evaluate_plan(
     convergence: ConvergenceModel,
     config: SchedulerConfig,
     byte_costs: Sequence[ByteCostFit | None] | None = None,
+    latency_s: float = 0.0,
 ) -> Plan:
     """The model's view of one given configuration (for brute-force checks and for reporting)."""
-    return _Problem(fits, bandwidth_bps, n_params, convergence, config, byte_costs).plan(batches, r)
+    p = _Problem(fits, bandwidth_bps, n_params, convergence, config, byte_costs, latency_s)
+    return p.plan(batches, r)
 
 
 def search(
@@ -321,15 +343,17 @@ def search(
     convergence: ConvergenceModel,
     config: SchedulerConfig,
     byte_costs: Sequence[ByteCostFit | None] | None = None,
+    latency_s: float = 0.0,
 ) -> Plan:
-    """The configuration minimising Eq. 1 under Eq. 6 (see the module docstring for how)."""
+    """The configuration minimising Eq. 1 under Eq. 6 (see the module docstring for how); ``latency_s``:
+    the exchange's fixed cost L (0: the paper's model)."""
     if not fits:
         raise ConfigError("the search needs at least one rank's throughput model", key="ranks")
     if not (math.isfinite(bandwidth_bps) and bandwidth_bps > 0):
         raise ConfigError("bandwidth must be finite and > 0", key="bandwidth_bps", value=bandwidth_bps)
     if n_params < 1:
         raise ConfigError("model must have parameters", key="n_params", value=n_params)
-    p = _Problem(fits, bandwidth_bps, n_params, convergence, config, byte_costs)
+    p = _Problem(fits, bandwidth_bps, n_params, convergence, config, byte_costs, latency_s)
     lo, hi = _total_range(len(fits), convergence, config)
     totals = _candidates(lo, hi, config.search_batch_candidates)
     obj, X, r = _best_over_r(p, totals)
@@ -341,9 +365,18 @@ def search(
             obj, X, r = obj2, X2, r2
     x = allocate([X], p.beta.tolist(), config.min_batch, config.max_batch)[0]
     best = p.plan(x, r)
+    if p.latency > 0 and len(fits) > 1:
+        # §4.2 splits the batch ∝ speed so that no GPU waits for another; when the exchange paces every
+        # rank anyway, the split changes no rank's wait, and an equal one keeps every rank's data as
+        # represented as the job configured it (on shared cores the "speeds" are who waited less: the demo
+        # split 97 samples per rank as 82/8/6 and needed 180 iterations to the fixed split's 160)
+        even = allocate([X], [1.0] * len(fits), config.min_batch, config.max_batch)[0]
+        cand = p.plan(even, r)
+        if cand.compute_time_s <= cand.exchange_time_s and best.compute_time_s <= best.exchange_time_s:
+            return cand
     if 1 < len(fits) <= config.search_polish_max_ranks:
         xp, rp = _polish(p, best.batches, best.r, lo, hi)
         cand = p.plan(xp, rp)
-        if cand.objective < best.objective - 1e-12 and (cand.feasible or not best.feasible):
+        if cand.objective < best.objective - 1e-12 and (cand.feasible or not best.feasible or p.latency > 0):
             best = cand
     return best

@@ -84,7 +84,9 @@ class DecisionsFile:
     ``bandwidth_estimate_bps``: the adaptive policy's estimate once it has built its controller (None
     before, and for policies without one). A tick also says what the estimator's last update did
     (``bandwidth_step``: raise/lower/hold) when it updated since the previous line, so a reader can count
-    estimator updates ("decisions" of §4.1's loop) rather than ticks. Lines are flushed as written: a reader
+    estimator updates ("decisions" of §4.1's loop) rather than ticks, and ``observed``: what the estimator
+    was fed at that update (the critical rank's compute, iteration time, idle, payload, exchange latency L).
+    Lines are flushed as written: a reader
     may follow the file while the daemon runs, and a killed daemon leaves every line but the last whole.
     """
 
@@ -97,6 +99,7 @@ class DecisionsFile:
                 f"cannot open the decisions file {path}: {exc.strerror}", key="--decisions-file"
             ) from None
         self._last_step: object = None
+        self._last_seen: object = None
 
     def write(self, node: SchedulerNode, policy: DecisionPolicy | None, kind: str) -> None:
         if self._fh is None:
@@ -120,6 +123,10 @@ class DecisionsFile:
         if step is not None and step is not self._last_step:
             self._last_step = step
             rec["bandwidth_step"] = str(getattr(step, "kind", ""))
+        seen = getattr(controller, "last_observation", None)
+        if isinstance(seen, dict) and seen is not self._last_seen:
+            self._last_seen = seen
+            rec["observed"] = dict(seen)
         self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
         self._fh.flush()
 

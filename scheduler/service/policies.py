@@ -28,5 +28,11 @@ def make_policy(cfg: SchedulerDaemonConfig) -> DecisionPolicy:
 
         convergence = ConvergenceProfile.load(cfg.profile)
     else:
-        convergence = PowerLawConvergence()
+        c = cfg.control
+        convergence = PowerLawConvergence.from_critical_batch(
+            c.standin_critical_batch,
+            c.standin_batch_ref,
+            fixed_lr=c.standin_fixed_lr,
+            density_coef=c.standin_density_coef,
+        )
     return AdaptivePolicy(cfg.sites, cfg.control, convergence)

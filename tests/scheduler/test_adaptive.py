@@ -72,3 +72,14 @@ def test_link_counters_reach_the_controller_and_goodput_needs_a_long_window() ->
     assert policy.policy.links.floor_bps(now) == pytest.approx(100e6)
     # goodput from bytes_sent: one reading per 2 s window, not one per report
     assert policy._goodput["a"] == pytest.approx(4e6 * 8 * 8 / 2.0)
+
+
+def test_before_any_decision_the_policy_reads_what_the_trainers_report_running() -> None:
+    policy = AdaptivePolicy(("a", "b"), SchedulerConfig(), PowerLawConvergence())
+    report = _report("a", 0, 0.1, batch=16, compute=0.01, wall=0.05, sent=0.0)
+    del report["cfg.density"], report["cfg.staleness"]  # no decision committed yet
+    report["trainer.density"], report["trainer.staleness"] = 0.02, 1.0
+    policy.observe("a", report, 0.1)
+    assert policy.policy is not None
+    assert policy.policy._effect_at(0) is not None
+    assert policy.policy._effect_at(0).density == pytest.approx(0.02)  # type: ignore[union-attr]

@@ -288,6 +288,9 @@ class Context:
         )
         if metrics is not None and self.is_leader and self._link is not None:
             metrics["params"] = float(sum(p.numel() for p in self._params))
+            # what ran: the scheduler reads a plan's idle with its payload from the first report on
+            metrics["density"] = float(self._config.density)
+            metrics["staleness"] = float(self._config.staleness)
             self._link.telemetry(iteration, metrics)
 
     def _exchange(self, *, final: bool) -> SiteDecision:

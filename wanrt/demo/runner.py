@@ -274,6 +274,10 @@ class Demo:
           controller's default 8 (StellaTrain's COO: fp32 value + int32 index per element). Eq. 6 and the
           bandwidth estimate turn bytes into seconds with it.
         * ``warmup_iterations``: ``warmup_epochs`` of the training split at the configured global batch.
+        * ``latency_window``: the exchange's fixed cost L is measured (the demo's round trip paces its
+          iterations); ``standin_*``: the analytic ḡ's batch term as the demo's MLP measured it (its critical
+          batch; iterations that do not fall past the configured batch at the configured lr; its compression
+          penalty at the configured density). Used only without a profile.
         """
         client = ClientConfig(density=cfg.density, staleness=cfg.staleness)
         value_bytes = 4.0 if client.wire_dtype == "fp32" else 2.0
@@ -281,6 +285,12 @@ class Demo:
         return {
             "bytes_per_element": value_bytes + 1.0 / client.block_size,
             "warmup_iterations": math.ceil(cfg.warmup_epochs * per_epoch),
+            "latency_window": cfg.latency_window,
+            "standin_critical_batch": float(cfg.critical_batch),
+            "standin_batch_ref": float(cfg.batch * cfg.world),
+            "standin_fixed_lr": True,
+            # ḡ = coef·(d^−0.5 − 1) equal to the measured penalty at the demo's density
+            "standin_density_coef": float(cfg.compression_penalty) / (cfg.density**-0.5 - 1.0),
         }
 
     def with_profile(self, cfg: DemoConfig) -> DemoConfig:

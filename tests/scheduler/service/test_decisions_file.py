@@ -128,3 +128,19 @@ async def test_the_daemon_writes_a_commit_line_and_ticks(tmp_path: Path) -> None
     assert commits[-1]["effective_iteration"] == current.effective_iteration
     assert any(r["kind"] == "tick" for r in recs)
     assert [r["monotonic"] for r in recs] == sorted(r["monotonic"] for r in recs)
+
+
+def test_a_tick_says_what_the_estimator_was_fed_once_per_update(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    node = _committed_node()
+    policy = _Adaptive()
+    policy.policy = _Controller()
+    seen = {"compute_s": 0.02, "iteration_s": 0.05, "idle": 0.6, "payload_bytes": 2e4, "latency_s": 0.045}
+    policy.policy.last_observation = seen  # type: ignore[attr-defined]
+    f = DecisionsFile(path)
+    f.write(node, policy, "tick")
+    f.write(node, policy, "tick")  # the same observation: not repeated
+    f.close()
+    first, second = _lines(path)
+    assert first["observed"] == seen
+    assert "observed" not in second

@@ -148,6 +148,8 @@ def test_the_leader_reports_each_iterations_timing(secret_file: Path) -> None:
         assert m["iteration_s"] > 0 and 0.0 <= m["idle_frac"] <= 1.0
         assert m["compute_s"] + m["idle_s"] == pytest.approx(m["iteration_s"])
         assert m["batch_size"] == 32 and m["samples_per_s"] == pytest.approx(32 / m["iteration_s"])
+        # what ran, so the scheduler reads idle with its payload before any decision of its own
+        assert m["density"] == DENSE_STALE.density and m["staleness"] == DENSE_STALE.staleness
     assert any(m["idle_s"] > 0 for _, m in seen)  # layer a's update is late: the leader waited for it
     with pytest.raises(Exception, match="positive integer"):
         opt.ctx.set_batch_size(0)

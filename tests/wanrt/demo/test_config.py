@@ -94,6 +94,9 @@ def test_a_profile_must_exist_and_is_made_absolute(tmp_path: Path, monkeypatch: 
         ("telemetry_interval_s", 100.0),
         ("announce_margin", 0),
         ("warmup_epochs", -1.0),
+        ("latency_window", -1),
+        ("critical_batch", 0.0),
+        ("compression_penalty", -0.1),
     ],
 )
 def test_scheduler_settings_are_validated(field: str, value: float) -> None:
@@ -108,3 +111,21 @@ def test_profile_auto_profiles_the_workload_and_none_selects_the_analytic_stand_
     assert cfg.profile is None and cfg.auto_profile is False
     cfg = config_from_args(parse("--profile", "auto"))
     assert cfg.profile is None and cfg.auto_profile is True
+
+
+def test_the_demo_runs_the_controller_with_the_latency_and_its_models_batch_term(tmp_path: Path) -> None:
+    from scheduler.control.config import SchedulerConfig
+    from wanrt.demo.runner import Demo
+
+    cfg = DemoConfig()
+    demo = Demo(cfg, tmp_path, progress=False, on_line=lambda _: None)
+    demo.train_samples = 1437
+    control = SchedulerConfig(**demo.scheduler_control(cfg))  # every knob is a valid controller setting
+    assert control.latency_window == cfg.latency_window > 0
+    assert control.standin_batch_ref == cfg.batch * cfg.world and control.standin_fixed_lr
+    assert control.standin_critical_batch == cfg.critical_batch
+    # the stand-in's compression penalty at the demo's density is the measured one
+    from scheduler.control.convergence import PowerLawConvergence
+
+    conv = PowerLawConvergence(density_coef=control.standin_density_coef, batch_coef=0.0)
+    assert float(conv.penalty(1.0 - cfg.density, 192.0)) == pytest.approx(cfg.compression_penalty)
