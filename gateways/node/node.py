@@ -484,9 +484,7 @@ class GatewayNode:
         if engine is None or not self._times_dirty:
             return
         self._times_dirty = False
-        open_rounds = engine.open_rounds()
-        oldest_open = min(i for i, _ in open_rounds) if open_rounds else None
-        for iteration, times in self.link_times.ready(oldest_open, engine.frontier, now):
+        for iteration, times in self.link_times.ready(engine.oldest_open(), engine.frontier, now):
             rates = self.allocator.observe(iteration, times)
             for peer, rate in rates.items():
                 ch = self._by_peer.get(peer)

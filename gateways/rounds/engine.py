@@ -309,6 +309,10 @@ class RoundEngine:
     def open_rounds(self) -> list[Key]:
         return sorted(self._rounds)
 
+    def oldest_open(self) -> int | None:
+        """The oldest iteration with a round open here (None: none open)."""
+        return min((i for i, _ in self._rounds), default=None)
+
     def oldest_unfinished(self) -> int:
         """The oldest iteration with a round still open here (frontier + 1 if none): what a running peer
         that lost this site takes it back from (:func:`gateways.membership.joining.join_iteration`)."""

@@ -1,7 +1,8 @@
 """The pushes of the trainer stand-ins: seeded sparse payloads, and a hash to compare aggregates by.
 
 A payload is a pure function of ``(seed, site index, iteration, layer)`` (one NumPy generator per push,
-seeded with that tuple), not of the order in which pushes are drawn. So the simulator and a cluster of
+seeded with that tuple; a second, site-independent one for ``same_blocks``), not of the order in which
+pushes are drawn. So the simulator and a cluster of
 real daemons fed by real trainers (``tools/bench_sim.py``) push bit-identical payloads whatever their
 timing, and their aggregates can be compared byte for byte.
 """
@@ -39,9 +40,12 @@ def make_payload(
     usable = nb - 1 if dense_len % block_size else nb
     usable = max(usable, 1)
     k = max(1, min(usable, round(density * nb)))
-    pick = _rng(seed, 0 if same_blocks else site_index + 1, iteration, layer)
+    # one generator per push when each site picks its own blocks (its values follow from the same
+    # stream); a second, site-independent one only for the shared picks of same_blocks
+    own = _rng(seed, site_index + 1, iteration, layer, 1)
+    pick = _rng(seed, 0, iteration, layer) if same_blocks else own
     idx = np.sort(pick.choice(usable, size=k, replace=False)) if k < usable else np.arange(usable)
-    vals = _rng(seed, site_index + 1, iteration, layer, 1).standard_normal(k * block_size)
+    vals = own.standard_normal(k * block_size)
     values = vals.astype(np.float32)
     if dense_len % block_size and usable == nb:  # a one-block layer shorter than a block: zero the padding
         values.reshape(-1, block_size)[:, dense_len % block_size :] = 0.0
@@ -50,8 +54,8 @@ def make_payload(
 
 def _rng(*entropy: int) -> np.random.Generator:
     """``np.random.default_rng(list(entropy))``, bit for bit: entropy words below 2**32 handed over as a
-    uint32 array skip NumPy's per-item coercion of a list, a third of seeding and ~10 % of a simulated
-    1 000-site round (two generators per push)."""
+    uint32 array skip NumPy's per-item coercion of a list, a third of seeding (seeding was ~10 % of a
+    simulated 1 000-site round with two generators per push; one is enough unless blocks are shared)."""
     if all(0 <= e < 1 << 32 for e in entropy):
         words = np.array(entropy, dtype=np.uint32)
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
