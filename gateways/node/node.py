@@ -563,6 +563,9 @@ class GatewayNode:
         if problem is not None:
             raise RemoteProtocolError(problem, peer=peer)
         sig = ModelSignature.from_info(theirs, site=None, peer=peer)
+        # a link that changes no membership here may end before the peer brought it up too (it refused the
+        # handshake after our Auth): such a link is undone as if it never came up (_end_link)
+        counted_in = self.engine is not None and peer in self.engine.live
         old = self._by_peer.get(peer)
         if old is not None:
             self._end_link(old, "replaced by a new connection from the same peer", now, abort=True)
@@ -582,8 +585,11 @@ class GatewayNode:
             counters=self.stats.peer(peer).counters,
             now=now,
         )
-        ch.next_beat = now + self.cfg.timeouts.heartbeat_interval
         ch.outbox = self._maybe_pending
+        ch.heartbeat(now)  # at once: the first frame from us is what tells the peer this end is up
+        ch.next_beat = now + self.cfg.timeouts.heartbeat_interval
+        if not counted_in:
+            ch.confirm()  # this link joins a member: its end is accounted for as before
         if peer in self._by_peer or self.queue.pending(peer):
             self._scan_all_links = True
         self._channels[ch.link_id] = ch
@@ -664,6 +670,8 @@ class GatewayNode:
 
     def _on_peer_event(self, ch: PeerChannel, event: Message | ConnectionClosed, now: float) -> bool:
         """Handle one message from a peer; False once the link ended."""
+        if ch.unconfirmed is not None and not isinstance(event, (Error, ConnectionClosed)):
+            ch.confirm()
         if isinstance(event, Heartbeat):
             return True
         if isinstance(event, RoundTag):
@@ -690,10 +698,10 @@ class GatewayNode:
             self._end_link(ch, f"peer closed the link: {event.reason or 'no reason given'}", now)
             return False
         elif isinstance(event, Error):
-            self._end_link(ch, f"peer aborted the link: {event.message}", now)
+            self._end_link(ch, f"peer aborted the link: {event.message}", now, by_peer=True)
             return False
         elif isinstance(event, ConnectionClosed):
-            self._end_link(ch, f"connection closed ({event.reason})", now)
+            self._end_link(ch, f"connection closed ({event.reason})", now, by_peer=True)
             return False
         else:
             raise RemoteProtocolError(f"{type(event).__name__} is not used between gateways", peer=ch.peer)
@@ -730,7 +738,7 @@ class GatewayNode:
         """The driver saw link ``link_id`` end (the peer went away, the transport failed)."""
         ch = self._channels.get(link_id)
         if ch is not None:
-            self._end_link(ch, reason, now, notify=False)
+            self._end_link(ch, reason, now, notify=False, by_peer=True)
         self._channels.pop(link_id, None)
 
     def poll_link(self, link_id: int, now: float) -> SendOut:
@@ -799,8 +807,19 @@ class GatewayNode:
         error: WanrtError | None = None,
         abort: bool = False,
         notify: bool = True,
+        by_peer: bool = False,
     ) -> None:
-        """Link ``ch`` is over: tell the driver how to close it, and re-plan without it if it counted."""
+        """Link ``ch`` is over: tell the driver how to close it, and re-plan without it if it counted.
+
+        A link the peer closed (``by_peer``: its Error, the connection ending) before it sent anything on
+        it does not make the peer lost: the peer may never have brought it up. The dialer brings its end
+        up once its Auth is out, and the acceptor may still refuse the connection afterwards (another link
+        came up during its handshake, the pre-join ``link_epoch`` rule). Declaring the peer lost then
+        re-planned this site's open rounds alone — no other site saw a change, the partials they had sent
+        here under the old plan were never sent again, and the job waited for the round deadline
+        (bench_gateway's start-up stall, 1 run in 25). The peer is treated as a member that has not linked
+        yet instead: what went out on the link waits for the next one, and the no-link timeout, the same
+        at every site, declares it lost if none comes."""
         if ch.ended:
             return
         ch.ended = True
@@ -820,10 +839,35 @@ class GatewayNode:
             log.info("link to %s closed: %s", peer, reason)
             return
         if self.engine is not None and peer in self.engine.live:
+            unsent = ch.unconfirmed if by_peer else None
+            if unsent is not None and self._never_linked(peer, unsent, reason, now):
+                return
             self._declare_lost(peer, reason, now)
         else:
             self.stats.peer_state(peer, "down", now, reason)
             log.warning("link to %s down: %s", peer, reason)
+
+    def _never_linked(self, peer: str, unsent: list[RoundMsg], reason: str, now: float) -> bool:
+        """Undo a link the peer never said anything on (see :meth:`_end_link`): its round messages wait
+        for the next link, the no-link timeout runs again. False (declare it lost) past MAX_BACKLOG."""
+        backlog = unsent + self._backlog.get(peer, [])
+        if len(backlog) > MAX_BACKLOG:
+            return False
+        self._backlog[peer] = backlog
+        t = self.cfg.timeouts
+        lost_after = t.heartbeat_interval * t.heartbeat_misses
+        self._no_link_deadline.setdefault(peer, now + lost_after)
+        self.stats.peer_state(peer, "down", now, reason)
+        log.warning(
+            "link to %s ended before the peer sent anything on it (%s): it may never have brought the link "
+            "up, so it is not declared lost; %d round messages wait for the next link (lost if none "
+            "within %g s)",
+            peer,
+            reason,
+            len(backlog),
+            lost_after,
+        )
+        return True
 
     def _offer_model(self, sig: ModelSignature, established: bool, *, source: PeerChannel | None) -> None:
         before = self.model.current
