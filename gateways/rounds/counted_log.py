@@ -24,22 +24,31 @@ from dataclasses import dataclass, field
 
 from gateways.rounds.messages import ContribId
 
-__all__ = ["CountedLog"]
+__all__ = ["CountedLog", "IterationRanges"]
 
 
 @dataclass(slots=True)
-class _Ranges:
-    """Disjoint, sorted ranges [lo[i], hi[i]) of counted iterations; exact from ``since`` on."""
+class IterationRanges:
+    """A set of iterations as disjoint, sorted ranges [lo[i], hi[i]); exact from ``since`` on. At most
+    ``max_ranges`` ranges: past that the oldest is forgotten (and ``since`` moves past it). Iterations a
+    gateway records (counted, answered) come nearly in order without gaps, so this is a few ints where a
+    ``set`` of the same iterations held 60 bytes for each."""
 
     since: int
+    max_ranges: int
     lo: list[int] = field(default_factory=list)
     hi: list[int] = field(default_factory=list)
 
-    def add(self, it: int, max_ranges: int) -> None:
+    def __contains__(self, it: int) -> bool:
+        i = bisect_right(self.lo, it) - 1
+        return i >= 0 and it < self.hi[i]
+
+    def add(self, it: int) -> bool:
+        """Record ``it``; False if it was recorded already."""
         lo, hi = self.lo, self.hi
         i = bisect_right(lo, it) - 1
         if i >= 0 and it < hi[i]:
-            return  # already recorded
+            return False
         left = i >= 0 and hi[i] == it
         right = i + 1 < len(lo) and lo[i + 1] == it + 1
         if left and right:
@@ -52,15 +61,16 @@ class _Ranges:
         else:
             lo.insert(i + 1, it)
             hi.insert(i + 1, it + 1)
-            if len(lo) > max_ranges:
+            if len(lo) > self.max_ranges:
                 # forget the oldest run: below its end nothing is known any more (iterations in the gap
-                # after it are still known not to be counted)
+                # after it are still known not to be in the set)
                 self.since = max(self.since, hi[0])
                 del lo[0], hi[0]
+        return True
 
     def newest_below(self, until: int, limit: int) -> tuple[int, list[int]]:
-        """Up to ``limit`` counted iterations below ``until``, newest first, and the iteration from which
-        that list is complete (``since``, or the oldest listed when ``limit`` cut it)."""
+        """Up to ``limit`` iterations below ``until``, newest first, and the iteration from which that
+        list is complete (``since``, or the oldest listed when ``limit`` cut it)."""
         out: list[int] = []
         i = bisect_right(self.lo, until - 1) - 1
         while i >= 0:
@@ -71,6 +81,10 @@ class _Ranges:
                 out.append(it)
             i -= 1
         return self.since, out
+
+    def __len__(self) -> int:
+        """Ranges held (memory accounting)."""
+        return len(self.lo)
 
 
 class CountedLog:
@@ -84,7 +98,7 @@ class CountedLog:
         self.since = since
         self.max_ranges = max_ranges
         self._skip = skip
-        self._ranges: dict[tuple[str, int], _Ranges] = {}
+        self._ranges: dict[tuple[str, int], IterationRanges] = {}
 
     def add(self, layer: int, ids: Iterable[ContribId]) -> None:
         """A result of ``layer`` counted ``ids``."""
@@ -93,8 +107,8 @@ class CountedLog:
                 continue
             r = self._ranges.get((site, layer))
             if r is None:
-                r = self._ranges[(site, layer)] = _Ranges(self.since)
-            r.add(it, self.max_ranges)
+                r = self._ranges[(site, layer)] = IterationRanges(self.since, self.max_ranges)
+            r.add(it)
 
     def counted(self, site: str, layer: int, until: int, limit: int) -> tuple[int, tuple[int, ...]]:
         """What an ``outcome`` for ``site`` and ``layer`` says: (since, iterations counted below
@@ -111,4 +125,4 @@ class CountedLog:
 
     def ranges(self) -> int:
         """Ranges held in all (memory accounting, tests)."""
-        return sum(len(r.lo) for r in self._ranges.values())
+        return sum(len(r) for r in self._ranges.values())
