@@ -563,9 +563,17 @@ class GatewayNode:
         if problem is not None:
             raise RemoteProtocolError(problem, peer=peer)
         sig = ModelSignature.from_info(theirs, site=None, peer=peer)
-        # a link that changes no membership here may end before the peer brought it up too (it refused the
-        # handshake after our Auth): such a link is undone as if it never came up (_end_link)
-        counted_in = self.engine is not None and peer in self.engine.live
+        # the first link to a fresh peer this site counts in already (it started with every configured site
+        # live) may end before the peer brought it up too — it refused the handshake after our Auth because
+        # it joined through another link meanwhile: such a link is undone as if it never came up
+        # (_end_link). Any other link that ends makes the peer lost, as before (a peer that linked before
+        # and comes back fresh was restarted, and its join iteration must be negotiated again)
+        first_contact = (
+            other.fresh
+            and peer not in self._contacted
+            and self.engine is not None
+            and peer in self.engine.live
+        )
         old = self._by_peer.get(peer)
         if old is not None:
             self._end_link(old, "replaced by a new connection from the same peer", now, abort=True)
@@ -588,7 +596,7 @@ class GatewayNode:
         ch.outbox = self._maybe_pending
         ch.heartbeat(now)  # at once: the first frame from us is what tells the peer this end is up
         ch.next_beat = now + self.cfg.timeouts.heartbeat_interval
-        if not counted_in:
+        if not first_contact:
             ch.confirm()  # this link joins a member: its end is accounted for as before
         if peer in self._by_peer or self.queue.pending(peer):
             self._scan_all_links = True
@@ -811,8 +819,9 @@ class GatewayNode:
     ) -> None:
         """Link ``ch`` is over: tell the driver how to close it, and re-plan without it if it counted.
 
-        A link the peer closed (``by_peer``: its Error, the connection ending) before it sent anything on
-        it does not make the peer lost: the peer may never have brought it up. The dialer brings its end
+        The first link to a fresh peer that this site counts in already (see :meth:`link_up`), closed by
+        the peer (``by_peer``: its Error, the connection ending) before it sent anything on it, does not
+        make the peer lost: the peer may never have brought it up. The dialer brings its end
         up once its Auth is out, and the acceptor may still refuse the connection afterwards (another link
         came up during its handshake, the pre-join ``link_epoch`` rule). Declaring the peer lost then
         re-planned this site's open rounds alone — no other site saw a change, the partials they had sent
