@@ -100,6 +100,7 @@ class TrainerLedger:
         #: no gateway can tell which re-sent pushes were counted (the job resumed with every gateway
         #: restarted, gateways.service.state_file): they are taken as not counted and carried forward
         self.nobody_knows = False
+        self._gave_up = False
         self.stats = LedgerStats()
         self._layers: dict[int, _Layer] = {}
         self._aggregates: OrderedDict[Key, Aggregate] = OrderedDict()
@@ -166,22 +167,42 @@ class TrainerLedger:
         st.outcome = (lo, hi)
         return self._resolve(layer, st)
 
-    def _resolve(self, layer: int, st: _Layer) -> tuple[Key, ...]:
+    def _resolve(self, layer: int, st: _Layer, *, final: bool = False) -> tuple[Key, ...]:
+        """Settle the resent pushes the outcomes so far speak for. One older than every outcome so far
+        (``since``) waits for the next peer's outcome, which may reach further back (the first outcome
+        often comes from a peer restarted after that push: its record starts at its own restart), until
+        :meth:`give_up` (``final``): then it is carried, possibly counted twice (``unresolved``). Settled on
+        the first outcome, such pushes were counted twice in the chaos soak (full seed 2)."""
         if st.outcome is None and not self.nobody_knows:
             return ()
         since = st.outcome[0] if st.outcome is not None else -1
         acks: list[Key] = []
         for it in sorted(st.old):
-            payload = st.old.pop(it)
             if it in st.outcome_counted:
+                st.old.pop(it)
                 self.stats.recovered_counted += 1
                 self._count(st, it)
                 acks.append((it, layer))
-            else:
+            elif it >= since or self.nobody_knows or final or self._gave_up:
+                payload = st.old.pop(it)
                 if it < since:
                     self.stats.unresolved += 1
                 self.stats.recovered_folded += 1
                 st.carry.append((it, payload))
+        return tuple(acks)
+
+    def undecided(self) -> bool:
+        """Some resent push waits for an outcome that reaches back to it (see :meth:`give_up`)."""
+        return any(st.old and st.outcome is not None for st in self._layers.values())
+
+    def give_up(self) -> tuple[Key, ...]:
+        """No further outcome is coming (the peers that would send one had the time to link): the resent
+        pushes no outcome spoke for are carried into the trainer's next pushes (at least once)."""
+        self._gave_up = True  # a push resent later is settled by the outcomes there are
+        acks: list[Key] = []
+        for layer, st in self._layers.items():
+            if st.old and st.outcome is not None:
+                acks.extend(self._resolve(layer, st, final=True))
         return tuple(acks)
 
     def on_deliver(self, layer: int, ids: Sequence[ContribId]) -> tuple[Key, ...]:

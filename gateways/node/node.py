@@ -162,6 +162,8 @@ class GatewayNode:
         #: of them resumes (a state file): a running peer should place them (see _fresh_pair_problem)
         self._fresh_wait_until = math.inf
         self._no_link_deadline: dict[str, float] = {}
+        #: when the trainer's resent pushes that no outcome so far reached back to are carried anyway
+        self._ledger_give_up: float | None = None
         self._item_ids = itertools.count(1)
         self._trainer: int | None = None  # the current trainer session
         self._trainer_model: ModelSignature | None = None
@@ -240,6 +242,8 @@ class GatewayNode:
         for d in self._no_link_deadline.values():
             if best is None or d < best:
                 best = d
+        if self._ledger_give_up is not None and (best is None or self._ledger_give_up < best):
+            best = self._ledger_give_up
         if self._next_report is not None and (best is None or self._next_report < best):
             best = self._next_report
         if self.engine is not None:
@@ -273,6 +277,10 @@ class GatewayNode:
                 ch.heartbeat(now)
                 ch.next_beat = now + t.heartbeat_interval
         self._links_due = None  # the beats above moved it
+        if self._ledger_give_up is not None and now >= self._ledger_give_up:
+            self._ledger_give_up = None
+            if self.ledger is not None:
+                self._send_push_acks(self.ledger.give_up())
         for peer, at in list(self._no_link_deadline.items()):
             if at <= now:
                 del self._no_link_deadline[peer]
@@ -725,6 +733,7 @@ class GatewayNode:
         settled = engine.stats.settled
         if msg.kind == "outcome":
             self._send_push_acks(ledger.on_outcome(msg.layer, msg.step, msg.iteration, msg.sites))
+            self._arm_give_up(now)
         self._peer_final = msg.kind in ("final", "segment_final")  # a result that exists elsewhere too
         try:
             self._apply(engine.peer_message(ch.peer, msg, now), now)
@@ -1064,6 +1073,7 @@ class GatewayNode:
         verdict = ledger.on_push(push.iteration, push.layer, payload)
         if verdict.acks:
             self._send_push_acks(verdict.acks, session)
+        self._arm_give_up(now)
         if verdict.push is not None:
             it, layer, payload = verdict.push
             self._apply(engine.local_push(it, layer, payload, now), now)
@@ -1089,6 +1099,13 @@ class GatewayNode:
         up, down = self._shards.from_trainer(msg, self._scheduler_up)
         self._to_scheduler(up)
         self._out.extend(ToTrainer(session, m) for m in down)
+
+    def _arm_give_up(self, now: float) -> None:
+        """A resent push waits for an outcome that reaches back to it: the peers that could send one link
+        within the time a silent peer is declared lost, after which it is carried (TrainerLedger.give_up)."""
+        if self._ledger_give_up is None and self.ledger is not None and self.ledger.undecided():
+            t = self.cfg.timeouts
+            self._ledger_give_up = now + t.heartbeat_interval * t.heartbeat_misses
 
     def _to_scheduler(self, msgs: list[Message]) -> None:
         if self._scheduler_up:

@@ -33,3 +33,27 @@ def test_gaps_are_kept_exactly() -> None:
     st = ledger._layers[0]
     assert len(st.counted) == 2
     assert 9 in st.counted and 10 not in st.counted and 19 not in st.counted and 20 in st.counted
+
+
+def test_a_resent_push_older_than_the_first_outcome_waits_for_one_that_reaches_back() -> None:
+    """After a restart the first outcome may come from a peer restarted after the push (its record starts
+    at its own restart); a peer running since before it knows it was counted. Settled on the first outcome,
+    the push was carried and counted twice (chaos soak, full seed 2)."""
+    ledger = TrainerLedger("e", 100)  # restarted: joined at 100
+    assert ledger.on_push(40, 0, _payload()).acks == ()  # resent, from before the restart
+    assert ledger.on_outcome(0, 60, 100, ()) == ()  # a peer whose record starts at 60: cannot say
+    assert ledger.undecided()
+    assert ledger.on_outcome(0, 0, 100, (("e", 40),)) == ((40, 0),)  # one running since 0: counted
+    assert not ledger.undecided() and ledger.stats.unresolved == 0
+    assert ledger.on_push(100, 0, _payload()).push is not None and not ledger._layers[0].carry
+
+
+def test_a_resent_push_no_outcome_reaches_back_to_is_carried_after_the_wait() -> None:
+    ledger = TrainerLedger("e", 100)
+    ledger.on_push(40, 0, _payload())
+    ledger.on_outcome(0, 60, 100, ())
+    assert ledger.give_up() == ()
+    assert not ledger.undecided() and ledger.stats.unresolved == 1  # carried: at least once
+    assert [it for it, _ in ledger.held(0)] == [40]
+    ledger.on_push(41, 0, _payload())  # resent after the wait: settled at once
+    assert not ledger.undecided()
