@@ -101,6 +101,7 @@ class TrainerLedger:
         #: restarted, gateways.service.state_file): they are taken as not counted and carried forward
         self.nobody_knows = False
         self._gave_up = False
+        self._undecided: set[int] = set()  # layers holding a resent push no outcome reached back to yet
         self.stats = LedgerStats()
         self._layers: dict[int, _Layer] = {}
         self._aggregates: OrderedDict[Key, Aggregate] = OrderedDict()
@@ -189,20 +190,23 @@ class TrainerLedger:
                     self.stats.unresolved += 1
                 self.stats.recovered_folded += 1
                 st.carry.append((it, payload))
+        if st.old and st.outcome is not None:
+            self._undecided.add(layer)
+        else:
+            self._undecided.discard(layer)
         return tuple(acks)
 
     def undecided(self) -> bool:
         """Some resent push waits for an outcome that reaches back to it (see :meth:`give_up`)."""
-        return any(st.old and st.outcome is not None for st in self._layers.values())
+        return bool(self._undecided)
 
     def give_up(self) -> tuple[Key, ...]:
         """No further outcome is coming (the peers that would send one had the time to link): the resent
         pushes no outcome spoke for are carried into the trainer's next pushes (at least once)."""
         self._gave_up = True  # a push resent later is settled by the outcomes there are
         acks: list[Key] = []
-        for layer, st in self._layers.items():
-            if st.old and st.outcome is not None:
-                acks.extend(self._resolve(layer, st, final=True))
+        for layer in sorted(self._undecided):
+            acks.extend(self._resolve(layer, self._layers[layer], final=True))
         return tuple(acks)
 
     def on_deliver(self, layer: int, ids: Sequence[ContribId]) -> tuple[Key, ...]:

@@ -1073,7 +1073,8 @@ class GatewayNode:
         verdict = ledger.on_push(push.iteration, push.layer, payload)
         if verdict.acks:
             self._send_push_acks(verdict.acks, session)
-        self._arm_give_up(now)
+        if push.iteration < ledger.join_at:  # resent from before a restart: may wait for an outcome
+            self._arm_give_up(now)
         if verdict.push is not None:
             it, layer, payload = verdict.push
             self._apply(engine.local_push(it, layer, payload, now), now)
