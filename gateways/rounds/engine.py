@@ -645,6 +645,10 @@ class RoundEngine:
                 return
         target = max(self._hint.get(layer, -1), self._newest_final.get(layer, -1) + 1)
         target = min(target, max(self._frontier, self._join_hint) + self.config.window)
+        # never into a round older than a contribution it carries: a peer refuses an id from the future
+        # (chaos soak: a carried (b, 24) sent ahead into round 23 made a drop b, take it back at 23 and
+        # drop it again, in a loop that wedged the job; the carry of a settled round is one way to it)
+        target = max(target, max(it for _, it in c.ids))
         while self._is_settled(target, layer):
             target += 1
         plan = self._timeline.plan_for(target)
