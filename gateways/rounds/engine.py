@@ -496,6 +496,10 @@ class RoundEngine:
         if r.taken:
             return
         carry = self._carry.get(r.layer)
+        if carry is not None and carry.ids and max(it for _, it in carry.ids) > r.iteration:
+            # it holds a contribution newer than this round (a round re-run after a rejoin): a peer refuses
+            # ids from the future, so a later round takes it (the carry's payload is one sum: all or none)
+            carry = None
         ids: tuple[ContribId, ...] = ((self.site, r.iteration),) if r.local is not None else ()
         if carry is not None and carry.ids:
             ids = merge_ids(ids, carry.ids)
@@ -508,7 +512,11 @@ class RoundEngine:
                 own.dense_len, own.block_size, self.config.forward_density, len(r.plan.members)
             )
             own, rest = top_blocks(own, cap)
-        self._carry[r.layer] = Carry(rest if rest is not None and rest.nnz_blocks else None)
+        kept = rest if rest is not None and rest.nnz_blocks else None
+        if carry is not None or r.layer not in self._carry:
+            self._carry[r.layer] = Carry(kept)
+        elif kept is not None:
+            self._carry_add(r.layer, kept, ())  # the carry left for a later round keeps the remainder too
         r.own, r.own_ids, r.taken, r.local = own, ids, True, None
 
     def _gather(self, r: OpenRound, now: float, out: list[Action]) -> None:

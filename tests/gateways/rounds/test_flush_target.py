@@ -23,3 +23,15 @@ def test_a_carry_is_never_sent_ahead_into_a_round_older_than_a_contribution_it_h
     engine._flush(0, 1.0, out)  # every open round already sent its partial: the carry goes ahead
     extras = [a.msg for a in out if isinstance(a, Send) and a.msg.kind == "extra"]
     assert extras and all(m.iteration >= max(it for _, it in m.sites) for m in extras)
+
+
+def test_a_round_re_run_after_a_rejoin_does_not_take_a_carry_newer_than_itself() -> None:
+    """The same rule for a site's own contribution: an open round older than a carried contribution
+    leaves the carry to a later round."""
+    engine = RoundEngine("b", "abc")
+    engine._carry_add(0, make_payload("b", 24, 0), (("b", 24),))
+    engine._frontier = 24
+    out = engine.local_push(23, 0, make_payload("b", 23, 0), 1.0)
+    partials = [a.msg for a in out if isinstance(a, Send) and a.msg.kind == "partial"]
+    assert partials and all(m.iteration >= max(it for _, it in m.sites) for m in partials)
+    assert [ids for _, ids in engine.held(0) if ("b", 24) in ids]  # still held, for a later round
