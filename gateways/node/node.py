@@ -571,13 +571,15 @@ class GatewayNode:
         if problem is not None:
             raise RemoteProtocolError(problem, peer=peer)
         sig = ModelSignature.from_info(theirs, site=None, peer=peer)
-        # the first link to a fresh peer this site counts in already (it started with every configured site
-        # live) may end before the peer brought it up too — it refused the handshake after our Auth because
-        # it joined through another link meanwhile: such a link is undone as if it never came up
-        # (_end_link). Any other link that ends makes the peer lost, as before (a peer that linked before
-        # and comes back fresh was restarted, and its join iteration must be negotiated again)
+        # the first link to a peer starting cold (fresh, no state: frontier -1) that this site counts in
+        # already (it started with every configured site live) may end before the peer brought it up too —
+        # it refused the handshake after our Auth because it joined through another link meanwhile: such a
+        # link is undone as if it never came up (_end_link). Any other link that ends makes the peer lost,
+        # as before: a peer that linked before, or resumes from a state file, was restarted, and its join
+        # iteration must be negotiated again (kept live, two gateways restarted together wedged full seed 1)
         first_contact = (
             other.fresh
+            and other.frontier < 0
             and peer not in self._contacted
             and self.engine is not None
             and peer in self.engine.live
