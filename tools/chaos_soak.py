@@ -569,7 +569,7 @@ class Soak:
                         doubled_mass += 1
                     else:
                         lost_mass += 1
-        gens = [d.ledger.stats for d in self.cluster.generations if d.ledger is not None]
+        gens = self.cluster.ledger_stats()
         folded = sum(st.recovered_folded for st in gens)
         return {
             "pushes": sum(t.pushes for t in self.trainers.values()),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gateways.rounds.aggregate import aggregate
+from gateways.rounds.counted_log import IterationRanges
 from gateways.rounds.ids import iterations_of
 from gateways.rounds.messages import ContribId
 from wanrt.errors import LimitExceeded, RemoteProtocolError
@@ -42,8 +43,11 @@ log = logging.getLogger(__name__)
 #: it, so only a disconnected trainer makes this grow: a few hundred iterations of a large model.
 MAX_RETAINED_AGGREGATES: Final = 8192
 
-#: Counted iterations remembered per layer to re-acknowledge a resent push, beyond the newest push.
-_COUNTED_HISTORY: Final = 4096
+#: Runs of counted (and of answered) iterations remembered per layer, to re-acknowledge a resent push and
+#: to answer every pushed iteration once. Kept as ranges (gateways.rounds.counted_log.IterationRanges): a
+#: run is a few ints however long, a gap comes from an outage. As sets of up to 8 192 iterations they were
+#: what grew most in a long run (≈ 0.4 MB per layer and gateway by iteration 8 192; chaos soak RSS growth).
+_COUNTED_RANGES: Final = 1024
 
 #: Resent pushes from before a restart held per layer until an outcome settles them. A trainer resends what
 #: it pushed but never saw acknowledged: a few iterations (its staleness bound), never thousands.
@@ -76,14 +80,15 @@ class LedgerStats:
 class _Layer:
     last_pushed: int = -1
     pending: dict[int, tuple[int, ...]] = field(default_factory=dict)  # engine iteration -> also covers
-    counted: set[int] = field(default_factory=set)
+    counted: IterationRanges = field(default_factory=lambda: IterationRanges(-1, _COUNTED_RANGES))
     old: dict[int, SparsePayload] = field(default_factory=dict)  # resent, awaiting an outcome
     carry: list[tuple[int, SparsePayload]] = field(default_factory=list)  # resolved, not counted
     outcome: tuple[int, int] | None = None  # (since, join_at) covered by the outcomes so far
     outcome_counted: set[int] = field(default_factory=set)
     folded: set[int] = field(default_factory=set)
     shape: tuple[int, int] | None = None  # (dense_len, block_size) of the trainer's pushes
-    answered: set[int] = field(default_factory=set)  # iterations the trainer got a result for
+    # iterations the trainer got a result for
+    answered: IterationRanges = field(default_factory=lambda: IterationRanges(-1, _COUNTED_RANGES))
 
 
 class TrainerLedger:
@@ -95,6 +100,8 @@ class TrainerLedger:
         #: no gateway can tell which re-sent pushes were counted (the job resumed with every gateway
         #: restarted, gateways.service.state_file): they are taken as not counted and carried forward
         self.nobody_knows = False
+        self._gave_up = False
+        self._undecided: set[int] = set()  # layers holding a resent push no outcome reached back to yet
         self.stats = LedgerStats()
         self._layers: dict[int, _Layer] = {}
         self._aggregates: OrderedDict[Key, Aggregate] = OrderedDict()
@@ -161,22 +168,45 @@ class TrainerLedger:
         st.outcome = (lo, hi)
         return self._resolve(layer, st)
 
-    def _resolve(self, layer: int, st: _Layer) -> tuple[Key, ...]:
+    def _resolve(self, layer: int, st: _Layer, *, final: bool = False) -> tuple[Key, ...]:
+        """Settle the resent pushes the outcomes so far speak for. One older than every outcome so far
+        (``since``) waits for the next peer's outcome, which may reach further back (the first outcome
+        often comes from a peer restarted after that push: its record starts at its own restart), until
+        :meth:`give_up` (``final``): then it is carried, possibly counted twice (``unresolved``). Settled on
+        the first outcome, such pushes were counted twice in the chaos soak (full seed 2)."""
         if st.outcome is None and not self.nobody_knows:
             return ()
         since = st.outcome[0] if st.outcome is not None else -1
         acks: list[Key] = []
         for it in sorted(st.old):
-            payload = st.old.pop(it)
             if it in st.outcome_counted:
+                st.old.pop(it)
                 self.stats.recovered_counted += 1
                 self._count(st, it)
                 acks.append((it, layer))
-            else:
+            elif it >= since or self.nobody_knows or final or self._gave_up:
+                payload = st.old.pop(it)
                 if it < since:
                     self.stats.unresolved += 1
                 self.stats.recovered_folded += 1
                 st.carry.append((it, payload))
+        if st.old and st.outcome is not None:
+            self._undecided.add(layer)
+        else:
+            self._undecided.discard(layer)
+        return tuple(acks)
+
+    def undecided(self) -> bool:
+        """Some resent push waits for an outcome that reaches back to it (see :meth:`give_up`)."""
+        return bool(self._undecided)
+
+    def give_up(self) -> tuple[Key, ...]:
+        """No further outcome is coming (the peers that would send one had the time to link): the resent
+        pushes no outcome spoke for are carried into the trainer's next pushes (at least once)."""
+        self._gave_up = True  # a push resent later is settled by the outcomes there are
+        acks: list[Key] = []
+        for layer in sorted(self._undecided):
+            acks.extend(self._resolve(layer, self._layers[layer], final=True))
         return tuple(acks)
 
     def on_deliver(self, layer: int, ids: Sequence[ContribId]) -> tuple[Key, ...]:
@@ -198,9 +228,6 @@ class TrainerLedger:
 
     def _count(self, st: _Layer, iteration: int) -> None:
         st.counted.add(iteration)
-        if len(st.counted) > 2 * _COUNTED_HISTORY:
-            floor = max(st.counted) - _COUNTED_HISTORY
-            st.counted = {i for i in st.counted if i >= floor}
 
     def shape(self, layer: int) -> tuple[int, int] | None:
         """(dense_len, block_size) of the layer as the trainer pushes it, if it did."""
@@ -218,14 +245,7 @@ class TrainerLedger:
 
     def answer(self, iteration: int, layer: int) -> bool:
         """Record that the trainer gets a result for (iteration, layer); False if it already got one."""
-        st = self._layer(layer)
-        if iteration in st.answered:
-            return False
-        st.answered.add(iteration)
-        if len(st.answered) > 2 * _COUNTED_HISTORY:
-            floor = max(st.answered) - _COUNTED_HISTORY
-            st.answered = {i for i in st.answered if i >= floor}
-        return True
+        return self._layer(layer).answered.add(iteration)
 
     def retain(self, msg: Aggregate) -> None:
         key = (msg.iteration, msg.layer)

@@ -167,6 +167,8 @@ class GatewayNode:
         #: of them resumes (a state file): a running peer should place them (see _fresh_pair_problem)
         self._fresh_wait_until = math.inf
         self._no_link_deadline: dict[str, float] = {}
+        #: when the trainer's resent pushes that no outcome so far reached back to are carried anyway
+        self._ledger_give_up: float | None = None
         self._item_ids = itertools.count(1)
         self._trainer: int | None = None  # the current trainer session
         self._trainer_model: ModelSignature | None = None
@@ -246,6 +248,8 @@ class GatewayNode:
         for d in self._no_link_deadline.values():
             if best is None or d < best:
                 best = d
+        if self._ledger_give_up is not None and (best is None or self._ledger_give_up < best):
+            best = self._ledger_give_up
         if self._next_report is not None and (best is None or self._next_report < best):
             best = self._next_report
         retry = self.resync.retry_at
@@ -282,6 +286,10 @@ class GatewayNode:
                 ch.heartbeat(now)
                 ch.next_beat = now + t.heartbeat_interval
         self._links_due = None  # the beats above moved it
+        if self._ledger_give_up is not None and now >= self._ledger_give_up:
+            self._ledger_give_up = None
+            if self.ledger is not None:
+                self._send_push_acks(self.ledger.give_up())
         for peer, at in list(self._no_link_deadline.items()):
             if at <= now:
                 del self._no_link_deadline[peer]
@@ -572,6 +580,19 @@ class GatewayNode:
         if problem is not None:
             raise RemoteProtocolError(problem, peer=peer)
         sig = ModelSignature.from_info(theirs, site=None, peer=peer)
+        # the first link to a peer starting cold (fresh, no state: frontier -1) that this site counts in
+        # already (it started with every configured site live) may end before the peer brought it up too —
+        # it refused the handshake after our Auth because it joined through another link meanwhile: such a
+        # link is undone as if it never came up (_end_link). Any other link that ends makes the peer lost,
+        # as before: a peer that linked before, or resumes from a state file, was restarted, and its join
+        # iteration must be negotiated again (kept live, two gateways restarted together wedged full seed 1)
+        first_contact = (
+            other.fresh
+            and other.frontier < 0
+            and peer not in self._contacted
+            and self.engine is not None
+            and peer in self.engine.live
+        )
         old = self._by_peer.get(peer)
         if old is not None:
             self._end_link(old, "replaced by a new connection from the same peer", now, abort=True)
@@ -591,8 +612,11 @@ class GatewayNode:
             counters=self.stats.peer(peer).counters,
             now=now,
         )
-        ch.next_beat = now + self.cfg.timeouts.heartbeat_interval
         ch.outbox = self._maybe_pending
+        ch.heartbeat(now)  # at once: the first frame from us is what tells the peer this end is up
+        ch.next_beat = now + self.cfg.timeouts.heartbeat_interval
+        if not first_contact:
+            ch.confirm()  # this link joins a member: its end is accounted for as before
         if peer in self._by_peer or self.queue.pending(peer):
             self._scan_all_links = True
         self._channels[ch.link_id] = ch
@@ -676,6 +700,8 @@ class GatewayNode:
 
     def _on_peer_event(self, ch: PeerChannel, event: Message | ConnectionClosed, now: float) -> bool:
         """Handle one message from a peer; False once the link ended."""
+        if ch.unconfirmed is not None and not isinstance(event, (Error, ConnectionClosed)):
+            ch.confirm()
         if isinstance(event, Heartbeat):
             return True
         if type(event) is RoundData:
@@ -706,10 +732,10 @@ class GatewayNode:
             self._end_link(ch, f"peer closed the link: {event.reason or 'no reason given'}", now)
             return False
         elif isinstance(event, Error):
-            self._end_link(ch, f"peer aborted the link: {event.message}", now)
+            self._end_link(ch, f"peer aborted the link: {event.message}", now, by_peer=True)
             return False
         elif isinstance(event, ConnectionClosed):
-            self._end_link(ch, f"connection closed ({event.reason})", now)
+            self._end_link(ch, f"connection closed ({event.reason})", now, by_peer=True)
             return False
         else:
             raise RemoteProtocolError(f"{type(event).__name__} is not used between gateways", peer=ch.peer)
@@ -725,6 +751,7 @@ class GatewayNode:
         settled = engine.stats.settled
         if msg.kind == "outcome":
             self._send_push_acks(ledger.on_outcome(msg.layer, msg.step, msg.iteration, msg.sites))
+            self._arm_give_up(now)
         self._peer_final = msg.kind in ("final", "segment_final")  # a result that exists elsewhere too
         try:
             self._apply(engine.peer_message(ch.peer, msg, now), now)
@@ -749,7 +776,7 @@ class GatewayNode:
         """The driver saw link ``link_id`` end (the peer went away, the transport failed)."""
         ch = self._channels.get(link_id)
         if ch is not None:
-            self._end_link(ch, reason, now, notify=False)
+            self._end_link(ch, reason, now, notify=False, by_peer=True)
         self._channels.pop(link_id, None)
 
     def poll_link(self, link_id: int, now: float) -> SendOut:
@@ -818,8 +845,20 @@ class GatewayNode:
         error: WanrtError | None = None,
         abort: bool = False,
         notify: bool = True,
+        by_peer: bool = False,
     ) -> None:
-        """Link ``ch`` is over: tell the driver how to close it, and re-plan without it if it counted."""
+        """Link ``ch`` is over: tell the driver how to close it, and re-plan without it if it counted.
+
+        The first link to a fresh peer that this site counts in already (see :meth:`link_up`), closed by
+        the peer (``by_peer``: its Error, the connection ending) before it sent anything on it, does not
+        make the peer lost: the peer may never have brought it up. The dialer brings its end
+        up once its Auth is out, and the acceptor may still refuse the connection afterwards (another link
+        came up during its handshake, the pre-join ``link_epoch`` rule). Declaring the peer lost then
+        re-planned this site's open rounds alone — no other site saw a change, the partials they had sent
+        here under the old plan were never sent again, and the job waited for the round deadline
+        (bench_gateway's start-up stall, 1 run in 25). The peer is treated as a member that has not linked
+        yet instead: what went out on the link waits for the next one, and the no-link timeout, the same
+        at every site, declares it lost if none comes."""
         if ch.ended:
             return
         ch.ended = True
@@ -840,10 +879,35 @@ class GatewayNode:
             log.info("link to %s closed: %s", peer, reason)
             return
         if self.engine is not None and peer in self.engine.live:
+            unsent = ch.unconfirmed if by_peer else None
+            if unsent is not None and self._never_linked(peer, unsent, reason, now):
+                return
             self._declare_lost(peer, reason, now)
         else:
             self.stats.peer_state(peer, "down", now, reason)
             log.warning("link to %s down: %s", peer, reason)
+
+    def _never_linked(self, peer: str, unsent: list[RoundMsg], reason: str, now: float) -> bool:
+        """Undo a link the peer never said anything on (see :meth:`_end_link`): its round messages wait
+        for the next link, the no-link timeout runs again. False (declare it lost) past MAX_BACKLOG."""
+        backlog = unsent + self._backlog.get(peer, [])
+        if len(backlog) > MAX_BACKLOG:
+            return False
+        self._backlog[peer] = backlog
+        t = self.cfg.timeouts
+        lost_after = t.heartbeat_interval * t.heartbeat_misses
+        self._no_link_deadline.setdefault(peer, now + lost_after)
+        self.stats.peer_state(peer, "down", now, reason)
+        log.warning(
+            "link to %s ended before the peer sent anything on it (%s): it may never have brought the link "
+            "up, so it is not declared lost; %d round messages wait for the next link (lost if none "
+            "within %g s)",
+            peer,
+            reason,
+            len(backlog),
+            lost_after,
+        )
+        return True
 
     def _offer_model(self, sig: ModelSignature, established: bool, *, source: PeerChannel | None) -> None:
         before = self.model.current
@@ -1035,6 +1099,8 @@ class GatewayNode:
         verdict = ledger.on_push(push.iteration, push.layer, payload)
         if verdict.acks:
             self._send_push_acks(verdict.acks, session)
+        if push.iteration < ledger.join_at:  # resent from before a restart: may wait for an outcome
+            self._arm_give_up(now)
         if verdict.push is not None:
             it, layer, payload = verdict.push
             self._apply(engine.local_push(it, layer, payload, now), now)
@@ -1116,6 +1182,13 @@ class GatewayNode:
                 ch.send_bulk(o.msg, o.bulk)
             else:
                 ch.send_control(o.msg)
+
+    def _arm_give_up(self, now: float) -> None:
+        """A resent push waits for an outcome that reaches back to it: the peers that could send one link
+        within the time a silent peer is declared lost, after which it is carried (TrainerLedger.give_up)."""
+        if self._ledger_give_up is None and self.ledger is not None and self.ledger.undecided():
+            t = self.cfg.timeouts
+            self._ledger_give_up = now + t.heartbeat_interval * t.heartbeat_misses
 
     def _to_scheduler(self, msgs: list[Message]) -> None:
         if self._scheduler_up:

@@ -91,6 +91,10 @@ class PeerChannel:
         self.last_rx = now
         self.next_beat = now
         self.beats = 0
+        #: round messages sent before the peer said anything on this link (None once it did): the peer may
+        #: never have brought the link up (it refused the handshake after our Auth), so if the link ends
+        #: before then, they are queued again for the next link (GatewayNode._end_link)
+        self.unconfirmed: list[RoundMsg] | None = []
         #: the owner's "may have bytes to write" set: every frame queued here enters it, so the owner's
         #: pop_actions looks at the channels that changed, not at every link (``None``: not tracked)
         self.outbox: dict[int, PeerChannel] | None = None
@@ -99,6 +103,8 @@ class PeerChannel:
 
     def send_round(self, msg: RoundMsg) -> None:
         """Frame one round message and queue it by (iteration, layer) for EDF."""
+        if self.unconfirmed is not None:
+            self.unconfirmed.append(msg)
         seq = self._seq
         self._seq += 1
         if self.outbox is not None:
@@ -241,6 +247,10 @@ class PeerChannel:
     def sent_seq(self) -> int:
         """The sequence number of the last round message queued (-1: none yet)."""
         return self._seq - 1
+
+    def confirm(self) -> None:
+        """The peer sent something on this link: it has the link up too."""
+        self.unconfirmed = None
 
     def on_tag(self, tag: RoundTag) -> RoundMsg | None:
         return self._inbox.on_tag(tag)

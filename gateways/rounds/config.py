@@ -40,8 +40,13 @@ class RoundConfig:
       abandoned, which bounds memory.
     * ``retain_finals`` — iterations for which final results are kept to answer peers that re-run a round
       after a plan change (a finished round's result always wins over a re-run).
-    * ``outcome_history`` — iterations for which the contribution ids included in finals are remembered
-      per peer, so a site that rejoins after a partition learns which of its contributions were counted.
+    * ``outcome_history`` — iterations for which this site's own contributions counted in results here are
+      kept (with their payloads) after the results: if it was cut off right after finishing a round, the
+      others may have re-run it without them, and the rejoin's ``outcome`` says so later.
+    * ``outcome_ranges`` — the peers' contributions counted in results here are remembered from the
+      engine's start as ranges of iterations (:mod:`gateways.rounds.counted_log`), so a site that rejoins
+      after a restart or a partition, however long, learns which of its contributions were counted; this
+      bounds the ranges per (site, layer) — one per outage of that site, not per iteration.
     * ``forward_policy`` / ``forward_density`` — bounded forwarding (see :mod:`gateways.rounds.aggregate`):
       ``exact`` forwards unions unchanged, ``per_site`` trims each site's own contribution to
       ``ceil(density·n_blocks/N)`` blocks (StellaTrain §6), ``cap`` re-sparsifies every final to
@@ -78,6 +83,7 @@ class RoundConfig:
     max_lag: int = 64
     retain_finals: int = 8
     outcome_history: int = 64
+    outcome_ranges: int = 256
     forward_policy: ForwardPolicy = "exact"
     forward_density: float = 0.01
     quorum: int = 0
@@ -96,6 +102,7 @@ class RoundConfig:
         check(self.window <= self.max_lag <= 1 << 20, "max_lag", self.max_lag, f"{self.window}..2**20")
         check(self.window <= self.retain_finals <= self.max_lag, "retain_finals", self.retain_finals, "")
         check(0 <= self.outcome_history <= 1 << 20, "outcome_history", self.outcome_history, "0..2**20")
+        check(1 <= self.outcome_ranges <= 1 << 16, "outcome_ranges", self.outcome_ranges, "1..2**16")
         check(
             self.forward_policy in ("exact", "per_site", "cap"),
             "forward_policy",

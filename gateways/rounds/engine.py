@@ -62,6 +62,7 @@ from gateways.rounds.allpairs import (
 )
 from gateways.rounds.checks import check_allpairs_message, check_message, check_ring_message
 from gateways.rounds.config import MAX_LAYERS, RoundConfig
+from gateways.rounds.counted_log import CountedLog
 from gateways.rounds.ids import id_pairs, intern_sites, missing_members
 from gateways.rounds.messages import (
     Action,
@@ -141,9 +142,10 @@ class RoundEngine:
         self._heap: list[tuple[float, int, Key]] = []
         self._seq = 0
         self._buffer: dict[str, deque[RoundMsg]] = {}
-        # round iteration -> (layer, ids of its result): what rejoining peers are told was counted
-        self._history: dict[int, list[tuple[int, tuple[ContribId, ...]]]] = {}
-        self._history_since = start_iteration
+        # every peer's contributions counted in results here, as ranges of iterations from the start on:
+        # what a rejoining peer is told was counted, however long it was away (gateways.rounds.counted_log)
+        self._counted = CountedLog(start_iteration, self.config.outcome_ranges, skip=site)
+        self._own_since = start_iteration  # _final_own holds no key below this
         self._outcome_due: dict[str, int] = {}  # peer -> join_at: its outcomes wait for our rounds before
         self._floor = start_iteration - self.config.max_lag  # iterations below are settled here
         # with partial sums in the wire dtype, a contribution that is not summed with anything travels
@@ -498,6 +500,10 @@ class RoundEngine:
         if r.taken:
             return
         carry = self._carry.get(r.layer)
+        if carry is not None and carry.ids and max(it for _, it in carry.ids) > r.iteration:
+            # it holds a contribution newer than this round (a round re-run after a rejoin): a peer refuses
+            # ids from the future, so a later round takes it (the carry's payload is one sum: all or none)
+            carry = None
         ids: tuple[ContribId, ...] = ((self.site, r.iteration),) if r.local is not None else ()
         if carry is not None and carry.ids:
             ids = merge_ids(ids, carry.ids)
@@ -510,7 +516,11 @@ class RoundEngine:
                 own.dense_len, own.block_size, self.config.forward_density, len(r.plan.members)
             )
             own, rest = top_blocks(own, cap)
-        self._carry[r.layer] = Carry(rest if rest is not None and rest.nnz_blocks else None)
+        kept = rest if rest is not None and rest.nnz_blocks else None
+        if carry is not None or r.layer not in self._carry:
+            self._carry[r.layer] = Carry(kept)
+        elif kept is not None:
+            self._carry_add(r.layer, kept, ())  # the carry left for a later round keeps the remainder too
         r.own, r.own_ids, r.taken, r.local = own, ids, True, None
 
     def _gather(self, r: OpenRound, now: float, out: list[Action]) -> None:
@@ -591,7 +601,7 @@ class RoundEngine:
             self._final_own[key] = counted
         if r.local is not None:
             self._carry_add(r.layer, r.local, ((self.site, r.iteration),))
-        self._history.setdefault(r.iteration, []).append((r.layer, final.sites))
+        self._counted.add(r.layer, final.sites)
         plan = r.plan
         if source is None:
             targets: Sequence[str] = plan.children_of(self.site)
@@ -647,6 +657,10 @@ class RoundEngine:
                 return
         target = max(self._hint.get(layer, -1), self._newest_final.get(layer, -1) + 1)
         target = min(target, max(self._frontier, self._join_hint) + self.config.window)
+        # never into a round older than a contribution it carries: a peer refuses an id from the future
+        # (chaos soak: a carried (b, 24) sent ahead into round 23 made a drop b, take it back at 23 and
+        # drop it again, in a loop that wedged the job; the carry of a settled round is one way to it)
+        target = max(target, max(it for _, it in c.ids))
         while self._is_settled(target, layer):
             target += 1
         plan = self._timeline.plan_for(target)
@@ -684,6 +698,11 @@ class RoundEngine:
                 if r.iteration < since:  # older than the peer's memory: maybe counted after all
                     self.stats.unresolved += 1
                 self._carry_add(r.layer, r.own, r.own_ids)
+        # extras sent ahead into this round are this site's contributions too: carried unless counted (a
+        # site back from a long cut sends its carry ahead into a round that may end without a result)
+        for p, ids in r.extras_out:
+            if counted is None or not all(it in counted for _, it in ids):
+                self._carry_add(r.layer, p, ids)
         if r.local is not None:
             self._carry_add(r.layer, r.local, ((self.site, r.iteration),))
         self.stats.settled += counted is not None
@@ -933,15 +952,12 @@ class RoundEngine:
             self._flush(layer, now, out)
 
     def _send_outcomes(self, peer: str, join_at: int, out: list[Action]) -> None:
-        since = min(self._history_since, join_at)
-        counted: dict[int, list[ContribId]] = {}
-        for entries in self._history.values():  # every round result from ``since`` on (ids may be older)
-            for layer, ids in entries:
-                for s, it in ids:
-                    if s == peer and it < join_at:
-                        counted.setdefault(layer, []).append((peer, it))
-        for layer in sorted(set(self._shapes) | set(counted)):
-            ids = tuple(sorted(set(counted.get(layer, ()))))
+        """Per layer, ``peer``'s contributions counted in results here before ``join_at``: the newest
+        ``max_ids`` of them (a rejoining site needs the ones from just before it left; the bound every
+        peer checks), and from which iteration on that list is complete (``step``)."""
+        for layer in sorted(set(self._shapes) | self._counted.layers()):
+            since, its = self._counted.counted(peer, layer, join_at, self._max_ids)
+            ids = tuple((peer, it) for it in its)
             self._send(out, peer, RoundMsg("outcome", join_at, layer, 0, None, ids, since))
 
     def _send_due_outcomes(self, out: list[Action]) -> None:
@@ -996,15 +1012,15 @@ class RoundEngine:
         for layer, its in self._done.items():
             if len(its) > 2 * cfg.max_lag:
                 self._done[layer] = {i for i in its if i >= floor}
-        hist_floor = self._frontier - cfg.outcome_history
-        if hist_floor > self._history_since + cfg.outcome_history // 2:
-            for it in range(self._history_since, hist_floor):
-                self._history.pop(it, None)
-            self._history_since = hist_floor
-            # own contributions in results are kept as long as the history: a rejoin's outcome (sent once
-            # the peer finished its rounds before the join) may come after the results themselves went
-            for key in [k for k in self._final_own if k[0] < hist_floor]:
+        own_floor = self._frontier - cfg.outcome_history
+        if own_floor > self._own_since + cfg.outcome_history // 2:
+            # own contributions in results outlive the results: a rejoin's outcome (sent once the peer
+            # finished its rounds before the join) may come after the results themselves went. Only the
+            # rounds finished just before this site was cut off matter, and its frontier stands still
+            # while it is cut off, so a fixed number of iterations suffices (unlike the peers' record)
+            for key in [k for k in self._final_own if k[0] < own_floor]:
                 del self._final_own[key]
+            self._own_since = own_floor
         for peer, q in list(self._buffer.items()):
             if q and q[0].iteration < floor:
                 fresh = deque(m for m in q if m.iteration >= floor)

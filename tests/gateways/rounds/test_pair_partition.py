@@ -125,3 +125,33 @@ def test_a_site_cut_off_from_everyone_rejoins_without_counting_anything_twice(cu
     net.run(until=500.0)
     assert not net.errors
     assert_accounted(net)
+
+
+@pytest.mark.parametrize("cut_for", [3.0, 8.0])
+def test_a_site_cut_off_for_longer_than_the_outcome_history_is_settled_exactly(cut_for: float) -> None:
+    """Cut off while the job runs on past ``outcome_history`` iterations (chaos soak, full seed 2: a
+    gateway down 5 s came back 50–75 iterations behind): the rejoin's outcomes must still say which of its
+    held contributions were counted. With the last 64 iterations' result ids as the record, they could not,
+    and the site carried contributions a result had counted already (counted twice)."""
+    cfg = RoundConfig(topology="tree", round_deadline_s=0.5, suspect_after_s=1.0)
+    net = Net(SITES, cfg.spec(), cfg)
+    tr = Trainers(net, iterations=400, layers=3, compute=0.02)
+    tr.start()
+    net.run(until=1.0)
+    net.cut.add("f")
+    net.run(until=2.0)
+    others = [s for s in SITES if s != "f"]
+    for s in others:
+        net.lose(s, "f")
+        net.lose("f", s)
+    net.run(until=2.0 + cut_for)
+    frontier = max(net.engines[s].frontier for s in others)
+    assert frontier - net.engines["f"].frontier > cfg.outcome_history  # the job ran on past the record
+    net.cut.discard("f")
+    for s in others:
+        net.join(s, "f", _rejoin_at(net, s, "f", cfg))
+        net.join("f", s, _rejoin_at(net, "f", s, cfg))
+    net.run(until=500.0)
+    assert not net.errors
+    assert net.engines["f"].stats.unresolved == 0
+    assert_accounted(net)
