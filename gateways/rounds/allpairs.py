@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +61,7 @@ from wanrt.payload import SparsePayload, n_blocks
 
 __all__ = [
     "WHOLE",
+    "allpairs_presend",
     "allpairs_reduce",
     "allpairs_result",
     "allpairs_start",
@@ -130,10 +132,12 @@ def allpairs_start(
     *,
     direct: bool = True,
     pieces: int = 1,
+    sent: AbstractSet[tuple[int, int]] = frozenset(),
 ) -> list[tuple[str, RoundMsg]]:
     """Send this member's contribution on, all at once: each segment to its owner in ``pieces`` pieces
     (piece-major: piece k goes out on every link before piece k+1, so every owner can start summing early),
-    or (``direct`` and sparse) the whole contribution to every other member."""
+    or (``direct`` and sparse) the whole contribution to every other member. ``sent``: the (piece, segment)
+    slices already forwarded from a streamed push (:func:`allpairs_presend`); the round is then two-hop."""
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     if contrib is None and shape is not None:
@@ -144,7 +148,7 @@ def allpairs_start(
         bounds = segment_bounds(n_blocks(contrib.dense_len, contrib.block_size), n)
         r.ring_slices = list(split_segments(contrib, bounds, keep_dtype=True))
     r.ring_ids = ids
-    r.whole = direct and sends_whole(contrib, n)
+    r.whole = direct and not sent and sends_whole(contrib, n)
     if r.whole:
         whole = RoundMsg("segment", r.iteration, r.layer, plan.plan_id, contrib, ids, 0, WHOLE)
         return [(owner, whole) for owner in plan.core if owner != site]
@@ -153,18 +157,59 @@ def allpairs_start(
         return [
             (owner, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, slices[g], ids, 0, g))
             for g, owner in enumerate(plan.core)
-            if g != p
+            if g != p and (0, g) not in sent
         ]
     b = piece_bounds(n_blocks(contrib.dense_len, contrib.block_size), n, pieces)
     out: list[tuple[str, RoundMsg]] = []
     for k in range(pieces):
         for g, owner in enumerate(plan.core):
             part = slices[g]
-            if g == p or part is None:
+            if g == p or part is None or (k, g) in sent:
                 continue
             lo, hi = int(b[g * pieces + k]), int(b[g * pieces + k + 1])
             piece = cut_blocks(part, lo, hi)
             out.append((owner, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, piece, ids, k, g)))
+    return out
+
+
+def _covered(parts: list[tuple[int, int, SparsePayload]], lo: int, hi: int) -> SparsePayload | None:
+    """Blocks ``[lo, hi)`` out of the streamed pieces ``parts`` (disjoint, sorted by ``lo``) if they cover
+    the range: a view when one piece does (the trainer cut its push as this gateway forwards it), else
+    the cut pieces joined."""
+    got: list[SparsePayload] = []
+    at = lo
+    for a, b, p in parts:
+        if b <= at:
+            continue
+        if a > at:
+            return None
+        got.append(cut_blocks(p, at, min(b, hi)) if (a, b) != (at, hi) else p)
+        at = b
+        if at >= hi:
+            return got[0] if len(got) == 1 else concat_segments(got)
+    return None
+
+
+def allpairs_presend(
+    r: OpenRound, site: str, shape: tuple[int, int], pieces: int, ids: tuple[ContribId, ...]
+) -> list[tuple[str, RoundMsg]]:
+    """Streamed push: the (piece, segment) slices of this member's contribution that the pieces received so
+    far (``r.pre_parts``) cover and that were not forwarded yet, to their owners, piece-major. Cut exactly
+    as :func:`allpairs_start` cuts the whole push, so the owners see the same bytes either way."""
+    plan = r.plan
+    n, p = len(plan.core), plan.ring_position(site)
+    b = piece_bounds(n_blocks(*shape), n, pieces)
+    out: list[tuple[str, RoundMsg]] = []
+    for k in range(pieces):
+        for g, owner in enumerate(plan.core):
+            if g == p or (k, g) in r.pre_sent:
+                continue
+            piece = _covered(r.pre_parts, int(b[g * pieces + k]), int(b[g * pieces + k + 1]))
+            if piece is None:
+                continue
+            r.pre_sent.add((k, g))
+            msg = RoundMsg("segment", r.iteration, r.layer, plan.plan_id, piece, ids, k, g)
+            out.append((owner, msg))
     return out
 
 

@@ -76,6 +76,11 @@ class OpenRound:
     #: all-pairs two-hop: finished pieces, keyed (segment, piece); the direct round uses ``seg_finals``
     ap_finals: dict[tuple[int, int], RoundMsg] = field(default_factory=dict)
     seg_finals: dict[int, RoundMsg] = field(default_factory=dict)
+    #: streamed push (all-pairs): pieces of this site's coming push, ``(lo, hi, payload)`` sorted by ``lo``,
+    #: and the (piece, segment) slices already forwarded from them under plan ``pre_plan``
+    pre_parts: list[tuple[int, int, SparsePayload]] = field(default_factory=list)
+    pre_sent: set[tuple[int, int]] = field(default_factory=set)
+    pre_plan: int = -1
     residuals: dict[int, SparsePayload] = field(default_factory=dict)
     wait_peer: str | None = None
     #: peers this site sent a message of this round to: any of them may answer with the result

@@ -34,7 +34,18 @@ from gateways.service.scheduler_link import SchedulerLink
 from gateways.service.state_file import load_frontier, save_frontier
 from gateways.service.trainer_session import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
-from wanrt.protocol import Ack, Connection, Hello, Message, Notice, Push, ShardDone, ShardRequest, Telemetry
+from wanrt.protocol import (
+    Ack,
+    Connection,
+    Hello,
+    Message,
+    Notice,
+    Push,
+    PushPiece,
+    ShardDone,
+    ShardRequest,
+    Telemetry,
+)
 
 __all__ = ["GatewayDaemon"]
 
@@ -481,6 +492,12 @@ class GatewayDaemon:
         self.node.check_trainer_push(push)  # refused at once, not after the join
         await self._joined.wait()  # flow control: the node runs rounds once it has joined the job
         self.node.trainer_push(session.session_id, push, self._now())
+        self._after()
+
+    async def trainer_push_piece(self, session: TrainerSession, piece: PushPiece) -> None:
+        self.node.check_trainer_push(piece)
+        await self._joined.wait()
+        self.node.trainer_push_piece(session.session_id, piece, self._now())
         self._after()
 
     def trainer_ack(self, session: TrainerSession, ack: Ack) -> None:
