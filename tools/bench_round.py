@@ -166,7 +166,7 @@ def expected_sum(payloads: Sequence[SparsePayload]) -> tuple[float, float]:
 # -- the trainer (runs inside a namespace: --trainer) ------------------------------------------------------
 
 
-async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
+async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bool = False) -> int:
     """Commands on stdin, one JSON object per line; one JSON reply per command on stdout."""
     from transports import connect
     from wanrt.protocol import (
@@ -180,6 +180,7 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
         Push,
         Welcome,
     )
+    from wanrt.protocol.push_pieces import cut_push, push_cut_hint
 
     transport = await connect(url)
     conn = Connection("trainer", site, JOB, secret, side="client", peer=url)
@@ -195,8 +196,11 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
                 return conn.next_event()
 
     await transport.send([conn.hello({})])
-    if not isinstance(await next_event(), Welcome):
+    welcome = await next_event()
+    if not isinstance(welcome, Welcome):
         raise RuntimeError(f"trainer {site}: no Welcome from its gateway")
+    # the gateway's cut-through cut: pushes go in pieces in its forwarding order (a streamed push)
+    hint = None if whole else push_cut_hint(welcome.info)
     await transport.send([conn.authenticate()])
     arrived: dict[tuple[int, int], tuple[float, Aggregate]] = {}
     changed = asyncio.Event()
@@ -238,12 +242,17 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
         if op == "prepare":
             row = Row(cmd["name"], cmd["density"], cmd["dtype"], cmd["layer"])
             payloads[row.layer] = make_payload(index, row, cmd["elements"])
-            reply({"event": "prepared"})
+            reply({"event": "prepared", "streamed": hint is not None})
         elif op == "round":
             it, layer = cmd["iteration"], cmd["layer"]
             await asyncio.sleep(max(0.0, cmd["at"] - time.monotonic()))  # every site starts at once
             t0 = time.monotonic()
-            await transport.send(conn.send_parts(Push(JOB, it, layer, 0, site, payloads[layer])))
+            cut = None if hint is None else cut_push(JOB, it, layer, site, payloads[layer], hint)
+            if cut is None:
+                await transport.send(conn.send_parts(Push(JOB, it, layer, 0, site, payloads[layer])))
+            else:
+                for piece in cut:  # one write per piece: the gateway decodes each as it arrives
+                    await transport.send(conn.send_parts(piece))
             t_sent = time.monotonic()
             async with asyncio.timeout(cmd.get("timeout", 300.0)):
                 while (it, layer) not in arrived:
@@ -511,6 +520,7 @@ async def session(
     trace: Path | None = None,
     direct: bool = True,
     chunk_bytes: int | None = None,
+    push_whole: bool = False,
 ) -> AsyncIterator[Session]:
     """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit."""
     s = Session(topology)
@@ -551,6 +561,7 @@ async def session(
             i = SITES.index(site)
             argv = [sys.executable, str(Path(__file__).resolve()), "--trainer", f"unix://{work}/t{site}.sock"]
             argv += ["--site", site, "--index", str(i), "--secret-file", str(secret)]
+            argv += ["--push-whole"] if push_whole else []
             log = work / f"{topology}-{site}.trainer.log"
             with log.open("wb") as fh:
                 proc = await asyncio.create_subprocess_exec(
@@ -728,7 +739,7 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
         t_start = time.monotonic()
         direct = not args.no_direct
         async with session(
-            emu, work, topology, pace, args.profile, args.trace, direct, args.chunk_bytes
+            emu, work, topology, pace, args.profile, args.trace, direct, args.chunk_bytes, args.push_whole
         ) as s:
             print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
@@ -900,6 +911,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--trace", type=Path, help="run the gateways with timestamped round events; a breakdown per row"
     )
+    ap.add_argument(
+        "--push-whole",
+        action="store_true",
+        help="trainers push every layer as one Push (no streamed push in pieces; for A/B runs)",
+    )
     ap.add_argument("--trainer", help=argparse.SUPPRESS)
     ap.add_argument("--gateway", help=argparse.SUPPRESS)
     ap.add_argument("--ready-file", help=argparse.SUPPRESS)
@@ -913,7 +929,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return gateway_main(args.gateway, args.ready_file, args.stats_file, args.trace_file)
     if args.trainer:
         secret = Path(args.secret_file).read_bytes().strip()
-        return asyncio.run(trainer_main(args.trainer, args.site, args.index, secret))
+        return asyncio.run(trainer_main(args.trainer, args.site, args.index, secret, args.push_whole))
     args.elements = args.elements or (1_000_000 if args.quick else 5_000_000)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     args.measure = args.measure or (3 if args.quick else 7)
