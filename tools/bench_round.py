@@ -242,7 +242,9 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bo
         if op == "prepare":
             row = Row(cmd["name"], cmd["density"], cmd["dtype"], cmd["layer"])
             payloads[row.layer] = make_payload(index, row, cmd["elements"])
-            reply({"event": "prepared", "streamed": hint is not None})
+            p = payloads[row.layer]
+            streamed = hint is not None and cut_push(JOB, 0, row.layer, site, p, hint) is not None
+            reply({"event": "prepared", "streamed": streamed})
         elif op == "round":
             it, layer = cmd["iteration"], cmd["layer"]
             await asyncio.sleep(max(0.0, cmd["at"] - time.monotonic()))  # every site starts at once
@@ -682,8 +684,7 @@ async def run_row(
                 "elements": elements,
             }
         )
-    for t in s.trainers.values():
-        await t.expect("prepared")
+    streamed = [bool((await t.expect("prepared"))["streamed"]) for t in s.trainers.values()]
     payloads = [make_payload(i, row, elements) for i in range(len(SITES))]
     limit, ideal_bytes, phases = link_limit_s(payloads, rate_bps)
     ref, scale = expected_sum(payloads)
@@ -707,6 +708,7 @@ async def run_row(
         "row": row.name,
         "elements": elements,
         "median_s": median,
+        "streamed_push": all(streamed),
         "min_s": min(secs),
         "max_s": max(secs),
         "rounds_s": secs,
@@ -753,7 +755,8 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
                 print(
                     f"  {topology:9s} {row.name:17s} median {res['median_s']:.3f} s  "
                     f"limit {res['link_limit_s']:.3f} s  x{res['vs_link_limit']:.2f}  "
-                    f"wire {res['wire_vs_ideal']:.3f}x ideal  ok={res['correct_and_identical']}",
+                    f"wire {res['wire_vs_ideal']:.3f}x ideal  ok={res['correct_and_identical']}  "
+                    f"streamed push={res['streamed_push']}",
                     flush=True,
                 )
                 cpu = res["cpu_s_per_round"]

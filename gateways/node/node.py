@@ -87,7 +87,7 @@ from wanrt.protocol import (
     ShardRequest,
     Telemetry,
 )
-from wanrt.protocol.push_pieces import PUSH_CUT_KEY
+from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
 
 __all__ = ["MAX_BACKLOG", "GatewayNode"]
 
@@ -924,7 +924,7 @@ class GatewayNode:
         info["join_at"] = -1 if self.join_at is None else self.join_at
         rc = self.cfg.rounds
         if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
-            info[PUSH_CUT_KEY] = [len(self.sites), rc.allpairs_chunk_bytes]  # how to stream pushes
+            info[PUSH_CUT_KEY] = push_cut_value(len(self.sites), rc.allpairs_chunk_bytes)  # streamed pushes
         return info
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:

@@ -250,6 +250,7 @@ class RoundEngine:
         ids = ((self.site, iteration),)
         for to, msg in allpairs_presend(r, self.site, shape, self._pieces(r), ids):
             self._send(out, to, msg)
+            self.stats.streamed_slices += 1
         if r.pre_sent:
             r.wait_since, r.wait_reason = now, "ring"
             self._advance(r, now, out)

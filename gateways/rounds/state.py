@@ -134,3 +134,4 @@ class EngineStats:
     unresolved: int = 0  # ... whose outcome was older than the peer's history: carried, maybe twice
     abandoned: int = 0  # rounds unresolved after max_lag iterations: carried, maybe twice
     suspects: int = 0
+    streamed_slices: int = 0  # all-pairs slices forwarded from a streamed push before it was whole

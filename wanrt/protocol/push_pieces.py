@@ -19,11 +19,17 @@ from typing import Any, Final
 from wanrt.payload import SparsePayload, n_blocks
 from wanrt.protocol.messages import PushPiece
 
-__all__ = ["PUSH_CUT_KEY", "cut_push", "push_cut_hint", "stream_pieces", "stream_ranges"]
+__all__ = ["PUSH_CUT_KEY", "cut_push", "push_cut_hint", "push_cut_value", "stream_pieces", "stream_ranges"]
 
-#: Welcome ``info`` key: ``[n, chunk_bytes]`` — the gateway's all-pairs core size and cut-through piece
+#: Welcome ``info`` key: ``"n:chunk_bytes"`` — the gateway's all-pairs core size and cut-through piece
 #: size, so the trainer cuts its pushes the way the gateway forwards them. Absent: pushes go whole.
 PUSH_CUT_KEY: Final = "push_cut"
+
+
+def push_cut_value(n: int, chunk_bytes: int) -> str:
+    """The Welcome ``info`` value for :data:`PUSH_CUT_KEY` (info values are scalars)."""
+    return f"{n}:{chunk_bytes}"
+
 
 #: Bytes of one dense fp32 value: pieces are sized on the dense fp32 layer, as the gateways size them.
 _F32: Final = 4
@@ -59,10 +65,13 @@ def stream_ranges(total_blocks: int, n: int, pieces: int) -> list[tuple[int, int
 def push_cut_hint(info: Mapping[str, Any]) -> tuple[int, int] | None:
     """``(n, chunk_bytes)`` from a gateway's Welcome ``info``, or None (absent or malformed: push whole)."""
     v = info.get(PUSH_CUT_KEY)
-    if not isinstance(v, (list, tuple)) or len(v) != 2:
+    if not isinstance(v, str) or v.count(":") != 1:
         return None
-    n, chunk = v
-    if type(n) is not int or type(chunk) is not int or not (1 <= n <= 1 << 16 and 0 < chunk <= 1 << 30):
+    a, b = v.split(":")
+    if not (a.isdigit() and b.isdigit() and len(a) <= 6 and len(b) <= 11):
+        return None
+    n, chunk = int(a), int(b)
+    if not (1 <= n <= 1 << 16 and 0 < chunk <= 1 << 30):
         return None
     return n, chunk
 

@@ -12,7 +12,7 @@ from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
 from wanrt.protocol import PushPiece
 from wanrt.protocol.messages import decode_message
-from wanrt.protocol.push_pieces import cut_push, push_cut_hint, stream_pieces, stream_ranges
+from wanrt.protocol.push_pieces import cut_push, push_cut_hint, push_cut_value, stream_pieces, stream_ranges
 
 
 def _dense(dense_len: int = 16 * 300 - 3, bs: int = 16) -> SparsePayload:
@@ -60,6 +60,7 @@ def test_the_trainers_cut_is_the_gateways(n: int, chunk: int, dense_len: int) ->
 
 
 def test_the_hint_is_read_defensively() -> None:
-    assert push_cut_hint({"push_cut": [3, 1 << 20]}) == (3, 1 << 20)
-    for bad in ({}, {"push_cut": 3}, {"push_cut": [0, 5]}, {"push_cut": [3, -1]}, {"push_cut": ["3", 5]}):
-        assert push_cut_hint(bad) is None
+    assert push_cut_hint({"push_cut": push_cut_value(3, 1 << 20)}) == (3, 1 << 20)
+    assert push_cut_hint({}) is None
+    for bad in (3, "0:5", "3:-1", "3:5:1", "a:b", "3:0"):
+        assert push_cut_hint({"push_cut": bad}) is None
