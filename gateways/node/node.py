@@ -924,11 +924,7 @@ class GatewayNode:
         info["join_at"] = -1 if self.join_at is None else self.join_at
         rc = self.cfg.rounds
         if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
-            e = self.engine
-            core = self.sites if e is None else e.plan_for(max(0, e.frontier)).core
-            if self.site in core:  # how to stream pushes (wanrt.protocol.push_pieces)
-                cut = push_cut_value(len(core), rc.allpairs_chunk_bytes, core.index(self.site))
-                info[PUSH_CUT_KEY] = cut
+            info[PUSH_CUT_KEY] = push_cut_value(len(self.sites), rc.allpairs_chunk_bytes)  # streamed pushes
         return info
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:

@@ -21,15 +21,14 @@ from wanrt.protocol.messages import PushPiece
 
 __all__ = ["PUSH_CUT_KEY", "cut_push", "push_cut_hint", "push_cut_value", "stream_pieces", "stream_ranges"]
 
-#: Welcome ``info`` key: ``"n:chunk_bytes:position"`` — the gateway's all-pairs core size, cut-through
-#: piece size and its own core position (the segment it owns: its pieces are not forwarded, so they go
-#: last), so the trainer cuts its pushes the way the gateway forwards them. Absent: pushes go whole.
+#: Welcome ``info`` key: ``"n:chunk_bytes"`` — the gateway's all-pairs core size and cut-through piece
+#: size, so the trainer cuts its pushes the way the gateway forwards them. Absent: pushes go whole.
 PUSH_CUT_KEY: Final = "push_cut"
 
 
-def push_cut_value(n: int, chunk_bytes: int, position: int) -> str:
+def push_cut_value(n: int, chunk_bytes: int) -> str:
     """The Welcome ``info`` value for :data:`PUSH_CUT_KEY` (info values are scalars)."""
-    return f"{n}:{chunk_bytes}:{position}"
+    return f"{n}:{chunk_bytes}"
 
 
 #: Bytes of one dense fp32 value: pieces are sized on the dense fp32 layer, as the gateways size them.
@@ -49,44 +48,41 @@ def stream_pieces(dense_len: int, block_size: int, n: int, chunk_bytes: int) -> 
     return max(1, min(seg, -(-seg * block_size * _F32 // chunk_bytes)))
 
 
-def stream_ranges(total_blocks: int, n: int, pieces: int, last: int = -1) -> list[tuple[int, int]]:
+def stream_ranges(total_blocks: int, n: int, pieces: int) -> list[tuple[int, int]]:
     """Block ranges of the ``n`` segments cut in ``pieces`` pieces each, piece-major (piece 0 of every
-    segment, then piece 1, ...): the order in which the gateway forwards them; the pieces of segment
-    ``last`` (the gateway's own, which it keeps) after all others. Empty ranges are left out."""
+    segment, then piece 1, ...): the order in which the gateway forwards them. Empty ranges are left out."""
     seg = [(g * total_blocks) // n for g in range(n + 1)]
     out: list[tuple[int, int]] = []
-    kept: list[tuple[int, int]] = []
     for k in range(pieces):
         for g in range(n):
             lo, width = seg[g], seg[g + 1] - seg[g]
             a, b = lo + (width * k) // pieces, lo + (width * (k + 1)) // pieces
             if a < b:
-                (kept if g == last else out).append((a, b))
-    return out + kept
+                out.append((a, b))
+    return out
 
 
-def push_cut_hint(info: Mapping[str, Any]) -> tuple[int, int, int] | None:
-    """``(n, chunk_bytes, position)`` from a gateway's Welcome ``info``, or None (absent or malformed:
-    push whole)."""
+def push_cut_hint(info: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(n, chunk_bytes)`` from a gateway's Welcome ``info``, or None (absent or malformed: push whole)."""
     v = info.get(PUSH_CUT_KEY)
-    if not isinstance(v, str) or v.count(":") != 2:
+    if not isinstance(v, str) or v.count(":") != 1:
         return None
-    a, b, c = v.split(":")
-    if not all(x.isdigit() and len(x) <= 11 for x in (a, b, c)):
+    a, b = v.split(":")
+    if not (a.isdigit() and b.isdigit() and len(a) <= 6 and len(b) <= 11):
         return None
-    n, chunk, pos = int(a), int(b), int(c)
-    if not (1 <= n <= 1 << 16 and 0 < chunk <= 1 << 30 and pos < n):
+    n, chunk = int(a), int(b)
+    if not (1 <= n <= 1 << 16 and 0 < chunk <= 1 << 30):
         return None
-    return n, chunk, pos
+    return n, chunk
 
 
 def cut_push(
-    job: str, iteration: int, layer: int, sender: str, payload: SparsePayload, hint: tuple[int, int, int]
+    job: str, iteration: int, layer: int, sender: str, payload: SparsePayload, hint: tuple[int, int]
 ) -> list[PushPiece] | None:
     """The pieces of ``payload`` in the gateway's forwarding order, or None if it is not worth streaming
     (fewer than two pieces: a small or sparse layer goes as one :class:`~wanrt.protocol.messages.Push`).
     Pieces are views of ``payload``'s arrays (no copy)."""
-    n, chunk, position = hint
+    n, chunk = hint
     total = n_blocks(payload.dense_len, payload.block_size)
     pieces = stream_pieces(payload.dense_len, payload.block_size, n, chunk)
     # a push the gateway would send whole to every member (a direct round, N·(N-1)·nnz <= n_blocks, as
@@ -100,7 +96,7 @@ def cut_push(
     idx = payload.indices
     bs = payload.block_size
     out: list[PushPiece] = []
-    for lo, hi in stream_ranges(total, n, pieces, last=position):
+    for lo, hi in stream_ranges(total, n, pieces):
         a, b = (int(x) for x in idx.searchsorted((lo, hi)))
         part = SparsePayload(
             layer, payload.dense_len, bs, idx[a:b], payload.values[a * bs : b * bs], payload.value_dtype

@@ -115,7 +115,7 @@ class GatewayLink:
         self._conn: Connection | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
-        self._push_cut: tuple[int, int, int] | None = None  # the gateway's cut for streamed pushes
+        self._push_cut: tuple[int, int] | None = None  # the gateway's cut for streamed pushes
 
     # -- training-thread API ---------------------------------------------------------------------------
 
