@@ -297,7 +297,7 @@ def _finish(
     return narrow(RoundMsg("segment_final", r.iteration, r.layer, r.plan.plan_id, kept, ids, k, g))
 
 
-def _absorb(r: OpenRound, p: int, n: int, k: int, pieces: int) -> bool:
+def _absorb(r: OpenRound, p: int, n: int, k: int, pieces: int, bounds: tuple[int, int] | None) -> bool:
     """Add every slice of piece ``k`` of the owned segment that is here to its running sum, in core order:
     the sum is built while later slices are still on the wire, so the last arrival costs one addition, not
     N - 1. ``aggregate`` of a prefix and the next slice adds each block in the order a single ``aggregate``
@@ -307,9 +307,13 @@ def _absorb(r: OpenRound, p: int, n: int, k: int, pieces: int) -> bool:
     slices = r.ring_slices
     while nxt < n:
         if nxt == p:
-            if slices is None:
-                break
-            part = _piece(slices[p], False, p, k, n, pieces)
+            if slices is not None:
+                part = _piece(slices[p], False, p, k, n, pieces)
+            else:  # a streamed push, not whole yet: its piece of the owned segment, if here
+                early = None if bounds is None else _covered(r.pre_parts, bounds[0], bounds[1])
+                if early is None:
+                    break
+                part = early
         else:
             m = _stored(r.ap_recv, nxt, k)
             if m is None:
@@ -330,8 +334,13 @@ def allpairs_reduce(
     bound: Bound,
     narrow: Callable[[RoundMsg], RoundMsg],
     pieces: int = 1,
+    early: bool = False,
 ) -> list[tuple[str, RoundMsg]]:
-    """Once every member's part is here and all came whole, compute every segment here (a direct round,
+    """``early``: this member's contribution is a streamed push not whole yet (its pieces in
+    ``r.pre_parts``, some of its slices already sent): the owned segment's pieces are summed and sent
+    from the pieces here; the rest waits for the push.
+
+    Once every member's part is here and all came whole, compute every segment here (a direct round,
     nothing more to send). Else, as soon as the round is known to be two-hop (some part was cut, or this
     member cut its own), finish every piece of the owned segment whose N slices are summed (built in core
     order as they came, :func:`_absorb`): bound, narrow once (the owner keeps the very bytes the others
@@ -340,11 +349,11 @@ def allpairs_reduce(
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     slices = r.ring_slices
-    if r.ring_step or slices is None:
+    if r.ring_step or (slices is None and not early):
         return []
     recv = r.ap_recv
     two_hop = not r.whole or any(m.segment != WHOLE for m in recv.values())
-    if not two_hop:
+    if not two_hop and slices is not None:
         if any((q, 0) not in recv for q in range(n) if q != p):
             return []
         whole = {q: recv[(q, 0)] for q in range(n) if q != p}
@@ -357,8 +366,10 @@ def allpairs_reduce(
         recv.clear()
         return []
     out: list[tuple[str, RoundMsg]] = []
+    b = None if slices is not None or shape is None else piece_bounds(n_blocks(*shape), n, pieces)
     for k in range(pieces):
-        if (p, k) in r.ap_finals or not _absorb(r, p, n, k, pieces):
+        own = None if b is None else (int(b[p * pieces + k]), int(b[p * pieces + k + 1]))
+        if (p, k) in r.ap_finals or not _absorb(r, p, n, k, pieces, own):
             continue
         senders = [_stored(recv, q, k) for q in range(n) if q != p]
         ids = merge_ids(r.ring_ids, *(m.sites for m in senders if m is not None))

@@ -247,7 +247,7 @@ class RoundEngine:
         if r.pre_plan != plan.plan_id:
             r.pre_plan, r.pre_sent = plan.plan_id, set()
         self._wire.setdefault(layer, payload.value_dtype)
-        ids = ((self.site, iteration),)
+        ids = r.ring_ids = ((self.site, iteration),)  # as allpairs_start will say (nothing folded)
         for to, msg in allpairs_presend(r, self.site, shape, self._pieces(r), ids):
             self._send(out, to, msg)
             self.stats.streamed_slices += 1
@@ -515,7 +515,7 @@ class RoundEngine:
                 self._gather(r, now, out)
                 if key not in self._rounds:
                     return
-        if r.ring_slices is not None:
+        if r.ring_slices is not None or (r.plan.all_pairs and self._presending(r)):
             self._ring_progress(r, now, out)
             if key not in self._rounds:
                 return
@@ -964,7 +964,8 @@ class RoundEngine:
         if r.plan.all_pairs:
             shape = self._shapes.get(r.layer)
             k = self._pieces(r)
-            for to, msg in allpairs_reduce(r, self.site, shape, self._bound, self._narrow, k):
+            early = r.ring_slices is None  # a streamed push not whole yet (see local_piece)
+            for to, msg in allpairs_reduce(r, self.site, shape, self._bound, self._narrow, k, early):
                 self._send(out, to, msg)
             # wait on the first member still missing; a new wait (progress) restarts the suspect clock
             waiting = allpairs_waiting_on(r, self.site, k)
@@ -976,6 +977,8 @@ class RoundEngine:
                 self._send(out, to, msg)
             if sends:
                 r.wait_since = now
+        if r.ring_slices is None:
+            return  # the round closes only once this site's streamed push is whole and taken
         final = allpairs_result(r, self._pieces(r)) if r.plan.all_pairs else ring_result(r)
         if final is not None:
             self._close(r, self._narrow(final), None, now, out)

@@ -47,10 +47,13 @@ class _Run:
         self.sent: list[tuple[str, Send]] = []
         self.delivered: dict[str, Deliver] = {}
         self.rng = random.Random(seed)
+        self.whole: set[str] = set()  # sites whose push was handed over whole
+        self.early_finals = 0
 
     def take(self, src: str, actions: list) -> None:  # type: ignore[type-arg]
         for a in actions:
             if isinstance(a, Send):
+                self.early_finals += a.msg.kind == "segment_final" and src not in self.whole
                 self.pending.append((src, a))
                 self.sent.append((src, a))
             elif isinstance(a, Deliver):
@@ -87,25 +90,28 @@ def test_a_streamed_push_gives_the_same_bits_as_a_whole_one(dtype: str, streamed
         run = _Run(RoundConfig(topology="allpairs", allpairs_chunk_bytes=CHUNK), seed)
         queues = {s: _pieces(s, pushed[s]) for s in streamed}
         early = 0
-        whole: set[str] = set()
-        while (
-            any(queues.values()) or run.pending or len(whole) < len(SITES)
-        ):  # pieces and peer messages interleaved at random
-            s = run.rng.choice(SITES)
+        whole = run.whole
+        while any(queues.values()) or run.pending or len(whole) < len(SITES):
+            if run.pending and run.rng.random() < 0.5:  # pieces and peer messages interleaved at random
+                run.step()
+                continue
+            todo = [s for s in SITES if queues.get(s) or s not in whole]
+            if not todo:
+                continue
+            s = run.rng.choice(todo)
             if queues.get(s):
                 lo, hi, p = queues[s].pop(0)
                 acts = run.engines[s].local_piece(0, LAYER, lo, hi, p, now=0.0)
-                early += sum(isinstance(a, Send) for a in acts)
+                early += sum(isinstance(a, Send) and a.msg.kind == "segment" for a in acts)
                 run.take(s, acts)
                 if not queues[s]:  # the push is whole: counted now, not before
                     run.take(s, run.engines[s].local_push(0, LAYER, pushed[s], now=0.0))
                     whole.add(s)
-            elif s not in streamed and s not in whole:
+            else:
                 run.take(s, run.engines[s].local_push(0, LAYER, pushed[s], now=0.0))
                 whole.add(s)
-            elif run.pending:
-                run.step()
         assert early == len(streamed) * 2 * 16  # every slice of a streamed push left before it was whole
+        assert run.early_finals > 0  # owners finished pieces of their own segment before their push was whole
         assert sum(a.msg.kind == "segment" for _, a in run.sent) == 6 * 16  # none twice
         assert set(run.delivered) == set(SITES)
         assert {_bits(d) for d in run.delivered.values()} == {_bits(ref)}
