@@ -29,6 +29,11 @@ namespace's gateway before and after the measured rounds; per site and round.
 hivemind's DecentralizedAverager is run beside it only where ``import hivemind`` works (it is not a
 dependency of the project); otherwise "hivemind not installed: skipped".
 
+**Streamed push**: where the gateway offers its cut (all-pairs with cut-through), each trainer sends a dense
+layer as ``PushPiece`` s in the gateway's forwarding order (``wanrt.protocol.push_pieces``), so its round
+starts with the first piece; ``--push-whole`` sends one ``Push`` per layer instead (A/B runs). Each row
+reports ``streamed_push``.
+
 ``--chunk-bytes N`` sets ``[gateway.rounds] allpairs_chunk_bytes`` (the all-pairs cut-through piece size;
 0 = store-and-forward, for A/B runs in the same conditions). ``--profile DIR`` runs each gateway under
 cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``); ``--rows`` and ``--topologies`` select
