@@ -232,8 +232,6 @@ class RoundEngine:
             r = self._open(iteration, layer, now, out)
         if r.taken or r.gathered or r.local is not None:
             return out
-        if not self._stream_parts(r, lo, hi, payload):
-            return out
         plan = r.plan
         if (
             not plan.all_pairs
@@ -243,6 +241,8 @@ class RoundEngine:
             or not self._has_quorum(plan)
             or self.config.forward_policy != "exact"
         ):
+            return out
+        if not self._stream_parts(r, lo, hi, payload):
             return out
         if r.pre_plan != plan.plan_id:
             r.pre_plan, r.pre_sent = plan.plan_id, set()
@@ -967,8 +967,9 @@ class RoundEngine:
             early = r.ring_slices is None  # a streamed push not whole yet (see local_piece)
             for to, msg in allpairs_reduce(r, self.site, shape, self._bound, self._narrow, k, early):
                 self._send(out, to, msg)
-            # wait on the first member still missing; a new wait (progress) restarts the suspect clock
-            waiting = allpairs_waiting_on(r, self.site, k)
+            # wait on the first member still missing; a new wait (progress) restarts the suspect clock.
+            # Not while this site's own streamed push is incomplete: the others may be waiting for it
+            waiting = None if early else allpairs_waiting_on(r, self.site, k)
             if waiting != r.wait_peer:
                 r.wait_peer, r.wait_since, r.suspected = waiting, now, False
         else:

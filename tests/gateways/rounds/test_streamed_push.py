@@ -10,7 +10,7 @@ import pytest
 
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Deliver, Send
+from gateways.rounds.messages import Deliver, PeerSuspect, Send
 from gateways.rounds.topology import PlanSpec
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
@@ -49,6 +49,7 @@ class _Run:
         self.rng = random.Random(seed)
         self.whole: set[str] = set()  # sites whose push was handed over whole
         self.early_finals = 0
+        self.suspects: list[tuple[str, str]] = []
 
     def take(self, src: str, actions: list) -> None:  # type: ignore[type-arg]
         for a in actions:
@@ -58,6 +59,8 @@ class _Run:
                 self.sent.append((src, a))
             elif isinstance(a, Deliver):
                 self.delivered[src] = a
+            elif isinstance(a, PeerSuspect):
+                self.suspects.append((src, a.peer))
 
     def step(self) -> None:
         src, a = self.pending.pop(self.rng.randrange(len(self.pending)))
@@ -134,6 +137,7 @@ def test_an_interrupted_stream_is_not_counted_until_the_push_is_resent() -> None
             run.take(s, run.engines[s].tick(t))
         run.drain()
     assert not run.delivered  # nothing finished: no result counts half of a's push, or goes without it
+    assert all(src != "a" for src, _ in run.suspects)  # a waits for its trainer, not for b or c
     # the trainer reconnects and resends the whole push in pieces: the pieces already forwarded are not
     # sent again, the rest is, and the push is counted once
     before = sum(a.msg.kind == "segment" for src, a in run.sent if src == "a")
