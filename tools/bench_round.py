@@ -258,8 +258,8 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bo
             if cut is None:
                 await transport.send(conn.send_parts(Push(JOB, it, layer, 0, site, payloads[layer])))
             else:
-                # one write of all the pieces' frames: the gateway decodes each piece as it arrives
-                await transport.send([part for piece in cut for part in conn.send_parts(piece)])
+                for piece in cut:  # one write per piece: the gateway decodes each as it arrives
+                    await transport.send(conn.send_parts(piece))
             t_sent = time.monotonic()
             async with asyncio.timeout(cmd.get("timeout", 300.0)):
                 while (it, layer) not in arrived:
