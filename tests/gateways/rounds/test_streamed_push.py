@@ -186,3 +186,19 @@ def test_cut_push_streams_dense_layers_only() -> None:
     assert sorted((q.lo, q.hi) for q in cut)[0][0] == 0
     assert sum(q.hi - q.lo for q in cut) == n_blocks(DENSE_LEN, BS)
     assert [(q.lo, q.hi) for q in cut[:3]] == sorted((q.lo, q.hi) for q in cut[:3])  # piece 0 of each segment
+
+
+def test_no_slice_leaves_early_while_the_layer_carries_a_late_push() -> None:
+    pushed = {s: _payload(i) for i, s in enumerate(SITES)}
+    run = _Run(RoundConfig(topology="allpairs", allpairs_chunk_bytes=CHUNK, round_deadline_s=1.0), 0)
+    for s in ("b", "c"):
+        run.take(s, run.engines[s].local_push(0, LAYER, pushed[s], now=0.0))
+    run.drain()
+    run.take("a", run.engines["a"].tick(2.0))  # a goes on without its own push
+    run.drain()
+    assert set(run.delivered) == set(SITES)
+    a = run.engines["a"]
+    run.take("a", a.local_push(0, LAYER, pushed["a"], now=3.0))  # too late: carried into round 1
+    lo, hi, piece = _pieces("a", pushed["a"], it=1)[1]
+    assert a.local_piece(1, LAYER, lo, hi, piece, now=3.0) == []  # the push will be folded with the carry
+    assert a.stats.streamed_slices == 0
