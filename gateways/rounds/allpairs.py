@@ -251,6 +251,32 @@ def take_segment_final(peer: str, r: OpenRound, m: RoundMsg, pieces: int = 1) ->
         raise RemoteProtocolError("duplicate segment result", peer=peer, value=(m.segment, m.step))
     for k in covers:
         r.ap_finals[(m.segment, k)] = m
+    stage_final(r, m, pieces)
+
+
+def stage_final(r: OpenRound, m: RoundMsg, pieces: int) -> None:
+    """Copy a dense finished piece into the round's result buffer now, while later pieces are still on
+    the wire: the result is then ready when the last piece lands (one piece copied, not the whole layer
+    concatenated after it). Only while every finished piece so far is dense over its range in one dtype
+    (a dense layer); anything else (sparse, an empty stand-in, mixed dtypes) leaves the concatenation to
+    :func:`allpairs_result`, which gives the same bytes."""
+    p = m.payload
+    if r.ap_staged < 0 or p is None or m.segment < 0:
+        r.ap_staged = -1
+        r.ap_buf = None
+        return
+    n = len(r.plan.core)
+    b = piece_bounds(n_blocks(p.dense_len, p.block_size), n, pieces)
+    lo, hi = int(b[m.segment * pieces + m.step]), int(b[m.segment * pieces + m.step + 1])
+    bs = p.block_size
+    if p.nnz_blocks != hi - lo or (r.ap_buf is not None and r.ap_buf.dtype != p.values.dtype):
+        r.ap_staged = -1
+        r.ap_buf = None
+        return
+    if r.ap_buf is None:
+        r.ap_buf = np.empty(n_blocks(p.dense_len, bs) * bs, dtype=p.values.dtype)
+    r.ap_buf[lo * bs : hi * bs] = p.values
+    r.ap_staged += 1
 
 
 def _slice(m: RoundMsg, g: int, n: int) -> SparsePayload | None:
@@ -376,6 +402,7 @@ def allpairs_reduce(
         _, acc = r.ap_sums.pop(k)
         fin = _finish(r, p, acc, ids, shape, bound, narrow, keep_residual=True, k=k)
         r.ap_finals[(p, k)] = fin
+        stage_final(r, fin, pieces)
         for q in range(n):
             m = recv.get((q, k))
             if m is not None and m.segment != WHOLE and m.payload is not None:
@@ -399,7 +426,11 @@ def allpairs_result(r: OpenRound, pieces: int = 1) -> RoundMsg | None:
     ids = merge_ids(*(m.sites for m in fins))
     known = next((m.payload for m in fins if m.payload is not None), None)
     payload = None
-    if known is not None:
+    if known is not None and r.ap_buf is not None and r.ap_staged == n * pieces:  # see stage_final
+        nb, dtype = n_blocks(known.dense_len, known.block_size), known.value_dtype
+        idx = np.arange(nb, dtype=np.int64)
+        payload = SparsePayload(r.layer, known.dense_len, known.block_size, idx, r.ap_buf, dtype)
+    elif known is not None:
         seen: set[int] = set()
         parts = []
         for m in fins:  # an empty finished segment from an owner that knew no shape stands for all pieces

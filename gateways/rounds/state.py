@@ -10,6 +10,9 @@ final result — so nothing is lost when rounds are skipped, re-run or settled a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy.typing as npt
 
 from gateways.rounds.aggregate import aggregate
 from gateways.rounds.ids import merge_ids
@@ -76,6 +79,10 @@ class OpenRound:
     #: all-pairs two-hop: finished pieces, keyed (segment, piece); the direct round uses ``seg_finals``
     ap_finals: dict[tuple[int, int], RoundMsg] = field(default_factory=dict)
     seg_finals: dict[int, RoundMsg] = field(default_factory=dict)
+    #: all-pairs two-hop, dense layer: the result's values, filled as finished pieces arrive, and how many
+    #: pieces are in it (-1: not every piece is dense; the result is concatenated at the end instead)
+    ap_buf: npt.NDArray[Any] | None = None
+    ap_staged: int = 0
     #: streamed push (all-pairs): pieces of this site's coming push, ``(lo, hi, payload)`` sorted by ``lo``,
     #: and the (piece, segment) slices already forwarded from them under plan ``pre_plan``
     pre_parts: list[tuple[int, int, SparsePayload]] = field(default_factory=list)
@@ -108,6 +115,7 @@ class OpenRound:
         self.ap_sums.clear()
         self.ap_recv.clear()
         self.ap_finals.clear()
+        self.ap_buf, self.ap_staged = None, 0
         self.seg_finals.clear()
         self.wait_peer = None
         self.suspected = False
