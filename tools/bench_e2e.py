@@ -475,6 +475,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="one shared access link per site (a bridge) instead of a link per pair of sites",
     )
+    ap.add_argument(
+        "--round-topology",
+        help="the gateways' WAN round topology for the wanrt and dense arms (default: the demo's, "
+        f"{DEFAULT.topology}); allpairs: sparse rounds take one hop (docs/round_bench.md)",
+    )
     args = ap.parse_args(argv)
     if args.ddp:
         from wanrt.demo.netns_sites import netns_unavailable
@@ -486,6 +491,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = make_plan(args.quick, args.warmup, args.measure, args.seeds, args.ddp)
     if args.bridge:
         plan = dataclasses.replace(plan, topology="bridge")
+    if args.round_topology:
+        rt = args.round_topology
+        plan = dataclasses.replace(
+            plan,
+            convergence=dataclasses.replace(plan.convergence, topology=rt),
+            timing=dataclasses.replace(plan.timing, topology=rt),
+        )
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-bench-e2e-"))
     _say(f"bench_e2e: logs in {out}")
     t0 = time.monotonic()

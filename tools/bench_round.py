@@ -29,6 +29,11 @@ namespace's gateway before and after the measured rounds; per site and round.
 hivemind's DecentralizedAverager is run beside it only where ``import hivemind`` works (it is not a
 dependency of the project); otherwise "hivemind not installed: skipped".
 
+**Streamed push**: where the gateway offers its cut (all-pairs with cut-through), each trainer sends a dense
+layer as ``PushPiece`` s in the gateway's forwarding order (``wanrt.protocol.push_pieces``), so its round
+starts with the first piece; ``--push-whole`` sends one ``Push`` per layer instead (A/B runs). Each row
+reports ``streamed_push``.
+
 ``--chunk-bytes N`` sets ``[gateway.rounds] allpairs_chunk_bytes`` (the all-pairs cut-through piece size;
 0 = store-and-forward, for A/B runs in the same conditions). ``--profile DIR`` runs each gateway under
 cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``); ``--rows`` and ``--topologies`` select
@@ -166,7 +171,7 @@ def expected_sum(payloads: Sequence[SparsePayload]) -> tuple[float, float]:
 # -- the trainer (runs inside a namespace: --trainer) ------------------------------------------------------
 
 
-async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
+async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bool = False) -> int:
     """Commands on stdin, one JSON object per line; one JSON reply per command on stdout."""
     from transports import connect
     from wanrt.protocol import (
@@ -180,6 +185,7 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
         Push,
         Welcome,
     )
+    from wanrt.protocol.push_pieces import cut_push, push_cut_hint
 
     transport = await connect(url)
     conn = Connection("trainer", site, JOB, secret, side="client", peer=url)
@@ -195,8 +201,11 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
                 return conn.next_event()
 
     await transport.send([conn.hello({})])
-    if not isinstance(await next_event(), Welcome):
+    welcome = await next_event()
+    if not isinstance(welcome, Welcome):
         raise RuntimeError(f"trainer {site}: no Welcome from its gateway")
+    # the gateway's cut-through cut: pushes go in pieces in its forwarding order (a streamed push)
+    hint = None if whole else push_cut_hint(welcome.info)
     await transport.send([conn.authenticate()])
     arrived: dict[tuple[int, int], tuple[float, Aggregate]] = {}
     changed = asyncio.Event()
@@ -238,12 +247,19 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes) -> int:
         if op == "prepare":
             row = Row(cmd["name"], cmd["density"], cmd["dtype"], cmd["layer"])
             payloads[row.layer] = make_payload(index, row, cmd["elements"])
-            reply({"event": "prepared"})
+            p = payloads[row.layer]
+            streamed = hint is not None and cut_push(JOB, 0, row.layer, site, p, hint) is not None
+            reply({"event": "prepared", "streamed": streamed})
         elif op == "round":
             it, layer = cmd["iteration"], cmd["layer"]
             await asyncio.sleep(max(0.0, cmd["at"] - time.monotonic()))  # every site starts at once
             t0 = time.monotonic()
-            await transport.send(conn.send_parts(Push(JOB, it, layer, 0, site, payloads[layer])))
+            cut = None if hint is None else cut_push(JOB, it, layer, site, payloads[layer], hint)
+            if cut is None:
+                await transport.send(conn.send_parts(Push(JOB, it, layer, 0, site, payloads[layer])))
+            else:
+                for piece in cut:  # one write per piece: the gateway decodes each as it arrives
+                    await transport.send(conn.send_parts(piece))
             t_sent = time.monotonic()
             async with asyncio.timeout(cmd.get("timeout", 300.0)):
                 while (it, layer) not in arrived:
@@ -511,6 +527,7 @@ async def session(
     trace: Path | None = None,
     direct: bool = True,
     chunk_bytes: int | None = None,
+    push_whole: bool = False,
 ) -> AsyncIterator[Session]:
     """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit."""
     s = Session(topology)
@@ -551,6 +568,7 @@ async def session(
             i = SITES.index(site)
             argv = [sys.executable, str(Path(__file__).resolve()), "--trainer", f"unix://{work}/t{site}.sock"]
             argv += ["--site", site, "--index", str(i), "--secret-file", str(secret)]
+            argv += ["--push-whole"] if push_whole else []
             log = work / f"{topology}-{site}.trainer.log"
             with log.open("wb") as fh:
                 proc = await asyncio.create_subprocess_exec(
@@ -671,8 +689,7 @@ async def run_row(
                 "elements": elements,
             }
         )
-    for t in s.trainers.values():
-        await t.expect("prepared")
+    streamed = [bool((await t.expect("prepared"))["streamed"]) for t in s.trainers.values()]
     payloads = [make_payload(i, row, elements) for i in range(len(SITES))]
     limit, ideal_bytes, phases = link_limit_s(payloads, rate_bps)
     ref, scale = expected_sum(payloads)
@@ -696,6 +713,7 @@ async def run_row(
         "row": row.name,
         "elements": elements,
         "median_s": median,
+        "streamed_push": all(streamed),
         "min_s": min(secs),
         "max_s": max(secs),
         "rounds_s": secs,
@@ -728,7 +746,7 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
         t_start = time.monotonic()
         direct = not args.no_direct
         async with session(
-            emu, work, topology, pace, args.profile, args.trace, direct, args.chunk_bytes
+            emu, work, topology, pace, args.profile, args.trace, direct, args.chunk_bytes, args.push_whole
         ) as s:
             print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
@@ -742,7 +760,8 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
                 print(
                     f"  {topology:9s} {row.name:17s} median {res['median_s']:.3f} s  "
                     f"limit {res['link_limit_s']:.3f} s  x{res['vs_link_limit']:.2f}  "
-                    f"wire {res['wire_vs_ideal']:.3f}x ideal  ok={res['correct_and_identical']}",
+                    f"wire {res['wire_vs_ideal']:.3f}x ideal  ok={res['correct_and_identical']}  "
+                    f"streamed push={res['streamed_push']}",
                     flush=True,
                 )
                 cpu = res["cpu_s_per_round"]
@@ -900,6 +919,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--trace", type=Path, help="run the gateways with timestamped round events; a breakdown per row"
     )
+    ap.add_argument(
+        "--push-whole",
+        action="store_true",
+        help="trainers push every layer as one Push (no streamed push in pieces; for A/B runs)",
+    )
     ap.add_argument("--trainer", help=argparse.SUPPRESS)
     ap.add_argument("--gateway", help=argparse.SUPPRESS)
     ap.add_argument("--ready-file", help=argparse.SUPPRESS)
@@ -913,7 +937,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return gateway_main(args.gateway, args.ready_file, args.stats_file, args.trace_file)
     if args.trainer:
         secret = Path(args.secret_file).read_bytes().strip()
-        return asyncio.run(trainer_main(args.trainer, args.site, args.index, secret))
+        return asyncio.run(trainer_main(args.trainer, args.site, args.index, secret, args.push_whole))
     args.elements = args.elements or (1_000_000 if args.quick else 5_000_000)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     args.measure = args.measure or (3 if args.quick else 7)

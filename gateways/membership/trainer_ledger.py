@@ -147,6 +147,21 @@ class TrainerLedger:
         st.pending[iteration] = covers
         return PushVerdict(push=(iteration, layer, payload))
 
+    def fresh(self, iteration: int, layer: int) -> bool:
+        """Would :meth:`on_push` hand this push to the round engine unchanged (a new iteration, nothing
+        to fold into it)? Only then may pieces of a streamed push go ahead of it
+        (:mod:`gateways.node.push_stream`)."""
+        st = self._layers.get(layer)
+        if st is None:
+            return iteration >= self.join_at
+        return (
+            iteration >= self.join_at
+            and iteration > st.last_pushed
+            and not st.carry
+            and iteration not in st.counted
+            and iteration not in st.old
+        )
+
     def on_outcome(self, layer: int, since: int, join_at: int, ids: Sequence[ContribId]) -> tuple[Key, ...]:
         """A peer's ``outcome`` for ``layer``: our contributions its results counted in [since, join_at)."""
         st = self._layer(layer)

@@ -41,6 +41,7 @@ from gateways.membership.trainer_ledger import TrainerLedger
 from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.node.peer_channel import PeerChannel, SendOut
 from gateways.node.plan_values import plan_problem, plan_spec
+from gateways.node.push_stream import PushStreams
 from gateways.node.resync import ParamResync, ToPeer, ToSiteTrainer
 from gateways.node.shard_relay import ShardRelay
 from gateways.rounds.engine import RoundEngine
@@ -85,11 +86,13 @@ from wanrt.protocol import (
     ParamRefuse,
     ParamRequest,
     Push,
+    PushPiece,
     Role,
     ShardDone,
     ShardRequest,
     Telemetry,
 )
+from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
 
 __all__ = ["MAX_BACKLOG", "GatewayNode"]
 
@@ -171,6 +174,7 @@ class GatewayNode:
         self._ledger_give_up: float | None = None
         self._item_ids = itertools.count(1)
         self._trainer: int | None = None  # the current trainer session
+        self._streams = PushStreams()  # its streamed pushes being put together
         self._trainer_model: ModelSignature | None = None
         self._trainer_run: str | None = None
         self._config_update: ConfigUpdate | None = None
@@ -1002,6 +1006,9 @@ class GatewayNode:
         info = self.model.info()
         info["frontier"] = -1 if self.engine is None else self.engine.frontier
         info["join_at"] = -1 if self.join_at is None else self.join_at
+        rc = self.cfg.rounds
+        if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
+            info[PUSH_CUT_KEY] = push_cut_value(len(self.sites), rc.allpairs_chunk_bytes)  # streamed pushes
         return info
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
@@ -1059,6 +1066,7 @@ class GatewayNode:
             log.warning("a new trainer connection replaces an earlier one")
             self._out.append(RefuseTrainer(old, "replaced by a new connection of this site's trainer"))
         self._trainer = session
+        self._streams.clear()  # the old session's unfinished pushes are never counted
         self.stats.trainer_connections += 1
         # a pending resync first: the trainer must hold every result it gets from now on (one applied
         # before the notice, of an iteration the snapshot lacks, would be overwritten by the snapshot)
@@ -1074,11 +1082,12 @@ class GatewayNode:
     def trainer_disconnected(self, session: int, reason: str) -> None:
         if self._trainer == session:
             self._trainer = None
+            self._streams.clear()
             self._to_scheduler(self._shards.trainer_left(reason, self._scheduler_up))  # DOING → TODO
             self._resync_out(self.resync.trainer_left())
         log.info("trainer disconnected: %s", reason)
 
-    def check_trainer_push(self, push: Push) -> None:
+    def check_trainer_push(self, push: Push | PushPiece) -> None:
         """A push must name this job and this site (RemoteProtocolError: the trainer's connection ends)."""
         if push.job != self.job or push.sender != self.site:
             raise RemoteProtocolError(
@@ -1092,14 +1101,42 @@ class GatewayNode:
         if engine is None or ledger is None:
             raise LocalProtocolError("trainer push handed to the node before it joined the job")
         self.check_trainer_push(push)
-        self.stats.trainer_pushes += 1
         payload = push.payload
         if not payload.is_finite():
             payload = self._non_finite(payload, "trainer")
-        verdict = ledger.on_push(push.iteration, push.layer, payload)
+        self._take_push(session, push.iteration, push.layer, payload, now)
+
+    def trainer_push_piece(self, session: int, piece: PushPiece, now: float) -> None:
+        """A piece of a streamed push (:mod:`gateways.node.push_stream`): kept until the push is whole,
+        then counted like a :class:`Push`; meanwhile offered to the engine, which may forward it at once
+        if the ledger would hand the whole push over unchanged. NaN/Inf in a piece: ``reject_link`` ends
+        the connection; ``drop_payload`` drops that piece's blocks (the rest of the push counts)."""
+        engine, ledger = self.engine, self.ledger
+        if engine is None or ledger is None:
+            raise LocalProtocolError("trainer push handed to the node before it joined the job")
+        self.check_trainer_push(piece)
+        if session != self._trainer:
+            return  # a replaced connection's last frames
+        payload = piece.payload
+        if not payload.is_finite():
+            payload = self._non_finite(payload, "trainer")
+        whole = self._streams.add(piece, payload)
+        if ledger.fresh(piece.iteration, piece.layer):
+            it, layer = piece.iteration, piece.layer
+            self._apply(engine.local_piece(it, layer, piece.lo, piece.hi, payload, now), now)
+        if whole is not None:
+            self._take_push(session, piece.iteration, piece.layer, whole, now)
+
+    def _take_push(
+        self, session: int, iteration: int, layer: int, payload: SparsePayload, now: float
+    ) -> None:
+        engine, ledger = self.engine, self.ledger
+        assert engine is not None and ledger is not None
+        self.stats.trainer_pushes += 1
+        verdict = ledger.on_push(iteration, layer, payload)
         if verdict.acks:
             self._send_push_acks(verdict.acks, session)
-        if push.iteration < ledger.join_at:  # resent from before a restart: may wait for an outcome
+        if iteration < ledger.join_at:  # resent from before a restart: may wait for an outcome
             self._arm_give_up(now)
         if verdict.push is not None:
             it, layer, payload = verdict.push

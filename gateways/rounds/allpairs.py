@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +61,7 @@ from wanrt.payload import SparsePayload, n_blocks
 
 __all__ = [
     "WHOLE",
+    "allpairs_presend",
     "allpairs_reduce",
     "allpairs_result",
     "allpairs_start",
@@ -130,10 +132,12 @@ def allpairs_start(
     *,
     direct: bool = True,
     pieces: int = 1,
+    sent: AbstractSet[tuple[int, int]] = frozenset(),
 ) -> list[tuple[str, RoundMsg]]:
     """Send this member's contribution on, all at once: each segment to its owner in ``pieces`` pieces
     (piece-major: piece k goes out on every link before piece k+1, so every owner can start summing early),
-    or (``direct`` and sparse) the whole contribution to every other member."""
+    or (``direct`` and sparse) the whole contribution to every other member. ``sent``: the (piece, segment)
+    slices already forwarded from a streamed push (:func:`allpairs_presend`); the round is then two-hop."""
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     if contrib is None and shape is not None:
@@ -144,7 +148,7 @@ def allpairs_start(
         bounds = segment_bounds(n_blocks(contrib.dense_len, contrib.block_size), n)
         r.ring_slices = list(split_segments(contrib, bounds, keep_dtype=True))
     r.ring_ids = ids
-    r.whole = direct and sends_whole(contrib, n)
+    r.whole = direct and not sent and sends_whole(contrib, n)
     if r.whole:
         whole = RoundMsg("segment", r.iteration, r.layer, plan.plan_id, contrib, ids, 0, WHOLE)
         return [(owner, whole) for owner in plan.core if owner != site]
@@ -153,18 +157,59 @@ def allpairs_start(
         return [
             (owner, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, slices[g], ids, 0, g))
             for g, owner in enumerate(plan.core)
-            if g != p
+            if g != p and (0, g) not in sent
         ]
     b = piece_bounds(n_blocks(contrib.dense_len, contrib.block_size), n, pieces)
     out: list[tuple[str, RoundMsg]] = []
     for k in range(pieces):
         for g, owner in enumerate(plan.core):
             part = slices[g]
-            if g == p or part is None:
+            if g == p or part is None or (k, g) in sent:
                 continue
             lo, hi = int(b[g * pieces + k]), int(b[g * pieces + k + 1])
             piece = cut_blocks(part, lo, hi)
             out.append((owner, RoundMsg("segment", r.iteration, r.layer, plan.plan_id, piece, ids, k, g)))
+    return out
+
+
+def _covered(parts: list[tuple[int, int, SparsePayload]], lo: int, hi: int) -> SparsePayload | None:
+    """Blocks ``[lo, hi)`` out of the streamed pieces ``parts`` (disjoint, sorted by ``lo``) if they cover
+    the range: a view when one piece does (the trainer cut its push as this gateway forwards it), else
+    the cut pieces joined."""
+    got: list[SparsePayload] = []
+    at = lo
+    for a, b, p in parts:
+        if b <= at:
+            continue
+        if a > at:
+            return None
+        got.append(cut_blocks(p, at, min(b, hi)) if (a, b) != (at, hi) else p)
+        at = b
+        if at >= hi:
+            return got[0] if len(got) == 1 else concat_segments(got)
+    return None
+
+
+def allpairs_presend(
+    r: OpenRound, site: str, shape: tuple[int, int], pieces: int, ids: tuple[ContribId, ...]
+) -> list[tuple[str, RoundMsg]]:
+    """Streamed push: the (piece, segment) slices of this member's contribution that the pieces received so
+    far (``r.pre_parts``) cover and that were not forwarded yet, to their owners, piece-major. Cut exactly
+    as :func:`allpairs_start` cuts the whole push, so the owners see the same bytes either way."""
+    plan = r.plan
+    n, p = len(plan.core), plan.ring_position(site)
+    b = piece_bounds(n_blocks(*shape), n, pieces)
+    out: list[tuple[str, RoundMsg]] = []
+    for k in range(pieces):
+        for g, owner in enumerate(plan.core):
+            if g == p or (k, g) in r.pre_sent:
+                continue
+            piece = _covered(r.pre_parts, int(b[g * pieces + k]), int(b[g * pieces + k + 1]))
+            if piece is None:
+                continue
+            r.pre_sent.add((k, g))
+            msg = RoundMsg("segment", r.iteration, r.layer, plan.plan_id, piece, ids, k, g)
+            out.append((owner, msg))
     return out
 
 
@@ -206,6 +251,32 @@ def take_segment_final(peer: str, r: OpenRound, m: RoundMsg, pieces: int = 1) ->
         raise RemoteProtocolError("duplicate segment result", peer=peer, value=(m.segment, m.step))
     for k in covers:
         r.ap_finals[(m.segment, k)] = m
+    stage_final(r, m, pieces)
+
+
+def stage_final(r: OpenRound, m: RoundMsg, pieces: int) -> None:
+    """Copy a dense finished piece into the round's result buffer now, while later pieces are still on
+    the wire: the result is then ready when the last piece lands (one piece copied, not the whole layer
+    concatenated after it). Only while every finished piece so far is dense over its range in one dtype
+    (a dense layer); anything else (sparse, an empty stand-in, mixed dtypes) leaves the concatenation to
+    :func:`allpairs_result`, which gives the same bytes."""
+    p = m.payload
+    if r.ap_staged < 0 or p is None or m.segment < 0:
+        r.ap_staged = -1
+        r.ap_buf = None
+        return
+    n = len(r.plan.core)
+    b = piece_bounds(n_blocks(p.dense_len, p.block_size), n, pieces)
+    lo, hi = int(b[m.segment * pieces + m.step]), int(b[m.segment * pieces + m.step + 1])
+    bs = p.block_size
+    if p.nnz_blocks != hi - lo or (r.ap_buf is not None and r.ap_buf.dtype != p.values.dtype):
+        r.ap_staged = -1
+        r.ap_buf = None
+        return
+    if r.ap_buf is None:
+        r.ap_buf = np.empty(n_blocks(p.dense_len, bs) * bs, dtype=p.values.dtype)
+    r.ap_buf[lo * bs : hi * bs] = p.values
+    r.ap_staged += 1
 
 
 def _slice(m: RoundMsg, g: int, n: int) -> SparsePayload | None:
@@ -252,7 +323,7 @@ def _finish(
     return narrow(RoundMsg("segment_final", r.iteration, r.layer, r.plan.plan_id, kept, ids, k, g))
 
 
-def _absorb(r: OpenRound, p: int, n: int, k: int, pieces: int) -> bool:
+def _absorb(r: OpenRound, p: int, n: int, k: int, pieces: int, bounds: tuple[int, int] | None) -> bool:
     """Add every slice of piece ``k`` of the owned segment that is here to its running sum, in core order:
     the sum is built while later slices are still on the wire, so the last arrival costs one addition, not
     N - 1. ``aggregate`` of a prefix and the next slice adds each block in the order a single ``aggregate``
@@ -262,9 +333,13 @@ def _absorb(r: OpenRound, p: int, n: int, k: int, pieces: int) -> bool:
     slices = r.ring_slices
     while nxt < n:
         if nxt == p:
-            if slices is None:
-                break
-            part = _piece(slices[p], False, p, k, n, pieces)
+            if slices is not None:
+                part = _piece(slices[p], False, p, k, n, pieces)
+            else:  # a streamed push, not whole yet: its piece of the owned segment, if here
+                early = None if bounds is None else _covered(r.pre_parts, bounds[0], bounds[1])
+                if early is None:
+                    break
+                part = early
         else:
             m = _stored(r.ap_recv, nxt, k)
             if m is None:
@@ -285,8 +360,13 @@ def allpairs_reduce(
     bound: Bound,
     narrow: Callable[[RoundMsg], RoundMsg],
     pieces: int = 1,
+    early: bool = False,
 ) -> list[tuple[str, RoundMsg]]:
-    """Once every member's part is here and all came whole, compute every segment here (a direct round,
+    """``early``: this member's contribution is a streamed push not whole yet (its pieces in
+    ``r.pre_parts``, some of its slices already sent): the owned segment's pieces are summed and sent
+    from the pieces here; the rest waits for the push.
+
+    Once every member's part is here and all came whole, compute every segment here (a direct round,
     nothing more to send). Else, as soon as the round is known to be two-hop (some part was cut, or this
     member cut its own), finish every piece of the owned segment whose N slices are summed (built in core
     order as they came, :func:`_absorb`): bound, narrow once (the owner keeps the very bytes the others
@@ -295,11 +375,11 @@ def allpairs_reduce(
     plan = r.plan
     n, p = len(plan.core), plan.ring_position(site)
     slices = r.ring_slices
-    if r.ring_step or slices is None:
+    if r.ring_step or (slices is None and not early):
         return []
     recv = r.ap_recv
     two_hop = not r.whole or any(m.segment != WHOLE for m in recv.values())
-    if not two_hop:
+    if not two_hop and slices is not None:
         if any((q, 0) not in recv for q in range(n) if q != p):
             return []
         whole = {q: recv[(q, 0)] for q in range(n) if q != p}
@@ -312,14 +392,17 @@ def allpairs_reduce(
         recv.clear()
         return []
     out: list[tuple[str, RoundMsg]] = []
+    b = None if slices is not None or shape is None else piece_bounds(n_blocks(*shape), n, pieces)
     for k in range(pieces):
-        if (p, k) in r.ap_finals or not _absorb(r, p, n, k, pieces):
+        own = None if b is None else (int(b[p * pieces + k]), int(b[p * pieces + k + 1]))
+        if (p, k) in r.ap_finals or not _absorb(r, p, n, k, pieces, own):
             continue
         senders = [_stored(recv, q, k) for q in range(n) if q != p]
         ids = merge_ids(r.ring_ids, *(m.sites for m in senders if m is not None))
         _, acc = r.ap_sums.pop(k)
         fin = _finish(r, p, acc, ids, shape, bound, narrow, keep_residual=True, k=k)
         r.ap_finals[(p, k)] = fin
+        stage_final(r, fin, pieces)
         for q in range(n):
             m = recv.get((q, k))
             if m is not None and m.segment != WHOLE and m.payload is not None:
@@ -343,7 +426,11 @@ def allpairs_result(r: OpenRound, pieces: int = 1) -> RoundMsg | None:
     ids = merge_ids(*(m.sites for m in fins))
     known = next((m.payload for m in fins if m.payload is not None), None)
     payload = None
-    if known is not None:
+    if known is not None and r.ap_buf is not None and r.ap_staged == n * pieces:  # see stage_final
+        nb, dtype = n_blocks(known.dense_len, known.block_size), known.value_dtype
+        idx = np.arange(nb, dtype=np.int64)
+        payload = SparsePayload(r.layer, known.dense_len, known.block_size, idx, r.ap_buf, dtype)
+    elif known is not None:
         seen: set[int] = set()
         parts = []
         for m in fins:  # an empty finished segment from an owner that knew no shape stands for all pieces

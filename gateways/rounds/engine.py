@@ -44,14 +44,18 @@ bounded by the site count times ``max_lag + 1``; a peer may only send what its r
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from gateways.rounds.aggregate import aggregate, aggregate_cap, per_site_cap, top_blocks
 from gateways.rounds.allpairs import (
+    allpairs_presend,
     allpairs_reduce,
     allpairs_result,
     allpairs_start,
@@ -83,6 +87,16 @@ from wanrt.errors import LocalProtocolError, MalformedPayload, RemoteProtocolErr
 from wanrt.payload import SparsePayload
 
 __all__ = ["TRAINER", "RoundEngine"]
+
+
+def _same_payload(a: SparsePayload, b: SparsePayload) -> bool:
+    """The same blocks with the same value bits (a resent piece of a streamed push)."""
+    return (
+        a.value_dtype == b.value_dtype
+        and np.array_equal(a.indices, b.indices)
+        and np.array_equal(a.values.view(np.uint8), b.values.view(np.uint8))
+    )
+
 
 #: the name under which the local trainers' faults are reported (they are a remote process to the gateway)
 TRAINER = "trainer"
@@ -186,6 +200,83 @@ class RoundEngine:
             r.local, r.local_at = payload, now
         self._advance(r, now, out)
         return out
+
+    def local_piece(
+        self, iteration: int, layer: int, lo: int, hi: int, payload: SparsePayload, now: float
+    ) -> list[Action]:
+        """Blocks ``[lo, hi)`` of the site's push of ``layer`` at ``iteration`` that is still arriving (a
+        streamed push, :class:`~wanrt.protocol.PushPiece`): forward the reduce-scatter slices it completes
+        now, so the round starts with the first piece instead of after the whole push.
+
+        Only where the whole push would become this member's contribution unchanged: an all-pairs core
+        member with no children, no carry to fold, ``forward_policy = "exact"``, a round not gathered yet.
+        Otherwise nothing happens here and the round starts when :meth:`local_push` hands the whole push
+        (which must follow in every case: a piece is never counted on its own). Once a slice left under the
+        round's plan, the round waits for that push (no own deadline: the others already hold part of it;
+        its ids go out only with the rest) and this round does not fold the layer's carry (the slices sent
+        are the push alone). A piece overlapping one already here is a resent push's (after an interrupted
+        stream): it must hold the same blocks and values, else :class:`RemoteProtocolError`."""
+        out: list[Action] = []
+        if iteration < 0 or not 0 <= layer < MAX_LAYERS:
+            raise RemoteProtocolError("piece for an invalid iteration or layer", peer=TRAINER, value=layer)
+        if payload.layer != layer:
+            raise MalformedPayload("piece layer disagrees with the push", peer=TRAINER, value=payload.layer)
+        if iteration <= self._last_push.get(layer, -1) or self._is_settled(iteration, layer):
+            return out
+        self._check_shape(layer, payload, TRAINER)
+        shape = self._shapes[layer]
+        key = (iteration, layer)
+        r = self._rounds.get(key)
+        if r is None:
+            carry = self._carry.get(layer)
+            if carry is not None and not carry.empty:
+                return out  # the push will be folded with it: nothing can leave before it is whole
+            r = self._open(iteration, layer, now, out)
+        if r.taken or r.gathered or r.local is not None:
+            return out
+        plan = r.plan
+        if (
+            not plan.all_pairs
+            or len(plan.core) < 2
+            or not plan.in_core(self.site)
+            or plan.children_of(self.site)
+            or not self._has_quorum(plan)
+            or self.config.forward_policy != "exact"
+        ):
+            return out
+        if not self._stream_parts(r, lo, hi, payload):
+            return out
+        if r.pre_plan != plan.plan_id:
+            r.pre_plan, r.pre_sent = plan.plan_id, set()
+        self._wire.setdefault(layer, payload.value_dtype)
+        ids = r.ring_ids = ((self.site, iteration),)  # as allpairs_start will say (nothing folded)
+        for to, msg in allpairs_presend(r, self.site, shape, self._pieces(r), ids):
+            self._send(out, to, msg)
+            self.stats.streamed_slices += 1
+        if r.pre_sent:
+            r.wait_since, r.wait_reason = now, "ring"
+            self._advance(r, now, out)
+        return out
+
+    def _stream_parts(self, r: OpenRound, lo: int, hi: int, payload: SparsePayload) -> bool:
+        """Keep piece ``[lo, hi)`` of a streamed push; False if it repeats one here (same bytes)."""
+        parts = r.pre_parts
+        i = bisect.bisect_left(parts, lo, key=lambda x: x[0])
+        for a, b, p in parts[max(0, i - 1) : i + 1]:
+            if a < hi and lo < b:
+                if (a, b) != (lo, hi) or not _same_payload(p, payload):
+                    raise RemoteProtocolError(
+                        "a resent streamed push differs from the pieces already forwarded",
+                        peer=TRAINER,
+                        value=(lo, hi),
+                    )
+                return False
+        parts.insert(i, (lo, hi, payload))
+        return True
+
+    def _presending(self, r: OpenRound) -> bool:
+        """Slices of this site's streamed push left under the round's current plan."""
+        return bool(r.pre_sent) and r.pre_plan == r.plan.plan_id
 
     def peer_message(self, peer: str, msg: RoundMsg, now: float) -> list[Action]:
         """A message from gateway ``peer``; raises a :class:`RemoteProtocolError` subclass if it breaks
@@ -430,7 +521,7 @@ class RoundEngine:
                 self._gather(r, now, out)
                 if key not in self._rounds:
                     return
-        if r.ring_slices is not None:
+        if r.ring_slices is not None or (r.plan.all_pairs and self._presending(r)):
             self._ring_progress(r, now, out)
             if key not in self._rounds:
                 return
@@ -450,6 +541,8 @@ class RoundEngine:
         cfg = self.config
         pending: list[float] = []
         own_due = r.opened_at + cfg.round_deadline_s
+        if r.local is None and not r.taken and self._presending(r):
+            return math.inf  # part of the push is out: the round waits for the rest of it
         if r.local is None and not r.taken and now < own_due:
             pending.append(own_due)
         plan = r.plan
@@ -499,7 +592,9 @@ class RoundEngine:
         """Fix this site's contribution to ``r``: its push plus the layer's carry (bounded per policy)."""
         if r.taken:
             return
-        carry = self._carry.get(r.layer)
+        # slices of a streamed push already left: the push alone is the contribution, the carry waits
+        held = self._presending(r)
+        carry = None if held else self._carry.get(r.layer)
         if carry is not None and carry.ids and max(it for _, it in carry.ids) > r.iteration:
             # it holds a contribution newer than this round (a round re-run after a rejoin): a peer refuses
             # ids from the future, so a later round takes it (the carry's payload is one sum: all or none)
@@ -517,10 +612,11 @@ class RoundEngine:
             )
             own, rest = top_blocks(own, cap)
         kept = rest if rest is not None and rest.nnz_blocks else None
+        r.pre_parts = []
         if carry is not None or r.layer not in self._carry:
             self._carry[r.layer] = Carry(kept)
-        elif kept is not None:
-            self._carry_add(r.layer, kept, ())  # the carry left for a later round keeps the remainder too
+        elif kept is not None:  # the carry was not folded (held back, or newer): it keeps the remainder too
+            self._carry_add(r.layer, kept, ())
         r.own, r.own_ids, r.taken, r.local = own, ids, True, None
 
     def _gather(self, r: OpenRound, now: float, out: list[Action]) -> None:
@@ -876,7 +972,9 @@ class RoundEngine:
             shape = self._shapes.get(r.layer)
             direct = self.config.allpairs_direct
             k = self._pieces(r)
-            for to, msg in allpairs_start(r, self.site, contrib, ids, shape, direct=direct, pieces=k):
+            sent = r.pre_sent if self._presending(r) else frozenset()
+            starts = allpairs_start(r, self.site, contrib, ids, shape, direct=direct, pieces=k, sent=sent)
+            for to, msg in starts:
                 self._send(out, to, msg)
             r.wait_since, r.wait_reason = now, "ring"
             return
@@ -888,10 +986,12 @@ class RoundEngine:
         if r.plan.all_pairs:
             shape = self._shapes.get(r.layer)
             k = self._pieces(r)
-            for to, msg in allpairs_reduce(r, self.site, shape, self._bound, self._narrow, k):
+            early = r.ring_slices is None  # a streamed push not whole yet (see local_piece)
+            for to, msg in allpairs_reduce(r, self.site, shape, self._bound, self._narrow, k, early):
                 self._send(out, to, msg)
-            # wait on the first member still missing; a new wait (progress) restarts the suspect clock
-            waiting = allpairs_waiting_on(r, self.site, k)
+            # wait on the first member still missing; a new wait (progress) restarts the suspect clock.
+            # Not while this site's own streamed push is incomplete: the others may be waiting for it
+            waiting = None if early else allpairs_waiting_on(r, self.site, k)
             if waiting != r.wait_peer:
                 r.wait_peer, r.wait_since, r.suspected = waiting, now, False
         else:
@@ -900,6 +1000,8 @@ class RoundEngine:
                 self._send(out, to, msg)
             if sends:
                 r.wait_since = now
+        if r.ring_slices is None:
+            return  # the round closes only once this site's streamed push is whole and taken
         final = allpairs_result(r, self._pieces(r)) if r.plan.all_pairs else ring_result(r)
         if final is not None:
             self._close(r, self._narrow(final), None, now, out)

@@ -10,6 +10,9 @@ final result — so nothing is lost when rounds are skipped, re-run or settled a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy.typing as npt
 
 from gateways.rounds.aggregate import aggregate
 from gateways.rounds.ids import merge_ids
@@ -76,6 +79,15 @@ class OpenRound:
     #: all-pairs two-hop: finished pieces, keyed (segment, piece); the direct round uses ``seg_finals``
     ap_finals: dict[tuple[int, int], RoundMsg] = field(default_factory=dict)
     seg_finals: dict[int, RoundMsg] = field(default_factory=dict)
+    #: all-pairs two-hop, dense layer: the result's values, filled as finished pieces arrive, and how many
+    #: pieces are in it (-1: not every piece is dense; the result is concatenated at the end instead)
+    ap_buf: npt.NDArray[Any] | None = None
+    ap_staged: int = 0
+    #: streamed push (all-pairs): pieces of this site's coming push, ``(lo, hi, payload)`` sorted by ``lo``,
+    #: and the (piece, segment) slices already forwarded from them under plan ``pre_plan``
+    pre_parts: list[tuple[int, int, SparsePayload]] = field(default_factory=list)
+    pre_sent: set[tuple[int, int]] = field(default_factory=set)
+    pre_plan: int = -1
     residuals: dict[int, SparsePayload] = field(default_factory=dict)
     wait_peer: str | None = None
     #: peers this site sent a message of this round to: any of them may answer with the result
@@ -103,6 +115,7 @@ class OpenRound:
         self.ap_sums.clear()
         self.ap_recv.clear()
         self.ap_finals.clear()
+        self.ap_buf, self.ap_staged = None, 0
         self.seg_finals.clear()
         self.wait_peer = None
         self.suspected = False
@@ -129,3 +142,4 @@ class EngineStats:
     unresolved: int = 0  # ... whose outcome was older than the peer's history: carried, maybe twice
     abandoned: int = 0  # rounds unresolved after max_lag iterations: carried, maybe twice
     suspects: int = 0
+    streamed_slices: int = 0  # all-pairs slices forwarded from a streamed push before it was whole

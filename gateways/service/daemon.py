@@ -45,6 +45,7 @@ from wanrt.protocol import (
     ParamRefuse,
     ParamRequest,
     Push,
+    PushPiece,
     ShardDone,
     ShardRequest,
     Telemetry,
@@ -495,6 +496,12 @@ class GatewayDaemon:
         self.node.check_trainer_push(push)  # refused at once, not after the join
         await self._joined.wait()  # flow control: the node runs rounds once it has joined the job
         self.node.trainer_push(session.session_id, push, self._now())
+        self._after()
+
+    async def trainer_push_piece(self, session: TrainerSession, piece: PushPiece) -> None:
+        self.node.check_trainer_push(piece)
+        await self._joined.wait()
+        self.node.trainer_push_piece(session.session_id, piece, self._now())
         self._after()
 
     def trainer_ack(self, session: TrainerSession, ack: Ack) -> None:

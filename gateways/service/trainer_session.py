@@ -1,10 +1,10 @@
 """The site's trainer (its leader rank) as the gateway sees it: one authenticated local connection.
 
 A thin asyncio adapter. The trainer connects to ``trainer_listen`` (role ``trainer``, the job's HMAC
-handshake), pushes ``Push(iteration, layer, round=0, payload)`` per layer and acknowledges every
-``Aggregate``; the gateway acknowledges pushes once they are counted
-(:mod:`gateways.membership.trainer_ledger`) and
-forwards ``ConfigUpdate`` s. What the pushes mean is the daemon's business (:class:`TrainerOwner`).
+handshake), pushes ``Push(iteration, layer, round=0, payload)`` per layer (or a layer in ``PushPiece`` s:
+a streamed push, :mod:`wanrt.protocol.push_pieces`) and acknowledges every ``Aggregate``; the gateway
+acknowledges pushes once they are counted (:mod:`gateways.membership.trainer_ledger`) and forwards
+``ConfigUpdate`` s. What the pushes mean is the daemon's business (:class:`TrainerOwner`).
 
 The gateway's Welcome ``info`` carries the job's model signature when known (keys ``model``, ``n_layers``,
 ``group``, ``layers``, ``model_site``; the client refuses to train another model), plus ``join_at`` (the
@@ -49,6 +49,7 @@ from wanrt.protocol import (
     ParamRefuse,
     ParamRequest,
     Push,
+    PushPiece,
     Role,
     ShardDone,
     ShardRequest,
@@ -85,6 +86,10 @@ class TrainerOwner(Protocol):
     def trainer_disconnected(self, session: TrainerSession, reason: str) -> None: ...
 
     async def trainer_push(self, session: TrainerSession, push: Push) -> None: ...
+
+    async def trainer_push_piece(self, session: TrainerSession, piece: PushPiece) -> None:
+        """A piece of a streamed push (checked and put together by the node)."""
+        ...
 
     def trainer_ack(self, session: TrainerSession, ack: Ack) -> None: ...
 
@@ -267,6 +272,8 @@ async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
         event = await next_event(conn, transport)
         if isinstance(event, Push) and not isinstance(event, Aggregate):
             await owner.trainer_push(session, event)  # checked by the node (job, site, values)
+        elif isinstance(event, PushPiece):
+            await owner.trainer_push_piece(session, event)
         elif isinstance(event, Ack):
             owner.trainer_ack(session, event)
         elif isinstance(event, Telemetry):

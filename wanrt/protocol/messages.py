@@ -26,7 +26,7 @@ from wanrt.errors import (
     RemoteProtocolError,
     WanrtError,
 )
-from wanrt.payload import SparsePayload
+from wanrt.payload import SparsePayload, n_blocks
 from wanrt.protocol.checks import (
     check_bytes,
     check_count,
@@ -114,6 +114,7 @@ class MsgType(IntEnum):
     ACK = 0x12
     CHUNK = 0x13
     CHUNK_CANCEL = 0x14
+    PUSH_PIECE = 0x15
     TELEMETRY = 0x20
     CONFIG_UPDATE = 0x21
     SHARD_REQUEST = 0x22
@@ -484,6 +485,56 @@ class Aggregate(Push):
                 raise LocalProtocolError("sites must be a non-empty list of distinct names", value=sites)
             _last_distinct = sites
         _set(self, "sites", sites)
+
+
+@dataclass(frozen=True, slots=True)
+class PushPiece(Message):
+    """Blocks ``[lo, hi)`` of one layer's push: trainer -> gateway, a push sent in pieces (streamed).
+
+    Why: a dense layer's push (10 MB of fp16 for 5 M elements) takes 30-60 ms to cross the trainer
+    socket and be decoded; sent whole, the gateway's round cannot start before its last byte. In pieces,
+    the gateway forwards the first reduce-scatter slices after the first piece (docs/round_bench.md,
+    "Streamed push"). Not a :class:`Push` subclass on purpose: a piece is never a whole push to anything
+    that handles pushes. The pieces of one (iteration, layer) have disjoint ranges, may come in any
+    order and complete the push once they cover every block; the gateway counts it then, never before.
+    ``payload`` holds only blocks of the range (its ``dense_len``/``block_size`` are the layer's)."""
+
+    TYPE: ClassVar[int] = MsgType.PUSH_PIECE
+    STREAM: ClassVar[bool] = True
+    MAX_BUFFERS: ClassVar[int] = MAX_BUFFERS_PER_MESSAGE
+    job: str
+    iteration: int
+    layer: int
+    sender: str
+    lo: int
+    hi: int
+    payload: SparsePayload
+
+    def __post_init__(self) -> None:
+        _check_update_ids(self.job, self.iteration, self.layer, 0, self.sender)
+        check_payload(self.payload, self.layer)
+        p = self.payload
+        total = n_blocks(p.dense_len, p.block_size) if p.block_size > 0 else 0
+        check_uint(self.lo, "lo", MAX_PAYLOAD_ELEMENTS)
+        check_uint(self.hi, "hi", MAX_PAYLOAD_ELEMENTS)
+        if not self.lo < self.hi <= total:
+            raise LocalProtocolError("push piece range must be lo < hi <= n_blocks", value=(self.lo, self.hi))
+        idx = p.indices
+        if idx.shape[0] and (int(idx[0]) < self.lo or int(idx[-1]) >= self.hi):
+            raise LocalProtocolError("push piece holds blocks outside its range", value=(self.lo, self.hi))
+
+    def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
+        meta, buffers = payload_wire_form(self.payload)
+        header = {name: getattr(self, name) for name in field_names(type(self)) if name != "payload"}
+        header["payload"] = dict(meta)
+        return header, list(buffers)
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
+        _expect_keys(cls, header, field_names(cls))
+        fields = dict(header)
+        fields["payload"] = payload_from_wire(fields["payload"], buffers, peer)
+        return cls(**fields)
 
 
 #: The last (immutable) site tuple an :class:`Aggregate` found non-empty and distinct: a gateway of a

@@ -77,6 +77,7 @@ from wanrt.protocol.messages import (
     Welcome,
 )
 from wanrt.protocol.params import ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
+from wanrt.protocol.push_pieces import cut_push, push_cut_hint
 
 __all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
 
@@ -128,6 +129,7 @@ class GatewayLink:
         self._closed = False
         lengths = tuple(int(np.prod(s, dtype=np.int64)) for s in spec.signature.shapes)
         self._resync = SnapshotReceiver(lengths, peer=spec.url)  # parameter resync (param_resync)
+        self._push_cut: tuple[int, int] | None = None  # the gateway's cut for streamed pushes
 
     # -- training-thread API ---------------------------------------------------------------------------
 
@@ -154,12 +156,19 @@ class GatewayLink:
             raise self._error
         if self._closed:
             raise LocalProtocolError("push() on a closed gateway link")
-        msg = Push(
-            self.spec.job, iteration, layer, 0, self.spec.site, in_wire_dtype(payload, self._cfg.wire_dtype)
-        )
+        wire = in_wire_dtype(payload, self._cfg.wire_dtype)
         pushes = self._pushes
         assert pushes is not None
-        self._loop.call_soon_threadsafe(pushes.put_nowait, msg)
+        # a dense layer goes in the gateway's cut-through pieces when it offers them (a streamed push: its
+        # round starts with the first piece, wanrt.protocol.push_pieces); else as one Push
+        hint, job, site = self._push_cut, self.spec.job, self.spec.site
+        pieces = None if hint is None else cut_push(job, iteration, layer, site, wire, hint)
+        if pieces is None:
+            msg = Push(self.spec.job, iteration, layer, 0, self.spec.site, wire)
+            self._loop.call_soon_threadsafe(pushes.put_nowait, msg)
+            return
+        for piece in pieces:
+            self._loop.call_soon_threadsafe(pushes.put_nowait, piece)
 
     def telemetry(self, iteration: int, metrics: dict[str, float]) -> None:
         if self._error is not None or self._closed:
@@ -258,6 +267,7 @@ class GatewayLink:
                 await transport.send([conn.hello(info=info)])
                 welcome = await self._handshake_reply()
                 diff = compare_info(spec.signature, dict(welcome.info))
+                self._push_cut = push_cut_hint(welcome.info)
                 if diff is not None:
                     other = welcome.info.get("model_site", "another site")
                     mismatch = ModelMismatch(
