@@ -433,6 +433,24 @@ def payload_from_wire(meta: Any, buffers: Sequence[memoryview], peer: str | None
         ) from exc
 
 
+def _with_payload_to_wire(msg: Any) -> tuple[dict[str, Any], list[memoryview]]:
+    """Header and buffers of a message whose ``payload`` travels out of band (Push, PushPiece)."""
+    meta, buffers = payload_wire_form(msg.payload)
+    header = {name: getattr(msg, name) for name in field_names(type(msg)) if name != "payload"}
+    header["payload"] = dict(meta)
+    return header, list(buffers)
+
+
+def _with_payload_fields(
+    cls: type[Message], header: dict[str, Any], buffers: Sequence[memoryview], peer: str | None
+) -> dict[str, Any]:
+    """The constructor fields of such a message, its payload decoded and checked by the codec."""
+    _expect_keys(cls, header, field_names(cls))
+    fields = dict(header)
+    fields["payload"] = payload_from_wire(fields["payload"], buffers, peer)
+    return fields
+
+
 @dataclass(frozen=True, slots=True)
 class Push(Message):
     """One site's sparse gradient of one layer for one (iteration, round): site leader -> gateway, or
@@ -453,17 +471,11 @@ class Push(Message):
         check_payload(self.payload, self.layer)
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        meta, buffers = payload_wire_form(self.payload)
-        header = {name: getattr(self, name) for name in field_names(type(self)) if name != "payload"}
-        header["payload"] = dict(meta)
-        return header, list(buffers)
+        return _with_payload_to_wire(self)
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
-        _expect_keys(cls, header, field_names(cls))
-        fields = dict(header)
-        fields["payload"] = payload_from_wire(fields["payload"], buffers, peer)
-        return cls(**fields)
+        return cls(**_with_payload_fields(cls, header, buffers, peer))
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,17 +536,11 @@ class PushPiece(Message):
             raise LocalProtocolError("push piece holds blocks outside its range", value=(self.lo, self.hi))
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        meta, buffers = payload_wire_form(self.payload)
-        header = {name: getattr(self, name) for name in field_names(type(self)) if name != "payload"}
-        header["payload"] = dict(meta)
-        return header, list(buffers)
+        return _with_payload_to_wire(self)
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
-        _expect_keys(cls, header, field_names(cls))
-        fields = dict(header)
-        fields["payload"] = payload_from_wire(fields["payload"], buffers, peer)
-        return cls(**fields)
+        return cls(**_with_payload_fields(cls, header, buffers, peer))
 
 
 #: The last (immutable) site tuple an :class:`Aggregate` found non-empty and distinct: a gateway of a

@@ -12,13 +12,12 @@ import pytest
 from gateways.config import GatewayConfig
 from gateways.membership.joining import LinkInfo, join_iteration
 from gateways.node import GatewayNode, ToTrainer
-from gateways.wire.round_frames import GATEWAY_REGISTRY
+from tests.gateways.node.node_mesh import SECRET, NodeMesh, link_nodes
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload
-from wanrt.protocol import Ack, Aggregate, Connection, Hello, Notice, Push, Role, Welcome
+from wanrt.protocol import Ack, Aggregate, Notice, Push
 
 SITES = "abc"
-SECRET = "s" * 32
 LOST_AFTER = 5.0 * 3  # the default heartbeat_interval × heartbeat_misses
 
 
@@ -32,21 +31,7 @@ def _node(site: str, *, resume: int = -1) -> GatewayNode:
 
 def _link(na: GatewayNode, nb: GatewayNode, now: float) -> None:
     """The real handshake (``na`` dials), then ``link_up`` on both sides; a refusal raises."""
-    a, b = na.site, nb.site
-    ca = Connection(Role.GATEWAY, a, "j", SECRET.encode(), side="client", registry=GATEWAY_REGISTRY, peer=b)
-    cb = Connection(Role.GATEWAY, b, "j", SECRET.encode(), side="server", registry=GATEWAY_REGISTRY, peer=a)
-    ours_a = na.link_info(b)
-    cb.receive_data(ca.hello(ours_a))
-    hello = cb.next_event()
-    assert isinstance(hello, Hello)
-    ours_b = nb.link_info(a)
-    ca.receive_data(cb.accept(ours_b))
-    welcome = ca.next_event()
-    assert isinstance(welcome, Welcome)
-    cb.receive_data(ca.authenticate())
-    cb.next_event()
-    nb.link_up(a, cb, ours_b, dict(hello.info), now)  # the accepting side decides first
-    na.link_up(b, ca, ours_a, dict(welcome.info), now)
+    link_nodes(na, nb, now)
 
 
 def _running_at(site: str, frontier: int) -> GatewayNode:
@@ -123,14 +108,8 @@ def test_a_running_node_announces_its_oldest_unfinished_iteration() -> None:
 # ---------------------------------------------------------------------------------------------------------
 # a site cut off from the job catches up instead of waiting forever, and its trainer is told
 # ---------------------------------------------------------------------------------------------------------
-class _Mesh:
+class _Mesh(NodeMesh):
     """Nodes joined by in-memory links: bytes a node writes are handed to the other end at once."""
-
-    def __init__(self, nodes: dict[str, GatewayNode]) -> None:
-        self.nodes = nodes
-        self.links: dict[tuple[str, str], int] = {}  # (site, peer) -> that site's link id
-        self.now = 0.0
-        self.to_trainer: dict[str, list[object]] = {s: [] for s in nodes}
 
     def link(self, a: str, b: str) -> None:
         _link(self.nodes[a], self.nodes[b], self.now)
@@ -143,25 +122,6 @@ class _Mesh:
     def cut(self, a: str, b: str) -> None:
         for x, y in ((a, b), (b, a)):
             self.nodes[x].link_closed(self.links.pop((x, y)), "connection reset", self.now)
-        self.pump()
-
-    def pump(self) -> None:
-        moved = True
-        while moved:
-            moved = False
-            for (x, y), link_id in list(self.links.items()):
-                out = self.nodes[x].poll_link(link_id, self.now)
-                if out.parts and (y, x) in self.links:
-                    self.nodes[y].link_data(self.links[(y, x)], b"".join(out.parts), self.now)
-                    moved = True
-            for s, node in self.nodes.items():
-                for action in node.pop_actions():
-                    if isinstance(action, ToTrainer):
-                        self.to_trainer[s].append(action.msg)
-
-    def push(self, site: str, iteration: int) -> None:
-        payload = SparsePayload.from_dense_blocks(0, np.ones(64, np.float32), np.arange(2), 16)
-        self.nodes[site].trainer_push(1, Push("j", iteration, 0, 0, site, payload), self.now)
         self.pump()
 
 

@@ -12,18 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from gateways.config import GatewayConfig
-from gateways.node import GatewayNode, ToTrainer
+from gateways.node import GatewayNode
 from gateways.rounds.config import RoundConfig
-from gateways.wire.round_frames import GATEWAY_REGISTRY
+from tests.gateways.node.node_mesh import SECRET, NodeMesh, handshake
 from wanrt.errors import TransportError
-from wanrt.payload import SparsePayload
-from wanrt.protocol import Aggregate, Connection, Hello, Push, Role, Welcome
+from wanrt.protocol import Aggregate, Connection
 
 SITES = "abcd"
-SECRET = "s" * 32
 LOST_AFTER = 5.0 * 3  # the default heartbeat_interval × heartbeat_misses
 
 
@@ -34,21 +30,12 @@ def _node(site: str, rounds: RoundConfig) -> GatewayNode:
     return node
 
 
-def _conns(a: str, b: str) -> tuple[Connection, Connection]:
-    ca = Connection(Role.GATEWAY, a, "j", SECRET.encode(), side="client", registry=GATEWAY_REGISTRY, peer=b)
-    cb = Connection(Role.GATEWAY, b, "j", SECRET.encode(), side="server", registry=GATEWAY_REGISTRY, peer=a)
-    return ca, cb
-
-
-class _Mesh:
-    """Nodes joined by in-memory links: bytes a node writes are handed to the other end at once; bytes for
-    an end whose link is not up are lost (as on a connection the other end aborted)."""
+class _Mesh(NodeMesh):
+    """The sites of SITES, whose handshakes may stop half-way (bytes for an end whose link is not up are
+    lost, as on a connection the other end aborted)."""
 
     def __init__(self, rounds: RoundConfig | None = None) -> None:
-        self.nodes = {s: _node(s, rounds or RoundConfig()) for s in SITES}
-        self.links: dict[tuple[str, str], int] = {}  # (site, peer) -> that site's link id
-        self.now = 0.0
-        self.to_trainer: dict[str, list[object]] = {s: [] for s in SITES}
+        super().__init__({s: _node(s, rounds or RoundConfig()) for s in SITES})
         #: handshakes the dialer finished and the acceptor has not decided on yet
         self._pending: dict[tuple[str, str], tuple[Connection, dict[str, Any], dict[str, Any]]] = {}
 
@@ -60,20 +47,9 @@ class _Mesh:
     def half_link(self, a: str, b: str) -> None:
         """``a`` dials ``b``: Hello, Welcome, Auth; ``a`` brings its link up once its Auth is out, ``b``
         has not decided yet (:meth:`accept_pending` or :meth:`refuse_pending`)."""
-        na, nb = self.nodes[a], self.nodes[b]
-        ca, cb = _conns(a, b)
-        ours_a = na.link_info(b)
-        cb.receive_data(ca.hello(ours_a))
-        hello = cb.next_event()
-        assert isinstance(hello, Hello)
-        ours_b = nb.link_info(a)
-        ca.receive_data(cb.accept(ours_b))
-        welcome = ca.next_event()
-        assert isinstance(welcome, Welcome)
-        cb.receive_data(ca.authenticate())
-        cb.next_event()
-        self._pending[(a, b)] = (cb, ours_b, dict(hello.info))
-        self.links[(a, b)] = na.link_up(b, ca, ours_a, dict(welcome.info), self.now)
+        h = handshake(self.nodes[a], self.nodes[b])
+        self._pending[(a, b)] = (h.acceptor, h.acceptor_sent, h.hello_info)
+        self.links[(a, b)] = self.nodes[a].link_up(b, h.dialer, h.dialer_sent, h.welcome_info, self.now)
         self.pump()
 
     def accept_pending(self, a: str, b: str) -> None:
@@ -90,25 +66,6 @@ class _Mesh:
         if frame:
             self.nodes[a].link_data(link_id, bytes(frame), self.now)
         self.nodes[a].link_closed(link_id, "connection closed by the peer", self.now)
-        self.pump()
-
-    def pump(self) -> None:
-        moved = True
-        while moved:
-            moved = False
-            for (x, y), link_id in list(self.links.items()):
-                out = self.nodes[x].poll_link(link_id, self.now)
-                if out.parts and (y, x) in self.links:
-                    self.nodes[y].link_data(self.links[(y, x)], b"".join(out.parts), self.now)
-                    moved = True
-            for s, node in self.nodes.items():
-                for action in node.pop_actions():
-                    if isinstance(action, ToTrainer):
-                        self.to_trainer[s].append(action.msg)
-
-    def push(self, site: str, iteration: int) -> None:
-        payload = SparsePayload.from_dense_blocks(0, np.ones(64, np.float32), np.arange(2), 16)
-        self.nodes[site].trainer_push(1, Push("j", iteration, 0, 0, site, payload), self.now)
         self.pump()
 
     def results(self, site: str) -> dict[int, tuple[str, ...]]:

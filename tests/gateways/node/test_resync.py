@@ -13,14 +13,12 @@ import pytest
 
 from gateways.config import GatewayConfig
 from gateways.node import CloseLink, GatewayNode, ToTrainer
-from gateways.wire.round_frames import GATEWAY_REGISTRY
+from tests.gateways.node.node_mesh import SECRET, NodeMesh, link_nodes
 from wanrt.client.link.param_resync import SnapshotReceiver, snapshot_frames
 from wanrt.client.link.signature import LayerSignature
 from wanrt.errors import MalformedPayload, RemoteProtocolError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import (
-    Connection,
-    Hello,
     Message,
     Notice,
     ParamAnnounce,
@@ -28,12 +26,9 @@ from wanrt.protocol import (
     ParamRefuse,
     ParamRequest,
     Push,
-    Role,
-    Welcome,
 )
 
 SITES = "abc"
-SECRET = "s" * 32
 LENGTHS = (37, 0, 300)  # an empty layer too: the cursor must step over it
 
 
@@ -62,61 +57,29 @@ def _running_at(site: str, frontier: int) -> GatewayNode:
     return node
 
 
-class _Mesh:
+class _Mesh(NodeMesh):
     """Nodes joined by in-memory links; records what each node sends its trainer and which links it ends."""
 
     def __init__(self, nodes: dict[str, GatewayNode]) -> None:
-        self.nodes = nodes
-        self.links: dict[tuple[str, str], int] = {}
-        self.now = 0.1
-        self.to_trainer: dict[str, list[Message]] = {s: [] for s in nodes}
+        super().__init__(nodes, now=0.1)
         self.closed: dict[str, list[CloseLink]] = {s: [] for s in nodes}
 
     def link(self, a: str, b: str) -> None:
-        na, nb = self.nodes[a], self.nodes[b]
-        ca = Connection(
-            Role.GATEWAY, a, "j", SECRET.encode(), side="client", registry=GATEWAY_REGISTRY, peer=b
-        )
-        cb = Connection(
-            Role.GATEWAY, b, "j", SECRET.encode(), side="server", registry=GATEWAY_REGISTRY, peer=a
-        )
-        ours_a = na.link_info(b)
-        cb.receive_data(ca.hello(ours_a))
-        hello = cb.next_event()
-        assert isinstance(hello, Hello)
-        ours_b = nb.link_info(a)
-        ca.receive_data(cb.accept(ours_b))
-        welcome = ca.next_event()
-        assert isinstance(welcome, Welcome)
-        cb.receive_data(ca.authenticate())
-        cb.next_event()
-        nb.link_up(a, cb, ours_b, dict(hello.info), self.now)
-        na.link_up(b, ca, ours_a, dict(welcome.info), self.now)
+        link_nodes(self.nodes[a], self.nodes[b], self.now)
         for x, y in ((a, b), (b, a)):
             link_id = self.nodes[x].link_id_of(y)
             assert link_id is not None
             self.links[(x, y)] = link_id
         self.pump()
 
-    def pump(self) -> None:
-        moved = True
-        while moved:
-            moved = False
-            for (x, y), link_id in list(self.links.items()):
-                out = self.nodes[x].poll_link(link_id, self.now)
-                if out.parts and (y, x) in self.links:
-                    self.nodes[y].link_data(self.links[(y, x)], b"".join(out.parts), self.now)
-                    moved = True
-            for s, node in self.nodes.items():
-                for action in node.pop_actions():
-                    if isinstance(action, ToTrainer):
-                        self.to_trainer[s].append(action.msg)
-                    elif isinstance(action, CloseLink):
-                        self.closed[s].append(action)
-                        moved = True
-                        for key, lid in list(self.links.items()):
-                            if key[0] == s and lid == action.link_id:
-                                del self.links[key]
+    def on_action(self, site: str, action: object) -> bool:
+        if not isinstance(action, CloseLink):
+            return super().on_action(site, action)
+        self.closed[site].append(action)
+        for key, lid in list(self.links.items()):
+            if key[0] == site and lid == action.link_id:
+                del self.links[key]
+        return True
 
     def trainer_sends(self, site: str, msg: Message) -> None:
         self.nodes[site].trainer_params(1, msg, self.now)
