@@ -21,10 +21,12 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
+from gateways.rounds.ids import ContribIds, id_groups
 from gateways.rounds.messages import ContribId
 
-__all__ = ["CountedLog", "IterationRanges"]
+__all__ = ["SMALL_GROUP", "CountedLog", "IterationRanges"]
 
 
 @dataclass(slots=True)
@@ -87,11 +89,32 @@ class IterationRanges:
         return len(self.lo)
 
 
+#: An iteration's group of sites in a result up to this size is recorded per site; a larger one (a result
+#: naming most of a many-site job) as part of a run shared by every site of the group.
+SMALL_GROUP: Final = 8
+
+
+@dataclass(slots=True)
+class _Run:
+    """Consecutive iterations [lo, hi) whose results each counted every site of ``sites`` (interned)."""
+
+    lo: int
+    hi: int
+    sites: frozenset[str]
+
+
 class CountedLog:
     """Per (site, layer), the iterations of that site counted in results seen here (module docstring).
 
     ``since``: the first iteration whose results this log saw (the engine's start); ``skip``: a site whose
     contributions need no record (this gateway's own: it is never told its own outcome).
+
+    Two stores, one answer. An iteration's group of more than :data:`SMALL_GROUP` sites extends the
+    layer's last *run* when it is the next iteration and the same (interned) site set, else starts a run:
+    O(1) per result whatever the job's size. Recording every id of every result per site instead was
+    O(sites) per result at every gateway — 1 000 id updates per round at each of a simulated 1 000-site
+    tree's gateways, 0.4 s of a 0.65 s simulated round. Small groups, and groups older than the newest
+    run (a late result), go to per-site :class:`IterationRanges`. Both are bounded by ``max_ranges``.
     """
 
     def __init__(self, since: int, max_ranges: int, skip: str | None = None) -> None:
@@ -99,30 +122,70 @@ class CountedLog:
         self.max_ranges = max_ranges
         self._skip = skip
         self._ranges: dict[tuple[str, int], IterationRanges] = {}
+        self._runs: dict[int, list[_Run]] = {}
+        self._runs_since: dict[int, int] = {}  # per layer: from which iteration its runs are exact
 
     def add(self, layer: int, ids: Iterable[ContribId]) -> None:
         """A result of ``layer`` counted ``ids``."""
-        for site, it in ids:
-            if site == self._skip:
+        groups = ids.groups() if isinstance(ids, ContribIds) else id_groups(ids)
+        for it, sites in groups:
+            if len(sites) > SMALL_GROUP and self._add_run(layer, it, sites):
                 continue
-            r = self._ranges.get((site, layer))
-            if r is None:
-                r = self._ranges[(site, layer)] = IterationRanges(self.since, self.max_ranges)
-            r.add(it)
+            for site in sites:
+                if site == self._skip:
+                    continue
+                r = self._ranges.get((site, layer))
+                if r is None:
+                    r = self._ranges[(site, layer)] = IterationRanges(self.since, self.max_ranges)
+                r.add(it)
+
+    def _add_run(self, layer: int, it: int, sites: frozenset[str]) -> bool:
+        """Record (it, sites) in the layer's runs; False if it is older than the newest run (per site)."""
+        runs = self._runs.get(layer)
+        if runs is None:
+            runs = self._runs[layer] = []
+        last = runs[-1] if runs else None
+        if last is not None and it < last.hi:
+            return False
+        if last is not None and last.hi == it and (last.sites is sites or last.sites == sites):
+            last.hi = it + 1
+            return True
+        runs.append(_Run(it, it + 1, sites))
+        if len(runs) > self.max_ranges:  # forget the oldest run: below its end nothing is known any more
+            old = runs.pop(0)
+            self._runs_since[layer] = max(self._runs_since.get(layer, self.since), old.hi)
+        return True
 
     def counted(self, site: str, layer: int, until: int, limit: int) -> tuple[int, tuple[int, ...]]:
         """What an ``outcome`` for ``site`` and ``layer`` says: (since, iterations counted below
         ``until``, ascending), at most ``limit`` of them, the newest (a rejoining site needs the ones from
         just before it left); every counted iteration in [since, until) is listed."""
         r = self._ranges.get((site, layer))
-        if r is None:
-            return min(self.since, until), ()
-        since, its = r.newest_below(until, limit)
-        return min(since, until), tuple(reversed(its))
+        since_a, a = (self.since, []) if r is None else r.newest_below(until, limit)
+        since_b, b = self._run_iterations(site, layer, until, limit)
+        since = max(since_a, since_b)
+        newest = sorted(set(a) | set(b), reverse=True)
+        if len(newest) > limit:
+            newest = newest[:limit]
+            since = max(since, newest[-1])
+        return min(since, until), tuple(it for it in reversed(newest) if it >= since)
+
+    def _run_iterations(self, site: str, layer: int, until: int, limit: int) -> tuple[int, list[int]]:
+        """Like :meth:`IterationRanges.newest_below`, over the layer's runs that counted ``site``."""
+        since = self._runs_since.get(layer, self.since)
+        out: list[int] = []
+        for run in reversed(self._runs.get(layer, ())):
+            if run.lo >= until or site not in run.sites:
+                continue
+            for it in range(min(run.hi, until) - 1, run.lo - 1, -1):
+                if len(out) == limit:
+                    return max(since, out[-1]), out
+                out.append(it)
+        return since, out
 
     def layers(self) -> set[int]:
-        return {layer for _, layer in self._ranges}
+        return {layer for _, layer in self._ranges} | {layer for layer, runs in self._runs.items() if runs}
 
     def ranges(self) -> int:
-        """Ranges held in all (memory accounting, tests)."""
-        return sum(len(r) for r in self._ranges.values())
+        """Ranges and runs held in all (memory accounting, tests)."""
+        return sum(len(r) for r in self._ranges.values()) + sum(len(r) for r in self._runs.values())

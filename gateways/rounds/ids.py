@@ -41,6 +41,7 @@ __all__ = [
     "decode_ids",
     "distinct_sites",
     "encode_ids",
+    "id_groups",
     "id_pairs",
     "intern_sites",
     "iterations_of",
@@ -82,6 +83,7 @@ class ContribIds(tuple[ContribId, ...]):
     _top: int
     _missing: tuple[tuple[str, ...], tuple[str, ...]] | None
     _older: tuple[int, int]
+    _groups: tuple[tuple[int, frozenset[str]], ...]
 
     def wire(self) -> bytes:
         """The wire form (see the module docstring), built once."""
@@ -107,6 +109,13 @@ class ContribIds(tuple[ContribId, ...]):
         if d is None:
             d = self._distinct = tuple(sorted(self.sites()))
         return d
+
+    def groups(self) -> tuple[tuple[int, frozenset[str]], ...]:
+        """The ids by iteration, oldest first: (iteration, its sites as an interned set)."""
+        g = self.__dict__.get("_groups")
+        if g is None:
+            g = self._groups = id_groups(self)
+        return g
 
     def top(self) -> int:
         """The newest iteration among the ids (-1 when empty)."""
@@ -202,6 +211,14 @@ def intern_sites(sites: Iterable[str]) -> frozenset[str]:
             _site_sets.clear()
         got = _site_sets[key] = key
     return got
+
+
+def id_groups(ids: Iterable[ContribId]) -> tuple[tuple[int, frozenset[str]], ...]:
+    """``ids`` by iteration, oldest first, each iteration's sites interned (:func:`intern_sites`)."""
+    by: dict[int, list[str]] = {}
+    for site, it in ids:
+        by.setdefault(it, []).append(site)
+    return tuple((it, intern_sites(names)) for it, names in sorted(by.items()))
 
 
 # -- wire form --------------------------------------------------------------------------------------------
