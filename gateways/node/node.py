@@ -315,7 +315,7 @@ class GatewayNode:
 
     def idle(self) -> bool:
         """No round open and nothing queued for peers (the phased shutdown waits for this)."""
-        if self.engine is not None and self.engine.open_rounds():
+        if self.engine is not None and self.engine.has_open_rounds():
             return False
         return len(self.queue) == 0
 
@@ -1141,7 +1141,7 @@ class GatewayNode:
         if verdict.push is not None:
             it, layer, payload = verdict.push
             self._apply(engine.local_push(it, layer, payload, now), now)
-            if (it, layer) not in engine.open_rounds():
+            if not engine.is_open(it, layer):
                 self._answer_empty(it, layer)  # carried: its round is over here (no-op if answered)
             if not self.model.established and self.model.current is not None:
                 self.model.establish()

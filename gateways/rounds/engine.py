@@ -402,6 +402,12 @@ class RoundEngine:
     def open_rounds(self) -> list[Key]:
         return sorted(self._rounds)
 
+    def is_open(self, iteration: int, layer: int) -> bool:
+        return (iteration, layer) in self._rounds
+
+    def has_open_rounds(self) -> bool:
+        return bool(self._rounds)
+
     def oldest_open(self) -> int | None:
         """The oldest iteration with a round open here (None: none open)."""
         return min((i for i, _ in self._rounds), default=None)

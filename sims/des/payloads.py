@@ -44,7 +44,11 @@ def make_payload(
     # stream); a second, site-independent one only for the shared picks of same_blocks
     own = _rng(seed, site_index + 1, iteration, layer, 1)
     pick = _rng(seed, 0, iteration, layer) if same_blocks else own
-    idx = np.sort(pick.choice(usable, size=k, replace=False)) if k < usable else np.arange(usable)
+    # shuffle=False: the same chosen set (it is sorted anyway), without the shuffle's extra draws
+    if k < usable:
+        idx = np.sort(pick.choice(usable, size=k, replace=False, shuffle=False))
+    else:
+        idx = np.arange(usable)
     vals = own.standard_normal(k * block_size)
     values = vals.astype(np.float32)
     if dense_len % block_size and usable == nb:  # a one-block layer shorter than a block: zero the padding
