@@ -176,7 +176,7 @@ class Soak:
             if daemon.node.resync.stats.requested == 0:
                 continue  # came back before the job moved on: nothing missed
             needed += 1
-            swapped = [t for t, kind in self.trainers[site].events if kind == "resync" and t >= at]
+            swapped = [t for t in self.trainers[site].resync_times if t >= at]
             if swapped:
                 done += 1
                 worst = max(worst or 0.0, swapped[0] - at)
@@ -599,7 +599,7 @@ class Soak:
 
 def max_silent_wait(t: ChaosTrainer, t0: float, until: float) -> float:
     """The longest gap between two events the trainer saw (or the end) while it still waited for rounds."""
-    times = sorted([t0, *(at for at, _ in t.events if at <= until), until])
+    times = sorted([t0, *(at for at in t.event_times if at <= until), until])
     return max(b - a for a, b in itertools.pairwise(times))
 
 

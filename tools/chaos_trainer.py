@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import zlib
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -92,7 +93,11 @@ class ChaosTrainer:
         self.configs: list[ConfigUpdate] = []
         self.notices: list[Notice] = []
         self.errors: list[str] = []
-        self.events: list[tuple[float, str]] = []  # (loop time, kind): what the silent-wait metric reads
+        # when the trainer heard anything (loop time): what the silent-wait metric reads. 8 bytes an event in
+        # an array, not a (time, kind) tuple in a list (~90 bytes): a full soak's 70 000 aggregates made
+        # ~6 MB of this record count as the daemons' RSS growth
+        self.event_times = array("d")
+        self.resync_times: list[float] = []  # when a parameter snapshot was swapped in
         self.skip_below = 0
         self.next_it = 0
         # the parameters (every result applied, summed) and the resync state (sims.exact_params)
@@ -109,7 +114,10 @@ class ChaosTrainer:
     # -- connection ------------------------------------------------------------------------------------
 
     def _event(self, kind: str) -> None:
-        self.events.append((self._clock(), kind))
+        now = self._clock()
+        self.event_times.append(now)
+        if kind == "resync":
+            self.resync_times.append(now)
         self._progress.set()
 
     async def connect(self, *, resend: bool = False) -> Welcome:
