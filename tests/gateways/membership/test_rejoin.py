@@ -111,14 +111,6 @@ def test_a_running_node_announces_its_oldest_unfinished_iteration() -> None:
 class _Mesh(NodeMesh):
     """Nodes joined by in-memory links: bytes a node writes are handed to the other end at once."""
 
-    def link(self, a: str, b: str) -> None:
-        _link(self.nodes[a], self.nodes[b], self.now)
-        for x, y in ((a, b), (b, a)):
-            link_id = self.nodes[x].link_id_of(y)
-            assert link_id is not None
-            self.links[(x, y)] = link_id
-        self.pump()
-
     def cut(self, a: str, b: str) -> None:
         for x, y in ((a, b), (b, a)):
             self.nodes[x].link_closed(self.links.pop((x, y)), "connection reset", self.now)

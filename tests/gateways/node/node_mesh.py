@@ -68,6 +68,15 @@ class NodeMesh:
         self.now = now
         self.to_trainer: dict[str, list[Any]] = {s: [] for s in nodes}
 
+    def link(self, a: str, b: str) -> None:
+        """The whole handshake (``a`` dials), both ends up, then what they queued is exchanged."""
+        link_nodes(self.nodes[a], self.nodes[b], self.now)
+        for x, y in ((a, b), (b, a)):
+            link_id = self.nodes[x].link_id_of(y)
+            assert link_id is not None
+            self.links[(x, y)] = link_id
+        self.pump()
+
     def on_action(self, site: str, action: object) -> bool:
         """Record an action of ``site``'s node; True if it changed the links (pump again)."""
         if isinstance(action, ToTrainer):

@@ -13,7 +13,7 @@ import pytest
 
 from gateways.config import GatewayConfig
 from gateways.node import CloseLink, GatewayNode, ToTrainer
-from tests.gateways.node.node_mesh import SECRET, NodeMesh, link_nodes
+from tests.gateways.node.node_mesh import SECRET, NodeMesh
 from wanrt.client.link.param_resync import SnapshotReceiver, snapshot_frames
 from wanrt.client.link.signature import LayerSignature
 from wanrt.errors import MalformedPayload, RemoteProtocolError
@@ -63,14 +63,6 @@ class _Mesh(NodeMesh):
     def __init__(self, nodes: dict[str, GatewayNode]) -> None:
         super().__init__(nodes, now=0.1)
         self.closed: dict[str, list[CloseLink]] = {s: [] for s in nodes}
-
-    def link(self, a: str, b: str) -> None:
-        link_nodes(self.nodes[a], self.nodes[b], self.now)
-        for x, y in ((a, b), (b, a)):
-            link_id = self.nodes[x].link_id_of(y)
-            assert link_id is not None
-            self.links[(x, y)] = link_id
-        self.pump()
 
     def on_action(self, site: str, action: object) -> bool:
         if not isinstance(action, CloseLink):
