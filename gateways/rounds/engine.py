@@ -415,8 +415,8 @@ class RoundEngine:
     def oldest_unfinished(self) -> int:
         """The oldest iteration with a round still open here (frontier + 1 if none): what a running peer
         that lost this site takes it back from (:func:`gateways.membership.joining.join_iteration`)."""
-        oldest = min((i for i, _ in self._rounds), default=self._frontier + 1)
-        return max(oldest, 0)
+        oldest = self.oldest_open()
+        return max(self._frontier + 1 if oldest is None else oldest, 0)
 
     def held(self, layer: int) -> list[tuple[SparsePayload | None, tuple[ContribId, ...]]]:
         """Every piece of this site's mass of ``layer`` not yet in a final result: the carry (with the

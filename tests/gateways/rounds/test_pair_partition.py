@@ -101,6 +101,29 @@ def test_after_the_partition_every_site_runs_the_same_plan_for_every_open_round(
         assert len({e.plan_for(i).plan_id for e in net.engines.values()}) == 1, i
 
 
+def _cut_off_f(net: Net, cut_for: float) -> list[str]:
+    """From t = 1 s, f hears nobody; at 2 s every pair with f is declared lost; the cut lasts ``cut_for``
+    more seconds. Returns the other sites."""
+    net.run(until=1.0)
+    net.cut.add("f")
+    net.run(until=2.0)
+    others = [s for s in SITES if s != "f"]
+    for s in others:
+        net.lose(s, "f")
+        net.lose("f", s)
+    net.run(until=2.0 + cut_for)
+    return others
+
+
+def _rejoin_f(net: Net, others: list[str], cfg: RoundConfig) -> None:
+    """The cut ends: f and every other site take each other back by the join rule, and the job runs out."""
+    net.cut.discard("f")
+    for s in others:
+        net.join(s, "f", _rejoin_at(net, s, "f", cfg))
+        net.join("f", s, _rejoin_at(net, "f", s, cfg))
+    net.run(until=500.0)
+
+
 @pytest.mark.parametrize("cut_for", [0.1, 0.3, 1.0])
 def test_a_site_cut_off_from_everyone_rejoins_without_counting_anything_twice(cut_for: float) -> None:
     """The running-pair rule must not re-run rounds whose results the others no longer keep: re-run, such a
@@ -110,19 +133,8 @@ def test_a_site_cut_off_from_everyone_rejoins_without_counting_anything_twice(cu
     net = Net(SITES, cfg.spec(), cfg)
     tr = Trainers(net, iterations=120, layers=3, compute=0.05)
     tr.start()
-    net.run(until=1.0)
-    net.cut.add("f")
-    net.run(until=2.0)
-    others = [s for s in SITES if s != "f"]
-    for s in others:
-        net.lose(s, "f")
-        net.lose("f", s)
-    net.run(until=2.0 + cut_for)
-    net.cut.discard("f")
-    for s in others:
-        net.join(s, "f", _rejoin_at(net, s, "f", cfg))
-        net.join("f", s, _rejoin_at(net, "f", s, cfg))
-    net.run(until=500.0)
+    others = _cut_off_f(net, cut_for)
+    _rejoin_f(net, others, cfg)
     assert not net.errors
     assert_accounted(net)
 
@@ -137,21 +149,10 @@ def test_a_site_cut_off_for_longer_than_the_outcome_history_is_settled_exactly(c
     net = Net(SITES, cfg.spec(), cfg)
     tr = Trainers(net, iterations=400, layers=3, compute=0.02)
     tr.start()
-    net.run(until=1.0)
-    net.cut.add("f")
-    net.run(until=2.0)
-    others = [s for s in SITES if s != "f"]
-    for s in others:
-        net.lose(s, "f")
-        net.lose("f", s)
-    net.run(until=2.0 + cut_for)
+    others = _cut_off_f(net, cut_for)
     frontier = max(net.engines[s].frontier for s in others)
     assert frontier - net.engines["f"].frontier > cfg.outcome_history  # the job ran on past the record
-    net.cut.discard("f")
-    for s in others:
-        net.join(s, "f", _rejoin_at(net, s, "f", cfg))
-        net.join("f", s, _rejoin_at(net, "f", s, cfg))
-    net.run(until=500.0)
+    _rejoin_f(net, others, cfg)
     assert not net.errors
     assert net.engines["f"].stats.unresolved == 0
     assert_accounted(net)
