@@ -10,7 +10,9 @@ maps (bound into the HMAC transcript, so neither can be altered in flight), here
 * ``join_at`` — on the *first* link a gateway opens to a peer after it joined, the iteration it joined at,
   so every peer that had lost it counts it in from the same iteration;
 * ``live`` — the sender's live members, so a fresh gateway does not wait for sites the others lost;
-* ``low`` — a running sender's oldest unfinished iteration (its oldest open round, else frontier + 1).
+* ``low`` — a running sender's oldest unfinished iteration (its oldest open round, else frontier + 1);
+* ``joins`` — a running sender's joins still pending (``site:J`` pairs): a fresh
+  gateway it lets in leaves each such site out of the plans before its J, as every running site does.
 
 Rules (:func:`join_iteration`): a gateway that considers the other end lost calls
 ``RoundEngine.peer_joined(peer, J)`` with J = the peer's announced ``join_at`` if any, else
@@ -50,6 +52,7 @@ _FRESH: Final = "fresh"
 _JOIN_AT: Final = "join_at"
 _LIVE: Final = "live"
 _LOW: Final = "low"
+_JOINS: Final = "joins"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class LinkInfo:
     join_at: int | None = None
     live: tuple[str, ...] | None = None
     low: int | None = None
+    joins: tuple[tuple[str, int], ...] = ()
 
     def to_info(self) -> dict[str, Any]:
         out: dict[str, Any] = {_FRONTIER: self.frontier, _FRESH: self.fresh}
@@ -72,6 +76,10 @@ class LinkInfo:
             text = ",".join(sorted(self.live))
             if len(text) <= MAX_STR_CHARS:  # a huge job leaves it out: the fresh side then assumes everyone
                 out[_LIVE] = text
+        if self.joins:
+            text = ",".join(f"{s}:{j}" for s, j in sorted(self.joins))
+            if len(text) <= MAX_STR_CHARS:  # as for live: a fresh gateway then learns them as joins
+                out[_JOINS] = text
         return out
 
     @classmethod
@@ -94,7 +102,21 @@ class LinkInfo:
             if not isinstance(live_text, str):
                 raise RemoteProtocolError("invalid live list in the gateway handshake", peer=peer)
             live = tuple(s for s in live_text.split(",") if s)
-        return cls(frontier, fresh, join_at, live, low)
+        return cls(frontier, fresh, join_at, live, low, _parse_joins(info.get(_JOINS), peer))
+
+
+def _parse_joins(text: Any, peer: str) -> tuple[tuple[str, int], ...]:
+    if text is None:
+        return ()
+    if not isinstance(text, str) or len(text) > MAX_STR_CHARS:
+        raise RemoteProtocolError("invalid joins in the gateway handshake", peer=peer)
+    out = []
+    for item in text.split(","):
+        site, sep, at = item.rpartition(":")
+        if not sep or not site or not at.isdigit() or int(at) > MAX_COUNTER:
+            raise RemoteProtocolError("invalid joins entry in the gateway handshake", peer=peer, value=item)
+        out.append((site, int(at)))
+    return tuple(out)
 
 
 def join_iteration(ours: LinkInfo, theirs: LinkInfo, *, margin: int, retained: int | None = None) -> int:

@@ -527,6 +527,7 @@ class GatewayNode:
             join_at=join_at,
             live=None if engine is None else tuple(engine.live),
             low=None if engine is None else engine.oldest_unfinished(),
+            joins=() if engine is None else tuple(engine.pending_joins().items()),
         ).to_info()
         info["rounds"] = self._rounds_digest
         info.update(self.model.info())
@@ -655,6 +656,9 @@ class GatewayNode:
                 # deadline)
                 start = max(0, min(start, other.low))
             self._create_engine(start, initial_live(self.site, peer, other, self.sites), now)
+            for site, at in other.joins:  # joins the peer agreed before this engine existed
+                if self.engine is not None and at > start and site in self.engine.live and site != self.site:
+                    self.engine.known_join(site, at)
             if not other.fresh and start > self.resume_frontier + 1:  # missed rounds: fetch the parameters
                 self._resync_out(self.resync.start(start))
             if other.fresh and self.resume_frontier >= 0 and self.ledger is not None:

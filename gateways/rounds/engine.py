@@ -373,6 +373,22 @@ class RoundEngine:
         self._replan(now, out)
         return out
 
+    def known_join(self, peer: str, iteration: int) -> None:
+        """A join this engine did not see happen: the running gateway that let this one in had agreed that
+        ``peer`` takes part from ``iteration`` (its handshake's ``joins``). Without it a gateway starting
+        between that agreement and ``iteration`` planned ``peer`` into the rounds before it, which no other
+        site does, and waited there for a partial that never came (chaos soak, kill2: two restarted
+        gateways, the second let in by a third site, wedged the job). Called before any round is open."""
+        self._check_peer(peer)
+        if iteration < 0:
+            raise LocalProtocolError("join iteration must be >= 0", value=iteration)
+        self._timeline.join(peer, iteration)
+        self._join_hint = max(self._join_hint, iteration - 1)
+
+    def pending_joins(self) -> dict[str, int]:
+        """Joins still pending in the open iterations (site -> the iteration it takes part from)."""
+        return self._timeline.joins
+
     def set_plan(
         self, plan: Plan | PlanSpec, now: float, effective_iteration: int | None = None
     ) -> list[Action]:

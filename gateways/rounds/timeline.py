@@ -86,6 +86,11 @@ class PlanTimeline:
         self._all_live = None
         self._by_iteration.clear()
 
+    @property
+    def joins(self) -> dict[str, int]:
+        """Joins still pending in some open iteration: site -> the iteration it takes part from."""
+        return dict(self._joins)
+
     def set_spec(self, spec: PlanSpec, effective: int) -> None:
         self._specs = [(e, s) for e, s in self._specs if e < effective] + [(effective, spec)]
         self._by_iteration.clear()

@@ -187,3 +187,52 @@ def test_a_gateway_that_starts_late_takes_part_in_the_rounds_its_peers_count_it_
     assert not a.engine.open_rounds() and c.engine is not None and not c.engine.open_rounds()
     got = {(m.iteration, m.payload.nnz) for m in mesh.to_trainer["c"] if isinstance(m, Aggregate)}
     assert {it for it, nnz in got if nnz > 0} == {0, 1}  # c's trainer got both results
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a gateway let in by a running peer learns the joins that peer already agreed (chaos soak, kill2)
+# ---------------------------------------------------------------------------------------------------------
+FOUR = "abcd"
+
+
+def _node4(site: str, *, resume: int = -1) -> GatewayNode:
+    peers = {p: f"tcp://127.0.0.1:{9000 + ord(p)}" for p in FOUR if p != site}
+    node = GatewayNode(GatewayConfig(site=site, job="j", secret=SECRET, peers=peers), 0.0)
+    node.resume_frontier = resume
+    node.start(0.0)
+    return node
+
+
+def _survivor4(site: str, start: int) -> GatewayNode:
+    """A running gateway (frontier ``start - 1``) that lost a and c, which were killed together."""
+    node = _node4(site)
+    node._create_engine(start, set(FOUR), 0.0)
+    for peer in "ac":
+        node._declare_lost(peer, "its gateway was killed", 0.0)
+    return node
+
+
+def test_a_gateway_let_in_by_a_running_peer_leaves_out_sites_that_join_after_it() -> None:
+    b, d = _survivor4("b", 41), _survivor4("d", 40)  # b has seen one iteration more than d
+    a, c = _node4("a", resume=10), _node4("c", resume=10)
+    _link(a, b, 0.1)  # a joins past b's frontier: 40 + 1 + 3
+    _link(a, d, 0.2)  # and says so on its first link to d
+    assert a.join_at == 44
+    _link(c, d, 0.3)  # c is let in by d, whose frontier is lower: c starts before a does
+    assert c.join_at == 43
+    assert c.engine is not None and d.engine is not None
+    for it in (43, 44, 45):
+        # every iteration's plan at c is d's: a takes part from 44 on, at c as everywhere else
+        assert c.engine.plan_for(it).members == d.engine.plan_for(it).members, it
+        assert ("a" in c.engine.plan_for(it).members) == (it >= 44), it
+    _link(a, c, 0.4)  # a's first link to c: nothing changes, a was already known to join at 44
+    assert c.engine.plan_for(43).members == ("b", "c", "d")
+
+
+def test_joins_travel_in_the_handshake_and_are_checked() -> None:
+    info = LinkInfo(5, False, None, ("a", "b"), low=4, joins=(("a", 7), ("b", 9))).to_info()
+    assert LinkInfo.parse(info, peer="x").joins == (("a", 7), ("b", 9))
+    assert LinkInfo.parse(LinkInfo(5, False).to_info(), peer="x").joins == ()
+    for bad in (7, "a", "a:", "a:-1", "a:x", f"a:{2**70}", ":3"):
+        with pytest.raises(RemoteProtocolError, match="joins"):
+            LinkInfo.parse({**info, "joins": bad}, peer="x")
