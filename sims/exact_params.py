@@ -78,6 +78,9 @@ class ExactParams:
             if snap is not None:
                 self._swap(snap)
                 return [], True
+            if self.receiver.reask:  # failed its checksum: asked again
+                request = self.receiver.ask_again()
+                return ([] if request is None else [request]), False
         elif isinstance(msg, ParamRefuse) and self.receiver.on_refuse(msg):
             self._release()  # nobody will answer: stop holding
         return [], False

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from wanrt.errors import MalformedPayload, RemoteProtocolError
@@ -204,9 +204,7 @@ class ParamResync:
                 serve.remaining = sum(msg.lengths)
                 if serve.remaining == 0:
                     del self._serving[msg.request]
-                return [
-                    ToPeer(serve.peer, ParamAnnounce(serve.request, msg.iteration, msg.lengths, msg.extras))
-                ]
+                return [ToPeer(serve.peer, replace(msg, request=serve.request))]  # checksum and all
             del self._serving[msg.request]
             return [ToPeer(serve.peer, ParamRefuse(serve.request, msg.reason))]
         raise RemoteProtocolError(f"{type(msg).__name__} is not a resync message", peer="trainer")
@@ -305,9 +303,7 @@ class ParamResync:
             ask.skip_empty()
             out: list[Out] = []
             if ask.forward and self._trainer_req is not None:
-                out.append(
-                    ToSiteTrainer(ParamAnnounce(self._trainer_req, msg.iteration, msg.lengths, msg.extras))
-                )
+                out.append(ToSiteTrainer(replace(msg, request=self._trainer_req)))
             return out + self._finish(msg.request, ask)
         assert isinstance(msg, ParamChunk)
         self._check_chunk(peer, ask, msg)

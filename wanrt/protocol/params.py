@@ -20,6 +20,7 @@ against the announce.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Self
@@ -32,6 +33,7 @@ from wanrt.protocol.limits import MAX_COUNTER, MAX_LAYER_ELEMENTS, MAX_LAYER_ID
 from wanrt.protocol.messages import Message, MsgType, field_names
 
 __all__ = [
+    "CHECKSUM_BYTES",
     "MAX_PARAM_CHUNK_ELEMENTS",
     "MAX_PARAM_EXTRAS",
     "MAX_PARAM_LAYERS",
@@ -40,6 +42,7 @@ __all__ = [
     "ParamChunk",
     "ParamRefuse",
     "ParamRequest",
+    "snapshot_checksum",
 ]
 
 #: Layers one resync may describe: the client's own bound on a model's layers (wanrt.client.context).
@@ -50,6 +53,8 @@ MAX_PARAM_CHUNK_ELEMENTS: Final = 1 << 20
 #: (iteration, layer) results of iterations ≥ K a snapshot may already hold: a trainer applies a layer at
 #: most ``staleness`` iterations late, so a few iterations of every layer; bounded by the layer count too.
 MAX_PARAM_EXTRAS: Final = 1 << 22
+#: Bytes of a snapshot's checksum (:func:`snapshot_checksum`).
+CHECKSUM_BYTES: Final = 16
 
 
 def _u64_array(buf: Any, field: str, limit_name: str, limit: int) -> np.ndarray:
@@ -146,12 +151,19 @@ class ParamAnnounce(Message):
     iteration: int
     lengths: tuple[int, ...]
     extras: tuple[tuple[int, int], ...] = ()
+    #: :func:`snapshot_checksum` of the values the chunks carry; the receiving trainer recomputes it before
+    #: it swaps the snapshot in (empty: none given — a trainer refuses such a snapshot)
+    checksum: bytes = b""
 
     def __post_init__(self) -> None:
         check_uint(self.request, "request", MAX_COUNTER)
         check_uint(self.iteration, "iteration", MAX_COUNTER)
         object.__setattr__(self, "lengths", _lengths(self.lengths))
         object.__setattr__(self, "extras", _extras(self.extras))
+        if not isinstance(self.checksum, bytes) or len(self.checksum) not in (0, CHECKSUM_BYTES):
+            raise LocalProtocolError(
+                f"a snapshot checksum is {CHECKSUM_BYTES} bytes", value=type(self.checksum).__name__
+            )
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
         header = {
@@ -159,6 +171,7 @@ class ParamAnnounce(Message):
             "iteration": self.iteration,
             "lengths": len(self.lengths),
             "extras": len(self.extras),
+            "checksum": self.checksum,
         }
         return header, [_u64_buffer(self.lengths), _u64_buffer(self.extras)]
 
@@ -248,6 +261,17 @@ class ParamRefuse(Message):
     def __post_init__(self) -> None:
         check_uint(self.request, "request", MAX_COUNTER)
         check_text(self.reason, "reason")
+
+
+def snapshot_checksum(layers: Sequence[np.ndarray]) -> bytes:
+    """BLAKE2b-128 over the snapshot's values, layer after layer, as little-endian fp32: computed by the
+    serving trainer from the arrays it sends, and by the receiver from what it assembled, so a snapshot
+    altered or mis-assembled anywhere on the way (a relay's bug, a chunk written at the wrong place) is
+    never swapped in. The links are authenticated; this checks the end-to-end result, not the sender."""
+    h = hashlib.blake2b(digest_size=CHECKSUM_BYTES)
+    for a in layers:
+        h.update(np.ascontiguousarray(a, dtype="<f4").reshape(-1).view(np.uint8).data)
+    return h.digest()
 
 
 #: Every parameter-resync message (what a link handler hands to the resync logic).

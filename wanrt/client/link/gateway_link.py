@@ -352,6 +352,10 @@ class GatewayLink:
                     snapshot = self._resync.on_chunk(event)
                     if snapshot is not None:
                         self._events.put(SnapshotArrived(snapshot))
+                    elif self._resync.reask:  # failed its checksum: ask again
+                        again = self._resync.ask_again()
+                        if again is not None:
+                            await self._send(again)
                 elif isinstance(event, ParamRefuse):
                     if self._resync.on_refuse(event):
                         self._events.put(ResyncAbandoned())

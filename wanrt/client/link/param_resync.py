@@ -12,6 +12,10 @@ every result of the iterations below K (K ≥ J, the serving trainer's choice) a
 ``extras``; after swapping it in the trainer applies the held results :meth:`Snapshot.wants` says, and
 from then on skips the results the snapshot already holds (:meth:`Snapshot.wants` again).
 
+Integrity: the announce carries :func:`~wanrt.protocol.params.snapshot_checksum` of the values the
+serving trainer sends; the receiver recomputes it over what it assembled and swaps in nothing that differs
+(it asks again, up to ``MAX_CORRUPT`` times in a row, then fails with an error).
+
 Memory: the announce is checked against this trainer's own layer lengths before anything is allocated;
 the snapshot is assembled in one staging copy of the model (allocated from the trainer's own shapes, never
 from the announce), so a half-received snapshot never touches the parameters and a transfer that restarts
@@ -34,8 +38,12 @@ import numpy as np
 
 from wanrt.errors import MalformedPayload, RemoteProtocolError
 from wanrt.protocol import Notice, ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
+from wanrt.protocol.params import CHECKSUM_BYTES, snapshot_checksum
 
 __all__ = ["CHUNK_ELEMENTS", "Snapshot", "SnapshotReceiver", "snapshot_frames", "snapshot_point"]
+
+#: Snapshots in a row that may fail their checksum before the resync gives up with an error.
+MAX_CORRUPT = 3
 
 #: Values per ParamChunk a trainer sends (1 MiB of fp32): well under the protocol's chunk limit.
 CHUNK_ELEMENTS = 1 << 18
@@ -65,6 +73,8 @@ class SnapshotReceiver:
     pending: int | None = None  # J of the resync in progress
     done: int | None = None  # J of the last resync completed
     failed: int = 0
+    corrupt: int = 0  # snapshots in a row that failed their checksum
+    reask: bool = False  # the last snapshot failed its checksum: send ask_again()
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _request: int | None = None
     _staging: list[np.ndarray] | None = None
@@ -96,8 +106,10 @@ class SnapshotReceiver:
         return None
 
     def ask_again(self) -> ParamRequest | None:
-        """After a reconnect: the question again if a snapshot is still owed (the gateway may have relayed
-        it in full to the connection that ended; it answers a repeated question for the same iteration)."""
+        """After a reconnect, or a snapshot that failed its checksum (``reask``): the question again if a
+        snapshot is still owed (the gateway may have relayed it in full; it answers a repeated question
+        for the same iteration)."""
+        self.reask = False
         if self.pending is None:
             return None
         self._reset()
@@ -133,6 +145,8 @@ class SnapshotReceiver:
             raise RemoteProtocolError(
                 f"resync snapshot at iteration {msg.iteration}, asked for {self.pending}", peer=self.peer
             )
+        if len(msg.checksum) != CHECKSUM_BYTES:
+            raise RemoteProtocolError("resync snapshot without a checksum", peer=self.peer)
         if self._staging is None:  # from our own lengths, never from the announce
             self._staging = [np.empty(n, np.float32) for n in self.lengths]
         self._announce = msg
@@ -163,7 +177,19 @@ class SnapshotReceiver:
         if self._layer < len(self.lengths):
             return None
         ann = self._announce
+        if snapshot_checksum(self._staging) != ann.checksum:
+            # assembled in full but not what the serving trainer sent: never swapped in; asked once more
+            # (the gateway answers a repeated question), a few times at most
+            self.corrupt += 1
+            self._reset()
+            if self.corrupt > MAX_CORRUPT:
+                raise RemoteProtocolError(
+                    f"{self.corrupt} resync snapshots in a row failed their checksum", peer=self.peer
+                )
+            self.reask = True
+            return None
         snap = Snapshot(ann.iteration, frozenset(ann.extras), self._staging)
+        self.corrupt = 0
         self._staging = None  # handed over: the trainer swaps it in
         self.done, self.pending, self._request = self.pending, None, None
         self._reset()
@@ -192,8 +218,9 @@ def snapshot_frames(
 ) -> Iterator[ParamAnnounce | ParamChunk]:
     """The answer to ``request``: the announce, then the layers in order, ``chunk`` values at a time (the
     arrays are copied into the frames, so the caller may go on training while they are sent)."""
-    yield ParamAnnounce(request, iteration, tuple(int(a.size) for a in layers), tuple(extras))
-    for layer, a in enumerate(layers):
-        flat = np.asarray(a, dtype=np.float32).reshape(-1)
+    flats = [np.asarray(a, dtype=np.float32).reshape(-1) for a in layers]
+    sizes = tuple(int(a.size) for a in flats)
+    yield ParamAnnounce(request, iteration, sizes, tuple(extras), snapshot_checksum(flats))
+    for layer, flat in enumerate(flats):
         for off in range(0, flat.size, chunk):
             yield ParamChunk(request, layer, off, flat[off : off + chunk].copy())
