@@ -84,8 +84,9 @@ class _Ask:
 
     peer: str
     iteration: int
-    lengths: tuple[int, ...]
+    lengths: tuple[int, ...]  # the layers', then ``state`` optimizer-state arrays' (empty: none asked)
     forward: bool  # False: the trainer that asked is gone; the answer is checked and dropped
+    state: int = 0
     announced: bool = False
     layer: int = 0
     offset: int = 0
@@ -119,6 +120,7 @@ class ParamResync:
     trainer_up: bool = False
     _trainer_req: int | None = None  # the trainer's id for its question
     _lengths: tuple[int, ...] | None = None
+    _state: int = 0  # how many of _lengths are optimizer-state arrays
     _asks: dict[int, _Ask] = field(default_factory=dict)  # our id -> question
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _last_id: int = 0
@@ -222,15 +224,16 @@ class ParamResync:
             ]
         if n_layers is None:
             return [ToSiteTrainer(ParamRefuse(msg.request, "the job's model signature is not known yet"))]
-        if len(msg.lengths) != n_layers:
+        if len(msg.lengths) - msg.state != n_layers:
             raise RemoteProtocolError(
-                f"resync request describes {len(msg.lengths)} layers, the job's model has {n_layers}",
+                f"resync request describes {len(msg.lengths) - msg.state} layers, the job's model has "
+                f"{n_layers}",
                 peer="trainer",
                 value=len(msg.lengths),
             )
         for ask in self._asks.values():
             ask.forward = False
-        self._trainer_req, self._lengths = msg.request, msg.lengths
+        self._trainer_req, self._lengths, self._state = msg.request, msg.lengths, msg.state
         self._tried.clear()
         return self._ask_next(candidates, now)
 
@@ -246,11 +249,11 @@ class ParamResync:
             self._tried.add(peer)
             rid = next(self._ids)
             self._last_id = rid
-            self._asks[rid] = _Ask(peer, self.need, self._lengths, forward=True)
+            self._asks[rid] = _Ask(peer, self.need, self._lengths, forward=True, state=self._state)
             self.stats.asked += 1
             self.retry_at = None
             log.info("asking site %s for the job's parameters as of iteration %d", peer, self.need)
-            return [ToPeer(peer, ParamRequest(rid, self.need))]
+            return [ToPeer(peer, ParamRequest(rid, self.need, state=self._state))]
         self._tried.clear()
         self.retry_at = now + RETRY_S
         return []
@@ -362,14 +365,18 @@ class ParamResync:
             peer,
             msg.iteration,
         )
-        return [ToSiteTrainer(ParamRequest(lid, msg.iteration))]
+        return [ToSiteTrainer(ParamRequest(lid, msg.iteration, state=msg.state))]
 
     def _check_announce(self, peer: str, ask: _Ask, msg: ParamAnnounce, frontier: int, margin: int) -> None:
         if ask.announced:
             raise RemoteProtocolError("a second parameter announce for one request", peer=peer)
         # bounded against the model the job agreed on (the asking trainer's lengths, whose count is the
-        # signature's) before the trainer reserves anything
-        if msg.lengths != ask.lengths:
+        # signature's) before the trainer reserves anything; the optimizer state may be left out (the
+        # serving site's optimizer differs, or keeps none)
+        layers = ask.lengths[: len(ask.lengths) - ask.state]
+        if msg.state == 0 and ask.state and msg.lengths == layers:
+            ask.lengths, ask.state = layers, 0
+        if msg.lengths != ask.lengths or msg.state != ask.state:
             n, total = len(msg.lengths), sum(msg.lengths)
             raise RemoteProtocolError(
                 f"site {peer} announces parameters of {n} layers / {total} values; the job's model has "
@@ -385,10 +392,10 @@ class ParamResync:
                 peer=peer,
                 value=k,
             )
-        if len(msg.extras) > min(MAX_PARAM_EXTRAS, len(ask.lengths) * (margin + 1)):
+        if len(msg.extras) > min(MAX_PARAM_EXTRAS, len(layers) * (margin + 1)):
             raise RemoteProtocolError("too many results beyond the snapshot's iteration", peer=peer)
         for it, layer in msg.extras:
-            if not k <= it <= k + margin or layer >= len(ask.lengths):
+            if not k <= it <= k + margin or layer >= len(layers):
                 raise RemoteProtocolError(
                     "a result beyond the snapshot's iteration is out of range", peer=peer, value=(it, layer)
                 )

@@ -59,6 +59,7 @@ from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
 from wanrt.errors import LocalProtocolError, RemoteProtocolError, WanrtTimeout
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
+from wanrt.kernels.state_transfer import export_state, import_state, state_lengths
 from wanrt.payload import SparsePayload
 
 __all__ = ["Context"]
@@ -121,7 +122,7 @@ class Context:
         self._held: list[SiteUpdate] = []
         self._incoming: Snapshot | None = None
         self._snapshot: Snapshot | None = None
-        self._serve: list[tuple[int, int]] = []
+        self._serve: list[tuple[int, int, int]] = []  # (request, iteration, state arrays wanted)
         #: parameter snapshots installed on this rank (every rank counts the same)
         self.resyncs = 0
 
@@ -209,7 +210,14 @@ class Context:
             try:
                 assert self._secret is not None
                 spec = LinkSpec(
-                    self.gateway, self.site, self.job, self._secret, sig, self._config, run=self._run
+                    self.gateway,
+                    self.site,
+                    self.job,
+                    self._secret,
+                    sig,
+                    self._config,
+                    run=self._run,
+                    state_lengths=self._state_lengths,
                 )
                 self._link = self._link_factory(spec)
             except Exception as exc:
@@ -367,16 +375,29 @@ class Context:
 
     def _install_snapshot(self) -> None:
         """Every rank: the leader copies the received snapshot into its parameters, the site's other ranks
-        receive them by broadcast (so every rank of every site ends with the same parameters). Optimizer
-        state (e.g. momentum) is not transferred: each rank keeps its own."""
+        receive them by broadcast (so every rank of every site ends with the same parameters). The
+        optimizer state (momentum, Adam's moments and step counters) comes with it when the serving site's
+        optimizer has the same arrays, and reaches every rank the same way; otherwise each rank keeps its
+        own (logged)."""
+        assert self._optimizer is not None
         with torch.no_grad():
+            state: list[np.ndarray] = []
             if self.is_leader:
                 assert self._snapshot is not None
                 for p, values in zip(self._params, self._snapshot.layers, strict=True):
                     src = torch.from_numpy(values).to(device=p.device, dtype=p.dtype)
                     p.data.view(-1).copy_(src)
+                state = self._snapshot.state
+                if not state and self._state_lengths:
+                    log.warning(
+                        "parameter resync: the serving site sent no optimizer state (its optimizer differs "
+                        "from this one); this site keeps its own"
+                    )
             if self.world_size > 1:
                 self._channel.params(self._params)
+                state = self._channel.optimizer_state(state, self._state_lengths)
+            if state:
+                import_state(self._optimizer, self._dense_lens, self._config.block_size, state)
         self.resyncs += 1
 
     def _serve_params(self) -> None:
@@ -401,14 +422,29 @@ class Context:
             return (i, layer) in in_snap or (i < pushed and (i, layer) not in pending)
 
         keep = []
-        for request, iteration in self._serve:
+        for request, iteration, state in self._serve:
             point = snapshot_point(iteration, low, applied, high, len(self._params))
             if point is None:
-                keep.append((request, iteration))
+                keep.append((request, iteration, state))
                 continue
             layers = [p.detach().reshape(-1).to("cpu", torch.float32).numpy() for p in self._params]
-            send(list(snapshot_frames(request, point[0], point[1], layers)))
+            # the optimizer state too when the asker's optimizer has the same arrays (else it keeps its own)
+            arrays = self._state_arrays() if state and state == len(self._state_lengths) else []
+            send(list(snapshot_frames(request, point[0], point[1], layers, state=arrays)))
         self._serve = keep
+
+    @property
+    def _state_lengths(self) -> tuple[int, ...]:
+        assert self._optimizer is not None
+        return state_lengths(self._optimizer, self._dense_lens, self._config.block_size)
+
+    @property
+    def _dense_lens(self) -> list[int]:
+        return [p.numel() for p in self._params]
+
+    def _state_arrays(self) -> list[np.ndarray]:
+        assert self._optimizer is not None
+        return export_state(self._optimizer, self._dense_lens, self._config.block_size)
 
     def _poll(self, timeout: float, *, block: bool = False) -> None:
         """Handle the next event (block) or every event already queued (no block)."""
@@ -431,7 +467,7 @@ class Context:
             elif isinstance(event, ResyncAbandoned):
                 self._resync_at = None  # the held updates are applied at this step
             elif isinstance(event, ServeRequested):
-                self._serve.append((event.request, event.iteration))
+                self._serve.append((event.request, event.iteration, event.state))
             else:
                 self._announced.append(event)
             if block:

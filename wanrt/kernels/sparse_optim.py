@@ -142,6 +142,12 @@ class SparseOptimizer(ABC):
 
     # ------------------------------------------------------------------ checkpointing
 
+    @property
+    def state_layout(self) -> dict[str, str]:
+        """The state arrays of one parameter: name -> "dense" (fp32 per element) or "blocks" (int32 per
+        block), in a fixed order (what :mod:`wanrt.kernels.state_transfer` streams)."""
+        return dict(self._layout)
+
     def state_dict(self) -> dict[str, Any]:
         """Host copies of all state plus the hyperparameters, for a trainer checkpoint."""
         params = {}

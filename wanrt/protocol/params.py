@@ -37,6 +37,7 @@ __all__ = [
     "MAX_PARAM_CHUNK_ELEMENTS",
     "MAX_PARAM_EXTRAS",
     "MAX_PARAM_LAYERS",
+    "MAX_STATE_PER_LAYER",
     "PARAM_MESSAGES",
     "ParamAnnounce",
     "ParamChunk",
@@ -53,6 +54,8 @@ MAX_PARAM_CHUNK_ELEMENTS: Final = 1 << 20
 #: (iteration, layer) results of iterations ≥ K a snapshot may already hold: a trainer applies a layer at
 #: most ``staleness`` iterations late, so a few iterations of every layer; bounded by the layer count too.
 MAX_PARAM_EXTRAS: Final = 1 << 22
+#: Optimizer-state arrays per layer a resync may carry (Adam: exp_avg, exp_avg_sq, step counters).
+MAX_STATE_PER_LAYER: Final = 3
 #: Bytes of a snapshot's checksum (:func:`snapshot_checksum`).
 CHECKSUM_BYTES: Final = 16
 
@@ -104,6 +107,14 @@ def _extras(value: Any) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _check_state(state: Any, lengths: tuple[int, ...]) -> None:
+    check_uint(state, "state", MAX_STATE_PER_LAYER * MAX_PARAM_LAYERS)
+    if lengths and state * (MAX_STATE_PER_LAYER + 1) > MAX_STATE_PER_LAYER * len(lengths):
+        raise LocalProtocolError(
+            f"more than {MAX_STATE_PER_LAYER} optimizer-state arrays per layer", value=(state, len(lengths))
+        )
+
+
 def _u64_buffer(values: Sequence[int] | Sequence[tuple[int, int]]) -> memoryview:
     return memoryview(np.asarray(values, dtype="<u8").reshape(-1).tobytes())
 
@@ -114,7 +125,10 @@ class ParamRequest(Message):
 
     Trainer → its gateway: ``lengths`` are the dense lengths of the trainer's layers (its model passed the
     job's signature check, whose per-layer digests cover the shapes), so its gateway can bound what a peer
-    sends. Gateway → gateway and gateway → the serving trainer: ``lengths`` is empty."""
+    sends, followed by ``state`` lengths of its optimizer's state arrays (:mod:`wanrt.kernels.state_transfer`;
+    0 for a stateless optimizer). Gateway → gateway and gateway → the serving trainer: ``lengths`` is
+    empty, ``state`` the number of state arrays the asking trainer can take (its optimizer's; a serving
+    trainer whose own differ sends the parameters alone)."""
 
     TYPE: ClassVar[int] = MsgType.PARAM_REQUEST
     STREAM: ClassVar[bool] = True
@@ -122,16 +136,22 @@ class ParamRequest(Message):
     request: int
     iteration: int
     lengths: tuple[int, ...] = ()
+    state: int = 0
 
     def __post_init__(self) -> None:
         check_uint(self.request, "request", MAX_COUNTER)
         check_uint(self.iteration, "iteration", MAX_COUNTER)
         object.__setattr__(self, "lengths", _lengths(self.lengths))
+        _check_state(self.state, self.lengths)
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        return {"request": self.request, "iteration": self.iteration, "lengths": len(self.lengths)}, [
-            _u64_buffer(self.lengths)
-        ]
+        header = {
+            "request": self.request,
+            "iteration": self.iteration,
+            "lengths": len(self.lengths),
+            "state": self.state,
+        }
+        return header, [_u64_buffer(self.lengths)]
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
@@ -151,6 +171,8 @@ class ParamAnnounce(Message):
     iteration: int
     lengths: tuple[int, ...]
     extras: tuple[tuple[int, int], ...] = ()
+    #: the last ``state`` entries of ``lengths`` are optimizer-state arrays, not layers (0: parameters only)
+    state: int = 0
     #: :func:`snapshot_checksum` of the values the chunks carry; the receiving trainer recomputes it before
     #: it swaps the snapshot in (empty: none given — a trainer refuses such a snapshot)
     checksum: bytes = b""
@@ -160,6 +182,7 @@ class ParamAnnounce(Message):
         check_uint(self.iteration, "iteration", MAX_COUNTER)
         object.__setattr__(self, "lengths", _lengths(self.lengths))
         object.__setattr__(self, "extras", _extras(self.extras))
+        _check_state(self.state, self.lengths)
         if not isinstance(self.checksum, bytes) or len(self.checksum) not in (0, CHECKSUM_BYTES):
             raise LocalProtocolError(
                 f"a snapshot checksum is {CHECKSUM_BYTES} bytes", value=type(self.checksum).__name__
@@ -171,6 +194,7 @@ class ParamAnnounce(Message):
             "iteration": self.iteration,
             "lengths": len(self.lengths),
             "extras": len(self.extras),
+            "state": self.state,
             "checksum": self.checksum,
         }
         return header, [_u64_buffer(self.lengths), _u64_buffer(self.extras)]

@@ -273,3 +273,59 @@ def test_a_site_whose_held_rounds_were_settled_is_told_past_every_iteration_it_s
     assert a.engine is not None and a.engine.stats.settled > 0
     notices = [n for n in mesh.last("a", Notice) if n.kind == "resync"]
     assert len(notices) == 1 and notices[0].info["iteration"] == a.engine.frontier + 1 > 2
+
+
+STATE = (37, 37, 3, 0, 0, 0, 300, 300, 19)  # Adam's arrays per layer (block size 16)
+
+
+def _state(seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [np.floor(rng.uniform(0, 9, n)).astype(np.float32) for n in STATE]
+
+
+@pytest.mark.parametrize("serves_state", [True, False], ids=["with state", "parameters alone"])
+def test_the_optimizer_state_travels_with_the_parameters_or_is_left_out(serves_state: bool) -> None:
+    mesh, j = _restarted_c()
+    notice = next(n for n in mesh.last("c", Notice) if n.kind == "resync")
+    receiver = SnapshotReceiver(LENGTHS, STATE)
+    request = receiver.on_notice(notice)
+    assert request is not None and request.lengths == LENGTHS + STATE and request.state == len(STATE)
+    mesh.trainer_sends("c", request)
+    asked = mesh.last("a", ParamRequest)
+    assert len(asked) == 1 and asked[0].state == len(STATE)  # the serving trainer knows what fits
+    served, state = _layers(2), _state(3)
+    sent = state if serves_state else []
+    for frame in snapshot_frames(asked[0].request, j, [], served, chunk=64, state=sent):
+        mesh.trainer_sends("a", frame)
+    got = None
+    for m in mesh.to_trainer["c"]:
+        if isinstance(m, ParamAnnounce):
+            receiver.on_announce(m)
+        elif isinstance(m, ParamChunk):
+            got = receiver.on_chunk(m) or got
+    assert got is not None and not mesh.closed["c"]
+    assert [a.tolist() for a in got.layers] == [a.tolist() for a in served]
+    assert [a.tolist() for a in got.state] == ([a.tolist() for a in state] if serves_state else [])
+
+
+def test_a_resync_request_must_describe_the_job_s_layers_before_its_state() -> None:
+    mesh, _ = _restarted_c()
+    notice = next(n for n in mesh.last("c", Notice) if n.kind == "resync")
+    request = SnapshotReceiver(LENGTHS, STATE).on_notice(notice)
+    assert request is not None
+    lying = ParamRequest(request.request, request.iteration, request.lengths, len(STATE) - 1)
+    with pytest.raises(RemoteProtocolError, match="describes 4 layers"):
+        mesh.trainer_sends("c", lying)
+
+
+def test_an_announce_with_state_the_asker_cannot_take_ends_the_link() -> None:
+    mesh, j = _restarted_c()
+    notice = next(n for n in mesh.last("c", Notice) if n.kind == "resync")
+    request = SnapshotReceiver(LENGTHS, STATE).on_notice(notice)
+    assert request is not None
+    mesh.trainer_sends("c", request)
+    rid = max(mesh.nodes["c"].resync._asks)
+    # another optimizer's arrays (two per layer): neither the asked state nor the parameters alone
+    other = (37, 37, 0, 0, 300, 300)
+    mesh.forge("a", "c", ParamAnnounce(rid, j, LENGTHS + other, state=len(other), checksum=bytes(16)))
+    assert mesh.closed["c"] and "announces parameters" in mesh.closed["c"][0].reason

@@ -16,6 +16,9 @@ from tests.wanrt.client.fake_link import ScriptedLink
 from wanrt.client import ClientConfig, SparseOptimizer
 from wanrt.client.link.api import LinkSpec, ResyncStarted, ServeRequested, SnapshotArrived
 from wanrt.client.link.param_resync import Snapshot, SnapshotReceiver
+from wanrt.kernels import make_sparse_optimizer
+from wanrt.kernels.state_transfer import export_state, state_lengths
+from wanrt.payload import SparsePayload
 from wanrt.protocol import Message, ParamAnnounce, ParamChunk
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
@@ -105,4 +108,78 @@ def test_the_leader_holds_updates_installs_the_snapshot_and_serves_its_own(secre
     assert got is not None
     np.testing.assert_array_equal(got.layers[0], model.a.detach().numpy())
     np.testing.assert_array_equal(got.layers[1], model.b.detach().numpy())
+    ctx.close()
+
+
+def test_the_optimizer_state_travels_with_the_parameters(secret_file: Path) -> None:
+    """Adam's moments and step counters: served with the snapshot when the asker's optimizer has the same
+    arrays, installed with it (else each site keeps its own; checked at the gateway and the receiver)."""
+    links: list[ServingLink] = []
+
+    def factory(spec: LinkSpec) -> ServingLink:
+        links.append(ServingLink(spec))
+        return links[0]
+
+    ctx = wanrt.client.init(
+        "mem://gw",
+        site="a",
+        job="j",
+        secret_file=secret_file,
+        config=ClientConfig.dense_baseline(staleness=0, update_deadline_s=5.0),
+        link_factory=factory,
+    )
+    model = TwoLayers()
+    opt = SparseOptimizer(model.named_parameters(), "adam", lr=0.1, ctx=ctx)
+    link = links[0]
+    lengths = state_lengths(opt._kernel, (20, 36), ctx._config.block_size)
+    assert link.spec.state_lengths == lengths and len(lengths) == 6  # exp_avg, exp_avg_sq, steps per layer
+
+    def step(t: int) -> None:
+        c, d = _coeffs(t)
+        model.loss(c, d).backward()
+        opt.step()
+        opt.zero_grad()
+
+    for t in range(3):
+        step(t)
+    link.inject(ServeRequested(7, 3, len(lengths)))
+    step(3)
+    receiver = SnapshotReceiver((20, 36), lengths)
+    receiver.pending, receiver._request = 3, 7  # as if it had asked
+    got = None
+    for frame in link.sent:
+        if isinstance(frame, ParamAnnounce):
+            assert frame.state == 6 and frame.lengths == (20, 36, *lengths)
+            receiver.on_announce(frame)
+        else:
+            assert isinstance(frame, ParamChunk)
+            got = receiver.on_chunk(frame) or got
+    assert got is not None
+    served = export_state(opt._kernel, (20, 36), ctx._config.block_size)
+    assert [a.tolist() for a in got.state] == [a.tolist() for a in served]
+    assert max(float(a.max()) for a in got.state[2::3]) == 4  # four Adam steps on every block
+
+    # asked without room for state (the asker's optimizer keeps none): the parameters alone
+    link.sent.clear()
+    link.inject(ServeRequested(8, 4, 0))
+    step(4)
+    first = link.sent[0]
+    assert isinstance(first, ParamAnnounce) and first.state == 0 and first.lengths == (20, 36)
+
+    # installing a snapshot with another site's state replaces this optimizer's state
+    other = make_sparse_optimizer("adam", lr=0.1)
+    pa, pb = np.zeros(20, np.float32), np.zeros(36, np.float32)
+    for t in range(9):
+        c, d = _coeffs(100 + t)
+        other.step(0, pa, SparsePayload.from_dense_blocks(0, c.numpy(), np.arange(2), 16))
+        other.step(1, pb, SparsePayload.from_dense_blocks(1, d.numpy(), np.arange(3), 16))
+    theirs = export_state(other, (20, 36), 16)
+    link.inject(ResyncStarted(6))
+    step(5)
+    link.inject(SnapshotArrived(Snapshot(6, frozenset(), [pa, pb], theirs)))
+    step(6)
+    assert ctx.resyncs == 1
+    mine = export_state(opt._kernel, (20, 36), 16)
+    # the installed state, moved on by this site's own updates since (iteration 6 applied on top of it)
+    assert max(float(a.max()) for a in mine[2::3]) == 10
     ctx.close()

@@ -68,6 +68,7 @@ class ServeRequested:
 
     request: int
     iteration: int
+    state: int = 0  # optimizer-state arrays the asking trainer can take (send yours if yours match)
 
 
 LinkEvent = UpdateArrived | ConfigChange | ResyncStarted | SnapshotArrived | ResyncAbandoned | ServeRequested
@@ -86,6 +87,9 @@ class LinkSpec:
     #: this training run's id (random per ``wanrt.init``): a gateway still serving another run refuses
     #: the connection with a message instead of taking the new pushes for the old run's re-sends
     run: str = ""
+    #: lengths of the optimizer's state arrays (:func:`wanrt.kernels.state_transfer.state_lengths`): a
+    #: parameter resync fetches them with the parameters
+    state_lengths: tuple[int, ...] = ()
 
 
 class Link(Protocol):

@@ -128,7 +128,9 @@ class GatewayLink:
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         lengths = tuple(int(np.prod(s, dtype=np.int64)) for s in spec.signature.shapes)
-        self._resync = SnapshotReceiver(lengths, peer=spec.url)  # parameter resync (param_resync)
+        self._resync = SnapshotReceiver(
+            lengths, spec.state_lengths, peer=spec.url
+        )  # parameter resync (param_resync)
         self._push_cut: tuple[int, int] | None = None  # the gateway's cut for streamed pushes
 
     # -- training-thread API ---------------------------------------------------------------------------
@@ -360,7 +362,7 @@ class GatewayLink:
                     if self._resync.on_refuse(event):
                         self._events.put(ResyncAbandoned())
                 elif isinstance(event, ParamRequest):
-                    self._events.put(ServeRequested(event.request, event.iteration))
+                    self._events.put(ServeRequested(event.request, event.iteration, event.state))
                 elif isinstance(event, ShardGrant):
                     if self._shard_grants.full():  # answers nobody asked for: the gateway misbehaves
                         raise RemoteProtocolError("too many unread shard grants", peer=url)

@@ -58,6 +58,8 @@ class Snapshot:
     iteration: int
     extras: frozenset[Key]
     layers: list[np.ndarray]
+    #: the serving site's optimizer state (:mod:`wanrt.kernels.state_transfer`), empty if it was not sent
+    state: list[np.ndarray] = field(default_factory=list)
 
     def wants(self, iteration: int, layer: int) -> bool:
         """Whether a result of (iteration, layer) must still be applied on top of this snapshot."""
@@ -66,9 +68,11 @@ class Snapshot:
 
 @dataclass
 class SnapshotReceiver:
-    """The asking side (see the module docstring). ``lengths``: this trainer's layers' dense lengths."""
+    """The asking side (see the module docstring). ``lengths``: this trainer's layers' dense lengths;
+    ``state_lengths``: its optimizer's state arrays' (:func:`wanrt.kernels.state_transfer.state_lengths`)."""
 
     lengths: tuple[int, ...]
+    state_lengths: tuple[int, ...] = ()
     peer: str = "gateway"
     pending: int | None = None  # J of the resync in progress
     done: int | None = None  # J of the last resync completed
@@ -102,8 +106,11 @@ class SnapshotReceiver:
             self.pending = j
             self._reset()
             self._request = next(self._ids)
-            return ParamRequest(self._request, j, self.lengths)
+            return self._question(self._request, j)
         return None
+
+    def _question(self, request: int, j: int) -> ParamRequest:
+        return ParamRequest(request, j, self.lengths + self.state_lengths, len(self.state_lengths))
 
     def ask_again(self) -> ParamRequest | None:
         """After a reconnect, or a snapshot that failed its checksum (``reask``): the question again if a
@@ -114,7 +121,7 @@ class SnapshotReceiver:
             return None
         self._reset()
         self._request = next(self._ids)
-        return ParamRequest(self._request, self.pending, self.lengths)
+        return self._question(self._request, self.pending)
 
     def _reset(self) -> None:
         self._announce = None
@@ -135,7 +142,10 @@ class SnapshotReceiver:
     def on_announce(self, msg: ParamAnnounce) -> None:
         if msg.request != self._request or self.pending is None:
             return
-        if msg.lengths != self.lengths:
+        full = self.lengths + self.state_lengths
+        if not (msg.lengths == full and msg.state == len(self.state_lengths)) and not (
+            msg.state == 0 and msg.lengths == self.lengths  # the parameters alone
+        ):
             raise RemoteProtocolError(
                 f"resync snapshot of {len(msg.lengths)} layers / {sum(msg.lengths)} values; this model has "
                 f"{len(self.lengths)} / {sum(self.lengths)}",
@@ -147,14 +157,22 @@ class SnapshotReceiver:
             )
         if len(msg.checksum) != CHECKSUM_BYTES:
             raise RemoteProtocolError("resync snapshot without a checksum", peer=self.peer)
-        if self._staging is None:  # from our own lengths, never from the announce
-            self._staging = [np.empty(n, np.float32) for n in self.lengths]
+        if self._staging is None or len(self._staging) != len(msg.lengths):
+            # from our own lengths (the announce matched them), never from the announce's numbers
+            own = full if msg.state else self.lengths
+            self._staging = [np.empty(n, np.float32) for n in own]
         self._announce = msg
         self._layer = self._offset = 0
         self._skip_empty()
 
+    @property
+    def _sizes(self) -> tuple[int, ...]:
+        """The lengths of the transfer under way (the announce's, checked against ours)."""
+        return self.lengths if self._announce is None else self._announce.lengths
+
     def _skip_empty(self) -> None:
-        while self._layer < len(self.lengths) and self._offset >= self.lengths[self._layer]:
+        sizes = self._sizes
+        while self._layer < len(sizes) and self._offset >= sizes[self._layer]:
             self._layer += 1
             self._offset = 0
 
@@ -163,7 +181,8 @@ class SnapshotReceiver:
         if msg.request != self._request or self._announce is None or self._staging is None:
             return None
         n = int(msg.values.size)
-        if (msg.layer, msg.offset) != (self._layer, self._offset) or msg.offset + n > self.lengths[msg.layer]:
+        sizes = self._sizes
+        if (msg.layer, msg.offset) != (self._layer, self._offset) or msg.offset + n > sizes[msg.layer]:
             raise RemoteProtocolError(
                 f"resync chunk for layer {msg.layer} at {msg.offset} (+{n}); expected layer {self._layer} "
                 f"at {self._offset}",
@@ -174,7 +193,7 @@ class SnapshotReceiver:
         self._staging[msg.layer][msg.offset : msg.offset + n] = msg.values
         self._offset += n
         self._skip_empty()
-        if self._layer < len(self.lengths):
+        if self._layer < len(sizes):
             return None
         ann = self._announce
         if snapshot_checksum(self._staging) != ann.checksum:
@@ -188,7 +207,8 @@ class SnapshotReceiver:
                 )
             self.reask = True
             return None
-        snap = Snapshot(ann.iteration, frozenset(ann.extras), self._staging)
+        n = len(self.lengths)
+        snap = Snapshot(ann.iteration, frozenset(ann.extras), self._staging[:n], self._staging[n:])
         self.corrupt = 0
         self._staging = None  # handed over: the trainer swaps it in
         self.done, self.pending, self._request = self.pending, None, None
@@ -215,12 +235,14 @@ def snapshot_frames(
     extras: Sequence[Key],
     layers: Sequence[np.ndarray],
     chunk: int = CHUNK_ELEMENTS,
+    state: Sequence[np.ndarray] = (),
 ) -> Iterator[ParamAnnounce | ParamChunk]:
-    """The answer to ``request``: the announce, then the layers in order, ``chunk`` values at a time (the
-    arrays are copied into the frames, so the caller may go on training while they are sent)."""
-    flats = [np.asarray(a, dtype=np.float32).reshape(-1) for a in layers]
+    """The answer to ``request``: the announce, then the layers in order and the optimizer ``state``
+    arrays after them, ``chunk`` values at a time (the arrays are copied into the frames, so the caller may
+    go on training while they are sent)."""
+    flats = [np.asarray(a, dtype=np.float32).reshape(-1) for a in [*layers, *state]]
     sizes = tuple(int(a.size) for a in flats)
-    yield ParamAnnounce(request, iteration, sizes, tuple(extras), snapshot_checksum(flats))
+    yield ParamAnnounce(request, iteration, sizes, tuple(extras), len(state), snapshot_checksum(flats))
     for layer, flat in enumerate(flats):
         for off in range(0, flat.size, chunk):
             yield ParamChunk(request, layer, off, flat[off : off + chunk].copy())

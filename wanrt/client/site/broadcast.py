@@ -50,6 +50,18 @@ class SiteChannel:
                 if staged is not p.data:
                     p.data.copy_(staged)
 
+    def optimizer_state(self, state: list[np.ndarray], lengths: tuple[int, ...]) -> list[np.ndarray]:
+        """Every rank: the optimizer state the leader installs with a parameter resync (``state``, empty if
+        the snapshot had none), so every rank's optimizer takes the same. Other ranks pass ``[]`` and get
+        the leader's; ``lengths`` are the arrays' (the same at every rank: same optimizer, same model)."""
+        if self._group is None and not dist.is_initialized():
+            return state
+        flag = self._bcast(torch.tensor([1 if state else 0], dtype=torch.int64))
+        if not int(flag[0]):
+            return []
+        mine = state or [np.zeros(n, np.float32) for n in lengths]
+        return [self._bcast(torch.from_numpy(np.ascontiguousarray(a, np.float32))).numpy() for a in mine]
+
     def recv(self) -> SiteDecision:
         header = self._bcast(torch.zeros(HEADER_LEN, dtype=torch.int64)).numpy()
         n_body, n_val = decode_header(header, max_elements=self._max)

@@ -118,7 +118,7 @@ def test_a_snapshot_without_a_checksum_or_failing_it_too_often_is_an_error() -> 
             frames = list(snapshot_frames(req.request, 9, [], layers))
             ann = frames[0]
             assert isinstance(ann, ParamAnnounce)
-            frames[0] = ParamAnnounce(ann.request, ann.iteration, ann.lengths, ann.extras, bytes(16))
+            frames[0] = ParamAnnounce(ann.request, ann.iteration, ann.lengths, ann.extras, checksum=bytes(16))
             _transfer(r, frames)
             again = r.ask_again()
             assert again is not None
@@ -126,7 +126,7 @@ def test_a_snapshot_without_a_checksum_or_failing_it_too_often_is_an_error() -> 
 
 
 def test_the_checksum_travels_on_the_wire_and_is_checked() -> None:
-    msg = ParamAnnounce(1, 9, LENGTHS, (), bytes(range(16)))
+    msg = ParamAnnounce(1, 9, LENGTHS, (), checksum=bytes(range(16)))
     back = decode_message(ParamAnnounce, *msg.to_wire())
     assert isinstance(back, ParamAnnounce) and back.checksum == bytes(range(16))
     header, buffers = msg.to_wire()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -28,6 +29,12 @@ def _rank(rank: int, init: str, out: str) -> None:
             params = [torch.full((5,), -1.0), torch.full((3, 2), -1.0)]
         channel.params(params)
         torch.save(params, f"{out}/{rank}.pt")
+        # the optimizer state that came with the snapshot (the leader's), then a snapshot without any
+        lengths = (5, 5, 1)
+        leader_state = [np.arange(n, dtype=np.float32) + 7 for n in lengths] if rank == 0 else []
+        got = channel.optimizer_state(leader_state, lengths)
+        none = channel.optimizer_state([], lengths)
+        torch.save(([a.tolist() for a in got], none), f"{out}/{rank}-state.pt")
     finally:
         dist.destroy_process_group()
 
@@ -39,6 +46,11 @@ def test_every_rank_of_the_site_ends_with_the_leader_s_parameters(tmp_path: Path
     for a, b in zip(leader, other, strict=True):
         assert torch.equal(a, b)
     assert torch.equal(other[0], torch.arange(5, dtype=torch.float32))
+    (lead_state, lead_none), (other_state, other_none) = (
+        torch.load(tmp_path / f"{r}-state.pt") for r in (0, 1)
+    )
+    assert other_state == lead_state == [[7, 8, 9, 10, 11], [7, 8, 9, 10, 11], [7]]
+    assert lead_none == other_none == []
 
 
 def test_the_snapshot_flag_travels_with_the_decision() -> None:
