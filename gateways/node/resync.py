@@ -9,16 +9,19 @@ The flow (docs/chaos.md, "Parameter resync"; messages in :mod:`wanrt.protocol.pa
    reconnect until a snapshot went through);
 2. the trainer asks: ``ParamRequest(J, lengths)`` with its layers' dense lengths. Its model passed the
    job's signature check (per-layer digests over name, shape and dtype), so the lengths are the job's;
-   their count must equal the agreed signature's ``n_layers``;
+   their count must equal the agreed signature's ``n_layers``; after them come ``state`` lengths of its
+   optimizer's state arrays (:mod:`wanrt.kernels.state_transfer`), which travel after the layers;
 3. the gateway asks one running peer (the parent in the plan of J if it has a link, else the other live
    members in name order), over the authenticated gateway link;
 4. the peer gateway answers only a current member of the job, for an iteration no further past its
    frontier than a join may be claimed (:meth:`GatewayNode._check_claims`), and hands the question to its
    own trainer, which answers with its snapshot (``ParamAnnounce`` then ``ParamChunk`` s) — relayed as is;
 5. this gateway checks the announce against the lengths of step 2 *before* its trainer allocates
-   anything, and every chunk: exactly the next range in layer order, finite values. Anything else is the
-   peer's fault: :class:`~wanrt.errors.RemoteProtocolError`, which ends that link. A refusal, or the link
-   going down, moves the question to the next peer.
+   anything (the optimizer state may be left out: the serving site's optimizer differs), and every chunk:
+   exactly the next range in layer order, finite values. Anything else is the peer's fault:
+   :class:`~wanrt.errors.RemoteProtocolError`, which ends that link. A refusal, or the link going down,
+   moves the question to the next peer. The announce's checksum is relayed as is: the asking trainer
+   verifies it over what it assembled (end to end, past every relay).
 
 Nothing here allocates per value: chunks are checked and relayed, the trainer writes them into its own
 parameters. The snapshot's iteration K ≥ J is the serving trainer's choice (the first iteration whose
