@@ -52,30 +52,38 @@ def _coeffs(t: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(20, generator=g), torch.randn(36, generator=g)
 
 
-def test_the_leader_holds_updates_installs_the_snapshot_and_serves_its_own(secret_file: Path) -> None:
-    links: list[ServingLink] = []
+class Site:
+    """One leader on a scripted link that records what it serves; ``step(t)`` is one training step."""
 
-    def factory(spec: LinkSpec) -> ServingLink:
-        links.append(ServingLink(spec))
-        return links[0]
+    def __init__(self, secret_file: Path, kind: str, lr: float) -> None:
+        links: list[ServingLink] = []
 
-    ctx = wanrt.client.init(
-        "mem://gw",
-        site="a",
-        job="j",
-        secret_file=secret_file,
-        config=ClientConfig.dense_baseline(staleness=0, update_deadline_s=5.0),
-        link_factory=factory,
-    )
-    model = TwoLayers()
-    opt = SparseOptimizer(model.named_parameters(), "sgd", lr=1.0, ctx=ctx)
-    link = links[0]
+        def factory(spec: LinkSpec) -> ServingLink:
+            links.append(ServingLink(spec))
+            return links[0]
 
-    def step(t: int) -> None:
+        self.ctx = wanrt.client.init(
+            "mem://gw",
+            site="a",
+            job="j",
+            secret_file=secret_file,
+            config=ClientConfig.dense_baseline(staleness=0, update_deadline_s=5.0),
+            link_factory=factory,
+        )
+        self.model = TwoLayers()
+        self.opt = SparseOptimizer(self.model.named_parameters(), kind, lr=lr, ctx=self.ctx)
+        self.link = links[0]
+
+    def step(self, t: int) -> None:
         c, d = _coeffs(t)
-        model.loss(c, d).backward()
-        opt.step()
-        opt.zero_grad()
+        self.model.loss(c, d).backward()
+        self.opt.step()
+        self.opt.zero_grad()
+
+
+def test_the_leader_holds_updates_installs_the_snapshot_and_serves_its_own(secret_file: Path) -> None:
+    site = Site(secret_file, "sgd", 1.0)
+    ctx, model, link, step = site.ctx, site.model, site.link, site.step
 
     step(0)
     link.inject(ResyncStarted(1))
@@ -114,31 +122,10 @@ def test_the_leader_holds_updates_installs_the_snapshot_and_serves_its_own(secre
 def test_the_optimizer_state_travels_with_the_parameters(secret_file: Path) -> None:
     """Adam's moments and step counters: served with the snapshot when the asker's optimizer has the same
     arrays, installed with it (else each site keeps its own; checked at the gateway and the receiver)."""
-    links: list[ServingLink] = []
-
-    def factory(spec: LinkSpec) -> ServingLink:
-        links.append(ServingLink(spec))
-        return links[0]
-
-    ctx = wanrt.client.init(
-        "mem://gw",
-        site="a",
-        job="j",
-        secret_file=secret_file,
-        config=ClientConfig.dense_baseline(staleness=0, update_deadline_s=5.0),
-        link_factory=factory,
-    )
-    model = TwoLayers()
-    opt = SparseOptimizer(model.named_parameters(), "adam", lr=0.1, ctx=ctx)
-    link = links[0]
+    site = Site(secret_file, "adam", 0.1)
+    ctx, opt, link, step = site.ctx, site.opt, site.link, site.step
     lengths = state_lengths(opt._kernel, (20, 36), ctx._config.block_size)
     assert link.spec.state_lengths == lengths and len(lengths) == 6  # exp_avg, exp_avg_sq, steps per layer
-
-    def step(t: int) -> None:
-        c, d = _coeffs(t)
-        model.loss(c, d).backward()
-        opt.step()
-        opt.zero_grad()
 
     for t in range(3):
         step(t)
