@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import sys
+import tempfile
 import tracemalloc
 from collections import Counter
 from pathlib import Path
@@ -80,11 +82,40 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def pymalloc_mb() -> dict[str, float]:
+    """pymalloc's arenas (its RSS) and the bytes its live objects use, from ``sys._debugmallocstats``
+    (written by C to fd 2, so read through a temporary file)."""
+    with tempfile.TemporaryFile("w+") as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read()
+    out = {}
+    for line in text.splitlines():
+        name, eq, value = line.partition("=")
+        if not eq:
+            continue
+        name = name.strip()
+        if name == "# arenas allocated current":
+            out["pymalloc_arenas"] = float(value.replace(",", ""))
+        elif name == "# bytes in allocated blocks":
+            out["pymalloc_in_use"] = round(float(value.replace(",", "")) / 2**20, 2)
+        elif name == "Total" and "pymalloc_total" not in out:
+            out["pymalloc_total"] = round(float(value.replace(",", "")) / 2**20, 2)
+    return out
+
+
 def allocator_mb() -> dict[str, float]:
     """Where the process's memory sits: RSS, glibc malloc's heap (in use, free but kept, mmapped chunks),
     pymalloc's live blocks (count), and the traced Python heap when tracemalloc runs. Free-but-kept
     glibc memory is RSS that no object holds (fragmentation, or a past peak not given back)."""
-    out = {"rss": round(rss_mb(), 2), "pymalloc_blocks_k": round(sys.getallocatedblocks() / 1000, 1)}
+    out = {"rss": round(rss_mb(), 2), **pymalloc_mb()}
     libc = _libc()
     if libc is not None:
         libc.mallinfo2.restype = _MallInfo2
@@ -189,7 +220,7 @@ def _short(filename: str) -> str:
 def print_report(rep: dict[str, Any], title: str = "from the first RSS reading") -> None:
     if rep.get("points"):
         keys = list(rep["points"][0])
-        print("\nper event (MB; pymalloc blocks in thousands):")
+        print("\nper event (MB; pymalloc_arenas: count):")
         print("  " + " ".join(f"{k:>17}" for k in keys))
         for p in rep["points"]:
             print("  " + " ".join(f"{p.get(k, float('nan')):>17g}" for k in keys))
