@@ -164,6 +164,17 @@ class Soak:
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
+    def harness_record_bytes(self) -> int:
+        """Bytes of the soak's own records that grow with iterations (the rest of its state is bounded:
+        the accounting's open rounds, SETTLE_LAG iterations)."""
+        n = 0
+        for t in self.trainers.values():
+            n += sum(f.nbytes for f in t.fingerprints) + sum(len(f) for f in t.pushed_flags)
+            n += t.event_times.buffer_info()[1] * t.event_times.itemsize
+        acc = self.cluster.accounting
+        n += sum(a.nbytes for a in acc.settled) + sum(len(c) for c in acc.counts.values())
+        return n
+
     def param_resyncs(self) -> dict[str, Any]:
         """Parameter resyncs (docs/chaos.md): restarts whose gateway asked its trainer to fetch the job's
         parameters, how many snapshots were swapped in, and the worst time from restart to swap."""
@@ -404,6 +415,7 @@ class Soak:
             await a.wait(lambda: a.complete(3))
         gc.collect()
         rss_start = rss_mb()
+        records_start = self.harness_record_bytes()
         if self.trace is not None:
             self.trace.mark()
         watch = asyncio.create_task(self._watch()) if log.isEnabledFor(logging.INFO) else None
@@ -458,6 +470,7 @@ class Soak:
         )
         gc.collect()
         rss_end = rss_mb()
+        records_growth = (self.harness_record_bytes() - records_start) / 2**20
         memory = None if self.trace is None else self.trace.report()
         if memory is not None:  # after every reading: it changes the process
             memory["rss_end_after_malloc_trim_mb"] = rss_after_trim_mb()
@@ -519,6 +532,9 @@ class Soak:
             "trainer_duplicate_aggregates_differing": sum(
                 t.mismatched_duplicates for t in self.trainers.values()
             ),
+            # the soak's own per-iteration arrays (test trainers' fingerprints and event times, accounting
+            # digests and counts): in the RSS growth above, not part of the daemons
+            "harness_records_growth_mb": round(records_growth, 2),
             "rss_start_mb": round(rss_start, 1),
             "rss_end_mb": round(rss_end, 1),
             "wall_s": round(self.now() - self.t0, 1),
@@ -720,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
         "params_served",
         "rounds_missed_by_some_trainer",
         "trainer_restarts",
+        "harness_records_growth_mb",
         "end_iteration",
         "elapsed_s",
     ):
