@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # `python tools/chaos_soak.py` from the worktree 
 
 import numpy as np
 
+from gateways.node.resync import ResyncStats
 from gateways.rounds.config import RoundConfig
 from gateways.service.peer_links import MAX_PREAUTH_PER_HOST
 from tools.chaos_cluster import (
@@ -53,6 +54,7 @@ from tools.chaos_cluster import (
     grow_count,
     soak_configs,
 )
+from tools.chaos_memory import MemoryTrace, print_report, rss_after_trim_mb, rss_mb
 from tools.chaos_peer import MaliciousPeer, finite_payload, nan_payload
 from tools.chaos_trainer import ChaosTrainer, layer_shape, make_payload
 from transports.urls import short_socket_dir
@@ -121,17 +123,10 @@ def schedule(plan: SoakPlan) -> list[tuple[str, str, float]]:
     return out
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 class Soak:
-    def __init__(self, plan: SoakPlan, sock_dir: Path) -> None:
+    def __init__(self, plan: SoakPlan, sock_dir: Path, *, trace: MemoryTrace | None = None) -> None:
         self.plan = plan
+        self.trace = trace  # --trace-memory: what grew between the two RSS readings
         self.rounds = RoundConfig(topology="tree", round_deadline_s=3.0, suspect_after_s=3.0)
         self.configs = soak_configs(
             sock_dir,
@@ -157,7 +152,9 @@ class Soak:
         self.rows: list[EventRow] = []
         self.resyncs: list[float] = []
         self.resync_missing = 0
-        self.restarts: list[tuple[str, float, Any]] = []  # (site, restarted at, that gateway generation)
+        # (site, restarted at, that generation's resync counters): the counters, not the daemon — a record
+        # holding each generation kept 20 dead gateways' engines, ledgers and links alive, counted as RSS
+        self.restarts: list[tuple[str, float, ResyncStats]] = []
         self.forged = 0
         self.unauth_accepted = 0
         self.auth_change_applied = 0
@@ -167,13 +164,24 @@ class Soak:
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
+    def harness_record_bytes(self) -> int:
+        """Bytes of the soak's own records that grow with iterations (the rest of its state is bounded:
+        the accounting's open rounds, SETTLE_LAG iterations)."""
+        n = 0
+        for t in self.trainers.values():
+            n += sum(f.nbytes for f in t.fingerprints) + sum(len(f) for f in t.pushed_flags)
+            n += t.event_times.buffer_info()[1] * t.event_times.itemsize
+        acc = self.cluster.accounting
+        n += sum(a.nbytes for a in acc.settled) + sum(len(c) for c in acc.counts.values())
+        return n
+
     def param_resyncs(self) -> dict[str, Any]:
         """Parameter resyncs (docs/chaos.md): restarts whose gateway asked its trainer to fetch the job's
         parameters, how many snapshots were swapped in, and the worst time from restart to swap."""
         needed = done = 0
         worst: float | None = None
-        for site, at, daemon in self.restarts:
-            if daemon.node.resync.stats.requested == 0:
+        for site, at, stats in self.restarts:
+            if stats.requested == 0:
                 continue  # came back before the job moved on: nothing missed
             needed += 1
             swapped = [t for t in self.trainers[site].resync_times if t >= at]
@@ -196,7 +204,7 @@ class Soak:
         for s in sites:
             starts[s] = self.now()
             await self.cluster.start(s)
-            self.restarts.append((s, starts[s], self.cluster.daemons[s]))
+            self.restarts.append((s, starts[s], self.cluster.daemons[s].node.resync.stats))
         # the target is 30 s; once a site missed it the job is wedged, and later restarts get 5 s each so
         # that a wedged soak still ends (its keys say so) instead of waiting 30 s per event
         limit = 5.0 if self.resync_missing else 30.0
@@ -407,8 +415,12 @@ class Soak:
             await a.wait(lambda: a.complete(3))
         gc.collect()
         rss_start = rss_mb()
+        records_start = self.harness_record_bytes()
+        if self.trace is not None:
+            self.trace.mark()
         watch = asyncio.create_task(self._watch()) if log.isEnabledFor(logging.INFO) else None
-        for n, (kind, sites, dur) in enumerate(schedule(plan), 1):
+        events = schedule(plan)
+        for n, (kind, sites, dur) in enumerate(events, 1):
             started = self.now()
             if kind in ("kill1", "kill2"):
                 row = await self.kill(sites, dur)
@@ -426,6 +438,10 @@ class Soak:
             row.started_s, row.took_s = started - self.t0, self.now() - started
             self.rows.append(row)
             print_row(row)
+            if self.trace is not None:
+                self.trace.point(a.next_it)
+                if n == len(events) // 2:
+                    self.trace.middle()
             await asyncio.sleep(plan.settle_s)
             for r in runs:
                 if r.done() and r.exception() is not None:
@@ -454,6 +470,10 @@ class Soak:
         )
         gc.collect()
         rss_end = rss_mb()
+        records_growth = (self.harness_record_bytes() - records_start) / 2**20
+        memory = None if self.trace is None else self.trace.report()
+        if memory is not None:  # after every reading: it changes the process
+            memory["rss_end_after_malloc_trim_mb"] = rss_after_trim_mb()
         until = min(finished_at, end_started + plan.final_wait_s)
         silent = {s: max_silent_wait(t, self.t0, until) for s, t in self.trainers.items()}
         for t in self.trainers.values():
@@ -512,10 +532,14 @@ class Soak:
             "trainer_duplicate_aggregates_differing": sum(
                 t.mismatched_duplicates for t in self.trainers.values()
             ),
+            # the soak's own per-iteration arrays (test trainers' fingerprints and event times, accounting
+            # digests and counts): in the RSS growth above, not part of the daemons
+            "harness_records_growth_mb": round(records_growth, 2),
             "rss_start_mb": round(rss_start, 1),
             "rss_end_mb": round(rss_end, 1),
             "wall_s": round(self.now() - self.t0, 1),
             "event_rows": [asdict(r) for r in self.rows],
+            **({} if memory is None else {"memory_trace": memory}),
         }
 
     def accounting(self) -> dict[str, Any]:
@@ -656,6 +680,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--skip", action="append", default=[], choices=EVENT_KINDS, help="leave out a kind")
     ap.add_argument("-v", "--verbose", action="store_true", help="the gateways' log (INFO)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds of events (7 events each; full: 5)")
+    ap.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="tracemalloc + gc counts between the RSS readings, per component (slower; finds, not measures)",
+    )
+    ap.add_argument(
+        "--memory-points",
+        action="store_true",
+        help="allocator readings after every event and gc counts (no tracemalloc: the run's speed is kept)",
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("WANRT_KERNELS", "numpy")
     level = logging.INFO if args.verbose else logging.ERROR
@@ -664,6 +699,9 @@ def main(argv: list[str] | None = None) -> int:
         handler.addFilter(_name_site)
     plan = quick_plan(args.seed) if args.quick else full_plan(args.seed)
     plan = dataclasses.replace(plan, skip=tuple(args.skip))
+    if args.rounds is not None:
+        plan = dataclasses.replace(plan, rounds_of_events=args.rounds)
+    trace = MemoryTrace(python_heap=args.trace_memory) if args.trace_memory or args.memory_points else None
     print(
         f"chaos soak: {len(SITES)} sites, seed {plan.seed}, {'quick' if args.quick else 'full'}, "
         f"load {os.getloadavg()[0]:.2f}"
@@ -673,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def go() -> dict[str, Any]:
         with short_socket_dir("chaos") as tmp:
-            return await Soak(plan, tmp).run()
+            return await Soak(plan, tmp, trace=trace).run()
 
     result = asyncio.run(go())
     result["quick"] = bool(args.quick)
@@ -698,10 +736,16 @@ def main(argv: list[str] | None = None) -> int:
         "params_served",
         "rounds_missed_by_some_trainer",
         "trainer_restarts",
+        "harness_records_growth_mb",
         "end_iteration",
         "elapsed_s",
     ):
         print(f"  {key:<32} {result[key]!s:>10}")
+    if "memory_trace" in result:
+        print_report(result["memory_trace"])
+        print(
+            f"  RSS at the end after malloc_trim(0): {result['memory_trace']['rss_end_after_malloc_trim_mb']}"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2, default=str))
     return 0

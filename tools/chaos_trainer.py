@@ -337,7 +337,7 @@ class ChaosTrainer:
         it, layer = key
         fp = self.fingerprints[layer]
         if it >= len(fp):
-            grown = np.full(max(2 * len(fp), it + 256), -1, np.int64)
+            grown = np.full(it + 1024, -1, np.int64)  # linear steps: a doubled array's -1 tail is RSS too
             grown[: len(fp)] = fp
             self.fingerprints[layer] = fp = grown
         fp[it] = value

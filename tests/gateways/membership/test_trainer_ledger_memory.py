@@ -57,3 +57,28 @@ def test_a_resent_push_no_outcome_reaches_back_to_is_carried_after_the_wait() ->
     assert [it for it, _ in ledger.held(0)] == [40]
     ledger.on_push(41, 0, _payload())  # resent after the wait: settled at once
     assert not ledger.undecided()
+
+
+def test_outcomes_of_many_relinks_stay_a_few_ranges() -> None:
+    """Every relink brings each peer's outcome (the newest counted iterations below its join); the union
+    was a set that gained an int per listed iteration for the generation's whole life."""
+    ledger = TrainerLedger("e", 100)
+    for relink in range(2_000):
+        join = 100 + 10 * relink
+        ids = tuple(("e", it) for it in range(join - 40, join))  # overlapping windows, as peers send
+        assert ledger.on_outcome(0, join - 40, join, ids) == ()
+    st = ledger._layers[0]
+    assert len(st.outcome_counted) == 1  # one run of counted iterations, however many outcomes
+    assert 100 + 10 * 1_999 - 1 in st.outcome_counted and 59 not in st.outcome_counted
+    # still what settles a push resent from before the restart
+    assert ledger.on_push(70, 0, _payload()).acks == ((70, 0),)
+
+
+def test_an_outcome_with_gaps_keeps_them() -> None:
+    ledger = TrainerLedger("e", 100)
+    ledger.on_outcome(0, 0, 100, (("e", 40), ("e", 41), ("e", 60), ("f", 50)))
+    st = ledger._layers[0]
+    assert len(st.outcome_counted) == 2
+    assert 41 in st.outcome_counted and 42 not in st.outcome_counted and 50 not in st.outcome_counted
+    assert ledger.on_push(42, 0, _payload()).acks == ()  # not counted: carried, not acknowledged
+    assert ledger._layers[0].carry and ledger._layers[0].carry[0][0] == 42

@@ -9,11 +9,12 @@ the whole client against an in-process fake, and keeps the asyncio machinery of 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from wanrt.client.config import ClientConfig
 from wanrt.client.link.param_resync import Snapshot
+from wanrt.client.link.reconnect import ReconnectPolicy
 from wanrt.client.link.signature import LayerSignature
 from wanrt.client.site.decision import ConfigChange
 from wanrt.payload import SparsePayload
@@ -90,6 +91,8 @@ class LinkSpec:
     #: lengths of the optimizer's state arrays (:func:`wanrt.kernels.state_transfer.state_lengths`): a
     #: parameter resync fetches them with the parameters
     state_lengths: tuple[int, ...] = ()
+    #: reconnecting to a gateway that was lost (restarted): wanrt.client.link.reconnect
+    reconnect: ReconnectPolicy = field(default_factory=ReconnectPolicy)
 
 
 class Link(Protocol):

@@ -14,6 +14,13 @@ naming the first differing layer).
 
 Close is phased: flush queued pushes, say Bye, wait briefly for the gateway's Bye, close the transport,
 stop the loop, join the thread, all under ``close_timeout_s``.
+
+Reconnect (:mod:`wanrt.client.link.reconnect`): a lost gateway (connection closed or reset, a Bye the
+trainer did not ask for) is dialled again with backoff for ``LinkSpec.reconnect.give_up_s``; then every
+push it never acknowledged is sent again, oldest first, before what was queued meanwhile, and a parameter
+snapshot still owed is asked for again. A restarted gateway answers every re-sent push once and, if the
+job moved on while it was down, sends the ``resync`` notice (``ResyncStarted``). The training thread sees
+nothing but a longer wait. A refusal (secret, model, protocol) still fails the link at once.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from wanrt.client.link.api import (
 )
 from wanrt.client.link.notices import notice_error
 from wanrt.client.link.param_resync import SnapshotReceiver
+from wanrt.client.link.reconnect import Backoff, Outstanding, UnackedPushes
 from wanrt.client.link.signature import compare_info
 from wanrt.client.site.decision import ConfigChange
 from wanrt.codec.value_casts import in_wire_dtype
@@ -69,6 +77,7 @@ from wanrt.protocol.messages import (
     Message,
     Notice,
     Push,
+    PushPiece,
     Reject,
     ShardDone,
     ShardGrant,
@@ -128,10 +137,17 @@ class GatewayLink:
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         lengths = tuple(int(np.prod(s, dtype=np.int64)) for s in spec.signature.shapes)
-        self._resync = SnapshotReceiver(
-            lengths, spec.state_lengths, peer=spec.url
-        )  # parameter resync (param_resync)
+        self._lengths = lengths
+        self._block_sizes: dict[int, int] = {}  # per layer, as pushed (empty updates after a restart)
+        self._join_floor = 0  # a restarted gateway's join: it runs no round before (reconnect)
+        # parameter resync (param_resync)
+        self._resync = SnapshotReceiver(lengths, spec.state_lengths, peer=spec.url)
         self._push_cut: tuple[int, int] | None = None  # the gateway's cut for streamed pushes
+        self._unacked = UnackedPushes()  # loop thread only (reconnect)
+        self._outstanding = Outstanding()  # loop thread only
+        self._reconnecting: asyncio.Task[None] | None = None
+        self.reconnects = 0  # gateways found again after losing one
+        self.resent = 0  # pushes sent again after reconnecting
 
     # -- training-thread API ---------------------------------------------------------------------------
 
@@ -163,6 +179,7 @@ class GatewayLink:
         assert pushes is not None
         # a dense layer goes in the gateway's cut-through pieces when it offers them (a streamed push: its
         # round starts with the first piece, wanrt.protocol.push_pieces); else as one Push
+        self._loop.call_soon_threadsafe(self._note_push, iteration, layer, wire)  # before its frames
         hint, job, site = self._push_cut, self.spec.job, self.spec.site
         pieces = None if hint is None else cut_push(job, iteration, layer, site, wire, hint)
         if pieces is None:
@@ -251,9 +268,128 @@ class GatewayLink:
             self._error = exc
             self._events.put(_STOP)
 
+    @property
+    def duplicates_dropped(self) -> int:
+        """Results a reconnect brought a second time (dropped)."""
+        return self._outstanding.duplicates
+
+    def _note_push(self, iteration: int, layer: int, payload: SparsePayload) -> None:
+        self._block_sizes[layer] = payload.block_size
+        try:
+            self._unacked.note(iteration, layer, payload)
+        except WanrtError as exc:
+            self._fail(exc)
+        held = self._outstanding.pushed(iteration, layer)
+        if held is not None:  # the restarted gateway delivered this round before the trainer pushed it
+            self._events.put(held)
+        elif iteration < self._join_floor:
+            # a round the restarted gateway will never send (the job finished it without this site): the
+            # push still goes, and the gateway folds it into this site's next push of the layer
+            self._outstanding.answered(iteration, layer)
+            self._answer_empty(iteration, layer)
+
+    def _raise_floor(self, join_at: int) -> None:
+        """No result before ``join_at`` will come: answer what waits for one with empty updates."""
+        if join_at > self._join_floor:
+            self._join_floor = join_at
+            for it, layer in self._outstanding.below(join_at):
+                self._answer_empty(it, layer)
+
+    def _answer_empty(self, iteration: int, layer: int) -> None:
+        shape = (self._lengths[layer], self._block_sizes.get(layer, 1))
+        empty = SparsePayload.empty(layer, *shape)
+        self._events.put(UpdateArrived(iteration, layer, empty, (self.spec.site,)))
+
+    def _lost(self, exc: BaseException) -> None:
+        """The gateway is gone (not: it refused us): reconnect if the policy says so, else fail."""
+        policy = self.spec.reconnect
+        if self._closed or self._error is not None or not policy.enabled:
+            self._fail(exc)
+            return
+        if self._reconnecting is None or self._reconnecting.done():
+            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect(exc))
+
+    async def _reconnect(self, cause: BaseException) -> None:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        for task in self._tasks:
+            if task is not me:
+                task.cancel()
+        await asyncio.gather(*(t for t in self._tasks if t is not me), return_exceptions=True)
+        self._tasks = []
+        if self._transport is not None:
+            with contextlib.suppress(Exception):
+                await self._transport.close()
+        log.warning("gateway %s lost (%s): reconnecting", self.spec.url, cause)
+        backoff = Backoff(self.spec.reconnect, loop.time())
+        while True:
+            delay = backoff.delay(loop.time())
+            if delay is None:
+                self._fail(
+                    PeerLost(
+                        f"gateway {self.spec.url} lost ({cause}) and not back within "
+                        f"{self.spec.reconnect.give_up_s} s",
+                        peer=self.spec.url,
+                    )
+                )
+                return
+            await asyncio.sleep(delay)
+            try:
+                welcome = await self._connect()
+                break
+            except (TransportError, WanrtTimeout, OSError) as exc:
+                log.debug("gateway %s: reconnect failed: %s", self.spec.url, exc)
+            except BaseException as exc:  # refused: wrong secret, other model, another run
+                self._fail(exc)
+                return
+        join_at = welcome.info.get("join_at", -1)
+        if isinstance(join_at, int) and not isinstance(join_at, bool) and join_at > 0:
+            self._raise_floor(join_at)
+        try:
+            self._drop_queued_pushes()  # every queued push is unacknowledged: sent whole below
+            for it, layer, payload in self._unacked.pending():  # oldest first, before anything queued
+                await self._send(Push(self.spec.job, it, layer, 0, self.spec.site, payload))
+                self.resent += 1
+            request = self._resync.ask_again()
+            if request is not None:
+                await self._send(request)
+        except (TransportError, WanrtTimeout, OSError) as exc:
+            self._reconnecting = None
+            self._lost(exc)  # lost again at once: another round of backoff
+            return
+        self.reconnects += 1
+        log.warning("gateway %s back: %d unacknowledged pushes sent again", self.spec.url, len(self._unacked))
+        self._start_tasks()
+
+    def _drop_queued_pushes(self) -> None:
+        """Pushes (whole or in pieces) still queued from before the loss: their payloads are in
+        ``_unacked`` and go whole; the rest of a streamed push, without its first pieces, would not."""
+        q = self._pushes
+        assert q is not None
+        keep = []
+        while not q.empty():
+            msg = q.get_nowait()
+            q.task_done()
+            if not isinstance(msg, (Push, PushPiece)):
+                keep.append(msg)
+        for msg in keep:
+            q.put_nowait(msg)
+
+    def _start_tasks(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._reader()),
+            asyncio.create_task(self._writer()),
+            asyncio.create_task(self._heartbeat()),
+        ]
+
     async def _open(self) -> None:
-        spec = self.spec
         self._pushes = asyncio.Queue()
+        await self._connect()
+        self._start_tasks()
+
+    async def _connect(self) -> Welcome:
+        """Dial and authenticate (a first connection or a reconnect)."""
+        spec = self.spec
         try:
             transport = await connect(spec.url, timeouts=self._timeouts)
         except (TransportError, WanrtTimeout, OSError) as exc:
@@ -297,11 +433,7 @@ class GatewayLink:
         except BaseException:
             await transport.close()
             raise
-        self._tasks = [
-            asyncio.create_task(self._reader()),
-            asyncio.create_task(self._writer()),
-            asyncio.create_task(self._heartbeat()),
-        ]
+        return welcome
 
     async def _next(self) -> Message | ConnectionClosed:
         assert self._conn is not None and self._transport is not None
@@ -336,7 +468,10 @@ class GatewayLink:
             while True:
                 event = await self._next()
                 if isinstance(event, Aggregate):
-                    self._events.put(UpdateArrived(event.iteration, event.layer, event.payload, event.sites))
+                    update = UpdateArrived(event.iteration, event.layer, event.payload, event.sites)
+                    deliver = self._outstanding.result(event.iteration, event.layer, update)
+                    if deliver is not None:
+                        self._events.put(deliver)
                     await self._send(Ack(event.iteration, event.layer, event.round))
                 elif isinstance(event, ConfigUpdate):
                     self._events.put(_config_change(event))
@@ -347,6 +482,7 @@ class GatewayLink:
                     request = self._resync.on_notice(event)
                     if request is not None:
                         self._events.put(ResyncStarted(request.iteration))
+                        self._raise_floor(request.iteration)  # rounds before it: in the snapshot
                         await self._send(request)
                 elif isinstance(event, ParamAnnounce):
                     self._resync.on_announce(event)  # checked against this model before any allocation
@@ -367,7 +503,9 @@ class GatewayLink:
                     if self._shard_grants.full():  # answers nobody asked for: the gateway misbehaves
                         raise RemoteProtocolError("too many unread shard grants", peer=url)
                     self._shard_grants.put_nowait(event)
-                elif isinstance(event, (Ack, Heartbeat)):
+                elif isinstance(event, Ack):
+                    self._unacked.ack(event.iteration, event.layer)  # counted: no need to send it again
+                elif isinstance(event, Heartbeat):
                     continue
                 elif isinstance(event, Bye):
                     if not self._closed:
@@ -385,6 +523,8 @@ class GatewayLink:
                     raise RemoteProtocolError(f"unexpected {type(event).__name__} from the gateway", peer=url)
         except asyncio.CancelledError:
             raise
+        except (PeerLost, TransportError, OSError) as exc:  # the gateway is gone, it did not refuse us
+            self._lost(exc)
         except WanrtError as exc:
             self._fail(exc)
             with contextlib.suppress(Exception):
@@ -408,6 +548,8 @@ class GatewayLink:
                     self._pushes.task_done()
         except asyncio.CancelledError:
             raise
+        except (TransportError, WanrtTimeout, OSError) as exc:  # a push lost here is in _unacked
+            self._lost(exc)
         except Exception as exc:
             self._fail(exc)
 
@@ -421,6 +563,8 @@ class GatewayLink:
                 await self._send(Heartbeat(seq, loop.time()))
         except asyncio.CancelledError:
             raise
+        except (TransportError, WanrtTimeout, OSError) as exc:
+            self._lost(exc)
         except Exception as exc:
             self._fail(exc)
 
@@ -434,6 +578,17 @@ class GatewayLink:
 
     async def _close(self, timeout: float) -> None:
         assert self._pushes is not None and self._transport is not None and self._conn is not None
+        if self._reconnecting is not None and not self._reconnecting.done():
+            log.warning(
+                "gateway %s: closed while reconnecting; %d pushes unsent", self.spec.url, len(self._unacked)
+            )
+            self._reconnecting.cancel()
+            await asyncio.gather(self._reconnecting, return_exceptions=True)
+            await self._discard()
+            return
+        if len(self._tasks) != 3 or any(t.done() for t in self._tasks):  # lost, and reconnecting failed
+            await self._discard()
+            return
         reader, writer, beat = self._tasks
         beat.cancel()
         try:
