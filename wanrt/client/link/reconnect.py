@@ -108,22 +108,31 @@ class Outstanding:
 
     * for a key waiting: deliver it;
     * for a key pushed and already answered: a duplicate a reconnect brought — dropped and counted;
-    * for a key not pushed yet: held until the trainer pushes it, then delivered as its answer. Only a
-      gateway restarted past its trainer does this (it delivers the job's results from its join on,
-      while its trainer still catches up); the training loop would refuse an update it did not wait for.
+    * for a key not pushed yet: held until the trainer pushes it, then delivered as its answer. A gateway
+      restarted past its trainer does this (it delivers the job's results from its join on, while its
+      trainer still catches up), and so does any round that closed without this site (x-order, a quorum
+      that went on without a late site): its result may come while the trainer is still pushing the
+      iteration's other layers. The training loop would refuse an update it did not wait for.
+
+    A trainer pushes every layer of an iteration before any of the next, so "pushed" is: an older
+    iteration than the newest one pushed, or one of the newest iteration's layers pushed so far.
     """
 
     def __init__(self, limit: int = MAX_UNACKED_PUSHES) -> None:
         self._waiting: set[Key] = set()
         self._early: dict[Key, object] = {}
         self._top = -1  # the newest pushed iteration
+        self._top_layers: set[int] = set()  # its layers pushed so far
         self._limit = limit
         self.duplicates = 0
         self.early = 0
 
     def pushed(self, iteration: int, layer: int) -> object | None:
         """A push: the result already held for it (deliver it now), else None (it waits)."""
-        self._top = max(self._top, iteration)
+        if iteration > self._top:
+            self._top, self._top_layers = iteration, set()
+        if iteration == self._top:
+            self._top_layers.add(layer)
         held = self._early.pop((iteration, layer), None)
         if held is None:
             self._waiting.add((iteration, layer))
@@ -135,7 +144,7 @@ class Outstanding:
         if key in self._waiting:
             self._waiting.discard(key)
             return event
-        if iteration <= self._top:
+        if iteration < self._top or (iteration == self._top and layer in self._top_layers):
             self.duplicates += 1
             return None
         self._early[key] = event

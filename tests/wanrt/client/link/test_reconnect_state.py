@@ -52,6 +52,18 @@ def test_a_result_is_delivered_once_held_when_early_and_dropped_when_repeated() 
     assert len(o) == 1  # (0, 1) still waits
 
 
+def test_a_layer_of_the_iteration_being_pushed_is_held_not_taken_for_a_repeat() -> None:
+    """Layers go last to first; a round that closed without this site (x-order, a quorum that went on)
+    can answer layer 0 while layer 2 is the only one pushed: that result is the answer to come, not a
+    duplicate (dropping it left the training loop waiting until update_deadline_s)."""
+    o = Outstanding()
+    assert o.pushed(3, 2) is None
+    assert o.result(3, 0, "r30") is None and o.duplicates == 0 and o.early == 1
+    assert o.pushed(3, 1) is None
+    assert o.pushed(3, 0) == "r30"
+    assert o.result(3, 0, "r30 again") is None and o.duplicates == 1
+
+
 def test_rounds_before_a_join_stop_waiting() -> None:
     o = Outstanding()
     for it in range(10, 14):
