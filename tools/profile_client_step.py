@@ -64,19 +64,10 @@ class Spans:
 @contextlib.contextmanager
 def fake_gateway(tmp: Path, secret_file: Path) -> Iterator[str]:
     url = f"unix://{tmp}/gw.sock"
+    cmd = [sys.executable, "-m", "tests.wanrt.client.fake_gateway", "--url", url, "--sites", "a"]
+    cmd += ["--job", "prof", "--secret-file", str(secret_file)]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.wanrt.client.fake_gateway",
-            "--url",
-            url,
-            "--sites",
-            "a",
-            "--job",
-            "prof",
-        ]
-        + ["--secret-file", str(secret_file)],
+        cmd,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -97,9 +88,13 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--density", type=float, default=0.02)
     ap.add_argument("--staleness", type=int, default=1)
+    ap.add_argument("--steps", type=int, help="timed iterations (default 40, 12 with --quick)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--cprofile", action="store_true")
+    ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval (GIL hand-over), seconds")
     args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
 
     import torch
     import torch.distributed as dist
@@ -113,6 +108,7 @@ def main() -> int:
 
     torch.set_num_threads(1)
     warmup, steps = (3, 12) if args.quick else (5, 40)
+    steps = args.steps or steps
     tmp = Path(tempfile.mkdtemp(prefix="wanrt-prof-"))
     secret_file = tmp / "job.key"
     secret_file.write_bytes(os.urandom(32).hex().encode())
@@ -209,7 +205,7 @@ def main() -> int:
         if args.cprofile:
             profs["training thread"].disable()
         spans.on = False
-        comp = ctx._compressor._compressor if ctx._compressor is not None else None  # noqa: SLF001
+        comp = ctx._compressor._compressor if ctx._compressor is not None else None
         exact = [comp.exact_steps(i) for i in range(len(opt.params))] if hasattr(comp, "exact_steps") else []
         ctx.close()
     local_after = local_run()
