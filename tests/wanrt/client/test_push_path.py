@@ -144,3 +144,45 @@ def test_a_site_of_one_rank_broadcasts_no_decision(secret_file: Path) -> None:
     opt.ctx.close()
     assert len(link.pushed) == 6
     assert not torch.equal(before, model.a.detach())  # the updates were applied all the same
+
+
+class _Conn:
+    def send_parts(self, msg: bytes) -> list[memoryview]:
+        return [memoryview(msg[:1]), memoryview(msg[1:])]  # a header and a body, like a framed message
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    async def send(self, parts: list[memoryview]) -> None:
+        self.writes.append(b"".join(parts))
+
+
+def test_the_writer_joins_what_is_queued_into_few_writes_in_order_and_bounded() -> None:
+    import asyncio
+
+    from wanrt.client.link.gateway_link import WRITE_BATCH_BYTES
+
+    big = b"B" * (WRITE_BATCH_BYTES + 10)
+    msgs = [b"a1", b"b22", b"c333", big, b"d4", b"e55"]
+
+    async def main() -> _Transport:
+        link = GatewayLink.__new__(GatewayLink)
+        link._pushes = asyncio.Queue()
+        link._conn = _Conn()  # type: ignore[assignment]
+        transport = _Transport()
+        link._transport = transport  # type: ignore[assignment]
+        link._error = None
+        for m in msgs:
+            link._pushes.put_nowait(m)  # type: ignore[arg-type]
+        task = asyncio.create_task(link._writer())
+        await asyncio.wait_for(link._pushes.join(), 5)  # every message acknowledged as written
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return transport
+
+    transport = asyncio.run(main())
+    assert b"".join(transport.writes) == b"".join(msgs)  # same bytes, same order
+    # the small ones before the big one share a write; the big one ends its batch; the rest share one
+    assert transport.writes == [b"a1b22c333" + big, b"d4e55"]

@@ -86,8 +86,9 @@ log = logging.getLogger(__name__)
 #: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
 CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight")
 _STOP: Final = object()
-#: most queued messages the writer joins into one transport write (bounds the bytes one write copies)
-WRITE_BATCH: Final = 64
+#: the writer joins queued messages into one transport write until it holds this many bytes (a write of
+#: several parts is joined into one buffer: a bound keeps a burst of big pushes from being copied at once)
+WRITE_BATCH_BYTES: Final = 1 << 20
 
 
 def _config_change(msg: ConfigUpdate) -> ConfigChange:
@@ -423,16 +424,19 @@ class GatewayLink:
             while True:
                 # every message queued by now goes out in one write (one syscall, one drain) rather than
                 # one each: the frames on the wire are the same, in the same order
-                batch = [await self._pushes.get()]
-                while len(batch) < WRITE_BATCH and not self._pushes.empty():
-                    batch.append(self._pushes.get_nowait())
+                first = await self._pushes.get()
+                taken = 1
                 try:
-                    parts: list[bytes | memoryview] = []
-                    for msg in batch:
-                        parts.extend(self._conn.send_parts(msg))
+                    parts = list(self._conn.send_parts(first))
+                    size = sum(x.nbytes for x in parts)
+                    while size < WRITE_BATCH_BYTES and not self._pushes.empty():
+                        more = self._conn.send_parts(self._pushes.get_nowait())
+                        taken += 1
+                        parts.extend(more)
+                        size += sum(x.nbytes for x in more)
                     await self._transport.send(parts)
                 finally:
-                    for _ in batch:
+                    for _ in range(taken):
                         self._pushes.task_done()
         except asyncio.CancelledError:
             raise
