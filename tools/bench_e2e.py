@@ -24,7 +24,8 @@ trained to a target on a 2-core CPU within minutes:
    The small model's measured TTA ratio is reported too (``tta_measured_speedup_vs_ddp_small``): with
    1.2 MB of gradient, DDP's exchange is cheap and the ratio is small; it is a real, direct measurement.
 2. **Steady-state iteration time** at 1 Gbit/s, 500 Mbit/s and 100 Mbit/s: an MLP of 10.5 M parameters
-   (hidden 3200; 42 MB of fp32 gradient per iteration), 3 sites × 1 rank, ``--warmup`` iterations skipped,
+   (hidden 3200; 42 MB of fp32 gradient per iteration), 3 sites × 1 rank, ``--warmup`` iterations skipped
+   (``WARMUP_CHEAP`` = 10 at least for wanrt and compute only: their gateways' start-up, see there),
    the mean of the next ``--measure`` (5) taken at global rank 0 (the first site's leader); wanrt's and the
    compute-only run's sub-second iterations over 20, because they move with the machine's load.
 
@@ -76,6 +77,14 @@ LEGACY_CONVERGENCE_BANDWIDTH = 1e9
 #: wanrt and the compute-only run cost well under a second per iteration but move with the machine's load:
 #: they are timed over this many iterations (the link-bound DDP and dense arms over ``--measure``)
 MEASURE_CHEAP = 20
+#: wanrt and compute only skip at least this many iterations before timing (DDP and dense: ``--warmup``).
+#: Why more: each wanrt run starts new gateway daemons, whose payload codec loads its fused kernels in a
+#: background thread on the first large payload (~1.5 s of CPU per gateway, three gateways, on the same two
+#: cores as the trainers: wanrt.codec.kernel_choice). Measured on the full run's model at 100 Mbit/s, the
+#: first ~6 wanrt iterations take 0.55-0.75 s against a steady 0.36-0.40 s (docs/client.md); DDP's three
+#: warm-up iterations span ~13 s, wanrt's three ~1.5 s. The short-warm-up figure stays in the JSON
+#: (``iter_s_wanrt_<bw>_warmup_short``) so the difference is visible.
+WARMUP_CHEAP = 10
 #: keys whose quick value measures something smaller than the full run's (the 0.3 M model, 2 sites)
 FULL_RUN_KEYS = ("tta_speedup_vs_ddp_100mbit", "tta_speedup_100mbit", "iter_speedup_vs_ddp_100mbit")
 
@@ -196,12 +205,16 @@ class Bench:
     def measured_iterations(self, arm: str) -> int:
         return max(self.plan.measure, MEASURE_CHEAP) if arm in ("wanrt", "local") else self.plan.measure
 
+    def warmup_iterations(self, arm: str) -> int:
+        return warmup_for(self.plan, arm)
+
     def time_local(self, demo: Demo) -> float:
         p = self.plan
         m = self.measured_iterations("local")
-        _say(f"timing: compute only, no exchange ({p.warmup} + {m} iterations) ...")
-        links = dataclasses.replace(p.timing, max_iters=p.warmup + m + 1)
-        return demo.run("local", label="local", links=links).steady_iteration_s(warmup=p.warmup)
+        w = self.warmup_iterations("local")
+        _say(f"timing: compute only, no exchange ({w} + {m} iterations) ...")
+        links = dataclasses.replace(p.timing, max_iters=w + m + 1)
+        return demo.run("local", label="local", links=links).steady_iteration_s(warmup=w)
 
     def time_all(self, demo: Demo, times: dict[str, dict[str, float]], arms: Sequence[str]) -> None:
         p = self.plan
@@ -211,9 +224,25 @@ class Bench:
                 if arm in row:
                     continue
                 m = self.measured_iterations(arm)
-                links = dataclasses.replace(p.timing, bandwidth_bps=bps, max_iters=p.warmup + m + 1)
-                _say(f"timing: {arm} at {label} ({p.warmup} + {m} iterations) ...")
-                row[arm] = self.run(arm, demo, links, f"{label}-{arm}").steady_iteration_s(warmup=p.warmup)
+                w = self.warmup_iterations(arm)
+                links = dataclasses.replace(p.timing, bandwidth_bps=bps, max_iters=w + m + 1)
+                _say(f"timing: {arm} at {label} ({w} + {m} iterations) ...")
+                result = self.run(arm, demo, links, f"{label}-{arm}")
+                row[arm] = result.steady_iteration_s(warmup=w)
+                if w > p.warmup:  # the same run timed from the short warm-up on (see WARMUP_CHEAP)
+                    row[f"{arm}_warmup_short"] = _window_s(result, p.warmup, m)
+
+
+def warmup_for(plan: Plan, arm: str) -> int:
+    """Iterations skipped before timing ``arm`` (see :data:`WARMUP_CHEAP`)."""
+    return max(plan.warmup, WARMUP_CHEAP) if arm in ("wanrt", "local") else plan.warmup
+
+
+def _window_s(result: RunResult, warmup: int, measure: int) -> float:
+    """Mean seconds per iteration of the ``measure`` iterations after ``warmup`` (one run, any window)."""
+    steps = [(i, t) for i, t in result.step_times if warmup <= i <= warmup + measure]
+    (i0, t0), (i1, t1) = steps[0], steps[-1]
+    return (t1 - t0) / max(1, i1 - i0)
 
 
 @contextlib.contextmanager
@@ -266,7 +295,13 @@ def _measure(
             if plan.shared:
                 label = next(lb for lb, bps in BANDWIDTHS if bps == cfg.bandwidth_bps)
                 if label in dict(plan.bandwidths):
-                    times[label] = {a: r.steady_iteration_s(warmup=plan.warmup) for a, r in runs.items()}
+                    times[label] = {
+                        a: r.steady_iteration_s(warmup=warmup_for(plan, a)) for a, r in runs.items()
+                    }
+                    if "wanrt" in runs:
+                        times[label]["wanrt_warmup_short"] = runs["wanrt"].steady_iteration_s(
+                            warmup=plan.warmup
+                        )
                 bench.time_all(demo, times, plan.arms)  # quick: no compute-only run (the minute is tight)
                 load.append(os.getloadavg()[0])
                 return Measured(conv, conv_params, times, conv_params, load)
@@ -351,6 +386,7 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
             "rtt_s": t.rtt_s,
             "density": t.density,
             "warmup": plan.warmup,
+            "warmup_wanrt_and_local": warmup_for(plan, "wanrt"),
             "measured_iterations": plan.measure,
             "measured_iterations_wanrt_and_local": max(plan.measure, MEASURE_CHEAP),
             "from_convergence_runs": plan.shared,
@@ -377,6 +413,8 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
         tta = {a: n[a] * it[a] for a in plan.arms}
         for a in plan.arms:
             out[f"iter_s_{a}_{label}"] = it[a]
+        if "wanrt_warmup_short" in it:
+            out[f"iter_s_wanrt_{label}_warmup_short"] = it["wanrt_warmup_short"]
             out[f"tta_est_s_{a}_{label}"] = tta[a]
         out[f"iter_speedup_{label}"] = _ratio(it["dense"], it["wanrt"])
         out[f"tta_speedup_{label}"] = _ratio(tta["dense"], tta["wanrt"])
@@ -424,7 +462,7 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
         f"iteration times: {measured.timing_params / 1e6:.2f} M-parameter MLP, {t.sites}×{t.ranks} ranks, "
         f"{rtt}, wanrt density {t.density:g}, mean of {plan.measure} iterations"
         + ("" if plan.shared else f" (wanrt and compute only: {max(plan.measure, MEASURE_CHEAP)})")
-        + f" after {plan.warmup} warm-up"
+        + f" after {plan.warmup} warm-up ({warmup_for(plan, 'wanrt')} for wanrt and compute only)"
         + (" (quick: from the convergence runs; dense from a short run)" if plan.shared else "")
     )
     print("TTA estimate = iterations to target × steady iteration time (see the module docstring)")
