@@ -158,12 +158,21 @@ class RoundTag(Message):
         return distinct_sites(self.ids)
 
 
+#: The header keys of a RoundTag (its fields), and of a RoundData (those and its payload map).
+_TAG_KEYS: Final = frozenset(field_names(RoundTag))
+_DATA_KEYS: Final = _TAG_KEYS | {"data"}
+
+
 def _received_tag_fields(header: dict[str, Any], buffers: Sequence[memoryview]) -> dict[str, Any]:
     """A received tag's fields, its ids decoded and bounded (the dataclass checks the rest)."""
-    names = field_names(RoundTag)
-    if set(header) != set(names):
+    if header.keys() != _TAG_KEYS:  # one set comparison in C
         raise LocalProtocolError("RoundTag header fields wrong", value=sorted(header)[:16])
     fields = dict(header)
+    _decode_tag_ids(fields, buffers)
+    return fields
+
+
+def _decode_tag_ids(fields: dict[str, Any], buffers: Sequence[memoryview]) -> None:
     n = fields["ids"]
     if type(n) is int:  # the id set in buffer 0
         check_count(n, "contribution ids", "MAX_ROUND_IDS", MAX_ROUND_IDS)
@@ -177,7 +186,6 @@ def _received_tag_fields(header: dict[str, Any], buffers: Sequence[memoryview]) 
         if buffers:
             raise LocalProtocolError("RoundTag with map ids carries no buffer", value=len(buffers))
         fields["ids"] = _check_ids(n)
-    return fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,18 +211,30 @@ class RoundData(RoundTag):
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
         meta, buffers = payload_wire_form(self.data)
-        header = {name: getattr(self, name) for name in field_names(RoundTag)}
-        header["ids"] = len(self.ids)
-        header["data"] = dict(meta)
+        # the keys in field order (RoundTag's fields, then data), spelled out: this runs per message
+        header = {
+            "seq": self.seq,
+            "kind": self.kind,
+            "iteration": self.iteration,
+            "layer": self.layer,
+            "plan_id": self.plan_id,
+            "step": self.step,
+            "segment": self.segment,
+            "ids": len(self.ids),
+            "payload": self.payload,
+            "data": dict(meta),
+        }
         return header, [memoryview(encode_ids(self.ids)), *buffers]
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
         if "data" not in header or len(buffers) < 1:
             raise LocalProtocolError("RoundData needs its payload map and the ids buffer")
+        if header.keys() != _DATA_KEYS:
+            raise LocalProtocolError("RoundTag header fields wrong", value=sorted(header)[:16])
         fields = dict(header)
         meta = fields.pop("data")
-        fields = _received_tag_fields(fields, buffers[:1])
+        _decode_tag_ids(fields, buffers[:1])
         fields["data"] = payload_from_wire(meta, buffers[1:], peer)
         return cls(**fields)
 
