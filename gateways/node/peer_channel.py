@@ -116,7 +116,7 @@ class PeerChannel:
             # plus a few bytes per block, so half a chunk of raw payload is a safe test before encoding);
             # joined into one part, or the queue would cut it at its first part of coalesce_bytes or more
             frame = self.conn.send_parts(encode_round_data(msg, seq=seq))
-            nbytes = sum(len(b) for b in frame)
+            nbytes = sum(map(len, frame))
             if nbytes <= self._queue.chunk_bytes:
                 item = next(self._item_ids)
                 self._tag_items[item] = seq
@@ -128,12 +128,12 @@ class PeerChannel:
         tag_item = next(self._item_ids)
         self._tag_items[tag_item] = seq
         parts = [] if payload is None else self.conn.send_parts(payload)
-        nbytes = sum(len(p) for p in (*tag_parts, *parts))
+        nbytes = sum(map(len, tag_parts)) + sum(map(len, parts))
         self._link_times.queued(self.peer, seq, msg.iteration, nbytes)
         if payload is None:
             self._queue.push(tag_item, self.peer, priority, tag_parts)
             return
-        if sum(len(p) for p in (*tag_parts, *parts)) < self._queue.coalesce_bytes:
+        if nbytes < self._queue.coalesce_bytes:
             self._queue.push(tag_item, self.peer, priority, [*tag_parts, *parts])
             self._merged.add(tag_item)
         else:
@@ -195,12 +195,12 @@ class PeerChannel:
                 if nxt is None:
                     break
                 frame = nxt
-                wait = self.pacer.delay(sum(len(p) for p in frame), now)  # reserves the bytes
+                wait = self.pacer.delay(sum(map(len, frame)), now)  # reserves the bytes
                 if wait > 0:
                     self._held = (frame, now + wait)  # the pacer's slot for it: first out next time
                     continue
             out.parts.extend(frame)
-            size += sum(len(p) for p in frame)
+            size += sum(map(len, frame))
         self._count_out(out.parts)
         return out
 
@@ -221,7 +221,7 @@ class PeerChannel:
 
     def _count_out(self, parts: list[memoryview]) -> None:
         if parts:
-            self.counters.bytes_sent += sum(len(p) for p in parts)
+            self.counters.bytes_sent += sum(map(len, parts))
             self.counters.messages_sent += 1
 
     # -- in -----------------------------------------------------------------------------------------
