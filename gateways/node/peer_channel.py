@@ -33,7 +33,7 @@ from gateways.wire.round_frames import (
     RoundInbox,
     RoundTag,
     encode_round,
-    encode_round_data,
+    round_data_wire,
 )
 from wanrt.errors import LocalProtocolError
 from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message, Push
@@ -115,7 +115,7 @@ class PeerChannel:
             # one frame, one chunk, if the whole message fits one (a payload encodes to at most its size
             # plus a few bytes per block, so half a chunk of raw payload is a safe test before encoding);
             # joined into one part, or the queue would cut it at its first part of coalesce_bytes or more
-            frame = self.conn.send_parts(encode_round_data(msg, seq=seq))
+            frame = self.conn.send_header(RoundData, *round_data_wire(msg, seq=seq))
             nbytes = sum(map(len, frame))
             if nbytes <= self._queue.chunk_bytes:
                 item = next(self._item_ids)

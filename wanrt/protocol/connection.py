@@ -297,6 +297,34 @@ class Connection:
         self.state = new
         return parts
 
+    def send_header(
+        self, cls: type[Message], header: Mapping[str, Any], buffers: list[memoryview]
+    ) -> list[memoryview]:
+        """Frame a stream message given as its wire form (``cls.to_wire()``'s header and buffers), for a
+        sender that builds that form directly instead of a message object (the gateways' per-message
+        path, where the frozen dataclass's ``__init__`` cost more than framing). The same state check
+        as :meth:`send_parts`; the caller vouches that the form is one ``cls`` would produce."""
+        if self.state is State.ERROR or self.state is State.CLOSED:
+            self._check_usable()
+        try:
+            if self._by_type.get(getattr(cls, "TYPE", -1)) is not cls:
+                raise LocalProtocolError(f"{cls.__name__} is not a registered message type")
+            if not cls.STREAM:
+                raise LocalProtocolError(f"{cls.__name__} is not a stream message: use send_parts")
+            new = self._table.get((self.side, self.state, cls.TYPE))
+            if new is None:
+                raise LocalProtocolError(
+                    f"the {self.side} may not send {cls.__name__} in state {self.state}",
+                    value=str(self.state),
+                )
+            limit = MAX_HANDSHAKE_FRAME_BYTES if self.state in _PRE_AUTH else self.peer_max_frame
+            parts = encode_frame(self._stamp(), cls.TYPE, header, buffers, max_frame=limit)
+        except (ProtocolError, AuthError) as exc:
+            self._fail(exc)
+            raise
+        self.state = new
+        return parts
+
     def abort(
         self, error: BaseException | None = None, *, code: int | None = None, message: str = ""
     ) -> bytes:
