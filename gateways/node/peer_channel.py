@@ -37,6 +37,8 @@ from gateways.wire.round_frames import (
 )
 from wanrt.errors import LocalProtocolError
 from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message, Push
+from wanrt.protocol.checks import check_uint
+from wanrt.protocol.limits import MAX_COUNTER, MAX_LAYER_ID
 
 __all__ = ["WRITE_BATCH_BYTES", "PeerChannel", "SendOut"]
 
@@ -270,7 +272,18 @@ class PeerChannel:
         return last - (last - ack.round) % SEQ_MODULUS
 
     def flush_ack(self) -> None:
-        """Everything received so far was handed out: one cumulative Ack for what was taken since the last."""
+        """Everything received so far was handed out: one cumulative Ack for what was taken since the last.
+
+        Framed from its wire form (``Ack(*due).to_wire()``, the same checks): one per round message
+        received, half of a many-site round's frames, where building the dataclass cost as much as
+        framing it."""
         due = self._acks.due()
         if due is not None and not self.bye_sent:
-            self.send_control(Ack(*due))
+            iteration, layer, round_ = due
+            check_uint(iteration, "iteration", MAX_COUNTER)
+            check_uint(layer, "layer", MAX_LAYER_ID)
+            check_uint(round_, "round", MAX_LAYER_ID)
+            if self.outbox is not None:
+                self.outbox[self.link_id] = self
+            header = {"iteration": iteration, "layer": layer, "round": round_}
+            self._control.append(self.conn.send_header(Ack, header, []))
