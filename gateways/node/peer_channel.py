@@ -33,10 +33,12 @@ from gateways.wire.round_frames import (
     RoundInbox,
     RoundTag,
     encode_round,
-    encode_round_data,
+    round_data_wire,
 )
 from wanrt.errors import LocalProtocolError
 from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message, Push
+from wanrt.protocol.checks import check_uint
+from wanrt.protocol.limits import MAX_COUNTER, MAX_LAYER_ID
 
 __all__ = ["WRITE_BATCH_BYTES", "PeerChannel", "SendOut"]
 
@@ -115,8 +117,8 @@ class PeerChannel:
             # one frame, one chunk, if the whole message fits one (a payload encodes to at most its size
             # plus a few bytes per block, so half a chunk of raw payload is a safe test before encoding);
             # joined into one part, or the queue would cut it at its first part of coalesce_bytes or more
-            frame = self.conn.send_parts(encode_round_data(msg, seq=seq))
-            nbytes = sum(len(b) for b in frame)
+            frame = self.conn.send_header(RoundData, *round_data_wire(msg, seq=seq))
+            nbytes = sum(map(len, frame))
             if nbytes <= self._queue.chunk_bytes:
                 item = next(self._item_ids)
                 self._tag_items[item] = seq
@@ -128,12 +130,12 @@ class PeerChannel:
         tag_item = next(self._item_ids)
         self._tag_items[tag_item] = seq
         parts = [] if payload is None else self.conn.send_parts(payload)
-        nbytes = sum(len(p) for p in (*tag_parts, *parts))
+        nbytes = sum(map(len, tag_parts)) + sum(map(len, parts))
         self._link_times.queued(self.peer, seq, msg.iteration, nbytes)
         if payload is None:
             self._queue.push(tag_item, self.peer, priority, tag_parts)
             return
-        if sum(len(p) for p in (*tag_parts, *parts)) < self._queue.coalesce_bytes:
+        if nbytes < self._queue.coalesce_bytes:
             self._queue.push(tag_item, self.peer, priority, [*tag_parts, *parts])
             self._merged.add(tag_item)
         else:
@@ -195,12 +197,12 @@ class PeerChannel:
                 if nxt is None:
                     break
                 frame = nxt
-                wait = self.pacer.delay(sum(len(p) for p in frame), now)  # reserves the bytes
+                wait = self.pacer.delay(sum(map(len, frame)), now)  # reserves the bytes
                 if wait > 0:
                     self._held = (frame, now + wait)  # the pacer's slot for it: first out next time
                     continue
             out.parts.extend(frame)
-            size += sum(len(p) for p in frame)
+            size += sum(map(len, frame))
         self._count_out(out.parts)
         return out
 
@@ -221,7 +223,7 @@ class PeerChannel:
 
     def _count_out(self, parts: list[memoryview]) -> None:
         if parts:
-            self.counters.bytes_sent += sum(len(p) for p in parts)
+            self.counters.bytes_sent += sum(map(len, parts))
             self.counters.messages_sent += 1
 
     # -- in -----------------------------------------------------------------------------------------
@@ -270,7 +272,18 @@ class PeerChannel:
         return last - (last - ack.round) % SEQ_MODULUS
 
     def flush_ack(self) -> None:
-        """Everything received so far was handed out: one cumulative Ack for what was taken since the last."""
+        """Everything received so far was handed out: one cumulative Ack for what was taken since the last.
+
+        Framed from its wire form (``Ack(*due).to_wire()``, the same checks): one per round message
+        received, half of a many-site round's frames, where building the dataclass cost as much as
+        framing it."""
         due = self._acks.due()
         if due is not None and not self.bye_sent:
-            self.send_control(Ack(*due))
+            iteration, layer, round_ = due
+            check_uint(iteration, "iteration", MAX_COUNTER)
+            check_uint(layer, "layer", MAX_LAYER_ID)
+            check_uint(round_, "round", MAX_LAYER_ID)
+            if self.outbox is not None:
+                self.outbox[self.link_id] = self
+            header = {"iteration": iteration, "layer": layer, "round": round_}
+            self._control.append(self.conn.send_header(Ack, header, []))

@@ -68,6 +68,7 @@ __all__ = [
     "RoundTag",
     "encode_round",
     "encode_round_data",
+    "round_data_wire",
 ]
 
 #: Kinds whose payload is a finished result (the only ones an Aggregate frame may carry).
@@ -108,6 +109,33 @@ def _check_ids(value: Any) -> ContribIds:
     return ContribIds(out)
 
 
+def _check_tag(
+    seq: Any,
+    kind: Any,
+    iteration: Any,
+    layer: Any,
+    plan_id: Any,
+    step: Any,
+    segment: Any,
+    ids: Any,
+    payload: Any,
+) -> None:
+    """A tag's field checks (RoundTag.__post_init__, and round_data_wire, which builds no tag)."""
+    check_uint(seq, "seq", MAX_LAYER_ID)
+    if kind not in MSG_KINDS:
+        raise LocalProtocolError("unknown round message kind", value=str(kind)[:64])
+    check_uint(iteration, "iteration", MAX_COUNTER)
+    check_uint(layer, "layer", MAX_LAYER_ID)
+    check_uint(plan_id, "plan_id", MAX_COUNTER)
+    check_uint(step, "step", MAX_COUNTER)
+    if type(segment) is not int or not -1 <= segment < MAX_SITES:
+        raise LocalProtocolError("segment must be -1 or a ring position", value=segment)
+    if type(payload) is not bool:
+        raise LocalProtocolError("payload must be true or false", value=type(payload).__name__)
+    if not isinstance(ids, tuple):
+        raise LocalProtocolError("ids must be a tuple of (site, iteration)")
+
+
 @dataclass(frozen=True, slots=True)
 class RoundTag(Message):
     """Everything of a RoundMsg but its payload; ``payload`` says whether a Push/Aggregate with
@@ -127,19 +155,17 @@ class RoundTag(Message):
     payload: bool
 
     def __post_init__(self) -> None:
-        check_uint(self.seq, "seq", MAX_LAYER_ID)
-        if self.kind not in MSG_KINDS:
-            raise LocalProtocolError("unknown round message kind", value=str(self.kind)[:64])
-        check_uint(self.iteration, "iteration", MAX_COUNTER)
-        check_uint(self.layer, "layer", MAX_LAYER_ID)
-        check_uint(self.plan_id, "plan_id", MAX_COUNTER)
-        check_uint(self.step, "step", MAX_COUNTER)
-        if type(self.segment) is not int or not -1 <= self.segment < MAX_SITES:
-            raise LocalProtocolError("segment must be -1 or a ring position", value=self.segment)
-        if type(self.payload) is not bool:
-            raise LocalProtocolError("payload must be true or false", value=type(self.payload).__name__)
-        if not isinstance(self.ids, tuple):
-            raise LocalProtocolError("ids must be a tuple of (site, iteration)")
+        _check_tag(
+            self.seq,
+            self.kind,
+            self.iteration,
+            self.layer,
+            self.plan_id,
+            self.step,
+            self.segment,
+            self.ids,
+            self.payload,
+        )
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
         # the ids travel as one buffer (gateways.rounds.ids: "<it>=<site>,...;..."), the header says how
@@ -158,12 +184,21 @@ class RoundTag(Message):
         return distinct_sites(self.ids)
 
 
+#: The header keys of a RoundTag (its fields), and of a RoundData (those and its payload map).
+_TAG_KEYS: Final = frozenset(field_names(RoundTag))
+_DATA_KEYS: Final = _TAG_KEYS | {"data"}
+
+
 def _received_tag_fields(header: dict[str, Any], buffers: Sequence[memoryview]) -> dict[str, Any]:
     """A received tag's fields, its ids decoded and bounded (the dataclass checks the rest)."""
-    names = field_names(RoundTag)
-    if set(header) != set(names):
+    if header.keys() != _TAG_KEYS:  # one set comparison in C
         raise LocalProtocolError("RoundTag header fields wrong", value=sorted(header)[:16])
     fields = dict(header)
+    _decode_tag_ids(fields, buffers)
+    return fields
+
+
+def _decode_tag_ids(fields: dict[str, Any], buffers: Sequence[memoryview]) -> None:
     n = fields["ids"]
     if type(n) is int:  # the id set in buffer 0
         check_count(n, "contribution ids", "MAX_ROUND_IDS", MAX_ROUND_IDS)
@@ -177,7 +212,6 @@ def _received_tag_fields(header: dict[str, Any], buffers: Sequence[memoryview]) 
         if buffers:
             raise LocalProtocolError("RoundTag with map ids carries no buffer", value=len(buffers))
         fields["ids"] = _check_ids(n)
-    return fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,19 +236,27 @@ class RoundData(RoundTag):
         check_payload(self.data, self.layer)
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        meta, buffers = payload_wire_form(self.data)
-        header = {name: getattr(self, name) for name in field_names(RoundTag)}
-        header["ids"] = len(self.ids)
-        header["data"] = dict(meta)
-        return header, [memoryview(encode_ids(self.ids)), *buffers]
+        return _round_data_wire(
+            self.seq,
+            self.kind,
+            self.iteration,
+            self.layer,
+            self.plan_id,
+            self.step,
+            self.segment,
+            self.ids,
+            self.data,
+        )
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
         if "data" not in header or len(buffers) < 1:
             raise LocalProtocolError("RoundData needs its payload map and the ids buffer")
+        if header.keys() != _DATA_KEYS:
+            raise LocalProtocolError("RoundTag header fields wrong", value=sorted(header)[:16])
         fields = dict(header)
         meta = fields.pop("data")
-        fields = _received_tag_fields(fields, buffers[:1])
+        _decode_tag_ids(fields, buffers[:1])
         fields["data"] = payload_from_wire(meta, buffers[1:], peer)
         return cls(**fields)
 
@@ -270,6 +312,50 @@ def encode_round_data(msg: RoundMsg, *, seq: int) -> RoundData:
     """``msg`` (which has a payload) as one :class:`RoundData` frame."""
     assert msg.payload is not None
     return RoundData(**_tag_args(msg, seq), payload=True, data=msg.payload)
+
+
+def round_data_wire(msg: RoundMsg, *, seq: int) -> tuple[dict[str, Any], list[memoryview]]:
+    """``encode_round_data(msg, seq=seq).to_wire()`` without building the RoundData: the same checks and
+    the same header and buffers, for the sender's hot path (one per round message per link), where the
+    frozen dataclass's field-by-field ``__init__`` was most of the cost. Frame it with
+    ``Connection.send_header(RoundData, ...)``."""
+    payload = msg.payload
+    assert payload is not None
+    seq %= SEQ_MODULUS
+    ids = as_ids(msg.sites)
+    _check_tag(seq, msg.kind, msg.iteration, msg.layer, msg.plan_id, msg.step, msg.segment, ids, True)
+    check_payload(payload, msg.layer)
+    return _round_data_wire(
+        seq, msg.kind, msg.iteration, msg.layer, msg.plan_id, msg.step, msg.segment, ids, payload
+    )
+
+
+def _round_data_wire(
+    seq: int,
+    kind: str,
+    iteration: int,
+    layer: int,
+    plan_id: int,
+    step: int,
+    segment: int,
+    ids: tuple[ContribId, ...],
+    data: SparsePayload,
+) -> tuple[dict[str, Any], list[memoryview]]:
+    meta, buffers = payload_wire_form(data)
+    # the keys in field order (RoundTag's fields, then data), spelled out: this runs per message
+    header = {
+        "seq": seq,
+        "kind": kind,
+        "iteration": iteration,
+        "layer": layer,
+        "plan_id": plan_id,
+        "step": step,
+        "segment": segment,
+        "ids": len(ids),
+        "payload": True,
+        "data": dict(meta),
+    }
+    return header, [memoryview(encode_ids(ids)), *buffers]
 
 
 def encode_round(msg: RoundMsg, *, seq: int, job: str, site: str) -> tuple[RoundTag, Push | None]:

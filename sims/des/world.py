@@ -368,7 +368,7 @@ class Simulation:
                 return
             out = node.poll_link(d.link_id, now)
             if out.parts:
-                data = b"".join(out.parts)
+                data = _joined(out.parts)
                 timing = model.write(len(data), now)
                 self.loop.at(timing.arrival, self._arrive, d, data)
                 ch = node.channel(d.link_id)
@@ -588,3 +588,13 @@ def _same_but(first: GatewayConfig, site: str, peers: dict[str, str], listen: st
 
 def run_scenario(sc: Scenario, *, clock: Callable[[], float] | None = None) -> SimResult:
     return Simulation(sc, clock=clock).run()
+
+
+def _joined(parts: list[memoryview]) -> bytes:
+    """The bytes of one write. A lone part that views a whole ``bytes`` object (a frame that fits one
+    chunk is queued joined) is that object: no second copy of a result sent to each child."""
+    if len(parts) == 1:
+        obj = parts[0].obj
+        if type(obj) is bytes and len(obj) == parts[0].nbytes:
+            return obj
+    return b"".join(parts)

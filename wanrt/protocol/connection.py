@@ -144,6 +144,7 @@ class Connection:
         self._secret = secret
         self.config = config if config is not None else ProtocolConfig()
         self.registry = registry
+        self._by_type: dict[int, type[Message]] = dict(registry.types)  # a plain dict: looked up per frame
         self._table = _table(registry.stream_types)
         self._nonce_source = nonce_source
         self._peer_label = peer
@@ -266,10 +267,11 @@ class Connection:
     def send_parts(self, msg: Message) -> list[memoryview]:
         """Frame ``msg`` as ``[header, *payload buffers]`` for ``writelines``; buffers are not copied, so the
         payload must stay unchanged until written."""
-        self._check_usable()
+        if self.state is State.ERROR or self.state is State.CLOSED:
+            self._check_usable()
         try:
             cls = type(msg)
-            if cls not in self.registry:
+            if self._by_type.get(getattr(cls, "TYPE", -1)) is not cls:  # `cls in self.registry`, inlined
                 raise LocalProtocolError(f"{cls.__name__} is not a registered message type")
             new = self._table.get((self.side, self.state, cls.TYPE))
             if new is None:
@@ -292,6 +294,34 @@ class Connection:
             self._fail(exc)
             raise
         self._after_send(msg)
+        self.state = new
+        return parts
+
+    def send_header(
+        self, cls: type[Message], header: Mapping[str, Any], buffers: list[memoryview]
+    ) -> list[memoryview]:
+        """Frame a stream message given as its wire form (``cls.to_wire()``'s header and buffers), for a
+        sender that builds that form directly instead of a message object (the gateways' per-message
+        path, where the frozen dataclass's ``__init__`` cost more than framing). The same state check
+        as :meth:`send_parts`; the caller vouches that the form is one ``cls`` would produce."""
+        if self.state is State.ERROR or self.state is State.CLOSED:
+            self._check_usable()
+        try:
+            if self._by_type.get(getattr(cls, "TYPE", -1)) is not cls:
+                raise LocalProtocolError(f"{cls.__name__} is not a registered message type")
+            if not cls.STREAM:
+                raise LocalProtocolError(f"{cls.__name__} is not a stream message: use send_parts")
+            new = self._table.get((self.side, self.state, cls.TYPE))
+            if new is None:
+                raise LocalProtocolError(
+                    f"the {self.side} may not send {cls.__name__} in state {self.state}",
+                    value=str(self.state),
+                )
+            limit = MAX_HANDSHAKE_FRAME_BYTES if self.state in _PRE_AUTH else self.peer_max_frame
+            parts = encode_frame(self._stamp(), cls.TYPE, header, buffers, max_frame=limit)
+        except (ProtocolError, AuthError) as exc:
+            self._fail(exc)
+            raise
         self.state = new
         return parts
 
@@ -394,7 +424,7 @@ class Connection:
                     raise RemoteProtocolError("connection closed in the middle of a frame", peer=self._peer())
                 self.state = self._table[(self.their_side, self.state, EOF)]
                 return ConnectionClosed(clean=self.close_reason is not None, reason=self._reason_text())
-            cls = self.registry.get(frame.msg_type)
+            cls = self._by_type.get(frame.msg_type)
             assert cls is not None  # _admit refused unknown types
             msg = decode_message(cls, frame.header, frame.buffers, peer=self._peer())
             if self._reassembler is not None and isinstance(msg, (Chunk, ChunkCancel)):
@@ -425,36 +455,39 @@ class Connection:
 
     def _admit(self, fixed: FixedHeader) -> None:
         """Vet a frame from its 24-byte header alone, before its body is buffered."""
-        peer = self._peer()
         if fixed.flags:
-            raise RemoteProtocolError("unknown flag bits set", peer=peer, value=fixed.flags)
+            raise RemoteProtocolError("unknown flag bits set", peer=self._peer(), value=fixed.flags)
         if self.version is not None and fixed.version != self.version:
             raise RemoteProtocolError(
                 "frame version differs from the negotiated one",
-                peer=peer,
+                peer=self._peer(),
                 value=fixed.version,
                 limit=self.version,
             )
-        cls = self.registry.get(fixed.msg_type)
+        cls = self._by_type.get(fixed.msg_type)
         if cls is None:
-            raise RemoteProtocolError("unknown message type", peer=peer, value=fixed.msg_type)
-        if (self.their_side, self.state, fixed.msg_type) not in self._table:
+            raise RemoteProtocolError("unknown message type", peer=self._peer(), value=fixed.msg_type)
+        state = self.state
+        if (self._their_side, state, fixed.msg_type) not in self._table:
             raise RemoteProtocolError(
-                f"the {self.their_side} may not send {cls.__name__} in state {self.state}",
-                peer=peer,
-                value=str(self.state),
+                f"the {self.their_side} may not send {cls.__name__} in state {state}",
+                peer=self._peer(),
+                value=str(state),
             )
-        limit = MAX_HANDSHAKE_FRAME_BYTES if self.state in _PRE_AUTH else self.config.max_frame_bytes
-        if fixed.frame_len > limit:
+        limit = MAX_HANDSHAKE_FRAME_BYTES if state in _PRE_AUTH else self.config.max_frame_bytes
+        frame_len = FIXED_HEADER_BYTES + fixed.header_len + fixed.pad + fixed.body_len
+        if frame_len > limit:
             raise LimitExceeded(
                 f"{cls.__name__} frame too large",
                 name="max_frame_bytes",
                 limit=limit,
-                value=fixed.frame_len,
-                peer=peer,
+                value=frame_len,
+                peer=self._peer(),
             )
         if fixed.body_len and not cls.MAX_BUFFERS:
-            raise RemoteProtocolError(f"{cls.__name__} frames carry no body", peer=peer, value=fixed.body_len)
+            raise RemoteProtocolError(
+                f"{cls.__name__} frames carry no body", peer=self._peer(), value=fixed.body_len
+            )
 
     def _apply(self, msg: Message) -> None:
         self.state = self._table[(self.their_side, self.state, msg.TYPE)]

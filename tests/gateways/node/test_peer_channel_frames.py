@@ -16,7 +16,7 @@ from gateways.stats import LinkCounters
 from gateways.wire.round_frames import GATEWAY_REGISTRY, RoundData, RoundTag
 from tests.gateways.wire.gateway_pair import gateway_pair
 from wanrt.payload import SparsePayload
-from wanrt.protocol import Connection, Push
+from wanrt.protocol import Ack, Connection, Push
 from wanrt.protocol.frame import FrameReader, parse_fixed_header
 
 SECRET = b"peer-channel-test-secret"
@@ -92,6 +92,7 @@ def test_a_small_message_is_one_frame_a_large_one_a_tag_and_a_push() -> None:
     b.flush_ack()  # one cumulative ack for both messages, whatever their form
     acks = list(a.receive(_send(b, RoundMsg("outcome", 5, 2, 1, None, ())), 0.0))
     assert any(type(e).__name__ == "Ack" and a.acked_seq(e) == 1 for e in acks)  # type: ignore[arg-type]
+    assert [e for e in acks if type(e).__name__ == "Ack"] == [Ack(4, 2, 1)]  # (iteration, layer, round)
 
 
 def test_the_fixed_header_of_round_data_is_a_registered_gateway_type() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from gateways.rounds.messages import MSG_KINDS, RoundMsg
 from gateways.wire.round_frames import (
+    GATEWAY_REGISTRY,
     MAX_ACK_GAP,
     MAX_ROUND_IDS,
     SEQ_MODULUS,
@@ -19,14 +20,15 @@ from gateways.wire.round_frames import (
     RoundTag,
     encode_round,
     encode_round_data,
+    round_data_wire,
     unwrap,
 )
 from tests.gateways.harness import make_payload
 from tests.gateways.wire.gateway_pair import gateway_pair
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
-from wanrt.protocol import Aggregate, Connection, Push, split_frame
+from wanrt.protocol import Aggregate, Connection, Hello, Push, split_frame
 from wanrt.protocol.events import NEED_DATA
-from wanrt.protocol.messages import decode_message
+from wanrt.protocol.messages import decode_message, field_names
 
 SECRET = b"wire-test-secret-0123"
 
@@ -239,3 +241,52 @@ def test_round_data_lies_are_typed_errors() -> None:
     assert inbox.on_tag(tag) is None
     with pytest.raises(RemoteProtocolError, match="reused"):
         inbox.on_data(good)  # the same sequence number as a tag still waiting for its payload
+
+
+@pytest.mark.parametrize("kind", [k for k in MSG_KINDS if k != "outcome"])
+def test_round_data_wire_is_the_frame_of_encode_round_data(kind: str) -> None:
+    """The sender's path without a RoundData object frames the very same bytes, and the receiver gets the
+    same RoundData; the header keys keep the dataclass's field order."""
+    c, s = _pair()
+    ids = (("a", 6), ("a", 7), ("c", 7))
+    msg = RoundMsg(kind, 7, 3, 2**62 + 5, make_payload("a", 7, 3), ids, 9, 2 if "segment" in kind else -1)  # type: ignore[arg-type]
+    obj = encode_round_data(msg, seq=SEQ_MODULUS + 4)
+    header, buffers = round_data_wire(msg, seq=SEQ_MODULUS + 4)
+    want_header, want_buffers = obj.to_wire()
+    assert list(header.items()) == list(want_header.items())
+    assert list(header) == [*field_names(RoundData)]
+    assert [bytes(b) for b in buffers] == [bytes(b) for b in want_buffers]
+    c2, _ = _pair()
+    assert b"".join(c.send_header(RoundData, header, buffers)) == c2.send(obj)
+    (got,) = _receive(s, b"".join(c.send_header(RoundData, *round_data_wire(msg, seq=5))))
+    assert type(got) is RoundData and got.seq == 5 and _same(got.round_msg(), msg)
+
+
+def test_round_data_wire_checks_what_the_dataclass_checks() -> None:
+    p = make_payload("a", 1, 0)
+    for bad in (
+        RoundMsg("nonsense", 1, 0, 1, p, (("a", 1),)),  # type: ignore[arg-type]
+        RoundMsg("partial", 1, 1, 1, p, (("a", 1),)),  # the payload names another layer
+        RoundMsg("partial", -1, 0, 1, p, (("a", 1),)),
+        RoundMsg("segment", 1, 0, 1, p, (("a", 1),), 0, -2),
+    ):
+        with pytest.raises(LocalProtocolError):
+            encode_round_data(bad, seq=1)
+        with pytest.raises(LocalProtocolError):
+            round_data_wire(bad, seq=1)
+
+
+def test_send_header_refuses_what_send_parts_refuses() -> None:
+    c, _ = _pair()
+    header, buffers = round_data_wire(
+        RoundMsg("partial", 1, 0, 1, make_payload("a", 1, 0), (("a", 1),)), seq=1
+    )
+    with pytest.raises(LocalProtocolError, match="not a registered"):
+        Connection("gateway", "a", "j", SECRET, side="client").send_header(RoundData, header, buffers)
+    with pytest.raises(LocalProtocolError, match="not a stream message"):
+        c.send_header(Hello, {}, [])
+    fresh = Connection("gateway", "a", "j", SECRET, side="client", registry=GATEWAY_REGISTRY)
+    with pytest.raises(LocalProtocolError, match="may not send"):
+        fresh.send_header(RoundData, header, buffers)  # before the handshake
+    with pytest.raises(LocalProtocolError, match="ERROR"):
+        fresh.send_header(RoundData, header, buffers)  # a refused send ends in ERROR, as send_parts does
