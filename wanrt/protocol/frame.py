@@ -138,8 +138,9 @@ def _crc32(data: bytes | bytearray | memoryview, value: int) -> int:
 #: Read-only buffers of at least _CRC_CACHED_MIN bytes whose CRC-32 (from 0) is known, by identity: a
 #: gateway frames one result for each of its children (the payload's buffers are the same objects each
 #: time, ``payload_wire_form``), and checksumming 16 KiB eight times was a third of the sender's CRC work.
-#: A buffer's CRC after any other start value follows from it by linearity (:func:`_advance`). Read-only
-#: buffers only, so that nothing can change the bytes behind a remembered CRC. Bounded, cleared when full.
+#: A buffer's CRC after any other start value follows from it by linearity (:func:`_advance`). ``bytes``
+#: only (immutable), so that nothing can change the bytes behind a remembered CRC — not merely read-only
+#: views, whose array may be written through another view. Bounded, cleared when full.
 _CRC_CACHED_MIN: Final = 4096
 _CRC_CACHE_MAX: Final = 64
 _crc_cache: dict[int, tuple[Any, int]] = {}
@@ -174,11 +175,16 @@ def _advance(c: int, n: int) -> int:
 
 def _crc32_of_buffer(view: memoryview, source: Any, value: int) -> int:
     """``_crc32(view, value)``, remembering the CRC of a large read-only ``source`` buffer."""
-    if not view.readonly or view.nbytes < _CRC_CACHED_MIN:
+    if view.nbytes < _CRC_CACHED_MIN:
         return _crc32(view, value)
-    key = source
-    if type(source) is memoryview and type(source.obj) is bytes and len(source.obj) == source.nbytes:
+    # only immutable bytes: a read-only view of a writable array (a payload's values, a reused buffer)
+    # can change behind a remembered CRC, and a stale CRC would make the peer end the link
+    if type(source) is bytes:
+        key: Any = source
+    elif type(source) is memoryview and type(source.obj) is bytes and len(source.obj) == source.nbytes:
         key = source.obj  # a fresh view of the same bytes each time (a result's id set): the bytes count
+    else:
+        return _crc32(view, value)
     hit = _crc_cache.get(id(key))
     if hit is None or hit[0] is not key:
         if len(_crc_cache) >= _CRC_CACHE_MAX:

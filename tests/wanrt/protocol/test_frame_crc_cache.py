@@ -43,3 +43,15 @@ def test_a_writable_buffer_changed_between_frames_is_checksummed_anew() -> None:
     for k in range(3):
         arr[100] = k
         assert _plain_crc_ok(b"".join(encode_frame(1, 0x90, {"k": k}, [view])))
+
+
+def test_a_read_only_view_of_an_array_written_elsewhere_is_checksummed_anew() -> None:
+    """Read-only is not immutable: the array behind the view may change through another view."""
+    arr = np.zeros(8192, dtype=np.float32)
+    frozen = arr.view()
+    frozen.flags.writeable = False
+    view = memoryview(frozen.data).cast("B")
+    assert view.readonly
+    for k in range(3):
+        arr[100] = k  # written through the writable array
+        assert _plain_crc_ok(b"".join(encode_frame(1, 0x90, {"k": k}, [view])))
