@@ -74,7 +74,8 @@ class BandwidthStep:
     #: the rate the last exchange demonstrably achieved (lower) or needed (raise), bit/s; None if unknown
     evidence_bps: float | None
     #: which bound moved the estimate last: "", "goodput_floor", "goodput_ceiling", "min", "max", or
-    #: "link_rate" (a lift by :meth:`BandwidthEstimator.apply_floor`)
+    #: "link_rate" (a lift by :meth:`BandwidthEstimator.apply_floor`), "link_delivery"
+    #: (:meth:`BandwidthEstimator.apply_delivery`)
     clamped_by: str
 
 
@@ -142,6 +143,27 @@ class BandwidthEstimator:
         self._hold = 0
         self._points.clear()
         return BandwidthStep("raise", before, target, floor_bps, "link_rate")
+
+    def apply_delivery(self, rate_bps: float, now: float) -> BandwidthStep | None:
+        """Set the estimate to the links' delivery rate while backlogged (the slowest backlogged link's
+        bytes over its backlog time, :meth:`LinkRates.delivery_bps`); None if it is there already.
+
+        Unlike the floors this moves both ways: it measures B itself, at the bottleneck, with the round
+        trips, the peers' CPU and the waits for inputs left out — the evidence the idle rule lacks when
+        the exchange hides behind compute or its fixed latency swamps the bytes (docs/scheduler.md). The
+        idle rule's probing restarts from it."""
+        if not (math.isfinite(rate_bps) and rate_bps > 0 and math.isfinite(now)):
+            raise RemoteProtocolError("delivery rate must be finite and > 0", value=rate_bps)
+        target = min(max(rate_bps, self.cfg.bw_min_bps), self.cfg.bw_max_bps)
+        before = self._estimate
+        if math.isclose(target, before, rel_tol=1e-9):
+            return None
+        self._estimate = target
+        self._raise_step = self.cfg.bw_raise_initial
+        self._hold = 0
+        self._points.clear()
+        kind: StepKind = "raise" if target > before else "lower"
+        return BandwidthStep(kind, before, target, rate_bps, "link_delivery")
 
     def _fit(self, nbytes: float, comm: float) -> float | None:
         """Seconds per byte of the exchange, from a least-squares line comm = a + slope·bytes over the recent

@@ -177,6 +177,11 @@ class SchedulerPolicy:
         completed a measurement window."""
         return self.links.observe(link, bytes_sent=bytes_sent, busy_s=busy_s, now=now, peak_bps=peak_bps)
 
+    def observe_link_backlog(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
+        """A WAN link's cumulative delivery while backlogged (bytes, seconds); returns the link's new
+        delivery rate (bit/s) when this report completed a measurement window."""
+        return self.links.observe_backlog(link, nbytes=nbytes, seconds=seconds, now=now)
+
     def confirm(self, decision: Decision) -> None:
         """The daemon announced ``decision`` (with its effective iteration set)."""
         if decision.effective_iteration is None:
@@ -273,6 +278,13 @@ class SchedulerPolicy:
             "iterations": float(len(rows)),
             "latency_s": latency,
         }
+        for link, (nbytes, busy, peak) in self.links.windows().items():
+            self.last_observation[f"link.{link}.bytes"] = nbytes
+            self.last_observation[f"link.{link}.busy_s"] = busy
+            self.last_observation[f"link.{link}.peak_bps"] = peak
+        for link, (nbytes, busy, _) in self.links.delivery_windows().items():
+            self.last_observation[f"link.{link}.backlog_bytes"] = nbytes
+            self.last_observation[f"link.{link}.backlog_s"] = busy
         step = self.bandwidth.update(
             idle=idle,
             iteration_s=wall,
@@ -304,6 +316,11 @@ class SchedulerPolicy:
             self.bandwidth.observe_link_rate(floor, now)
         self._update_bandwidth(now)
         self._apply_link_floor(floor, now)
+        delivery = self.links.delivery_bps(now) if self.cfg.link_delivery else None
+        if delivery is not None:
+            step = self.bandwidth.apply_delivery(delivery, now)
+            if step is not None:
+                self.last_bandwidth_step = step
         waiting = self._fed < FIRST_PLAN_WINDOWS or (
             self.latency.count < FIRST_PLAN_WINDOWS and self._fed < FIRST_PLAN_MAX_WINDOWS
         )
