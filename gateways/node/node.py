@@ -146,7 +146,7 @@ class GatewayNode:
         )
         self.link_times = LinkTimes(settle=cfg.rounds.window + 1)
         #: per peer, the transport's delivery while backlogged: (bytes, seconds), cumulative per connection
-        self._backlog: dict[str, tuple[float, float]] = {}
+        self._link_backlog: dict[str, tuple[float, float]] = {}
         self._channels: dict[int, PeerChannel] = {}
         #: channels that may have bytes to write: each queued frame adds its channel (PeerChannel.outbox),
         #: pop_actions keeps the ones still pending; every other channel has nothing to write
@@ -809,7 +809,7 @@ class GatewayNode:
         rate, reported to the scheduler as ``link.<peer>.backlog_bytes|backlog_s``."""
         ch = self._channels.get(link_id)
         if ch is not None and seconds > 0:
-            self._backlog[ch.peer] = (float(nbytes), float(seconds))
+            self._link_backlog[ch.peer] = (float(nbytes), float(seconds))
 
     def link_id_of(self, peer: str) -> int | None:
         ch = self._by_peer.get(peer)
@@ -1415,10 +1415,9 @@ class GatewayNode:
                 peak = self.link_times.peak_bps.get(peer)
                 if peak is not None:
                     m[f"link.{peer}.peak_bps"] = float(peak)
-            backlog = self._backlog.get(peer)
-            if (
-                backlog is not None
-            ):  # the link's delivery rate while backlogged (scheduler/control/link_rate.py)
+            # the link's delivery rate while backlogged (scheduler/control/link_rate.py)
+            backlog = self._link_backlog.get(peer)
+            if backlog is not None:
                 m[f"link.{peer}.backlog_bytes"], m[f"link.{peer}.backlog_s"] = backlog
         return Telemetry(self.site, max(frontier, 0), m)
 
