@@ -98,7 +98,7 @@ class SchedulerConfig:
     #: a link's delivery rate is the best of its windows within this age (BBR's max filter, whose window
     #: is ~10 round trips); older windows are forgotten, so a link that got faster and no longer backlogs
     #: stops holding the estimate down this long after its last slow window
-    link_delivery_max_age_s: float = 2.0
+    link_delivery_max_age_s: float = 1.0
     #: the exchange's latency (ours; 0: off, the paper's model): estimator observations the fixed part L of
     #: an exchange ``L + bytes / B`` is measured over (:mod:`scheduler.control.latency`). The paper's
     #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
