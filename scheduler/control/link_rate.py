@@ -22,6 +22,16 @@ we adopt a conservative approach"): the floor only ever raises the estimate to w
 carried, so it cannot cause the overshoot the paper warns about (the acknowledgement round trip in every
 span keeps it below the link).
 
+**Delivery while backlogged** (:meth:`LinkRates.observe_backlog`, :meth:`LinkRates.delivery_bps`): the
+busy spans hold the round trip and the receiver's CPU, so under load they read a fraction of the link
+(20-30 Mbit/s on 100 Mbit/s links at load 7) and serve only as a floor. The gateways also report, per
+peer, the bytes their sending transport released while bytes queued for the link and the time that took
+(``link.<peer>.backlog_bytes|backlog_s``, :attr:`transports.ShapedTransport.backlog_bytes`): TCP's
+delivery-rate sample outside application-limited periods, which BBR (Cardwell et al., 2016) estimates
+the bottleneck from. Per link the best window of the last ``link_delivery_max_age_s`` (BBR's max filter:
+a stalled window reads low, never high), over links the slowest (Eq. 6's one B): that is the estimate
+(:meth:`BandwidthEstimator.apply_delivery`), in both directions.
+
 Sans-IO: counters and ``now`` are passed in.
 """
 

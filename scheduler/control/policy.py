@@ -5,8 +5,9 @@ model (Eq. 2) → ③ update the bandwidth estimate from the idle rate → ④ s
 Eq. 6 → ⑤ apply from a designated iteration. :class:`SchedulerPolicy` composes the pieces of this package:
 
 * :class:`~scheduler.control.throughput.ThroughputModel` per rank (②);
-* :class:`~scheduler.control.bandwidth.BandwidthEstimator` (③), cross-checked with gateway goodput and
-  lifted at every decide tick to the slowest link's measured rate while sending
+* :class:`~scheduler.control.bandwidth.BandwidthEstimator` (③), cross-checked with gateway goodput,
+  lifted at every decide tick to the slowest link's measured rate while sending, and set to the slowest
+  backlogged link's delivery rate when one queued recently
   (:class:`~scheduler.control.link_rate.LinkRates`);
 * :func:`~scheduler.control.search.search` (④), run when :class:`~scheduler.control.replan.ReplanPolicy`
   says so;
@@ -18,6 +19,7 @@ How the daemon drives it::
     policy.observe_rank(rank, iteration=i, batch_size=x, compute_s=c, iteration_s=t, now=now)
     policy.observe_goodput(bps, now=now)          # from the gateways, when they report
     policy.observe_link(link, bytes_sent=b, busy_s=s, now=now)   # per link, cumulative counters
+    policy.observe_link_backlog(link, nbytes=b, seconds=s, now=now)  # per link, while backlogged
     d = policy.decide(now)                        # a Decision, or None: keep the current one
     if d is not None:
         d = d.effective_from(n)                   # the daemon picks the common iteration n
