@@ -94,7 +94,7 @@ class SchedulerConfig:
     link_delivery: bool = True
     #: a link's delivery rate is measured over at least this many backlogged seconds (one chunk's release
     #: is the shaper's wake-up jitter, not a rate)
-    link_delivery_min_s: float = 0.05
+    link_delivery_min_s: float = 0.02
     #: a link's delivery rate is the best of its windows within this age (BBR's max filter, whose window
     #: is ~10 round trips); older windows are forgotten, so a link that got faster and no longer backlogs
     #: stops holding the estimate down this long after its last slow window

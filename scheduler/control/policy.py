@@ -128,6 +128,7 @@ class SchedulerPolicy:
         #: what the estimator was last fed (the critical rank's medians), for the decisions file
         self.last_observation: dict[str, float] | None = None
         self._fed = 0  # windows fed to the estimator
+        self._delivery_seen = False  # a link has reported its delivery while backlogged
 
     # -- telemetry in --------------------------------------------------------------------------------------
     def observe_rank(
@@ -223,19 +224,23 @@ class SchedulerPolicy:
                 cur = e
         return cur
 
-    def _update_bandwidth(self, now: float) -> None:
+    def _update_bandwidth(self, now: float, *, probing: bool = False) -> None:
         """Feed the estimator one aggregate of the telemetry gathered since the last decision.
 
         While a new plan is on its way, the running plan's telemetry may still *lower* the estimate (a
         drop must not wait the announce margin plus the slow iterations the drop itself causes: in the
-        real daemons 15 s at 30 Mbit/s), never raise it."""
+        real daemons 15 s at 30 Mbit/s), never raise it — unless ``probing``: the links report their
+        delivery while backlogged and none queued lately, so every link carries the running plan with
+        room to spare, and a raise that overshoots is set back by the first window in which a link
+        queues (under load a plan took ~6 s to come into force, and the probe after a 30 → 100 Mbit/s
+        step waited for each one: 0.64 off at the 10th tick)."""
         lower_only = False
         if self._awaiting is not None:
             eff = self._awaiting.effective_iteration
             if eff is None or self._last_iteration < eff:
                 old = {i: v for i, v in self._window.items() if eff is None or i < eff}
                 self._window = {i: v for i, v in self._window.items() if eff is not None and i >= eff}
-                self._feed(old, now, lower_only=True)
+                self._feed(old, now, lower_only=not probing)
                 return
             self._awaiting = None
             self._window = {i: v for i, v in self._window.items() if i >= eff}
@@ -316,9 +321,10 @@ class SchedulerPolicy:
         floor = self.links.floor_bps(now)
         if floor is not None:
             self.bandwidth.observe_link_rate(floor, now)
-        self._update_bandwidth(now)
-        self._apply_link_floor(floor, now)
         delivery = self.links.delivery_bps(now) if self.cfg.link_delivery else None
+        self._delivery_seen = self._delivery_seen or delivery is not None
+        self._update_bandwidth(now, probing=delivery is None and self._delivery_seen)
+        self._apply_link_floor(floor, now)
         if delivery is not None:
             step = self.bandwidth.apply_delivery(delivery, now)
             if step is not None:
