@@ -43,7 +43,7 @@ carried, round trips included).
 ``link_delivery_max_age_s``, the slowest such link's delivery rate while backlogged *sets* the estimate
 (:meth:`BandwidthEstimator.apply_delivery`), after the rules here: it measures B at the bottleneck, with
 round trips, CPU and waits left out, which the idle rate cannot when the exchange hides behind compute or
-a latency swamps its bytes (the real daemons under load: ``bw_estimate_error`` 2.33 → 0.09).
+a latency swamps its bytes (the real daemons under load: ``bw_estimate_error`` 2.33 → 0.007-0.15).
 
 **Latency** (ours, :mod:`scheduler.control.latency`; ``latency_s`` = 0 is the paper's rule): an exchange
 takes ``L + bytes / B``. When it paced the iteration (idle ≥ threshold), only ``comm − L`` is the bytes'
