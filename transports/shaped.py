@@ -186,8 +186,8 @@ class ShapedTransport:
 
         Why: what a sender can say about the link's rate whatever else slows the exchange (the peers'
         CPU, acknowledgement round trips, waiting for inputs). A *backlog period* runs while bytes queue
-        for the bucket, until the queue empties. Within it the link, not the sender, sets the pace, so bytes over time is
-        the link's delivery rate — TCP's delivery-rate sample (BBR, Cardwell et al. 2016: samples taken
+        for the bucket, until the queue empties. Within it the link, not the sender, sets the pace, so
+        bytes over time is the link's delivery rate — TCP's delivery-rate sample (BBR, Cardwell et al. 2016: samples taken
         while the sender is not application-limited), measured here on the emulated bottleneck. The clock
         opens when a piece is taken that the tokens do not cover, and that piece counts only its deficit
         (the bytes the link still had to earn): so a period never reads above the link's rate, however
