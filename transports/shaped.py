@@ -187,11 +187,11 @@ class ShapedTransport:
         Why: what a sender can say about the link's rate whatever else slows the exchange (the peers'
         CPU, acknowledgement round trips, waiting for inputs). A *backlog period* runs while bytes queue
         for the bucket, until the queue empties. Within it the link, not the sender, sets the pace, so
-        bytes over time is the link's delivery rate — TCP's delivery-rate sample (BBR, Cardwell et al. 2016: samples taken
-        while the sender is not application-limited), measured here on the emulated bottleneck. The clock
-        opens when a piece is taken that the tokens do not cover, and that piece counts only its deficit
-        (the bytes the link still had to earn): so a period never reads above the link's rate, however
-        late the writer wakes (its first release late would otherwise shorten the period). A hand-over to
+        bytes over time is the link's delivery rate — TCP's delivery-rate sample (BBR, Cardwell et al.
+        2016: samples taken while the sender is not application-limited), measured here on the emulated
+        bottleneck. The clock opens when a piece is taken that the tokens do not cover, and that piece
+        counts only its deficit (the bytes the link still had to earn): so a period never reads above the
+        link's rate, however late the writer wakes (a late first release would shorten it). A hand-over to
         the inner transport that stalls (``STALL_S``: the receiver is not reading) ends the period: on two
         loaded cores the root gateway read its uplinks so slowly that they measured 21-27 Mbit/s on a
         100 Mbit/s link; the tokens earned during the stall are then spent outside any period. Likewise a
