@@ -33,10 +33,6 @@ from wanrt.errors import PeerLost, TransportError
 
 __all__ = ["ShapedTransport"]
 
-#: a hand-over to the inner transport that took longer than this stalled the writer (a full socket: the
-#: receiver is not reading); the link was not the bottleneck meanwhile (:attr:`ShapedTransport.backlog_bytes`)
-STALL_S = 0.002
-
 
 class ShapedTransport:
     """Shapes the *outgoing* bytes of ``inner``; ``recv`` passes through (shape both ends for both ways).
@@ -71,14 +67,6 @@ class ShapedTransport:
         self._last_delivery = -math.inf
         self._delivered = 0
         self._sending = 0  # bytes of the batch the writer is handing to the inner transport right now
-        # delivery while backlogged (see :attr:`backlog_bytes`): the open period's start, last release and
-        # bytes; whether the held piece opened it (its bytes are counted at the opening, as its deficit)
-        self._bl_first: float | None = None
-        self._bl_last = 0.0
-        self._bl_bytes = 0.0
-        self._bl_opener = False
-        self._backlog_bytes = 0.0
-        self._backlog_s = 0.0
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._idle = asyncio.Event()
@@ -180,31 +168,6 @@ class ShapedTransport:
     def bytes_delivered(self) -> int:
         return self._delivered
 
-    @property
-    def backlog_bytes(self) -> int:
-        """Bytes released while the link was the bottleneck (cumulative; with :attr:`backlog_s`).
-
-        Why: what a sender can say about the link's rate whatever else slows the exchange (the peers'
-        CPU, acknowledgement round trips, waiting for inputs). A *backlog period* runs while bytes queue
-        for the bucket, until the queue empties. Within it the link, not the sender, sets the pace, so
-        bytes over time is the link's delivery rate — TCP's delivery-rate sample (BBR, Cardwell et al.
-        2016: samples taken while the sender is not application-limited), measured here on the emulated
-        bottleneck. The clock opens when a piece is taken that the tokens do not cover, and that piece
-        counts only its deficit (the bytes the link still had to earn): so a period never reads above the
-        link's rate, however late the writer wakes (a late first release would shorten it). A hand-over to
-        the inner transport that stalls (``STALL_S``: the receiver is not reading) ends the period: on two
-        loaded cores the root gateway read its uplinks so slowly that they measured 21-27 Mbit/s on a
-        100 Mbit/s link; the tokens earned during the stall are then spent outside any period. Likewise a
-        writer that wakes more than ``STALL_S`` after it meant to (its process starved of CPU: windows of
-        1-13 Mbit/s on a 100 Mbit/s link under load 11) ends the period.
-        """
-        return int(self._backlog_bytes)
-
-    @property
-    def backlog_s(self) -> float:
-        """Seconds of the closed backlog periods whose bytes :attr:`backlog_bytes` counts."""
-        return self._backlog_s
-
     async def flush(self) -> None:
         """Wait until everything sent so far has been handed to the inner transport."""
         while self.bytes_in_flight and self._error is None and not self._closed:
@@ -255,25 +218,15 @@ class ShapedTransport:
         while True:
             if self._held is None:
                 if not self._pending:
-                    self._close_backlog()
                     return
                 piece = self._pending.popleft()
                 self._pending_bytes -= len(piece)
                 self._space.set()
-                deficit = len(piece) - self._bucket.tokens(now)
                 self._bucket.reserve(len(piece), now)
                 self._held = piece
-                if self._bl_first is None and deficit > 0:  # a backlog period opens
-                    self._bl_first, self._bl_last, self._bl_bytes = now, now, deficit
-                    self._bl_opener = True
             if self._bucket.ready_at(now) > now:
                 return
             piece, self._held = self._held, None
-            if self._bl_first is not None:
-                if not self._bl_opener:
-                    self._bl_bytes += len(piece)
-                self._bl_opener = False
-                self._bl_last = now
             delay = self._delay
             if self._jitter:
                 delay = max(0.0, delay + self._rng.uniform(-self._jitter, self._jitter))
@@ -282,22 +235,10 @@ class ShapedTransport:
             self._line.append((at, piece))
             self._line_bytes += len(piece)
 
-    def _close_backlog(self) -> None:
-        """The queue ran empty: the open backlog period (if any) ends at its last release."""
-        if self._bl_first is not None and self._bl_last > self._bl_first and self._bl_bytes > 0:
-            self._backlog_bytes += self._bl_bytes
-            self._backlog_s += self._bl_last - self._bl_first
-        self._bl_first = None
-        self._bl_opener = False
-
     async def _run(self) -> None:
         try:
-            due_at: float | None = None  # when the writer meant to wake (the bucket or the line)
             while True:
                 now = self._clock()
-                if due_at is not None and now - due_at > STALL_S:
-                    self._close_backlog()  # woke late (a busy process): the delay is not the link's
-                due_at = None
                 self._release(now)
                 due: list[bytes] = []
                 while self._line and self._line[0][0] <= now:
@@ -306,12 +247,7 @@ class ShapedTransport:
                     due.append(piece)
                 if due:
                     self._sending = sum(map(len, due))
-                    sent_at = self._clock()
                     await self._inner.send(due)
-                    if self._clock() - sent_at > STALL_S:
-                        # the receiver (or this process) held the writer, not the link: end the backlog
-                        # period before the stall, and let the tokens the stall earned go uncounted
-                        self._close_backlog()
                     self._delivered += self._sending
                     self._sending = 0
                     continue
@@ -325,7 +261,6 @@ class ShapedTransport:
                 wake_at = self._line[0][0] if self._line else math.inf
                 if self._held is not None:
                     wake_at = min(wake_at, self._bucket.ready_at(now))
-                due_at = wake_at if math.isfinite(wake_at) else None
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, wake_at - now)):

@@ -102,9 +102,9 @@ log = logging.getLogger("gateways.node")
 #: that stays away this long is declared lost and the round engine re-plans without it.
 MAX_BACKLOG: Final = 4096
 
-#: Links described in one telemetry report (the busiest): up to 8 keys each, beside ~30 others and the
-#: stragglers, must stay within the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
-MAX_REPORTED_LINKS: Final = 26
+#: Links described in one telemetry report (the busiest): 6 keys each, beside ~30 others, must stay within
+#: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
+MAX_REPORTED_LINKS: Final = 36
 #: Straggler sites of the running plan named in one report (one key each); STAR detaches a few at most.
 MAX_REPORTED_STRAGGLERS: Final = 16
 
@@ -145,8 +145,6 @@ class GatewayNode:
             cfg.peers if mesh else (), cfg.base_rates_bps() if mesh else {}, cfg.rates
         )
         self.link_times = LinkTimes(settle=cfg.rounds.window + 1)
-        #: per peer, the transport's delivery while backlogged: (bytes, seconds), cumulative per connection
-        self._link_backlog: dict[str, tuple[float, float]] = {}
         self._channels: dict[int, PeerChannel] = {}
         #: channels that may have bytes to write: each queued frame adds its channel (PeerChannel.outbox),
         #: pop_actions keeps the ones still pending; every other channel has nothing to write
@@ -803,14 +801,6 @@ class GatewayNode:
     def channel(self, link_id: int) -> PeerChannel | None:
         return self._channels.get(link_id)
 
-    def link_backlog(self, link_id: int, nbytes: float, seconds: float) -> None:
-        """The service's transport for ``link_id`` delivered ``nbytes`` in ``seconds`` while the link was
-        the bottleneck (cumulative; :attr:`transports.ShapedTransport.backlog_bytes`): the link's own
-        rate, reported to the scheduler as ``link.<peer>.backlog_bytes|backlog_s``."""
-        ch = self._channels.get(link_id)
-        if ch is not None and seconds > 0:
-            self._link_backlog[ch.peer] = (float(nbytes), float(seconds))
-
     def link_id_of(self, peer: str) -> int | None:
         ch = self._by_peer.get(peer)
         return None if ch is None or ch.ended else ch.link_id
@@ -1415,10 +1405,6 @@ class GatewayNode:
                 peak = self.link_times.peak_bps.get(peer)
                 if peak is not None:
                     m[f"link.{peer}.peak_bps"] = float(peak)
-            # the link's delivery rate while backlogged (scheduler/control/link_rate.py)
-            backlog = self._link_backlog.get(peer)
-            if backlog is not None:
-                m[f"link.{peer}.backlog_bytes"], m[f"link.{peer}.backlog_s"] = backlog
         return Telemetry(self.site, max(frontier, 0), m)
 
     # ------------------------------------------------------------------------------------------------

@@ -151,8 +151,6 @@ class PeerLink:
             out = node.poll_link(self.link_id, loop.time())
             if out.parts:
                 await self.transport.send(out.parts)
-                if isinstance(self.transport, ShapedTransport):  # the link's rate while backlogged
-                    node.link_backlog(self.link_id, self.transport.backlog_bytes, self.transport.backlog_s)
                 self._daemon.progressed()
                 continue
             if out.done:

@@ -39,11 +39,12 @@ does not depend on which plan ran. It is what finds a *rise* at once: the idle r
 plan in force per raise (StellaTrain §6's conservative direction is kept: the floor never exceeds what was
 carried, round trips included).
 
-**Delivery rate** (ours, :mod:`scheduler.control.link_rate`): when a link queued bytes within the last
+**Delivery rate** (ours, :mod:`scheduler.control.link_rate`): when a link delivered bytes while its
+sender had data queued within the last
 ``link_delivery_max_age_s``, the slowest such link's delivery rate while backlogged *sets* the estimate
 (:meth:`BandwidthEstimator.apply_delivery`), after the rules here: it measures B at the bottleneck, with
 round trips, CPU and waits left out, which the idle rate cannot when the exchange hides behind compute or
-a latency swamps its bytes (the real daemons under load: ``bw_estimate_error`` 2.33 → 0.007-0.15).
+a latency swamps its bytes. Only when the gateways report the counters (none does yet: docs/scheduler.md).
 
 **Latency** (ours, :mod:`scheduler.control.latency`; ``latency_s`` = 0 is the paper's rule): an exchange
 takes ``L + bytes / B``. When it paced the iteration (idle ≥ threshold), only ``comm − L`` is the bytes'

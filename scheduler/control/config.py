@@ -93,7 +93,7 @@ class SchedulerConfig:
     #: only the idle rule and the floors
     link_delivery: bool = True
     #: a link's delivery rate is measured over at least this many backlogged seconds (one chunk's release
-    #: is the shaper's wake-up jitter, not a rate)
+    #: is scheduling jitter, not a rate)
     link_delivery_min_s: float = 0.02
     #: a link's delivery rate is the best of its windows within this age (BBR's max filter, whose window
     #: is ~10 round trips); older windows are forgotten, so a link that got faster and no longer backlogs

@@ -22,15 +22,16 @@ we adopt a conservative approach"): the floor only ever raises the estimate to w
 carried, so it cannot cause the overshoot the paper warns about (the acknowledgement round trip in every
 span keeps it below the link).
 
-**Delivery while backlogged** (:meth:`LinkRates.observe_backlog`, :meth:`LinkRates.delivery_bps`): the
-busy spans hold the round trip and the receiver's CPU, so under load they read a fraction of the link
-(20-30 Mbit/s on 100 Mbit/s links at load 7) and serve only as a floor. The gateways also report, per
-peer, the bytes their sending transport released while bytes queued for the link and the time that took
-(``link.<peer>.backlog_bytes|backlog_s``, :attr:`transports.ShapedTransport.backlog_bytes`): TCP's
-delivery-rate sample outside application-limited periods, which BBR (Cardwell et al., 2016) estimates
-the bottleneck from. Per link the best window of the last ``link_delivery_max_age_s`` (BBR's max filter:
-a stalled window reads low, never high), over links the slowest (Eq. 6's one B): that is the estimate
-(:meth:`BandwidthEstimator.apply_delivery`), in both directions.
+**Delivery while not application-limited** (:meth:`LinkRates.observe_backlog`,
+:meth:`LinkRates.delivery_bps`; consumer only): the busy spans hold the round trip and the receiver's CPU,
+so under load they read a fraction of the link (20-30 Mbit/s on 100 Mbit/s links at load 7) and serve only
+as a floor. A gateway that measures, per peer, the bytes delivered while it had data queued and the time
+that took (``link.<peer>.backlog_bytes|backlog_s``: BBR's delivery-rate sample, Cardwell et al. 2016)
+feeds this: per link the best window of the last ``link_delivery_max_age_s`` (BBR's max filter: a stalled
+window reads low), over links the slowest (Eq. 6's one B), and that sets the estimate
+(:meth:`BandwidthEstimator.apply_delivery`) both ways. No gateway produces the keys yet: the producer must
+be computed at the gateway's own send/ack path, the same for TCP and the emulated link (an emulator that
+reports its own token bucket measures the emulator, not the WAN; docs/scheduler.md).
 
 Sans-IO: counters and ``now`` are passed in.
 """
@@ -99,7 +100,7 @@ class LinkRates:
         rate = 8.0 * (nbytes - st.bytes0) / busy
         st.window = (nbytes - st.bytes0, busy, 0.0)
         st.bytes0, st.busy0 = nbytes, seconds
-        # BBR's windowed max filter: a window never reads above the link (the shaper counts so), but a
+        # BBR's windowed max filter: a delivery sample is bounded by the link, but a
         # receiver that stalled (its gateway's loop busy, the socket full) reads below it — on two loaded
         # cores 55-115 Mbit/s windows on a 100 Mbit/s link — so the link is the best recent window
         st.samples = [(t, r) for t, r in st.samples if now - t <= self.cfg.link_delivery_max_age_s]
