@@ -118,6 +118,21 @@ class AdaptivePolicy:
             )
             if rate is not None:
                 log.debug("link %s>%s: %.1f Mbit/s while sending", site, peer, rate / 1e6)
+        for key, secs in metrics.items():
+            if not (key.startswith("link.") and key.endswith(".backlog_s")):
+                continue
+            peer = key[len("link.") : -len(".backlog_s")]
+            nbytes = metrics.get(f"link.{peer}.backlog_bytes")
+            if (
+                nbytes is None
+                or not (math.isfinite(nbytes) and math.isfinite(secs))
+                or nbytes < 0
+                or secs < 0
+            ):
+                continue
+            rate = self.policy.observe_link_backlog(f"{site}>{peer}", nbytes=nbytes, seconds=secs, now=now)
+            if rate is not None:
+                log.debug("link %s>%s: %.1f Mbit/s while backlogged", site, peer, rate / 1e6)
 
     def _observe_goodput(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         sent = sum(v for k, v in metrics.items() if k.startswith("link.") and k.endswith(".bytes_sent"))

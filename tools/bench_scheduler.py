@@ -81,6 +81,13 @@ def _plan(conv: ConvergenceModel, bw: float) -> Plan:
     return search(fits, bandwidth_bps=bw, n_params=VIT_PARAMS, convergence=conv, config=SchedulerConfig())
 
 
+def saturation_knee(gpus: list[tuple[float, float]]) -> float:
+    """Σx at which the split ∝ β saturates every GPU: Σβ · max_i α_i/β_i. Below it Eq. 2 holds the
+    slowest-saturating GPU at its floor α/β, so the iteration time (Eq. 4's pace) stops falling while Σx
+    does: with ḡ's batch term flatter than that speed loss no search goes below it (docs/scheduler.md)."""
+    return sum(b for _, b in gpus) * max(a / b for a, b in gpus)
+
+
 def fig14a(conv: ConvergenceModel) -> dict[str, Any]:
     plans = {bw: _plan(conv, bw) for bw in BANDWIDTHS}
     rs = [plans[bw].r for bw in BANDWIDTHS]
@@ -134,6 +141,7 @@ def bandwidth_sim(
     iterations_per_round: int = 5,
     effect_delay: int = 0,
     latency_s: float = 0.0,
+    link_backlog: bool = False,
 ) -> dict[str, Any]:
     """The toy loop through 100 → 30 → 100 Mbit/s, each phase 30 rounds after the 200-iteration warm-up
     (with one iteration per round: 60 rounds, since the decision reaches the ranks later)."""
@@ -156,6 +164,7 @@ def bandwidth_sim(
         link_telemetry=link_telemetry,
         effect_delay=effect_delay,
         latency_s=latency_s,
+        link_backlog=link_backlog,
     )
     err = trace.relative_errors()
     windows = [err[steps[0] + 10 : steps[1]], err[steps[1] + 10 :]]
@@ -211,6 +220,10 @@ def main() -> int:
     bw_delay_idle = bandwidth_sim(
         seed=3, iterations_per_round=1, effect_delay=6, latency_s=0.04, link_telemetry=False
     )
+    # the same, with the links' delivery rate while backlogged (what the gateways now report)
+    bw_delay_delivery = bandwidth_sim(
+        seed=3, iterations_per_round=1, effect_delay=6, latency_s=0.04, link_backlog=True
+    )
     real: dict[str, Any] | None = None
     if daemons:
         import bench_scheduler_daemons as bd
@@ -224,6 +237,8 @@ def main() -> int:
         "fig14a_total_batch_100m": stand_in["plans"][100e6].total_batch,
         "fig14a_r_by_bandwidth_mbps": {f"{bw_ / 1e6:g}": stand_in["plans"][bw_].r for bw_ in BANDWIDTHS},
         "r_monotone": stand_in["r_monotone"],
+        "fig14a_saturation_knee": saturation_knee(GPUS),
+        "fig14a_batch_ratio_over_knee": stand_in["plans"][100e6].total_batch / saturation_knee(GPUS),
         "fig14a_batch_ratio_by_density_exponent": {f"{p:g}": v for p, v in sens.items()},
         "fig14a_batch_ratio_digits_profile": measured["ratio"],
         "fig14a_r_monotone_digits_profile": measured["r_monotone"],
@@ -249,6 +264,8 @@ def main() -> int:
         "bw_estimate_error_sim_delayed": bw_delay["error"],
         "bw_estimate_error_sim_delayed_at_10": bw_delay["error_at_10"],
         "bw_estimate_error_sim_delayed_idle_only": bw_delay_idle["error"],
+        "bw_estimate_error_sim_delayed_delivery": bw_delay_delivery["error"],
+        "bw_estimate_error_sim_delayed_delivery_at_10": bw_delay_delivery["error_at_10"],
         "bw_decisions": bw["decisions"],
         "quick": bool(args.quick),
         "daemons": daemons,
@@ -264,6 +281,11 @@ def main() -> int:
         ("fig14a_batch_ratio (stand-in ḡ)", f"{res['fig14a_batch_ratio']:.3f}", "1.45–2.05 (paper 1.75)"),
         ("  Σx at 1 Gbit/s, r", f"{p1.total_batch}, {p1.r:.4f}", "paper 137, 0.97"),
         ("  Σx at 100 Mbit/s, r", f"{p100.total_batch}, {p100.r:.4f}", "paper 240, 0.995"),
+        (
+            "  saturation knee Σβ·max α/β; Σx(100M) / knee",
+            f"{res['fig14a_saturation_knee']:.1f}; {res['fig14a_batch_ratio_over_knee']:.3f}",
+            "1 Gbit/s sits at the knee: the ratio's bound",
+        ),
         ("  ratio, stand-in exponent 0.25/0.5/1", " / ".join(f"{v:.2f}" for v in sens.values()), ""),
         ("  ratio with the measured digits ḡ", f"{measured['ratio']:.3f}", "(other model: check only)"),
         ("r_monotone", str(res["r_monotone"]), "1"),
@@ -305,6 +327,11 @@ def main() -> int:
             "  daemon-like: delay 6 it, 40 ms RTT",
             f"{bw_delay['error']:.4f} / {bw_delay['error_at_10']:.4f}",
             f"from / at +10 ticks; idle rule only {bw_delay_idle['error']:.4f}",
+        ),
+        (
+            "  daemon-like, with the delivery rate",
+            f"{bw_delay_delivery['error']:.4f} / {bw_delay_delivery['error_at_10']:.4f}",
+            "links report bytes / time while backlogged",
         ),
     ]
     if real is None:

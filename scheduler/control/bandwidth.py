@@ -39,6 +39,13 @@ does not depend on which plan ran. It is what finds a *rise* at once: the idle r
 plan in force per raise (StellaTrain §6's conservative direction is kept: the floor never exceeds what was
 carried, round trips included).
 
+**Delivery rate** (ours, :mod:`scheduler.control.link_rate`): when a link delivered bytes while its
+sender had data queued within the last
+``link_delivery_max_age_s``, the slowest such link's delivery rate while backlogged *sets* the estimate
+(:meth:`BandwidthEstimator.apply_delivery`), after the rules here: it measures B at the bottleneck, with
+round trips, CPU and waits left out, which the idle rate cannot when the exchange hides behind compute or
+a latency swamps its bytes. Only when the gateways report the counters (none does yet: docs/scheduler.md).
+
 **Latency** (ours, :mod:`scheduler.control.latency`; ``latency_s`` = 0 is the paper's rule): an exchange
 takes ``L + bytes / B``. When it paced the iteration (idle ≥ threshold), only ``comm − L`` is the bytes'
 time, so the idle is judged by it: the bytes took longer than ``bytes / B̂`` (by more than the threshold)
@@ -74,7 +81,8 @@ class BandwidthStep:
     #: the rate the last exchange demonstrably achieved (lower) or needed (raise), bit/s; None if unknown
     evidence_bps: float | None
     #: which bound moved the estimate last: "", "goodput_floor", "goodput_ceiling", "min", "max", or
-    #: "link_rate" (a lift by :meth:`BandwidthEstimator.apply_floor`)
+    #: "link_rate" (a lift by :meth:`BandwidthEstimator.apply_floor`), "link_delivery"
+    #: (:meth:`BandwidthEstimator.apply_delivery`)
     clamped_by: str
 
 
@@ -142,6 +150,27 @@ class BandwidthEstimator:
         self._hold = 0
         self._points.clear()
         return BandwidthStep("raise", before, target, floor_bps, "link_rate")
+
+    def apply_delivery(self, rate_bps: float, now: float) -> BandwidthStep | None:
+        """Set the estimate to the links' delivery rate while backlogged (the slowest backlogged link's
+        bytes over its backlog time, :meth:`LinkRates.delivery_bps`); None if it is there already.
+
+        Unlike the floors this moves both ways: it measures B itself, at the bottleneck, with the round
+        trips, the peers' CPU and the waits for inputs left out — the evidence the idle rule lacks when
+        the exchange hides behind compute or its fixed latency swamps the bytes (docs/scheduler.md). The
+        idle rule's probing restarts from it."""
+        if not (math.isfinite(rate_bps) and rate_bps > 0 and math.isfinite(now)):
+            raise RemoteProtocolError("delivery rate must be finite and > 0", value=rate_bps)
+        target = min(max(rate_bps, self.cfg.bw_min_bps), self.cfg.bw_max_bps)
+        before = self._estimate
+        if math.isclose(target, before, rel_tol=1e-9):
+            return None
+        self._estimate = target
+        self._raise_step = self.cfg.bw_raise_initial
+        self._hold = 0
+        self._points.clear()
+        kind: StepKind = "raise" if target > before else "lower"
+        return BandwidthStep(kind, before, target, rate_bps, "link_delivery")
 
     def _fit(self, nbytes: float, comm: float) -> float | None:
         """Seconds per byte of the exchange, from a least-squares line comm = a + slope·bytes over the recent

@@ -87,6 +87,18 @@ class SchedulerConfig:
     #: the floor needs every link measured within this age (a link not measured recently may be the
     #: bottleneck; one stale this long is the old topology's and is forgotten after ``4 ×`` this)
     link_rate_max_age_s: float = 3.0
+    #: the links' delivery rate while backlogged (bytes the bottleneck released while bytes queued for it,
+    #: over that time: TCP's delivery-rate sample) *sets* the estimate when a link measured one within
+    #: ``link_rate_max_age_s``: it is B itself, not a bound (:mod:`scheduler.control.link_rate`). False:
+    #: only the idle rule and the floors
+    link_delivery: bool = True
+    #: a link's delivery rate is measured over at least this many backlogged seconds (one chunk's release
+    #: is scheduling jitter, not a rate)
+    link_delivery_min_s: float = 0.02
+    #: a link's delivery rate is the best of its windows within this age (BBR's max filter, whose window
+    #: is ~10 round trips); older windows are forgotten, so a link that got faster and no longer backlogs
+    #: stops holding the estimate down this long after its last slow window
+    link_delivery_max_age_s: float = 1.0
     #: the exchange's latency (ours; 0: off, the paper's model): estimator observations the fixed part L of
     #: an exchange ``L + bytes / B`` is measured over (:mod:`scheduler.control.latency`). The paper's
     #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
@@ -223,6 +235,18 @@ class SchedulerConfig:
             0 < self.link_rate_max_age_s <= 3600,
             "link_rate_max_age_s",
             self.link_rate_max_age_s,
+            "must be in (0, 3600] s",
+        )
+        check(
+            0 < self.link_delivery_min_s <= 60,
+            "link_delivery_min_s",
+            self.link_delivery_min_s,
+            "must be in (0, 60] s",
+        )
+        check(
+            0 < self.link_delivery_max_age_s <= 3600,
+            "link_delivery_max_age_s",
+            self.link_delivery_max_age_s,
             "must be in (0, 3600] s",
         )
         check(

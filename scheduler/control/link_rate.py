@@ -22,13 +22,24 @@ we adopt a conservative approach"): the floor only ever raises the estimate to w
 carried, so it cannot cause the overshoot the paper warns about (the acknowledgement round trip in every
 span keeps it below the link).
 
+**Delivery while not application-limited** (:meth:`LinkRates.observe_backlog`,
+:meth:`LinkRates.delivery_bps`; consumer only): the busy spans hold the round trip and the receiver's CPU,
+so under load they read a fraction of the link (20-30 Mbit/s on 100 Mbit/s links at load 7) and serve only
+as a floor. A gateway that measures, per peer, the bytes delivered while it had data queued and the time
+that took (``link.<peer>.backlog_bytes|backlog_s``: BBR's delivery-rate sample, Cardwell et al. 2016)
+feeds this: per link the best window of the last ``link_delivery_max_age_s`` (BBR's max filter: a stalled
+window reads low), over links the slowest (Eq. 6's one B), and that sets the estimate
+(:meth:`BandwidthEstimator.apply_delivery`) both ways. No gateway produces the keys yet: the producer must
+be computed at the gateway's own send/ack path, the same for TCP and the emulated link (an emulator that
+reports its own token bucket measures the emulator, not the WAN; docs/scheduler.md).
+
 Sans-IO: counters and ``now`` are passed in.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.control.config import SchedulerConfig
 from wanrt.errors import RemoteProtocolError
@@ -46,6 +57,10 @@ class _Link:
     rate_bps: float | None = None
     measured_at: float | None = None
     seen_at: float = 0.0
+    #: the last window's bytes, busy seconds and the gateway's peak (for the decisions file)
+    window: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    #: (time, rate) of the recent delivery windows (the delivery measurement's max filter)
+    samples: list[tuple[float, float]] = field(default_factory=list)
 
 
 class LinkRates:
@@ -54,6 +69,63 @@ class LinkRates:
     def __init__(self, config: SchedulerConfig | None = None) -> None:
         self.cfg = config if config is not None else SchedulerConfig()
         self._links: dict[str, _Link] = {}
+        self._delivery: dict[str, _Link] = {}  # the same windows over the backlog counters
+
+    def observe_backlog(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
+        """Cumulative counters of ``link``'s delivery while backlogged (bytes, seconds: the gateway's
+        ``link.<peer>.backlog_bytes|backlog_s``); returns a new delivery rate (bit/s) when the window since
+        the last one holds at least ``link_delivery_min_s`` of backlog.
+
+        Why a second measurement: the busy time above runs from a message's first chunk to its
+        acknowledgement, so it holds the round trip and the receiver's CPU (under load 7 a 2 kB message's
+        span was 100-160 ms, and a 100 Mbit/s link read 20-30 Mbit/s); the backlog periods hold only
+        the time bytes queued for the link, so their rate is the link's (TCP's delivery-rate sample)."""
+        vals = (nbytes, seconds, now)
+        if not all(math.isfinite(v) for v in vals) or nbytes < 0 or seconds < 0:
+            raise RemoteProtocolError("backlog counters must be finite and >= 0", value=vals)
+        st = self._delivery.get(link)
+        if st is None:
+            if len(self._delivery) >= MAX_LINKS:
+                oldest = min(self._delivery, key=lambda k: self._delivery[k].seen_at)
+                del self._delivery[oldest]
+            self._delivery[link] = _Link(nbytes, seconds, seen_at=now)
+            return None
+        st.seen_at = now
+        if nbytes < st.bytes0 or seconds < st.busy0:
+            st.bytes0, st.busy0 = nbytes, seconds  # a new connection: its counters start again
+            return None
+        busy = seconds - st.busy0
+        if busy < self.cfg.link_delivery_min_s:
+            return None
+        rate = 8.0 * (nbytes - st.bytes0) / busy
+        st.window = (nbytes - st.bytes0, busy, 0.0)
+        st.bytes0, st.busy0 = nbytes, seconds
+        # BBR's windowed max filter: a delivery sample is bounded by the link, but a
+        # receiver that stalled (its gateway's loop busy, the socket full) reads below it — on two loaded
+        # cores 55-115 Mbit/s windows on a 100 Mbit/s link — so the link is the best recent window
+        st.samples = [(t, r) for t, r in st.samples if now - t <= self.cfg.link_delivery_max_age_s]
+        st.samples.append((now, rate))
+        st.rate_bps = max(r for _, r in st.samples)
+        st.measured_at = now
+        return rate
+
+    def delivery_bps(self, now: float) -> float | None:
+        """The slowest delivery rate among the links that were backlogged within
+        ``link_delivery_max_age_s`` (None: none was). A link that did not backlog carried what it was
+        given without queueing: it is not the bottleneck at the running plan, and it is left out."""
+        max_age = self.cfg.link_delivery_max_age_s
+        for k in [k for k, v in self._delivery.items() if now - v.seen_at > 4 * max_age]:
+            del self._delivery[k]
+        fresh = [
+            v.rate_bps
+            for v in self._delivery.values()
+            if v.rate_bps is not None and v.measured_at is not None and now - v.measured_at <= max_age
+        ]
+        return min(fresh) if fresh else None
+
+    def delivery_windows(self) -> dict[str, tuple[float, float, float]]:
+        """Per link, its last delivery window: (bytes, backlogged seconds, 0)."""
+        return {k: v.window for k, v in self._delivery.items() if v.rate_bps is not None}
 
     def observe(
         self, link: str, *, bytes_sent: float, busy_s: float, now: float, peak_bps: float | None = None
@@ -80,12 +152,17 @@ class LinkRates:
         if busy < self.cfg.link_rate_min_busy_s:
             return None
         st.rate_bps = max(8.0 * (bytes_sent - st.bytes0) / busy, peak_bps or 0.0)
+        st.window = (bytes_sent - st.bytes0, busy, peak_bps or 0.0)
         st.measured_at = now
         st.bytes0, st.busy0 = bytes_sent, busy_s
         return st.rate_bps
 
     def rates(self) -> dict[str, float]:
         return {k: v.rate_bps for k, v in self._links.items() if v.rate_bps is not None}
+
+    def windows(self) -> dict[str, tuple[float, float, float]]:
+        """Per measured link, its last window: (bytes, busy seconds, peak bit/s)."""
+        return {k: v.window for k, v in self._links.items() if v.rate_bps is not None}
 
     def floor_bps(self, now: float) -> float | None:
         """The slowest link's rate while sending over the links measured within ``link_rate_max_age_s``;

@@ -5,8 +5,9 @@ model (Eq. 2) → ③ update the bandwidth estimate from the idle rate → ④ s
 Eq. 6 → ⑤ apply from a designated iteration. :class:`SchedulerPolicy` composes the pieces of this package:
 
 * :class:`~scheduler.control.throughput.ThroughputModel` per rank (②);
-* :class:`~scheduler.control.bandwidth.BandwidthEstimator` (③), cross-checked with gateway goodput and
-  lifted at every decide tick to the slowest link's measured rate while sending
+* :class:`~scheduler.control.bandwidth.BandwidthEstimator` (③), cross-checked with gateway goodput,
+  lifted at every decide tick to the slowest link's measured rate while sending, and set to the slowest
+  backlogged link's delivery rate when one queued recently
   (:class:`~scheduler.control.link_rate.LinkRates`);
 * :func:`~scheduler.control.search.search` (④), run when :class:`~scheduler.control.replan.ReplanPolicy`
   says so;
@@ -18,6 +19,7 @@ How the daemon drives it::
     policy.observe_rank(rank, iteration=i, batch_size=x, compute_s=c, iteration_s=t, now=now)
     policy.observe_goodput(bps, now=now)          # from the gateways, when they report
     policy.observe_link(link, bytes_sent=b, busy_s=s, now=now)   # per link, cumulative counters
+    policy.observe_link_backlog(link, nbytes=b, seconds=s, now=now)  # per link, while backlogged
     d = policy.decide(now)                        # a Decision, or None: keep the current one
     if d is not None:
         d = d.effective_from(n)                   # the daemon picks the common iteration n
@@ -126,6 +128,7 @@ class SchedulerPolicy:
         #: what the estimator was last fed (the critical rank's medians), for the decisions file
         self.last_observation: dict[str, float] | None = None
         self._fed = 0  # windows fed to the estimator
+        self._delivery_seen = False  # a link has reported its delivery while backlogged
 
     # -- telemetry in --------------------------------------------------------------------------------------
     def observe_rank(
@@ -177,6 +180,11 @@ class SchedulerPolicy:
         completed a measurement window."""
         return self.links.observe(link, bytes_sent=bytes_sent, busy_s=busy_s, now=now, peak_bps=peak_bps)
 
+    def observe_link_backlog(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
+        """A WAN link's cumulative delivery while backlogged (bytes, seconds); returns the link's new
+        delivery rate (bit/s) when this report completed a measurement window."""
+        return self.links.observe_backlog(link, nbytes=nbytes, seconds=seconds, now=now)
+
     def confirm(self, decision: Decision) -> None:
         """The daemon announced ``decision`` (with its effective iteration set)."""
         if decision.effective_iteration is None:
@@ -216,19 +224,23 @@ class SchedulerPolicy:
                 cur = e
         return cur
 
-    def _update_bandwidth(self, now: float) -> None:
+    def _update_bandwidth(self, now: float, *, probing: bool = False) -> None:
         """Feed the estimator one aggregate of the telemetry gathered since the last decision.
 
         While a new plan is on its way, the running plan's telemetry may still *lower* the estimate (a
         drop must not wait the announce margin plus the slow iterations the drop itself causes: in the
-        real daemons 15 s at 30 Mbit/s), never raise it."""
+        real daemons 15 s at 30 Mbit/s), never raise it — unless ``probing``: the links report their
+        delivery while backlogged and none queued lately, so every link carries the running plan with
+        room to spare, and a raise that overshoots is set back by the first window in which a link
+        queues (under load a plan took ~6 s to come into force, and the probe after a 30 → 100 Mbit/s
+        step waited for each one: 0.64 off at the 10th tick)."""
         lower_only = False
         if self._awaiting is not None:
             eff = self._awaiting.effective_iteration
             if eff is None or self._last_iteration < eff:
                 old = {i: v for i, v in self._window.items() if eff is None or i < eff}
                 self._window = {i: v for i, v in self._window.items() if eff is not None and i >= eff}
-                self._feed(old, now, lower_only=True)
+                self._feed(old, now, lower_only=not probing)
                 return
             self._awaiting = None
             self._window = {i: v for i, v in self._window.items() if i >= eff}
@@ -273,6 +285,13 @@ class SchedulerPolicy:
             "iterations": float(len(rows)),
             "latency_s": latency,
         }
+        for link, (nbytes, busy, peak) in self.links.windows().items():
+            self.last_observation[f"link.{link}.bytes"] = nbytes
+            self.last_observation[f"link.{link}.busy_s"] = busy
+            self.last_observation[f"link.{link}.peak_bps"] = peak
+        for link, (nbytes, busy, _) in self.links.delivery_windows().items():
+            self.last_observation[f"link.{link}.backlog_bytes"] = nbytes
+            self.last_observation[f"link.{link}.backlog_s"] = busy
         step = self.bandwidth.update(
             idle=idle,
             iteration_s=wall,
@@ -302,8 +321,14 @@ class SchedulerPolicy:
         floor = self.links.floor_bps(now)
         if floor is not None:
             self.bandwidth.observe_link_rate(floor, now)
-        self._update_bandwidth(now)
+        delivery = self.links.delivery_bps(now) if self.cfg.link_delivery else None
+        self._delivery_seen = self._delivery_seen or delivery is not None
+        self._update_bandwidth(now, probing=delivery is None and self._delivery_seen)
         self._apply_link_floor(floor, now)
+        if delivery is not None:
+            step = self.bandwidth.apply_delivery(delivery, now)
+            if step is not None:
+                self.last_bandwidth_step = step
         waiting = self._fed < FIRST_PLAN_WINDOWS or (
             self.latency.count < FIRST_PLAN_WINDOWS and self._fed < FIRST_PLAN_MAX_WINDOWS
         )

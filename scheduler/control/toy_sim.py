@@ -12,7 +12,10 @@ checked, shared by the tests and ``tools/bench_scheduler.py``:
   ``effect_delay`` iterations later (the daemon's announce margin: the plan reaches the trainers late);
 * optionally (``link_telemetry``) the link reports its counters after every iteration, as the gateways'
   ``link.<peer>.bytes_sent`` / ``busy_s``: the exchange's bytes and its time, which includes
-  ``latency_s`` (the acknowledgement round trip of a real link; it adds to the exchange time as well).
+  ``latency_s`` (the acknowledgement round trip of a real link; it adds to the exchange time as well);
+* optionally (``link_backlog``) the link also reports its delivery while backlogged, as the gateways'
+  ``link.<peer>.backlog_bytes`` / ``backlog_s``: the toy link has no burst, so every payload queues for
+  it and is delivered at the link's rate (its bytes' time, without the round trip).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def run_toy_loop(
     link_telemetry: bool = False,
     latency_s: float = 0.0,
     effect_delay: int = 0,
+    link_backlog: bool = False,
 ) -> ToyTrace:
     """Run ``rounds`` decision rounds; ``gpus[i]`` is rank ``policy.ranks[i]``'s true (α, β)."""
     rng = np.random.default_rng(seed)
@@ -66,7 +70,7 @@ def run_toy_loop(
     trace = ToyTrace()
     current: Decision | None = None
     pending: list[Decision] = []
-    sent_bytes = busy_s = 0.0
+    sent_bytes = busy_s = backlog_bytes = backlog_s = 0.0
     for k in range(rounds):
         rate = float(true_bps(k))
         d = policy.decide(now)
@@ -105,6 +109,10 @@ def run_toy_loop(
                 sent_bytes += payload
                 busy_s += exchange
                 policy.observe_link("toy", bytes_sent=sent_bytes, busy_s=busy_s, now=now)
+            if link_backlog and payload > 0:
+                backlog_bytes += payload
+                backlog_s += payload * 8.0 / rate
+                policy.observe_link_backlog("toy", nbytes=backlog_bytes, seconds=backlog_s, now=now)
             it += 1
         trace.decisions.append(current)
         if goodput:
