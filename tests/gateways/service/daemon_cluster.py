@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,22 @@ def dense_sum(payloads: Iterable[SparsePayload], layer: int) -> np.ndarray:
     for p in payloads:
         p.add_into(out)
     return out
+
+
+def add_held(
+    cluster: Cluster, sites: Iterable[str], layer: int, got: np.ndarray, seen: Counter[ContribId]
+) -> None:
+    """Add what the sites' engines and ledgers still hold of ``layer`` (nothing, once a run is over) to
+    ``got``, and its contributions to ``seen``: an accounting test counts every push exactly once."""
+    for s in sites:
+        daemon = cluster.daemons[s]
+        assert daemon.engine is not None and daemon.ledger is not None
+        for p, ids in daemon.engine.held(layer):
+            if p is not None:
+                p.add_into(got)
+            seen.update(ids)
+        for _, p in daemon.ledger.held(layer):
+            p.add_into(got)
 
 
 def ids_of(d: Deliver) -> tuple[ContribId, ...]:

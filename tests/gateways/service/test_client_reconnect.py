@@ -16,7 +16,15 @@ import pytest
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import ContribId
 from sims.exact_payloads import layer_shape, make_payload
-from tests.gateways.service.daemon_cluster import JOB, SECRET, dense_sum, running, short_dir, site_configs
+from tests.gateways.service.daemon_cluster import (
+    JOB,
+    SECRET,
+    add_held,
+    dense_sum,
+    running,
+    short_dir,
+    site_configs,
+)
 from tests.gateways.service.daemon_trainer import FakeTrainer
 from wanrt.client.config import ClientConfig
 from wanrt.client.link.api import LinkSpec, UpdateArrived
@@ -171,15 +179,7 @@ async def test_the_client_link_reconnects_to_a_restarted_gateway_and_loses_nothi
                 assert d.payload is not None
                 d.payload.add_into(got)
                 seen.update(d.sites)
-        for s in "abcd":  # what is still held anywhere (nothing, once the run is over)
-            daemon = cluster.daemons[s]
-            assert daemon.engine is not None and daemon.ledger is not None
-            for p, ids in daemon.engine.held(layer):
-                if p is not None:
-                    p.add_into(got)
-                seen.update(ids)
-            for _, p in daemon.ledger.held(layer):
-                p.add_into(got)
+        add_held(cluster, "abcd", layer, got, seen)  # what is still held anywhere
         assert all(n == 1 for n in seen.values()), f"layer {layer}: counted twice: {seen.most_common(3)}"
         pushes = [make_payload(s, it, layer) for s in "abcd" for it in range(ITERATIONS)]
         np.testing.assert_array_equal(

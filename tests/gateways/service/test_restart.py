@@ -14,6 +14,7 @@ from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import ContribId
 from tests.gateways.harness import layer_shape
 from tests.gateways.service.daemon_cluster import (
+    add_held,
     dense_sum,
     running,
     sent,
@@ -92,15 +93,7 @@ async def test_killed_gateway_rejoins_and_every_push_is_counted_once() -> None:
                     assert d.payload is not None
                     d.payload.add_into(got)
                     seen.update(d.sites)
-            for s in survivors + "d":  # what is still held anywhere (nothing, once the run is over)
-                daemon = cluster.daemons[s]
-                assert daemon.engine is not None and daemon.ledger is not None
-                for p, ids in daemon.engine.held(layer):
-                    if p is not None:
-                        p.add_into(got)
-                    seen.update(ids)
-                for _, p in daemon.ledger.held(layer):
-                    p.add_into(got)
+            add_held(cluster, survivors + "d", layer, got, seen)  # what is still held anywhere
             assert all(n == 1 for n in seen.values()), f"layer {layer}: counted twice: {seen.most_common(3)}"
             assert set(seen) <= {(s, it) for s, it, lay in pushed if lay == layer}
             expect = dense_sum((p for (_, _, lay), p in pushed.items() if lay == layer), layer)
