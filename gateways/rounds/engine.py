@@ -357,13 +357,9 @@ class RoundEngine:
         """``peer`` (re)joins and takes part from ``iteration`` on (the same number at every gateway; the
         daemon learns it in the join handshake). The peer is told which of its contributions were counted
         while it was away (``outcome`` messages), so it can settle the rounds it could not finish."""
-        self._check_peer(peer)
         join_at = self._frontier + 1 if iteration is None else iteration
-        if join_at < 0:
-            raise LocalProtocolError("join iteration must be >= 0", value=join_at)
+        self.known_join(peer, join_at)
         out: list[Action] = []
-        self._timeline.join(peer, join_at)
-        self._join_hint = max(self._join_hint, join_at - 1)
         # rounds this site could not finish alone get a fresh lease to be settled by the outcome
         for r in self._rounds.values():
             if r.iteration < join_at and not self._has_quorum(r.plan):
@@ -374,11 +370,13 @@ class RoundEngine:
         return out
 
     def known_join(self, peer: str, iteration: int) -> None:
-        """A join this engine did not see happen: the running gateway that let this one in had agreed that
-        ``peer`` takes part from ``iteration`` (its handshake's ``joins``). Without it a gateway starting
-        between that agreement and ``iteration`` planned ``peer`` into the rounds before it, which no other
-        site does, and waited there for a partial that never came (chaos soak, kill2: two restarted
-        gateways, the second let in by a third site, wedged the job). Called before any round is open."""
+        """The membership part of a join: ``peer`` takes part from ``iteration`` on. :meth:`peer_joined`
+        adds the re-plan and the outcomes; a gateway calls this alone, before any round is open, for a join
+        it did not see happen: the running gateway that let it in had agreed that ``peer`` takes part from
+        ``iteration`` (its handshake's ``joins``). Without it a gateway starting between that agreement and
+        ``iteration`` planned ``peer`` into the rounds before it, which no other site does, and waited there
+        for a partial that never came (chaos soak, kill2: two restarted gateways, the second let in by a
+        third site, wedged the job)."""
         self._check_peer(peer)
         if iteration < 0:
             raise LocalProtocolError("join iteration must be >= 0", value=iteration)

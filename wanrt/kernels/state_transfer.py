@@ -60,7 +60,7 @@ def export_state(opt: SparseOptimizer, dense_lens: Sequence[int], block_size: in
                     f"(block size {st['block_size']} here, {block_size} asked)",
                     value=key,
                 )
-            out.append(a.astype(np.float32))
+            out.append(a.astype(np.float32, copy=False))  # state_dict already copied it
     return out
 
 
@@ -88,6 +88,6 @@ def import_state(
                     )
                 entry[name] = a.astype(np.int32)
             else:
-                entry[name] = a.copy()
+                entry[name] = a  # load_state_dict copies it into the optimizer's own arrays
         params[key] = entry
     opt.load_state_dict({"kind": opt.kind, "hyper": opt.hyper(), "lr": opt.lr, "params": params})
