@@ -44,6 +44,9 @@ class ClientConfig:
     close_timeout_s: float = 10.0
     #: largest layer (elements) the leader accepts in an update from the gateway; bounds allocations
     max_layer_elements: int = 1 << 31
+    #: how long the link keeps redialling a gateway it lost (restarted) before it fails with PeerLost;
+    #: 0 fails at once (docs/client_reconnect.md)
+    reconnect_s: float = 120.0
 
     def __post_init__(self) -> None:
         check(0.0 < self.density <= 1.0, "density", self.density, "must be in (0, 1]")
@@ -57,6 +60,7 @@ class ClientConfig:
         for key in ("update_deadline_s", "connect_timeout_s", "close_timeout_s"):
             value = getattr(self, key)
             check(value > 0, key, value, "must be > 0 seconds")
+        check(0 <= self.reconnect_s <= 86_400, "reconnect_s", self.reconnect_s, "must be in [0, 86400] s")
         check(self.max_layer_elements >= 1, "max_layer_elements", self.max_layer_elements, "must be >= 1")
         if self.compressor == "threshold_v_block":
             check(

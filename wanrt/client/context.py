@@ -50,6 +50,7 @@ from wanrt.client.link.api import (
     UpdateArrived,
 )
 from wanrt.client.link.param_resync import Snapshot, snapshot_frames, snapshot_point
+from wanrt.client.link.reconnect import ReconnectPolicy
 from wanrt.client.link.signature import LayerSignature
 
 if TYPE_CHECKING:
@@ -220,6 +221,7 @@ class Context:
                     self._config,
                     run=self._run,
                     state_lengths=self._state_lengths,
+                    reconnect=ReconnectPolicy.lasting(self._config.reconnect_s),
                 )
                 self._link = self._link_factory(spec)
             except Exception as exc:

@@ -50,6 +50,11 @@ class ReconnectPolicy:
     max_s: float = 2.0
     give_up_s: float = 120.0  # as long as ClientConfig.update_deadline_s: a restart within it is invisible
 
+    @classmethod
+    def lasting(cls, give_up_s: float) -> ReconnectPolicy:
+        """The policy of ``ClientConfig.reconnect_s``: redial for that long; 0 disables reconnecting."""
+        return cls(enabled=False) if give_up_s <= 0 else cls(give_up_s=give_up_s)
+
     def __post_init__(self) -> None:
         check(0 < self.initial_s <= 60, "reconnect.initial_s", self.initial_s, "in (0, 60] s")
         check(self.initial_s <= self.max_s <= 600, "reconnect.max_s", self.max_s, "in [initial_s, 600] s")

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
 
+import wanrt
+from tests.wanrt.client.fake_link import ScriptedLink
+from wanrt.client import ClientConfig, SparseOptimizer
+from wanrt.client.link.api import LinkSpec
 from wanrt.client.link.reconnect import Backoff, Outstanding, ReconnectPolicy, UnackedPushes
 from wanrt.errors import ConfigError, LimitExceeded
 from wanrt.payload import SparsePayload
@@ -80,3 +87,33 @@ def test_early_results_are_bounded() -> None:
     o.result(11, 0, "b")
     with pytest.raises(LimitExceeded):
         o.result(12, 0, "c")
+
+
+def test_the_client_setting_reaches_the_link(secret_file: Path, single_rank_group: None) -> None:
+    """``ClientConfig.reconnect_s`` is how a user sets it: 0 turns reconnecting off, else it is the give-up
+    time of the policy the link gets."""
+    with pytest.raises(ConfigError, match="reconnect_s"):
+        ClientConfig(reconnect_s=-1.0)
+    assert not ReconnectPolicy.lasting(0.0).enabled
+    specs: list[LinkSpec] = []
+
+    def factory(spec: LinkSpec) -> ScriptedLink:
+        specs.append(spec)
+        return ScriptedLink(spec)
+
+    for seconds in (0.0, 7.5):
+        specs.clear()
+
+        ctx = wanrt.client.init(
+            "mem://gw",
+            site="a",
+            job="j",
+            secret_file=secret_file,
+            config=ClientConfig.dense_baseline(reconnect_s=seconds),
+            link_factory=factory,
+        )
+        SparseOptimizer(torch.nn.Linear(4, 2).named_parameters(), "sgd", lr=0.1, ctx=ctx)
+        policy = specs[0].reconnect
+        assert policy.enabled == (seconds > 0)
+        assert not policy.enabled or policy.give_up_s == seconds
+        ctx.close()
