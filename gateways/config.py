@@ -13,6 +13,7 @@ File layout::
     [gateway.peer_rates_bps] optional per-peer base rate, overriding link_rate_bps
     [gateway.edf]           EdfConfig: send-queue policy and chunking       (gateways.sending.config)
     [gateway.rates]         RateConfig: straggler-link rate reallocation (gateways.sending.config)
+    [gateway.delivery]      DeliveryConfig: the links' delivery-rate samples (gateways.sending.config)
     [gateway.shaping.NAME]  LinkShape: emulated WAN link towards peer NAME (tests and demos only)
 """
 
@@ -27,7 +28,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from gateways.rounds.config import RoundConfig
-from gateways.sending.config import MAX_CHUNK_BYTES, EdfConfig, RateConfig
+from gateways.sending.config import MAX_CHUNK_BYTES, DeliveryConfig, EdfConfig, RateConfig
 from transports.link import LinkShape
 from transports.timeouts import Timeouts
 from transports.tls import TLSConfig
@@ -40,6 +41,7 @@ from wanrt.protocol.limits import MAX_SECRET_BYTES, MAX_SITES, MIN_SECRET_BYTES
 __all__ = [
     "MAX_CHUNK_BYTES",
     "MAX_PEERS",
+    "DeliveryConfig",
     "EdfConfig",
     "GatewayConfig",
     "PeerShape",
@@ -124,6 +126,7 @@ class GatewayConfig:
     rounds: RoundConfig = field(default_factory=RoundConfig)
     edf: EdfConfig = field(default_factory=EdfConfig)
     rates: RateConfig = field(default_factory=RateConfig)
+    delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
     timeouts: Timeouts = field(default_factory=Timeouts)
     tls: TLSConfig | None = None
     shaping: Mapping[str, PeerShape] = field(default_factory=dict)

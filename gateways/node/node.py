@@ -102,9 +102,9 @@ log = logging.getLogger("gateways.node")
 #: that stays away this long is declared lost and the round engine re-plans without it.
 MAX_BACKLOG: Final = 4096
 
-#: Links described in one telemetry report (the busiest): 6 keys each, beside ~30 others, must stay within
+#: Links described in one telemetry report (the busiest): 8 keys each, beside ~30 others, must stay within
 #: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
-MAX_REPORTED_LINKS: Final = 36
+MAX_REPORTED_LINKS: Final = 24
 #: Straggler sites of the running plan named in one report (one key each); STAR detaches a few at most.
 MAX_REPORTED_STRAGGLERS: Final = 16
 
@@ -144,7 +144,7 @@ class GatewayNode:
         self.allocator = RateAllocator(
             cfg.peers if mesh else (), cfg.base_rates_bps() if mesh else {}, cfg.rates
         )
-        self.link_times = LinkTimes(settle=cfg.rounds.window + 1)
+        self.link_times = LinkTimes(settle=cfg.rounds.window + 1, delivery=cfg.delivery)
         self._channels: dict[int, PeerChannel] = {}
         #: channels that may have bytes to write: each queued frame adds its channel (PeerChannel.outbox),
         #: pop_actions keeps the ones still pending; every other channel has nothing to write
@@ -1405,6 +1405,10 @@ class GatewayNode:
                 peak = self.link_times.peak_bps.get(peer)
                 if peak is not None:
                     m[f"link.{peer}.peak_bps"] = float(peak)
+            backlog = self.link_times.backlog_s.get(peer)
+            if backlog is not None:  # delivery while backlogged (scheduler/control/link_rate.py)
+                m[f"link.{peer}.backlog_s"] = backlog
+                m[f"link.{peer}.backlog_bytes"] = float(self.link_times.backlog_bytes.get(peer, 0))
         return Telemetry(self.site, max(frontier, 0), m)
 
     # ------------------------------------------------------------------------------------------------

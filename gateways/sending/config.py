@@ -14,7 +14,7 @@ from typing import Final, Literal
 from wanrt.config import check
 from wanrt.protocol.limits import MIN_CHUNK_BYTES
 
-__all__ = ["MAX_CHUNK_BYTES", "EdfConfig", "RateConfig"]
+__all__ = ["MAX_CHUNK_BYTES", "DeliveryConfig", "EdfConfig", "RateConfig"]
 
 #: A chunk is the unit of non-preemption on a link: at 100 Mbit/s a 16 MiB chunk already blocks an urgent
 #: layer for 1.3 s, so larger chunks defeat EDF; it also stays far below any sane frame-size limit.
@@ -89,3 +89,34 @@ class RateConfig:
         check(0 <= self.cooldown <= 10_000, "cooldown", self.cooldown, "must be in 0..10000 iterations")
         check(1.0 <= self.max_boost <= 100.0, "max_boost", self.max_boost, "must be in [1, 100]")
         check(0.0 < self.min_share <= 1.0, "min_share", self.min_share, "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    """The links' delivery-rate samples (:mod:`gateways.sending.link_times`), reported to the scheduler as
+    ``link.<peer>.backlog_bytes|backlog_s``.
+
+    A message's span (first chunk out to the peer's acknowledgement) holds one round trip besides its bytes'
+    time; the round trip is the link's minimum span of small messages (``rtprop_max_bytes`` or less) over
+    the last ``rtprop_window_s`` (BBR's RTprop, Cardwell et al. 2016: a windowed min, so queueing and the
+    peer's CPU only ever lengthen a span, never shorten the floor). Only messages of at least ``min_bytes``
+    whose span exceeds it by ``min_net_s`` are samples: smaller ones are lost in the round trip's jitter or
+    went out inside the link's burst. ``enabled = false`` reports nothing.
+    """
+
+    enabled: bool = True
+    min_bytes: int = 64 << 10
+    rtprop_max_bytes: int = 16 << 10
+    rtprop_window_s: float = 10.0
+    min_net_s: float = 0.004
+
+    def __post_init__(self) -> None:
+        check(1 <= self.min_bytes <= 1 << 30, "min_bytes", self.min_bytes, "must be in 1..2**30")
+        check(
+            1 <= self.rtprop_max_bytes <= self.min_bytes,
+            "rtprop_max_bytes",
+            self.rtprop_max_bytes,
+            "must be in 1..min_bytes",
+        )
+        check(0.1 <= self.rtprop_window_s <= 3600, "rtprop_window_s", self.rtprop_window_s, "0.1..3600 s")
+        check(0.0 < self.min_net_s <= 10.0, "min_net_s", self.min_net_s, "must be in (0, 10] s")

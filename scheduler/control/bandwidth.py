@@ -44,7 +44,8 @@ sender had data queued within the last
 ``link_delivery_max_age_s``, the slowest such link's delivery rate while backlogged *sets* the estimate
 (:meth:`BandwidthEstimator.apply_delivery`), after the rules here: it measures B at the bottleneck, with
 round trips, CPU and waits left out, which the idle rate cannot when the exchange hides behind compute or
-a latency swamps its bytes. Only when the gateways report the counters (none does yet: docs/scheduler.md).
+a latency swamps its bytes. The gateways report the counters from their own send/ack path
+(gateways/sending/link_times.py: each large message's span less the link's round trip).
 
 **Latency** (ours, :mod:`scheduler.control.latency`; ``latency_s`` = 0 is the paper's rule): an exchange
 takes ``L + bytes / B``. When it paced the iteration (idle ≥ threshold), only ``comm − L`` is the bytes'

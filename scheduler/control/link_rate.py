@@ -23,15 +23,16 @@ carried, so it cannot cause the overshoot the paper warns about (the acknowledge
 span keeps it below the link).
 
 **Delivery while not application-limited** (:meth:`LinkRates.observe_backlog`,
-:meth:`LinkRates.delivery_bps`; consumer only): the busy spans hold the round trip and the receiver's CPU,
+:meth:`LinkRates.delivery_bps`): the busy spans hold the round trip and the receiver's CPU,
 so under load they read a fraction of the link (20-30 Mbit/s on 100 Mbit/s links at load 7) and serve only
 as a floor. A gateway that measures, per peer, the bytes delivered while it had data queued and the time
 that took (``link.<peer>.backlog_bytes|backlog_s``: BBR's delivery-rate sample, Cardwell et al. 2016)
 feeds this: per link the best window of the last ``link_delivery_max_age_s`` (BBR's max filter: a stalled
 window reads low), over links the slowest (Eq. 6's one B), and that sets the estimate
-(:meth:`BandwidthEstimator.apply_delivery`) both ways. No gateway produces the keys yet: the producer must
-be computed at the gateway's own send/ack path, the same for TCP and the emulated link (an emulator that
-reports its own token bucket measures the emulator, not the WAN; docs/scheduler.md).
+(:meth:`BandwidthEstimator.apply_delivery`) both ways. The gateways compute the counters on their own
+send/ack path, the same for TCP and the emulated link (gateways/sending/link_times.py: a large message's
+span from first chunk to acknowledgement, less the link's round trip — the windowed minimum span of its
+small messages); an emulator that reported its own token bucket would measure the emulator, not the WAN.
 
 Sans-IO: counters and ``now`` are passed in.
 """

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateways.sending.config import DeliveryConfig
 from gateways.sending.link_times import LinkTimes, union_length
+from wanrt.errors import ConfigError
 
 
 def _send(lt: LinkTimes, peer: str, seq: int, iteration: int, now: float) -> None:
@@ -97,3 +99,78 @@ def test_peak_is_the_fastest_message_of_the_last_reported_iteration() -> None:
     lt.acked_through("b", 1, 0.34)  # a small message: its round trip dominates
     lt.ready(None, frontier=1, now=0.4)
     assert lt.peak_bps["b"] == pytest.approx(40e6)
+
+
+# -- delivery while backlogged: span minus the link's round trip ------------------------------------------
+
+
+def _msg(lt: LinkTimes, seq: int, iteration: int, nbytes: int, start: float, ack: float) -> None:
+    lt.queued("b", seq, iteration, nbytes)
+    lt.started("b", seq, start)
+    lt.acked_through("b", seq, ack)
+
+
+def test_a_large_message_is_delivered_in_its_span_minus_the_round_trip() -> None:
+    lt = LinkTimes(settle=2)
+    _msg(lt, 0, 1, 2_000, start=0.0, ack=0.040)  # a small message: the round trip
+    _msg(lt, 1, 1, 250_000, start=0.100, ack=0.160)  # 20 ms of bytes at 100 Mbit/s, plus 40 ms
+    lt.ready(None, frontier=1, now=0.2)
+    assert lt.rtprop("b") == pytest.approx(0.040)
+    assert lt.backlog_s["b"] == pytest.approx(0.020)
+    assert lt.backlog_bytes["b"] == 250_000
+    # the busy time keeps the round trips (the link-rate floor's lower bound)
+    assert lt.busy_s["b"] == pytest.approx(0.040 + 0.060)
+
+
+def test_overlapping_messages_count_the_union_of_their_delivery() -> None:
+    lt = LinkTimes(settle=2)
+    _msg(lt, 0, 1, 100, start=0.0, ack=0.040)
+    lt.queued("b", 1, 1, 125_000)
+    lt.queued("b", 2, 1, 125_000)
+    lt.started("b", 1, 0.100)
+    lt.started("b", 2, 0.101)  # written behind the first: the link carries them one after the other
+    lt.acked_through("b", 1, 0.150)
+    lt.acked_through("b", 2, 0.160)
+    lt.ready(None, frontier=1, now=0.2)
+    assert lt.backlog_s["b"] == pytest.approx(0.020)  # [0.100, 0.110] ∪ [0.101, 0.120]
+    assert lt.backlog_bytes["b"] == 250_000
+
+
+def test_no_sample_without_a_round_trip_small_messages_or_a_measurable_net_time() -> None:
+    lt = LinkTimes(settle=2)
+    _msg(lt, 0, 1, 250_000, start=0.0, ack=0.060)  # no small message yet: no round trip known
+    lt.ready(None, frontier=1, now=0.1)
+    assert "b" not in lt.backlog_s and lt.rtprop("b") is None
+    _msg(lt, 1, 2, 1_000, start=0.2, ack=0.240)
+    _msg(lt, 2, 2, 30_000, start=0.3, ack=0.350)  # below min_bytes: lost in the round trip's jitter
+    _msg(lt, 3, 2, 250_000, start=0.4, ack=0.442)  # 2 ms over the round trip: inside the burst
+    lt.ready(None, frontier=2, now=0.5)
+    assert "b" not in lt.backlog_s
+
+
+def test_the_round_trip_is_a_windowed_minimum_that_forgets() -> None:
+    lt = LinkTimes(settle=2, delivery=DeliveryConfig(rtprop_window_s=1.0))
+    _msg(lt, 0, 1, 100, start=0.0, ack=0.040)
+    _msg(lt, 1, 1, 100, start=0.5, ack=0.560)  # longer: the minimum holds
+    assert lt.rtprop("b") == pytest.approx(0.040)
+    _msg(lt, 2, 1, 100, start=1.5, ack=1.580)  # the minimum is older than the window: the path changed
+    assert lt.rtprop("b") == pytest.approx(0.080)
+    _msg(lt, 3, 1, 200_000, start=2.0, ack=2.100)  # large messages never set the round trip
+    assert lt.rtprop("b") == pytest.approx(0.080)
+    lt.drop_peer("b")
+    assert lt.rtprop("b") is None
+
+
+def test_disabled_reports_nothing() -> None:
+    lt = LinkTimes(settle=2, delivery=DeliveryConfig(enabled=False))
+    _msg(lt, 0, 1, 100, start=0.0, ack=0.040)
+    _msg(lt, 1, 1, 250_000, start=0.1, ack=0.160)
+    lt.ready(None, frontier=1, now=0.2)
+    assert lt.backlog_s == {} and lt.busy_s["b"] > 0
+
+
+def test_delivery_config_is_validated() -> None:
+    with pytest.raises(ConfigError):
+        DeliveryConfig(rtprop_max_bytes=128 << 10)  # above min_bytes: a sample could set its own floor
+    with pytest.raises(ConfigError):
+        DeliveryConfig(min_net_s=0.0)
