@@ -100,15 +100,17 @@ class DeliveryConfig:
     time; the round trip is the link's minimum span of small messages (``rtprop_max_bytes`` or less) over
     the last ``rtprop_window_s`` (BBR's RTprop, Cardwell et al. 2016: a windowed min, so queueing and the
     peer's CPU only ever lengthen a span, never shorten the floor). Only messages of at least ``min_bytes``
-    whose span exceeds it by ``min_net_s`` are samples: smaller ones are lost in the round trip's jitter or
-    went out inside the link's burst. ``enabled = false`` reports nothing.
+    whose span exceeds it by ``min_net_s`` are samples. Why 20 ms: a policed link (a token bucket, like the
+    emulated links with their 20 ms burst) lets an idle link's first burst of bytes go at once, so a
+    message that fits in the burst crosses in the round trip's jitter and would read as any rate at all;
+    past the burst a message reads fast by burst / size only. ``enabled = false`` reports nothing.
     """
 
     enabled: bool = True
     min_bytes: int = 64 << 10
     rtprop_max_bytes: int = 16 << 10
     rtprop_window_s: float = 10.0
-    min_net_s: float = 0.004
+    min_net_s: float = 0.02
 
     def __post_init__(self) -> None:
         check(1 <= self.min_bytes <= 1 << 30, "min_bytes", self.min_bytes, "must be in 1..2**30")

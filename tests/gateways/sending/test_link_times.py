@@ -113,27 +113,27 @@ def _msg(lt: LinkTimes, seq: int, iteration: int, nbytes: int, start: float, ack
 def test_a_large_message_is_delivered_in_its_span_minus_the_round_trip() -> None:
     lt = LinkTimes(settle=2)
     _msg(lt, 0, 1, 2_000, start=0.0, ack=0.040)  # a small message: the round trip
-    _msg(lt, 1, 1, 250_000, start=0.100, ack=0.160)  # 20 ms of bytes at 100 Mbit/s, plus 40 ms
+    _msg(lt, 1, 1, 500_000, start=0.100, ack=0.180)  # 40 ms of bytes at 100 Mbit/s, plus 40 ms
     lt.ready(None, frontier=1, now=0.2)
     assert lt.rtprop("b") == pytest.approx(0.040)
-    assert lt.backlog_s["b"] == pytest.approx(0.020)
-    assert lt.backlog_bytes["b"] == 250_000
+    assert lt.backlog_s["b"] == pytest.approx(0.040)
+    assert lt.backlog_bytes["b"] == 500_000
     # the busy time keeps the round trips (the link-rate floor's lower bound)
-    assert lt.busy_s["b"] == pytest.approx(0.040 + 0.060)
+    assert lt.busy_s["b"] == pytest.approx(0.040 + 0.080)
 
 
 def test_overlapping_messages_count_the_union_of_their_delivery() -> None:
     lt = LinkTimes(settle=2)
     _msg(lt, 0, 1, 100, start=0.0, ack=0.040)
-    lt.queued("b", 1, 1, 125_000)
-    lt.queued("b", 2, 1, 125_000)
+    lt.queued("b", 1, 1, 300_000)
+    lt.queued("b", 2, 1, 300_000)
     lt.started("b", 1, 0.100)
     lt.started("b", 2, 0.101)  # written behind the first: the link carries them one after the other
-    lt.acked_through("b", 1, 0.150)
-    lt.acked_through("b", 2, 0.160)
+    lt.acked_through("b", 1, 0.164)
+    lt.acked_through("b", 2, 0.188)
     lt.ready(None, frontier=1, now=0.2)
-    assert lt.backlog_s["b"] == pytest.approx(0.020)  # [0.100, 0.110] ∪ [0.101, 0.120]
-    assert lt.backlog_bytes["b"] == 250_000
+    assert lt.backlog_s["b"] == pytest.approx(0.048)  # [0.100, 0.124] ∪ [0.101, 0.148]
+    assert lt.backlog_bytes["b"] == 600_000
 
 
 def test_no_sample_without_a_round_trip_small_messages_or_a_measurable_net_time() -> None:
@@ -143,7 +143,7 @@ def test_no_sample_without_a_round_trip_small_messages_or_a_measurable_net_time(
     assert "b" not in lt.backlog_s and lt.rtprop("b") is None
     _msg(lt, 1, 2, 1_000, start=0.2, ack=0.240)
     _msg(lt, 2, 2, 30_000, start=0.3, ack=0.350)  # below min_bytes: lost in the round trip's jitter
-    _msg(lt, 3, 2, 250_000, start=0.4, ack=0.442)  # 2 ms over the round trip: inside the burst
+    _msg(lt, 3, 2, 250_000, start=0.4, ack=0.450)  # 10 ms over the round trip: the link's burst
     lt.ready(None, frontier=2, now=0.5)
     assert "b" not in lt.backlog_s
 
@@ -164,7 +164,7 @@ def test_the_round_trip_is_a_windowed_minimum_that_forgets() -> None:
 def test_disabled_reports_nothing() -> None:
     lt = LinkTimes(settle=2, delivery=DeliveryConfig(enabled=False))
     _msg(lt, 0, 1, 100, start=0.0, ack=0.040)
-    _msg(lt, 1, 1, 250_000, start=0.1, ack=0.160)
+    _msg(lt, 1, 1, 500_000, start=0.1, ack=0.180)
     lt.ready(None, frontier=1, now=0.2)
     assert lt.backlog_s == {} and lt.busy_s["b"] > 0
 
