@@ -99,6 +99,9 @@ class SchedulerConfig:
     #: is ~10 round trips); older windows are forgotten, so a link that got faster and no longer backlogs
     #: stops holding the estimate down this long after its last slow window
     link_delivery_max_age_s: float = 1.0
+    #: ... and only once it has this many windows within that age: one window alone may be one message
+    #: whose acknowledgement waited on a loaded peer (3.6 Mbit/s read on a 100 Mbit/s link at load 3)
+    link_delivery_min_samples: int = 3
     #: the exchange's latency (ours; 0: off, the paper's model): estimator observations the fixed part L of
     #: an exchange ``L + bytes / B`` is measured over (:mod:`scheduler.control.latency`). The paper's
     #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
@@ -248,6 +251,12 @@ class SchedulerConfig:
             "link_delivery_max_age_s",
             self.link_delivery_max_age_s,
             "must be in (0, 3600] s",
+        )
+        check(
+            isinstance(self.link_delivery_min_samples, int) and 1 <= self.link_delivery_min_samples <= 1000,
+            "link_delivery_min_samples",
+            self.link_delivery_min_samples,
+            "must be an integer in 1..1000",
         )
         check(
             isinstance(self.latency_window, int) and 0 <= self.latency_window <= 256,

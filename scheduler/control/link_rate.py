@@ -106,6 +106,8 @@ class LinkRates:
         # cores 55-115 Mbit/s windows on a 100 Mbit/s link — so the link is the best recent window
         st.samples = [(t, r) for t, r in st.samples if now - t <= self.cfg.link_delivery_max_age_s]
         st.samples.append((now, rate))
+        if len(st.samples) < self.cfg.link_delivery_min_samples:
+            return None  # too few windows for the max filter to see past a stalled one
         st.rate_bps = max(r for _, r in st.samples)
         st.measured_at = now
         return rate

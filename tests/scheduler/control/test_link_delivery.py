@@ -34,7 +34,7 @@ def _feed(lr: LinkRates, link: str, mbit: float, t0: float, t1: float, step: flo
 
 
 def test_delivery_rate_is_backlogged_bytes_over_backlogged_time() -> None:
-    lr = LinkRates(_cfg(link_delivery_min_s=0.1))
+    lr = LinkRates(_cfg(link_delivery_min_s=0.1, link_delivery_min_samples=1))
     assert lr.observe_backlog("a>b", nbytes=0, seconds=0, now=0) is None  # the window's start
     assert lr.observe_backlog("a>b", nbytes=1e5, seconds=0.05, now=1) is None  # too little backlog
     assert lr.observe_backlog("a>b", nbytes=1.25e6, seconds=0.1, now=2) == pytest.approx(100 * M)
@@ -42,7 +42,7 @@ def test_delivery_rate_is_backlogged_bytes_over_backlogged_time() -> None:
 
 
 def test_the_best_recent_window_of_a_link_and_the_slowest_link() -> None:
-    lr = LinkRates(_cfg(link_delivery_min_s=0.05, link_delivery_max_age_s=2.0))
+    lr = LinkRates(_cfg(link_delivery_min_s=0.05, link_delivery_max_age_s=2.0, link_delivery_min_samples=1))
     lr.observe_backlog("a>b", nbytes=0, seconds=0, now=0)
     lr.observe_backlog("a>b", nbytes=100 * M / 8 * 0.1, seconds=0.1, now=1)  # 100 Mbit/s
     lr.observe_backlog("a>b", nbytes=100 * M / 8 * 0.1 + 40 * M / 8 * 0.1, seconds=0.2, now=1.5)
@@ -54,7 +54,7 @@ def test_the_best_recent_window_of_a_link_and_the_slowest_link() -> None:
 
 
 def test_a_new_connection_restarts_the_window_and_bad_counters_are_remote_errors() -> None:
-    lr = LinkRates(_cfg(link_delivery_min_s=0.05))
+    lr = LinkRates(_cfg(link_delivery_min_s=0.05, link_delivery_min_samples=1))
     lr.observe_backlog("a>b", nbytes=5e6, seconds=1.0, now=0)
     assert lr.observe_backlog("a>b", nbytes=0, seconds=0, now=1) is None  # counters went backwards
     assert lr.observe_backlog("a>b", nbytes=12.5e5, seconds=0.1, now=2) == pytest.approx(100 * M)
@@ -62,6 +62,21 @@ def test_a_new_connection_restarts_the_window_and_bad_counters_are_remote_errors
         lr.observe_backlog("a>b", nbytes=float("nan"), seconds=1, now=3)
     with pytest.raises(RemoteProtocolError):
         lr.observe_backlog("a>b", nbytes=1, seconds=-1, now=3)
+
+
+def test_a_link_is_measured_only_once_it_has_enough_windows() -> None:
+    lr = LinkRates(_cfg(link_delivery_min_s=0.04, link_delivery_max_age_s=1.0))  # default: 3 windows
+    lr.observe_backlog("a>b", nbytes=0, seconds=0, now=0)
+    assert lr.observe_backlog("a>b", nbytes=3.6 * M / 8 * 0.1, seconds=0.1, now=0.25) is None
+    assert lr.delivery_bps(0.25) is None  # one stalled acknowledgement is not a link's rate
+    _feed(lr, "a>b", 100, 0.5, 1.0)
+    assert lr.delivery_bps(1.0) == pytest.approx(100 * M)
+    # the windows age out one by one: with fewer than three left the link is no longer measured anew
+    lr2 = LinkRates(_cfg(link_delivery_min_s=0.04, link_delivery_max_age_s=1.0))
+    _feed(lr2, "a>b", 30, 0.0, 0.25)
+    assert lr2.delivery_bps(0.25) is None
+    with pytest.raises(ConfigError):
+        _cfg(link_delivery_min_samples=0)
 
 
 def test_delivery_sets_the_estimate_both_ways() -> None:
