@@ -36,7 +36,8 @@ the steady state the controller reaches, not the warm-up (the simulated bandwidt
 the link only after its warm-up ended).
 
 ``--quick`` (with ``--daemons``) runs a reduced form: the demo's ``--quick`` comparison for one seed, and
-2 and 3 on 2 sites × 1 rank with a 1.1 M-parameter MLP (hidden 1024) and shorter phases.
+2 and 3 on the same trainers with shorter phases (12 s per step phase, 12 s / 6 s overhead runs): fewer
+decisions after each step and a shorter steady state, the same quantities.
 """
 
 from __future__ import annotations
@@ -77,10 +78,12 @@ class DaemonPlan:
 
 def make_plan(quick: bool, seeds: int | None = None) -> DaemonPlan:
     base = dataclasses.replace(DEFAULT, fluctuating=False, eval_every=0, target_loss=1e-6, max_iters=100_000)
-    if quick:
-        link = dataclasses.replace(base, sites=2, ranks=1, model_hidden=1024)
-        return DaemonPlan(QUICK, tuple(range(seeds or 1)), link, step_s=12.0, overhead_s=12.0, local_s=6.0)
+    # the same trainers in both forms, only shorter phases in the quick one: with a smaller model the
+    # messages (~30 kB at hidden 1024) fit in the links' burst and no delivery sample is taken, so the
+    # quick form would measure the idle rule alone, a different quantity
     link = dataclasses.replace(base, ranks=1, model_hidden=3200)
+    if quick:
+        return DaemonPlan(QUICK, tuple(range(seeds or 1)), link, step_s=12.0, overhead_s=12.0, local_s=6.0)
     return DaemonPlan(DEFAULT, tuple(range(seeds or 2)), link, step_s=30.0, overhead_s=40.0, local_s=20.0)
 
 
@@ -306,7 +309,7 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str]]:
         (
             "bw_estimate_error",
             f(res["bw_estimate_error"]),
-            "at the 10th decision (decide tick) after each step",
+            "≤ 0.20 at the 10th decision (decide tick) after each step",
         ),
         (
             "  at the 10th estimator update / phase end",
