@@ -104,6 +104,16 @@ class _Ask:
         return self.announced and self.layer >= len(self.lengths)
 
 
+@dataclass(frozen=True)
+class _TrainerQuestion:
+    """This site's trainer's ParamRequest: its id for it and the array lengths it expects (layers, then
+    ``state`` optimizer-state arrays) — one record, so a question is dropped whole."""
+
+    request: int
+    lengths: tuple[int, ...]
+    state: int
+
+
 @dataclass
 class _Serve:
     peer: str
@@ -121,9 +131,7 @@ class ParamResync:
     need: int | None = None  # J: this site's trainer must fetch the parameters (None: nothing pending)
     done_at: int | None = None  # J of the last snapshot relayed in full (a trainer that lost it may re-ask)
     trainer_up: bool = False
-    _trainer_req: int | None = None  # the trainer's id for its question
-    _lengths: tuple[int, ...] | None = None
-    _state: int = 0  # how many of _lengths are optimizer-state arrays
+    _question: _TrainerQuestion | None = None  # the trainer's open question (None: none)
     _asks: dict[int, _Ask] = field(default_factory=dict)  # our id -> question
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _last_id: int = 0
@@ -153,7 +161,7 @@ class ParamResync:
         self.stats.requested += 1
         for ask in self._asks.values():
             ask.forward = False  # an older resync's answer: superseded
-        self._trainer_req = self._lengths = None
+        self._question = None
         log.warning(
             "this site's trainer missed rounds before iteration %d: parameter resync needed", iteration
         )
@@ -170,7 +178,7 @@ class ParamResync:
 
     def trainer_left(self) -> list[Out]:
         self.trainer_up = False
-        self._trainer_req = self._lengths = None
+        self._question = None
         for ask in self._asks.values():
             ask.forward = False
         out: list[Out] = [
@@ -236,7 +244,7 @@ class ParamResync:
             )
         for ask in self._asks.values():
             ask.forward = False
-        self._trainer_req, self._lengths, self._state = msg.request, msg.lengths, msg.state
+        self._question = _TrainerQuestion(msg.request, msg.lengths, msg.state)
         self._tried.clear()
         return self._ask_next(candidates, now)
 
@@ -244,7 +252,8 @@ class ParamResync:
         return any(a.forward for a in self._asks.values())
 
     def _ask_next(self, candidates: list[str], now: float) -> list[Out]:
-        if self.need is None or self._trainer_req is None or self._lengths is None or self._active():
+        q = self._question
+        if self.need is None or q is None or self._active():
             return []
         for peer in candidates:
             if peer in self._tried:
@@ -252,11 +261,11 @@ class ParamResync:
             self._tried.add(peer)
             rid = next(self._ids)
             self._last_id = rid
-            self._asks[rid] = _Ask(peer, self.need, self._lengths, forward=True, state=self._state)
+            self._asks[rid] = _Ask(peer, self.need, q.lengths, forward=True, state=q.state)
             self.stats.asked += 1
             self.retry_at = None
             log.info("asking site %s for the job's parameters as of iteration %d", peer, self.need)
-            return [ToPeer(peer, ParamRequest(rid, self.need, state=self._state))]
+            return [ToPeer(peer, ParamRequest(rid, self.need, state=q.state))]
         self._tried.clear()
         self.retry_at = now + RETRY_S
         return []
@@ -308,8 +317,8 @@ class ParamResync:
             ask.announced = True
             ask.skip_empty()
             out: list[Out] = []
-            if ask.forward and self._trainer_req is not None:
-                out.append(ToSiteTrainer(replace(msg, request=self._trainer_req)))
+            if ask.forward and self._question is not None:
+                out.append(ToSiteTrainer(replace(msg, request=self._question.request)))
             return out + self._finish(msg.request, ask)
         assert isinstance(msg, ParamChunk)
         self._check_chunk(peer, ask, msg)
@@ -317,8 +326,8 @@ class ParamResync:
         ask.skip_empty()
         self.stats.values_in += int(msg.values.size)
         out = []
-        if ask.forward and self._trainer_req is not None:
-            out.append(ToSiteTrainer(ParamChunk(self._trainer_req, msg.layer, msg.offset, msg.values)))
+        if ask.forward and self._question is not None:
+            out.append(ToSiteTrainer(ParamChunk(self._question.request, msg.layer, msg.offset, msg.values)))
         return out + self._finish(msg.request, ask)
 
     def _finish(self, rid: int, ask: _Ask) -> list[Out]:
@@ -333,7 +342,7 @@ class ParamResync:
                 ask.iteration,
             )
             self.need, self.done_at = None, ask.iteration
-            self._trainer_req = self._lengths = None
+            self._question = None
         return []
 
     def _peer_asks(
@@ -431,8 +440,9 @@ class ParamResync:
         was_active = any(self._asks[rid].forward for rid in lost)
         for rid in lost:
             del self._asks[rid]
-        if was_active and self._trainer_req is not None:
+        if was_active and self._question is not None:
             # the trainer drops what it received: the next announce starts the snapshot over
             reason = f"the link to site {peer} went down during the transfer; asking another site"
-            return [ToSiteTrainer(ParamRefuse(self._trainer_req, reason)), *self._ask_next(candidates, now)]
+            refuse = ParamRefuse(self._question.request, reason)
+            return [ToSiteTrainer(refuse), *self._ask_next(candidates, now)]
         return []
