@@ -88,6 +88,8 @@ class SiteStragglerPolicy:
         if int(it) <= self._last_iteration.get(site, -1):
             return  # the same iteration again: gateways report more often than a slow site steps
         self._last_iteration[site] = int(it)
+        if self.ranks.waiting(site, int(it), now):
+            return  # the last iterations of a process ordered restarted: not the site's new normal
         self._world[site] = int(world)
         self._reported[site] = int(per_rank)
         self.detector.observe(site, now, float(compute), int(per_rank) * int(world))
@@ -185,6 +187,9 @@ class SiteStragglerPolicy:
     def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
         """The split in ``values`` runs from ``effective_iteration`` everywhere (a manual change too)."""
         self.plan.committed(values)
+        for key in values:
+            if key.startswith(RESTART_PREFIX):
+                self.ranks.committed(key[len(RESTART_PREFIX) :], effective_iteration)
         split = {s: values.get(SITE_BATCH_PREFIX + s) for s in self.sites}
         if all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 1 for b in split.values()):
             self._running = {s: int(b) for s, b in split.items() if isinstance(b, (int, float))}

@@ -16,6 +16,11 @@ it again elsewhere (§V-E3, a node action: no coordination with the other nodes 
   it was restarted less than ``restart_cooldown_s`` ago or already ``max_restarts`` times; then the site's
   windows are forgotten (under torchrun the whole worker group restarts: every rank is a new process).
   A rank out of restarts is left to ADJUST_BS (:meth:`RankRestarts.exhausted`).
+* **The old process's last samples**: between the order and its effective iteration E the old process
+  still trains (slowly), and its reports keep coming until it leaves. They are not the new process's: the
+  site's samples are ignored from the order until the first report of an iteration ≥ E (E is known once the
+  decision is committed, :meth:`RankRestarts.committed`); the windows start again there. An order never
+  committed (the node gave it up) stops holding the site back after ``long_s``.
 
 Sans-IO: ``now`` is an argument.
 """
@@ -55,10 +60,37 @@ class RankRestarts:
         self.restarts: dict[str, int] = {}  # member -> restarts ordered
         self._last: dict[str, float] = {}  # member -> when its last restart was ordered
         self.history: deque[KillRestart] = deque(maxlen=MAX_HISTORY)
+        #: site -> (when ordered, effective iteration once committed): its samples wait for the new process
+        self.restarting: dict[str, tuple[float, int | None]] = {}
+
+    def waiting(self, site: str, iteration: int, now: float) -> bool:
+        """Whether ``site``'s report of ``iteration`` still comes from a process ordered restarted (then
+        it is no sample of anything: the policy skips it for the site's windows too)."""
+        pending = self.restarting.get(site)
+        if pending is None:
+            return False
+        since, effective = pending
+        if effective is None:
+            if now - since < self.cfg.detection.long_s:
+                return True
+            del self.restarting[site]  # never committed: the order is void
+            return False
+        if iteration < effective:
+            return True
+        del self.restarting[site]  # the new process's first report: fresh windows from here
+        self._forget_site(site)
+        return False
+
+    def committed(self, site: str, effective_iteration: int) -> None:
+        """The order for ``site`` runs at ``effective_iteration`` (the node committed it)."""
+        pending = self.restarting.get(site)
+        if pending is not None:
+            self.restarting[site] = (pending[0], effective_iteration)
 
     def observe(self, site: str, metrics: Mapping[str, float], now: float, world: int, batch: int) -> None:
-        """One new iteration of ``site`` (the caller skips repeats): its ranks' times into the windows.
-        A gateway that forwards malformed rank keys gets RemoteProtocolError (it checked them itself)."""
+        """One new iteration of ``site`` (the caller skips repeats and :meth:`waiting` ones): its ranks'
+        times into the windows. A gateway that forwards malformed rank keys gets RemoteProtocolError (it
+        checked them itself)."""
         if site not in self.by_site:
             return
         times = parse_rank_times(metrics, prefix="trainer.", world_size=world, peer=site)
@@ -79,8 +111,16 @@ class RankRestarts:
         return reports[key]
 
     def _persistent(self, site: str, report: DetectionReport) -> list[str]:
+        """Persistent stragglers of ``site`` that are slow *now* too: short-window ratio ≥ λ as well (ours:
+        a rank whose recent iterations are normal recovered, and one with no recent iteration — a site that
+        stopped training — is not judged on what its windows still hold)."""
         head = site + "/"
-        return [m for m in report.persistent if m.startswith(head)]
+        lam = self.cfg.detection.slowness
+        return [
+            m
+            for m in report.persistent
+            if m.startswith(head) and (report.members[m].short_ratio or 0.0) >= lam
+        ]
 
     def decide(self, now: float) -> list[KillRestart]:
         """KillRestart for the slowest persistent straggler rank of each site that may be restarted."""
@@ -94,12 +134,13 @@ class RankRestarts:
             if not ready:
                 continue
             m = max(ready, key=lambda x: (report.members[x].long_ratio or 0.0, x))
-            ratio = report.members[m].long_ratio or 0.0
+            st = report.members[m]
+            ratio = st.long_ratio or 0.0
             among = "its site's ranks" if self.world.get(site, 1) >= 2 else "every rank of the job"
             n = self.restarts.get(m, 0) + 1
             why = (
                 f"persistent straggler rank: long-window time per sample {ratio:.2f}× the mean of {among} "
-                f"(restart {n} of at most {self.cfg.max_restarts})"
+                f"(short window {st.short_ratio or 0.0:.2f}×; restart {n} of at most {self.cfg.max_restarts})"
             )
             d = KillRestart(now, m, "rank", why)
             out.append(d)
@@ -107,6 +148,7 @@ class RankRestarts:
             self.restarts[m] = n
             self._last[m] = now
             self._forget_site(site)
+            self.restarting[site] = (now, None)
             log.warning("KILL_RESTART %s: %s", m, why)
         return out
 

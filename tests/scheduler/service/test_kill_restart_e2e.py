@@ -26,7 +26,7 @@ from tests.gateways.service.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, ru
 
 REPO = Path(__file__).resolve().parents[3]
 STEPS = 90
-SLOW_S = 0.2
+SLOW_S = 0.3
 
 
 async def _torchrun(
@@ -77,7 +77,9 @@ async def test_a_persistent_straggler_rank_is_restarted_by_torchrun_and_rejoins_
     with short_dir() as tmp:
         stragglers = SiteStragglerConfig(
             # windows of seconds: the test's job lives for half a minute (the paper's are minutes)
-            detection=DetectionConfig(slowness=1.5, short_s=2.0, long_s=4.0, min_coverage=0.5),
+            # λ 1.8: with two ranks a ratio is at most 2, and a loaded machine can make the healthy rank's
+            # millisecond batches look 3× slower than the other's (λ 1.5) for a moment; the slow one is ≈ 1.95
+            detection=DetectionConfig(slowness=1.8, short_s=2.0, long_s=4.0, min_coverage=0.5),
             kill_restart=True,
             # no cooldown and restarts to spare: only the new process being fast keeps it from a second one
             restart_cooldown_s=0.0,
@@ -126,7 +128,7 @@ async def test_a_persistent_straggler_rank_is_restarted_by_torchrun_and_rejoins_
 
     # the scheduler ordered exactly one restart: site a's only rank, and committed it once
     restarts = list(sched.node.restarts)
-    assert [(r["site"], r["rank"]) for r in restarts] == [("a", 0)], restarts
+    assert [(r["site"], r["rank"]) for r in restarts] == [("a", 0)], (restarts, list(policy.ranks.history))
     assert policy.ranks.restarts == {"a/0": 1}
     effective = restarts[0]["effective_iteration"]
     lines = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
