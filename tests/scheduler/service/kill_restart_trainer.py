@@ -5,7 +5,7 @@ kill_restart_trainer --gateway URL --site a --secret-file F --steps N --out DIR 
 A bad node replaced by a good one: with ``--slow-s`` every iteration of the first start
 (``TORCHELASTIC_RESTART_COUNT == 0``) sleeps that long inside its batch (before ``step()``, so it counts
 as batch processing time, as a slow GPU would); the restarted worker group is not slow. Each start writes
-``<site>-<restart count>.json``: where it started and ended, why it stopped, the parameter resyncs it
+``<site><rank>-<restart count>.json``: where it started and ended, why it stopped, the parameter resyncs it
 installed and a digest of its parameters.
 """
 
@@ -32,8 +32,8 @@ def make_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, OUT))
 
 
-def batch(site: str, step: int, n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 * (ord(site[0]) % 97) + step)
+def batch(site: str, rank: int, step: int, n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * (ord(site[0]) % 97) + 100_000 * rank + step)
     x = torch.randn(n, IN, generator=g)
     return x, torch.tanh(x[:, :OUT])
 
@@ -53,12 +53,14 @@ def main() -> int:
     ap.add_argument("--secret-file", required=True)
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--slow-s", type=float, default=0.0)
+    ap.add_argument("--slow-rank", type=int, default=0, help="the site rank on the bad node")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     restarts = wanrt.restart_count()
-    slow = args.slow_s if restarts == 0 else 0.0
+    rank = int(os.environ.get("RANK", "0"))
+    slow = args.slow_s if restarts == 0 and rank == args.slow_rank else 0.0
     result: dict[str, object] = {"restart_count": restarts, "pid": os.getpid()}
-    out = os.path.join(args.out, f"{args.site}-{restarts}.json")
+    out = os.path.join(args.out, f"{args.site}{rank}-{restarts}.json")
     model = make_model()
     ctx = None
     try:
@@ -68,7 +70,7 @@ def main() -> int:
         opt = SparseOptimizer(model.named_parameters(), "sgd", lr=0.1, ctx=ctx)
         result["start_iteration"] = ctx.iteration
         while ctx.iteration < args.steps:
-            x, y = batch(args.site, ctx.iteration)
+            x, y = batch(args.site, rank, ctx.iteration)
             torch.nn.functional.mse_loss(model(x), y).backward()
             if slow:
                 time.sleep(slow)
@@ -78,7 +80,7 @@ def main() -> int:
         result.update(ended="done", end_iteration=ctx.iteration, resyncs=ctx.resyncs, digest=digest(model))
         code = 0
     except wanrt.RestartRequested as exc:
-        result.update(ended="restart", message=str(exc), iteration=exc.iteration, rank=exc.rank)
+        result.update(ended="restart", message=str(exc), iteration=exc.iteration, named=exc.rank)
         code = 1  # the elastic agent restarts the worker group
     except Exception as exc:
         result.update(ended="error", type=type(exc).__name__, message=traceback.format_exc()[-3000:])
