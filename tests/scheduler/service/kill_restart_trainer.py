@@ -69,6 +69,9 @@ def main() -> int:
         ctx.set_batch_size(16)
         opt = SparseOptimizer(model.named_parameters(), "sgd", lr=0.1, ctx=ctx)
         result["start_iteration"] = ctx.iteration
+        result["t_start"] = time.monotonic()  # comparable across this host's processes (CLOCK_MONOTONIC)
+        ends: list[float] = []  # when each iteration's step() returned, from start_iteration on
+        result["step_ends"] = ends
         while ctx.iteration < args.steps:
             x, y = batch(args.site, rank, ctx.iteration)
             torch.nn.functional.mse_loss(model(x), y).backward()
@@ -76,10 +79,14 @@ def main() -> int:
                 time.sleep(slow)
             opt.step()
             opt.zero_grad()
+            ends.append(time.monotonic())
+            if ctx.resyncs and "t_params" not in result:
+                result["t_params"] = ends[-1]  # the job's parameters are in
         ctx.close()
         result.update(ended="done", end_iteration=ctx.iteration, resyncs=ctx.resyncs, digest=digest(model))
         code = 0
     except wanrt.RestartRequested as exc:
+        result["t_exit"] = time.monotonic()
         result.update(ended="restart", message=str(exc), iteration=exc.iteration, named=exc.rank)
         code = 1  # the elastic agent restarts the worker group
     except Exception as exc:
