@@ -93,7 +93,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="one run, one rank per site (< 60 s)")
     ap.add_argument("--json", type=Path, help="write the keys here")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.ERROR)  # the daemons' warnings (the restart itself) would bury the table
+    logging.basicConfig(level=logging.ERROR)  # the daemons' warnings (the restart itself) bury the table
     shapes = [("1 rank/site", 1, 0)] if args.quick else [("1 rank/site", 1, 0), ("2 ranks at a", 2, 1)]
     repeats = 1 if args.quick else 2
     rows: list[dict[str, Any]] = []
