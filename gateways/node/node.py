@@ -93,7 +93,7 @@ from wanrt.protocol import (
     ShardRequest,
     Telemetry,
 )
-from wanrt.protocol.limits import MAX_RANK
+from wanrt.protocol.limits import MAX_RANK, MAX_TELEMETRY_KEYS
 from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
 from wanrt.rank_telemetry import parse_rank_times
 
@@ -1425,6 +1425,11 @@ class GatewayNode:
                 peak = self.link_times.peak_bps.get(peer)
                 if peak is not None:
                     m[f"link.{peer}.peak_bps"] = float(peak)
+        excess = len(m) - MAX_TELEMETRY_KEYS
+        if excess > 0:  # a big plan and many links: per-rank times go first, the fastest ranks' first
+            ranks = sorted((k for k in m if k.startswith("trainer.rank.")), key=lambda k: (m[k], k))
+            for k in ranks[:excess]:
+                del m[k]
         return Telemetry(self.site, max(frontier, 0), m)
 
     # ------------------------------------------------------------------------------------------------

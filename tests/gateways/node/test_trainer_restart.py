@@ -89,3 +89,16 @@ def test_a_gateway_node_checks_forwards_once_and_lets_the_replacement_in() -> No
     assert node.trainer_model_problem({"run": "r3"}) is not None  # a third run is refused as before
     with pytest.raises(ConfigError):
         node.apply_config({"restart": 0}, None, 2.0)  # POST /config cannot order one
+
+
+def test_per_rank_times_make_room_when_a_report_would_hold_too_many_keys() -> None:
+    from wanrt.protocol.limits import MAX_TELEMETRY_KEYS
+
+    node = _node()
+    metrics = {f"k{i}": 1.0 for i in range(MAX_TELEMETRY_KEYS - 20)}  # a leader's other measurements
+    ranks = {f"rank.{r}.compute_s": 0.1 * (r + 1) for r in range(16)}
+    node.trainer_telemetry(Telemetry("a", 3, {"world_size": 16.0, **metrics, **ranks}), 1.0)
+    m = node.telemetry(1.1).metrics
+    assert len(m) == MAX_TELEMETRY_KEYS
+    kept = sorted(int(k.split(".")[2]) for k in m if k.startswith("trainer.rank."))
+    assert kept and kept == list(range(16 - len(kept), 16))  # the slowest ranks stay
