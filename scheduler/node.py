@@ -20,6 +20,7 @@ come in through :meth:`SchedulerNode.request` and travel the same two phases.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
@@ -28,6 +29,7 @@ from gateways.wire.config_update import trainer_config_update
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.sharding.service import ShardService
 from scheduler.wire import (
+    RESTART_PREFIX,
     Announce,
     AnnounceReply,
     SiteShardDone,
@@ -37,7 +39,7 @@ from scheduler.wire import (
     site_values,
 )
 from wanrt.errors import ConfigError, RemoteProtocolError
-from wanrt.live_settings import parse_stragglers
+from wanrt.live_settings import RESTART_KEY, parse_stragglers
 from wanrt.protocol import Message, Telemetry
 
 __all__ = ["Decision", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
@@ -53,6 +55,8 @@ VALUE_PREFIX = "cfg."
 #: the values (a plan naming a site a gateway does not know) count — one that came too late is prepared
 #: again further ahead as often as needed.
 MAX_REFUSALS = 3
+#: Committed KILL_RESTART orders ``/status`` lists (the decisions file keeps every one).
+MAX_RESTARTS_KEPT = 32
 
 
 class DecisionPolicy(Protocol):
@@ -147,6 +151,8 @@ class SchedulerNode:
         self.t0 = now
         #: the job's data shards (AntDT §IV-C); the daemon swaps in one restored from its state file
         self.shards = ShardService(cfg.sharding)
+        #: KILL_RESTART orders committed (AntDT §V-E3), newest last, for ``/status`` (bounded)
+        self.restarts: deque[dict[str, Any]] = deque(maxlen=MAX_RESTARTS_KEPT)
 
     # -- driving ---------------------------------------------------------------------------------------
 
@@ -304,6 +310,11 @@ class SchedulerNode:
     def request(self, values: Mapping[str, Any], now: float) -> dict[str, Any]:
         """A manual change (``POST /config``, authenticated by the service): validated by the trainers'
         schema, then announced like any decision. Returns what was done."""
+        restart = [k for k in values if k == RESTART_KEY or k.startswith(RESTART_PREFIX)]
+        if restart:  # AntDT §V-E3: KILL_RESTART is the straggler policy's order, not an operator's setting
+            raise ConfigError(
+                f"{restart[0]}: a restart is ordered by the scheduler's straggler policy only", key=restart[0]
+            )
         for site in self.gateways:
             trainer_config_update(site_values(values, site), 0)  # ConfigError naming the bad key
         unknown = [k for k in values if "@" in k and k.split("@", 1)[1] not in self.gateways]
@@ -322,7 +333,9 @@ class SchedulerNode:
         }
 
     def _want(self, values: dict[str, Any], source: str, now: float) -> None:
-        merged = dict(self.current.values) if self.current is not None else {}
+        # a restart order is one-shot: it belongs to the decision that made it, never to the next one
+        carried = {} if self.current is None else self.current.values
+        merged = {k: v for k, v in carried.items() if not k.startswith(RESTART_PREFIX)}
         merged.update(values)
         if self.pending is not None:
             self._queued = (merged, source)  # the newest wish wins once the pending one is settled
@@ -353,6 +366,25 @@ class SchedulerNode:
         self._refusals = 0
         self.current = pending.decision
         self.stats.decisions_committed += 1
+        for key, rank in pending.decision.values.items():
+            if key.startswith(RESTART_PREFIX):
+                site = key[len(RESTART_PREFIX) :]
+                d = pending.decision
+                self.restarts.append(
+                    {
+                        "site": site,
+                        "rank": rank,
+                        "decision": d.id,
+                        "effective_iteration": d.effective_iteration,
+                    }
+                )
+                log.warning(
+                    "decision %d: KILL_RESTART of site %s rank %s at iteration %d",
+                    d.id,
+                    site,
+                    rank,
+                    d.effective_iteration,
+                )
         self.policy.committed(pending.decision.values, pending.decision.effective_iteration)
         for site, g in self.gateways.items():
             if g.connected:
@@ -415,6 +447,7 @@ class SchedulerNode:
                 "late_commits": self.stats.late_commits,
             },
             "shards": self.shards.status(),
+            "restarts": list(self.restarts),
         }
 
 

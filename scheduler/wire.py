@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from wanrt.errors import LocalProtocolError
+from wanrt.live_settings import RESTART_KEY
 from wanrt.protocol import CORE_REGISTRY, Message
 from wanrt.protocol.checks import check_name, check_scalar_map, check_text, check_uint
 from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER, MAX_RANK
@@ -39,6 +40,7 @@ from wanrt.protocol.messages import (
 
 __all__ = [
     "PHASES",
+    "RESTART_PREFIX",
     "SCHEDULER_REGISTRY",
     "SITE_BATCH_PREFIX",
     "SITE_WEIGHT_PREFIX",
@@ -57,13 +59,22 @@ PHASES: Final = ("prepare", "commit", "abort")
 SITE_BATCH_PREFIX: Final = "batch_size@"
 #: A per-site gradient weight: ``batch_weight@<site>`` = the site's share of the samples × the site count.
 SITE_WEIGHT_PREFIX: Final = "batch_weight@"
-_PER_SITE: Final = {SITE_BATCH_PREFIX: "batch_size", SITE_WEIGHT_PREFIX: "batch_weight"}
+#: A KILL_RESTART order (AntDT §V-E3): ``restart@<site>`` = the rank of that site to restart. One-shot: it
+#: belongs to the one decision that orders it and is never carried into the next (SchedulerNode), and only the
+#: scheduler's policy may put it in a decision (``POST /config`` refuses it).
+RESTART_PREFIX: Final = "restart@"
+_PER_SITE: Final = {
+    SITE_BATCH_PREFIX: "batch_size",
+    SITE_WEIGHT_PREFIX: "batch_weight",
+    RESTART_PREFIX: RESTART_KEY,
+}
 
 
 def site_values(values: Mapping[str, Any], site: str) -> dict[str, Any]:
-    """A decision's values as site ``site``'s trainers take them: its own ``batch_size@<site>`` and
-    ``batch_weight@<site>`` become ``batch_size`` and ``batch_weight``, the other sites' are dropped."""
-    out = {k: v for k, v in values.items() if "@" not in k}
+    """A decision's values as site ``site``'s trainers take them: its own ``batch_size@<site>``,
+    ``batch_weight@<site>`` and ``restart@<site>`` become ``batch_size``, ``batch_weight`` and ``restart``,
+    the other sites' are dropped."""
+    out = {k: v for k, v in values.items() if "@" not in k and k != RESTART_KEY}  # a restart names its site
     for prefix, key in _PER_SITE.items():
         own = values.get(prefix + site)
         if own is not None:

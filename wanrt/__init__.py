@@ -15,6 +15,7 @@ from wanrt.errors import (
     PeerLost,
     ProtocolError,
     RemoteProtocolError,
+    RestartRequested,
     TransportError,
     WanrtError,
     WanrtTimeout,
@@ -38,6 +39,7 @@ __all__ = [
     "PeerLost",
     "ProtocolError",
     "RemoteProtocolError",
+    "RestartRequested",
     "SparseOptimizer",
     "SparsePayload",
     "TransportError",
@@ -45,10 +47,32 @@ __all__ = [
     "WanrtTimeout",
     "__version__",
     "init",
+    "restart_count",
 ]
 
 #: trainer-client names resolved on first use, so ``import wanrt`` never imports torch
 _CLIENT_NAMES = frozenset({"ClientConfig", "Context", "SparseOptimizer", "init"})
+
+
+def restart_count() -> int:
+    """How many times the launcher restarted this worker group: torchrun's ``TORCHELASTIC_RESTART_COUNT``
+    (0 on the first start, and outside torchrun). A trainer restarted after a scheduler's KILL_RESTART
+    (:class:`RestartRequested`) sees 1 or more; wanrt itself does not need it (the gateway tells a restarted
+    trainer where the job is), but logs and tests may."""
+    import os
+
+    raw = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ConfigError(
+            "TORCHELASTIC_RESTART_COUNT is not an integer", key="TORCHELASTIC_RESTART_COUNT", value=raw
+        ) from None
+    if n < 0:
+        raise ConfigError(
+            "TORCHELASTIC_RESTART_COUNT is negative", key="TORCHELASTIC_RESTART_COUNT", value=raw
+        )
+    return n
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,7 @@ __all__ = [
     "PeerLost",
     "ProtocolError",
     "RemoteProtocolError",
+    "RestartRequested",
     "TransportError",
     "WanrtError",
     "WanrtTimeout",
@@ -105,3 +106,15 @@ class WanrtTimeout(WanrtError, TimeoutError):
 
 class KernelError(WanrtError):
     """A compression or optimizer kernel got input it cannot handle, or a requested path is unavailable."""
+
+
+class RestartRequested(WanrtError):
+    """The scheduler ordered this site's trainer process restarted (AntDT §V-E3 KILL_RESTART of a persistent
+    straggler rank). Raised out of ``step()`` on every rank of the site at the order's effective iteration,
+    after the context closed cleanly (every push sent, every result received), so the process can exit and
+    its launcher start a fresh one: under ``torchrun --max-restarts=N`` the elastic agent restarts the whole
+    worker group, and the new processes rejoin the job with its current parameters
+    (docs/stragglers.md, "KILL_RESTART"). ``rank`` is the rank the scheduler named, ``iteration`` where."""
+
+    def __init__(self, message: str, *, rank: int, iteration: int, site: str | None = None) -> None:
+        super().__init__(message, rank=rank, iteration=iteration, site=site)

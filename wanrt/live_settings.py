@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from wanrt.config import check
 from wanrt.errors import ConfigError
-from wanrt.protocol.limits import MAX_SITES
+from wanrt.protocol.limits import MAX_RANK, MAX_SITES
 
 __all__ = [
     "LIVE_KEYS",
@@ -27,14 +27,20 @@ __all__ = [
     "MAX_T_W_S",
     "PLAN_KEYS",
     "PLAN_TOPOLOGIES",
+    "RESTART_KEY",
     "TRAINER_KEYS",
     "check_live_settings",
     "parse_stragglers",
     "split_plan_values",
 ]
 
+#: A one-shot order, not a setting: the site rank the scheduler's KILL_RESTART names (AntDT §V-E3). Only the
+#: scheduler's two phases may carry it (``restart@<site>`` in a decision); the gateway forwards it once to
+#: the trainer session connected at the commit and never replays or reports it, and ``POST /config`` (of the
+#: scheduler or a gateway) refuses it.
+RESTART_KEY: Final = "restart"
 #: Keys a ConfigUpdate may carry for the trainers.
-TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight")
+TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight", RESTART_KEY)
 #: Keys the gateways apply to their WAN plan (never forwarded to trainers).
 PLAN_KEYS: Final = ("topology", "stragglers", "t_w_s", "x_order")
 #: Every key a decision may carry.
@@ -78,6 +84,8 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "t_w_s":
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             check(number and 0 <= value <= MAX_T_W_S, key, value, f"seconds in [0, {MAX_T_W_S:g}]")
+        elif key == RESTART_KEY:
+            check(type(value) is int and 0 <= value < MAX_RANK, key, value, f"a rank in [0, {MAX_RANK})")
         elif key == "staleness":
             check(
                 type(value) is int and 0 <= value <= MAX_STALENESS,

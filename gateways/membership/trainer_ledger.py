@@ -149,6 +149,12 @@ class TrainerLedger:
         st.pending[iteration] = covers
         return PushVerdict(push=(iteration, layer, payload))
 
+    def next_push(self) -> int:
+        """The first iteration no layer was pushed for (``join_at`` before any push): where a replacement
+        trainer may start (its pushes must keep increasing per layer)."""
+        last = max((st.last_pushed for st in self._layers.values()), default=-1)
+        return max(last + 1, self.join_at)
+
     def fresh(self, iteration: int, layer: int) -> bool:
         """Would :meth:`on_push` hand this push to the round engine unchanged (a new iteration, nothing
         to fold into it)? Only then may pieces of a streamed push go ahead of it

@@ -44,6 +44,7 @@ from gateways.node.plan_values import plan_problem, plan_spec
 from gateways.node.push_stream import PushStreams
 from gateways.node.resync import ParamResync, ToPeer, ToSiteTrainer
 from gateways.node.shard_relay import ShardRelay
+from gateways.node.trainer_restart import RESTART_FROM_KEY, TrainerRestart
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.ids import distinct_sites
 from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
@@ -67,7 +68,7 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
-from wanrt.live_settings import PLAN_KEYS, split_plan_values
+from wanrt.live_settings import PLAN_KEYS, RESTART_KEY, split_plan_values
 from wanrt.payload import SparsePayload
 from wanrt.protocol import (
     Ack,
@@ -92,7 +93,9 @@ from wanrt.protocol import (
     ShardRequest,
     Telemetry,
 )
+from wanrt.protocol.limits import MAX_RANK, MAX_TELEMETRY_KEYS
 from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
+from wanrt.rank_telemetry import parse_rank_times
 
 __all__ = ["MAX_BACKLOG", "GatewayNode"]
 
@@ -188,6 +191,7 @@ class GatewayNode:
         self._trainer_iteration = -1
         self._shards = ShardRelay(self.site)  # the trainer's data-shard traffic (scheduler.sharding)
         self.resync = ParamResync(self.site)  # parameter resync of a trainer that missed rounds
+        self.restart = TrainerRestart()  # the scheduler's KILL_RESTART order for this site's trainer
         self._work: deque[Action] = deque()
         #: trainer push acks of results made here (this site finished the round), held until a peer has the
         #: result: see _deliver
@@ -1013,6 +1017,9 @@ class GatewayNode:
         rc = self.cfg.rounds
         if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
             info[PUSH_CUT_KEY] = push_cut_value(len(self.sites), rc.allpairs_chunk_bytes)  # streamed pushes
+        start = self.restart.start_at(self._next_trainer_push())
+        if start is not None:  # read only by a replacement trainer's first connection
+            info[RESTART_FROM_KEY] = start
         return info
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
@@ -1055,6 +1062,13 @@ class GatewayNode:
         served = self.stats.trainer_pushes > 0
         if not served:
             self._trainer_run = run
+            return None
+        start = self.restart.start_at(self._next_trainer_push())
+        if start is not None and self.restart.admit():
+            # the process the scheduler restarted (KILL_RESTART): the new one takes over where the old
+            # one stopped (its Welcome said so) and fetches the job's parameters
+            self._trainer_run = run
+            self._resync_out(self.resync.start(start))
             return None
         frontier = -1 if self.engine is None else self.engine.frontier
         return (
@@ -1155,6 +1169,9 @@ class GatewayNode:
         kept until the next report to the scheduler, which sees them as ``trainer.<key>``."""
         if msg.site != self.site:
             raise RemoteProtocolError("telemetry names another site", peer="trainer", value=msg.site)
+        world = msg.metrics.get("world_size")
+        ws = int(world) if world is not None and math.isfinite(world) and 1 <= world <= MAX_RANK else None
+        parse_rank_times(msg.metrics, world_size=ws, peer="trainer")  # RemoteProtocolError: ends the session
         if msg.iteration > self._trainer_iteration:
             self._trainer_iteration = msg.iteration
             self._trainer_metrics = dict(msg.metrics)
@@ -1296,6 +1313,7 @@ class GatewayNode:
                 trainer_config_update(trainer_values, msg.effective_iteration)  # shared schema (ConfigError)
             # plan settings this gateway cannot apply are refused now, so a commit is never half-applied
             problem = plan_problem(values, self.cfg.rounds, self.cfg.root, self.sites)
+            problem = problem or self.restart.problem(values, self._trainer_metrics.get("world_size"))
             if problem is not None:
                 log.warning("refusing decision %d: its plan cannot apply here: %s", msg.decision, problem)
             ok = (
@@ -1332,7 +1350,9 @@ class GatewayNode:
             self._commit_plan(msg.decision, values, msg.effective_iteration, now)
             trainer_values, _ = split_plan_values(values)
             if trainer_values:
-                self.apply_config(trainer_values, effective, now)
+                # a restart order goes to the trainer connected now, once; later sessions get the rest
+                keep = self.restart.committed(msg.decision, trainer_values, msg.effective_iteration)
+                self._forward_config(trainer_values, effective, keep)
 
     def _commit_plan(self, decision: int, values: dict[str, Any], effective: int, now: float) -> None:
         """STAR §IV-B: the decision's plan (e.g. parent–child with its straggler sites and t_w) governs
@@ -1409,6 +1429,11 @@ class GatewayNode:
             if backlog is not None:  # delivery while backlogged (scheduler/control/link_rate.py)
                 m[f"link.{peer}.backlog_s"] = backlog
                 m[f"link.{peer}.backlog_bytes"] = float(self.link_times.backlog_bytes.get(peer, 0))
+        excess = len(m) - MAX_TELEMETRY_KEYS
+        if excess > 0:  # a big plan and many links: per-rank times go first, the fastest ranks' first
+            ranks = sorted((k for k in m if k.startswith("trainer.rank.")), key=lambda k: (m[k], k))
+            for k in ranks[:excess]:
+                del m[k]
         return Telemetry(self.site, max(frontier, 0), m)
 
     # ------------------------------------------------------------------------------------------------
@@ -1427,18 +1452,34 @@ class GatewayNode:
                 f"{plan_keys[0]}: plan settings are changed through the scheduler (the same for every site)",
                 key=plan_keys[0],
             )
+        if RESTART_KEY in values:
+            raise ConfigError(
+                f"{RESTART_KEY}: a restart is ordered by the scheduler's straggler policy only",
+                key=RESTART_KEY,
+            )
         if effective_iteration is None:
             frontier = -1 if self.engine is None else self.engine.frontier
             effective_iteration = frontier + self.cfg.rounds.window + 1
-        msg = trainer_config_update(values, effective_iteration)
-        self._config_update = msg
-        if self._trainer is not None:
-            self._out.append(ToTrainer(self._trainer, msg))
+        msg = self._forward_config(values, effective_iteration, values)
         return {
             "values": msg.values,
             "effective_iteration": msg.effective_iteration,
             "forwarded": self._trainer is not None,
         }
+
+    def _forward_config(self, values: dict[str, Any], effective: int, keep: dict[str, Any]) -> ConfigUpdate:
+        """``values`` to the trainer connected now; ``keep`` (the same, or without a one-shot restart
+        order) for trainer sessions that connect later and the reports to the scheduler."""
+        msg = trainer_config_update(values, effective)
+        if keep:
+            self._config_update = msg if keep == values else trainer_config_update(keep, effective)
+        if self._trainer is not None:
+            self._out.append(ToTrainer(self._trainer, msg))
+        return msg
+
+    def _next_trainer_push(self) -> int:
+        """The first iteration the trainer has pushed no layer of (0 before any push)."""
+        return 0 if self.ledger is None else self.ledger.next_push()
 
     def status(self) -> dict[str, Any]:
         engine = self.engine
@@ -1483,6 +1524,10 @@ class GatewayNode:
             },
             "faults": self.faults.status(),
             "resync": {"need": self.resync.need, **asdict(self.resync.stats)},
+            "restart": {
+                "order": None if self.restart.order is None else asdict(self.restart.order),
+                "replaced": self.restart.replaced,
+            },
             "counters": self.stats.counters(),
         }
 

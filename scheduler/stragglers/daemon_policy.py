@@ -38,11 +38,12 @@ from typing import Any
 import numpy as np
 
 from scheduler.stragglers.batch_alloc import allocate_greedy, allocate_milp, makespan
-from scheduler.stragglers.decisions import AdjustBatch
+from scheduler.stragglers.decisions import AdjustBatch, KillRestart
 from scheduler.stragglers.detection import DetectionReport, StragglerDetector
 from scheduler.stragglers.mode_policy import SitePlanMode
+from scheduler.stragglers.rank_restart import RankRestarts
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from scheduler.wire import SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
+from scheduler.wire import RESTART_PREFIX, SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
 
 __all__ = ["SiteStragglerPolicy"]
 
@@ -64,6 +65,9 @@ class SiteStragglerPolicy:
         self.last_report: DetectionReport | None = None
         self.last_action: AdjustBatch | None = None
         self.plan = SitePlanMode(self.sites, self.cfg)
+        #: AntDT-ND's KILL_RESTART of persistent straggler ranks (``kill_restart = true``)
+        self.ranks = RankRestarts(self.sites, self.cfg)
+        self.last_restarts: list[KillRestart] = []
 
     # -- Monitor -------------------------------------------------------------------------------------
 
@@ -84,13 +88,27 @@ class SiteStragglerPolicy:
         if int(it) <= self._last_iteration.get(site, -1):
             return  # the same iteration again: gateways report more often than a slow site steps
         self._last_iteration[site] = int(it)
+        if self.ranks.waiting(site, int(it), now):
+            return  # the last iterations of a process ordered restarted: not the site's new normal
         self._world[site] = int(world)
         self._reported[site] = int(per_rank)
         self.detector.observe(site, now, float(compute), int(per_rank) * int(world))
+        if self.cfg.kill_restart:
+            self.ranks.observe(site, metrics, now, int(world), int(per_rank))
 
     # -- Controller ----------------------------------------------------------------------------------
 
     def decide(self, now: float) -> dict[str, Any] | None:
+        restarts = self.ranks.decide(now)
+        if restarts:
+            # a node action (AntDT §V-E3) on its own: the site's batch split waits for the fresh process
+            self.last_restarts = restarts
+            order: dict[str, Any] = {}
+            for d in restarts:
+                site, _, rank = d.member.rpartition("/")
+                order[RESTART_PREFIX + site] = int(rank)
+                self.detector.forget(site)  # its slow samples were the old process's
+            return order
         if len(self._reported) < len(self.sites):
             return None  # a site without a report has no throughput to allocate by
         per_rank = self._running or self._reported
@@ -99,6 +117,8 @@ class SiteStragglerPolicy:
         report = self.detector.report(now)
         self.last_report = report
         slow = report.persistent if self.cfg.trigger == "persistent" else report.persistent + report.transient
+        if self.cfg.kill_restart:  # a site whose slow rank may still be restarted waits for that first
+            slow = [s for s in slow if self.ranks.exhausted(s, now) or not self.ranks.slow_rank(s, now)]
         plan_on = "parent_child" in self.cfg.modes or "x_order" in self.cfg.modes
         if not slow and self._running is None and not (plan_on and self.plan.detached):
             return None
@@ -167,6 +187,9 @@ class SiteStragglerPolicy:
     def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
         """The split in ``values`` runs from ``effective_iteration`` everywhere (a manual change too)."""
         self.plan.committed(values)
+        for key in values:
+            if key.startswith(RESTART_PREFIX):
+                self.ranks.committed(key[len(RESTART_PREFIX) :], effective_iteration)
         split = {s: values.get(SITE_BATCH_PREFIX + s) for s in self.sites}
         if all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 1 for b in split.values()):
             self._running = {s: int(b) for s, b in split.items() if isinstance(b, (int, float))}

@@ -57,6 +57,16 @@ class SiteStragglerConfig:
       two nearly equal predictions do not alternate the plan every decision.
     * ``base_topology`` — the plan announced when the stragglers recover: set it to the gateways'
       ``[rounds] topology``.
+    * ``kill_restart`` — AntDT-ND's answer to a persistent straggler *rank* (§VI-A4, §V-E3): the scheduler
+      orders that rank's trainer process restarted (``restart@<site>`` = rank), compared with its site's
+      ranks (with one rank per site: with every rank of the job), from the per-rank times the site leaders
+      report (``trainer.rank.<r>.compute_s``). Off by default: the trainers must run under a launcher that
+      starts them again (``torchrun --max-restarts=N``) or set ``ClientConfig.on_restart``; a trainer run
+      without either would just stop (docs/stragglers.md, "KILL_RESTART").
+    * ``restart_cooldown_s`` — after a restart the rank is left alone this long (AntDT: its fresh windows
+      fill first; the same default as :class:`~scheduler.stragglers.config.PolicyConfig`).
+    * ``max_restarts`` — restarts per rank over the job (ours: a rank that stays slow on a fresh process
+      is slow for a reason a restart does not fix; it then gets what a site straggler gets, ADJUST_BS).
     """
 
     detection: DetectionConfig = field(default_factory=DetectionConfig)
@@ -68,8 +78,24 @@ class SiteStragglerConfig:
     max_wait_s: float = 0.3
     switch_gain: float = 0.02
     base_topology: str = "tree"
+    kill_restart: bool = False
+    restart_cooldown_s: float = 1800.0
+    max_restarts: int = 3
 
     def __post_init__(self) -> None:
+        check(type(self.kill_restart) is bool, "kill_restart", self.kill_restart, "true or false")
+        check(
+            math.isfinite(self.restart_cooldown_s) and 0.0 <= self.restart_cooldown_s <= 86_400.0,
+            "restart_cooldown_s",
+            self.restart_cooldown_s,
+            "seconds in [0, 86400]",
+        )
+        check(
+            type(self.max_restarts) is int and 0 <= self.max_restarts <= 1000,
+            "max_restarts",
+            self.max_restarts,
+            "an integer in [0, 1000]",
+        )
         check(self.trigger in ("persistent", "transient"), "trigger", self.trigger, "persistent or transient")
         check(
             len(self.modes) > 0 and set(self.modes) <= set(SITE_MODES),

@@ -9,6 +9,7 @@ with an effective iteration and swapped in with :func:`dataclasses.replace` at t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -47,6 +48,13 @@ class ClientConfig:
     #: how long the link keeps redialling a gateway it lost (restarted) before it fails with PeerLost;
     #: 0 fails at once (docs/client_reconnect.md)
     reconnect_s: float = 120.0
+    #: what the rank the scheduler orders restarted (KILL_RESTART, AntDT §V-E3) does at the order's
+    #: effective iteration: ``on_restart(rank, iteration)`` on that rank, the others carry on (the hook must
+    #: keep the rank in the site's collectives, e.g. log and return). None (the default): every rank of the
+    #: site closes the context cleanly and raises :class:`wanrt.errors.RestartRequested` out of ``step()``,
+    #: so the process exits and ``torchrun --max-restarts=N`` starts the worker group again, which rejoins
+    #: the job with its current parameters (docs/stragglers.md, "KILL_RESTART")
+    on_restart: Callable[[int, int], None] | None = None
 
     def __post_init__(self) -> None:
         check(0.0 < self.density <= 1.0, "density", self.density, "must be in (0, 1]")
@@ -61,6 +69,12 @@ class ClientConfig:
             value = getattr(self, key)
             check(value > 0, key, value, "must be > 0 seconds")
         check(0 <= self.reconnect_s <= 86_400, "reconnect_s", self.reconnect_s, "must be in [0, 86400] s")
+        check(
+            self.on_restart is None or callable(self.on_restart),
+            "on_restart",
+            self.on_restart,
+            "a callable (rank, iteration) or None",
+        )
         check(self.max_layer_elements >= 1, "max_layer_elements", self.max_layer_elements, "must be >= 1")
         if self.compressor == "threshold_v_block":
             check(

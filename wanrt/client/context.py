@@ -59,10 +59,11 @@ from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
-from wanrt.errors import LocalProtocolError, RemoteProtocolError, WanrtTimeout
+from wanrt.errors import LocalProtocolError, RemoteProtocolError, RestartRequested, WanrtTimeout
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
 from wanrt.kernels.state_transfer import export_state, import_state, state_lengths
 from wanrt.payload import SparsePayload
+from wanrt.rank_telemetry import rank_time_metrics
 
 __all__ = ["Context"]
 
@@ -224,14 +225,25 @@ class Context:
                     reconnect=ReconnectPolicy.lasting(self._config.reconnect_s),
                 )
                 self._link = self._link_factory(spec)
+                start = getattr(self._link, "start_iteration", 0)
+                self._iteration = start if type(start) is int and start > 0 else 0
             except Exception as exc:
                 failure = exc
-            self._send_decision(SiteDecision(), failure)
+            # the iteration this site starts at travels to the ranks as the first decision's one change
+            # (not 0 for processes that replace ones the scheduler restarted: the job is further on)
+            self._send_decision(SiteDecision(config_changes=[ConfigChange(self._iteration)]), failure)
             self._compressor = LayerCompressor(self._config)
             self._pipeline = LeaderPipeline(self._compress_and_push)
             self._tracker = StalenessTracker(len(self._params), peer=self.gateway)
         else:
-            self._recv_decision()
+            first = self._recv_decision()
+            self._iteration = first.config_changes[0].effective_iteration if first.config_changes else 0
+        if self._iteration:
+            log.warning(
+                "this trainer replaces one the scheduler restarted: starting at the job's iteration %d "
+                "(the job's parameters follow by a parameter resync)",
+                self._iteration,
+            )
         self._reducer = LayerReducer(
             self._params,
             group=self._group,
@@ -312,16 +324,34 @@ class Context:
         self._switch_config()
 
     def _report(self, iteration: int) -> None:
-        """Leader: this iteration's timing to the gateway (StellaTrain §4.1's telemetry)."""
+        """Leader: this iteration's timing to the gateway (StellaTrain §4.1's telemetry), with every rank's
+        batch processing time (AntDT §VI-A2's Monitor: a straggler rank inside the site)."""
+        bpt = self._timer.bpt()
+        times = self._rank_times(-1.0 if bpt is None else bpt)
         metrics = self._timer.metrics(
             time.monotonic(), batch_size=self._batch_size, world_size=self.world_size
         )
         if metrics is not None and self.is_leader and self._link is not None:
+            if times is not None and min(times) >= 0:
+                metrics.update(rank_time_metrics(times))
             metrics["params"] = float(sum(p.numel() for p in self._params))
             # what ran: the scheduler reads a plan's idle with its payload from the first report on
             metrics["density"] = float(self._config.density)
             metrics["staleness"] = float(self._config.staleness)
             self._link.telemetry(iteration, metrics)
+
+    def _rank_times(self, own: float) -> list[float] | None:
+        """Every rank's batch processing time of this iteration, on the leader (one small gather per step
+        at sites of several ranks; every rank calls it, in step order)."""
+        if self.world_size == 1:
+            return [own]
+        mine = torch.tensor([own], dtype=torch.float64, device=self._device)
+        if not self.is_leader:
+            dist.gather(mine, None, dst=self._leader_global_rank(), group=self._group)
+            return None
+        parts = [torch.zeros(1, dtype=torch.float64, device=self._device) for _ in range(self.world_size)]
+        dist.gather(mine, parts, dst=self._leader_global_rank(), group=self._group)
+        return [float(p.item()) for p in parts]
 
     def _exchange(self, *, final: bool) -> SiteDecision:
         """Leader: decide and broadcast; others: wait for their reduces and receive the decision."""
@@ -542,6 +572,7 @@ class Context:
         due = [c for c in self._scheduled if c.effective_iteration <= self._iteration]
         if not due:
             return
+        restart: ConfigChange | None = None
         self._scheduled = [c for c in self._scheduled if c.effective_iteration > self._iteration]
         for change in sorted(due, key=lambda c: c.effective_iteration):
             if change.effective_iteration < self._iteration:
@@ -564,6 +595,49 @@ class Context:
                 self._batch_size = change.batch_size
                 for cb in self._batch_callbacks:
                     cb(change.batch_size)
+            if change.restart is not None:
+                if change.effective_iteration < self._iteration:
+                    log.warning(
+                        "restart order for rank %d at iteration %d arrived late (now %d): ignored",
+                        change.restart,
+                        change.effective_iteration,
+                        self._iteration,
+                    )
+                else:
+                    restart = change
+        if restart is not None:
+            self._restart(restart)
+
+    def _restart(self, change: ConfigChange) -> None:
+        """The scheduler's KILL_RESTART (AntDT §V-E3) reached its iteration, on every rank of the site at
+        once: the hook on the named rank, or (no hook) a clean close everywhere and RestartRequested. The
+        close first, so the process leaves nothing owed: its pushes are sent and their results received,
+        and the gateway hands the next trainer process the job from the next iteration on."""
+        rank = change.restart
+        assert rank is not None
+        hook = self._config.on_restart
+        if hook is not None:
+            if rank == self.rank:
+                hook(rank, self._iteration)
+            return
+        iteration = self._iteration
+        log.warning(
+            "the scheduler ordered rank %d of site %s restarted at iteration %d: closing this context",
+            rank,
+            self.site,
+            iteration,
+        )
+        self.close()
+        who = "this rank" if rank == self.rank else f"rank {rank} of this site"
+        raise RestartRequested(
+            f"the scheduler asked to restart {who} at iteration {iteration} (a persistent straggler, "
+            "AntDT KILL_RESTART); the context is closed. Let the exception end the process: under "
+            "`torchrun --max-restarts=N` the elastic agent restarts the site's worker group, which rejoins "
+            "the job with its current parameters (set ClientConfig.on_restart to handle it yourself)",
+            rank=rank,
+            iteration=iteration,
+            site=self.site,
+        )
 
     # -- shutdown ----------------------------------------------------------------------------------------
 

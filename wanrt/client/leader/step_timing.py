@@ -41,6 +41,13 @@ class StepTimer:
     def applied(self, seconds: float) -> None:
         self.optimizer += max(0.0, seconds)
 
+    def bpt(self) -> float | None:
+        """This iteration's batch processing time so far: its start to ``step()`` (forward, backward and
+        whatever the loop did between; AntDT's BPT), None before the first full iteration."""
+        if self.start is None or self.step_called is None:
+            return None
+        return max(0.0, self.step_called - self.start)
+
     def metrics(self, now: float, *, batch_size: int | None, world_size: int) -> dict[str, float] | None:
         """The finished iteration's measurements (None for the first, which has no start), then begin
         the next one at ``now``."""

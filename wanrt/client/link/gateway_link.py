@@ -66,6 +66,7 @@ from wanrt.errors import (
 from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import ConnectionClosed
+from wanrt.protocol.limits import MAX_COUNTER, MAX_RANK
 from wanrt.protocol.messages import (
     Ack,
     Aggregate,
@@ -93,7 +94,10 @@ __all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
 log = logging.getLogger(__name__)
 
 #: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
-CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight")
+#: Welcome info of a gateway whose previous trainer its scheduler ordered restarted: the iteration the new
+#: trainer process starts at (gateways.node.trainer_restart)
+RESTART_FROM_KEY: Final = "restart_from"
+CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight", "restart")
 _STOP: Final = object()
 #: the writer joins queued messages into one transport write until it holds this many bytes (a write of
 #: several parts is joined into one buffer: a bound keeps a burst of big pushes from being copied at once)
@@ -117,7 +121,17 @@ def _config_change(msg: ConfigUpdate) -> ConfigChange:
         num("batch_size", int),
         num("staleness", int),
         num("batch_weight", float),
+        _rank(v.get("restart")),
     )
+
+
+def _rank(x: Any) -> int | None:
+    """A restart order's rank (the gateway checked it exists at this site; the leader checks again)."""
+    if x is None:
+        return None
+    if type(x) is not int or not 0 <= x < MAX_RANK:
+        raise RemoteProtocolError("ConfigUpdate restart must be a rank", value=repr(x)[:40])
+    return x
 
 
 class GatewayLink:
@@ -138,6 +152,9 @@ class GatewayLink:
         self._transport: Transport | None = None
         self._conn: Connection | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: where a trainer process that replaces one the scheduler restarted (KILL_RESTART) takes over: the
+        #: first connection's Welcome says (``restart_from``); 0 for a trainer that starts the job
+        self.start_iteration = 0
         self._closed = False
         lengths = tuple(int(np.prod(s, dtype=np.int64)) for s in spec.signature.shapes)
         self._lengths = lengths
@@ -411,7 +428,12 @@ class GatewayLink:
 
     async def _open(self) -> None:
         self._pushes = asyncio.Queue()
-        await self._connect()
+        welcome = await self._connect()
+        start = welcome.info.get(RESTART_FROM_KEY)
+        if start is not None:  # the gateway replaces a trainer its scheduler ordered restarted
+            if type(start) is not int or not 0 <= start <= MAX_COUNTER:
+                raise RemoteProtocolError("Welcome restart_from must be an iteration", value=repr(start)[:40])
+            self.start_iteration = start
         self._start_tasks()
 
     async def _connect(self) -> Welcome:

@@ -39,8 +39,9 @@ __all__ = [
 MAGIC: Final = 0x57414E52  # "WANR": a rank that joined the wrong collective sequence fails loudly
 HEADER_LEN: Final = 8
 UPDATE_FIELDS: Final = 6  # iteration, layer, dense_len, block_size, nnz_blocks, n_sites
-#: effective_iteration, density bits (NaN = unchanged), batch_size, staleness (-1), batch_weight bits (NaN)
-CONFIG_FIELDS: Final = 5
+#: effective_iteration, density bits (NaN = unchanged), batch_size, staleness (-1), batch_weight bits (NaN),
+#: restart rank (-1 = none)
+CONFIG_FIELDS: Final = 6
 #: an error message longer than this is cut: it is for humans, and it must not size an allocation
 MAX_ERROR_BYTES: Final = 4096
 #: at most this many configuration changes per step; the scheduler announces a handful per minute
@@ -58,6 +59,8 @@ class ConfigChange:
     #: this site's share of the job's samples × the number of sites (1 = an equal share): its gradient is
     #: scaled by it before the sum across sites, so the job's update averages samples, not sites
     batch_weight: float | None = None
+    #: the scheduler's KILL_RESTART order (AntDT §V-E3): this rank of the site restarts at the iteration
+    restart: int | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def encode(
             -1 if c.batch_size is None else c.batch_size,
             -1 if c.staleness is None else c.staleness,
             int(floats[1]),
+            -1 if c.restart is None else c.restart,
         )
     err = b""
     if decision.error is not None:
@@ -186,6 +190,7 @@ def decode_body(
                 None if row[2] < 0 else int(row[2]),
                 None if row[3] < 0 else int(row[3]),
                 None if np.isnan(weight) else weight,
+                None if row[5] < 0 else int(row[5]),
             )
         )
     pos += n_cfg * CONFIG_FIELDS

@@ -38,7 +38,21 @@ def ensure_process_group(env: Mapping[str, str] | None = None, *, timeout_s: flo
     backend = default_backend()
     if backend == "nccl" and env.get("LOCAL_RANK"):
         torch.cuda.set_device(int(env["LOCAL_RANK"]))
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    timeout = timedelta(seconds=timeout_s)
+    attempt = env.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        dist.init_process_group(backend=backend, timeout=timeout)
+        return True
+    # Under torchrun the agent's store outlives a restart of the worker group (KILL_RESTART,
+    # docs/stragglers.md): without a key prefix per attempt, gloo of the restarted group reads the old
+    # group's addresses from it and fails with "connectFullMesh ... Connection refused" (torch 2.13).
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # else rank 0 hosts it, as env:// does
+    store = dist.TCPStore(
+        env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, is_master=not agent and rank == 0, timeout=timeout
+    )
+    prefixed = dist.PrefixStore(f"wanrt/attempt_{attempt}", store)
+    dist.init_process_group(backend=backend, store=prefixed, rank=rank, world_size=world, timeout=timeout)
     return True
 
 
