@@ -293,6 +293,15 @@ class SchedulerPolicy:
             "latency_s": latency,
             "search_latency_s": self.search_latency.latency_s,
         }
+        # what the search was told (the decisions file is the only place a run shows it)
+        fitted = [b for b in self.byte_costs().values() if b is not None]
+        if fitted:
+            self.last_observation["byte_fixed_s"] = max(b.fixed_s for b in fitted)
+            self.last_observation["byte_s_per_mb"] = 1e6 * max(b.per_byte_s for b in fitted)
+        if self._plan is not None:
+            self.last_observation["plan_compute_s"] = self._plan.compute_time_s
+            self.last_observation["plan_exchange_s"] = self._plan.exchange_time_s
+            self.last_observation["plan_feasible"] = float(self._plan.feasible)
         for link, (nbytes, busy, peak) in self.links.windows().items():
             self.last_observation[f"link.{link}.bytes"] = nbytes
             self.last_observation[f"link.{link}.busy_s"] = busy
