@@ -26,17 +26,23 @@ the bytes to cost), while Eq. 6 keeps the compute ``x_i/f_i(x_i)`` alone as the 
 in — the conservative reading (§6), and the one that cannot feed a denser plan's own CPU time back into a
 looser bound. Without fits (``byte_costs`` None) this is the paper's model exactly.
 
-**Exchange latency** (ours, :mod:`scheduler.control.latency`; ``latency_s`` = 0 is the paper's model): the
-exchange takes ``L + (1 − r)·m / B``, and an iteration with staleness 1 takes ``max(compute, L + (1 − r)·m /
-B)``. Eq. 6 becomes ``r ≥ 1 − B/m · (t_i − L)``; where compute is shorter than L no r satisfies it, and
-where it is slightly longer it would force r to 0.999. So with L > 0 Eq. 6 is no longer a hard constraint:
-every candidate is priced at that pace in Eq. 4/5 (Eq. 6's bound stays among the candidates, the point
-where the bytes just hide), and the search trades the bytes' time against ḡ's compression penalty, and
-larger batches against the latency they hide behind, directly.
+**Exchange latency and serial payloads** (ours, :mod:`scheduler.control.latency`,
+:mod:`scheduler.control.serial_payloads`; ``latency_s`` = 0 and h = 1 are the paper's model): the exchange
+takes ``L + h·(1 − r)·m / B`` — a fixed part L (round trips, the gateways' work) and the h payloads a round
+carries one after another (a tree: the leaf's payload up, the root's aggregate of every site's down) — and
+an iteration with staleness 1 takes ``max(compute, exchange)``. Eq. 6 becomes ``r ≥ 1 − B/(h·m) · (t_i −
+L)``. With ``eq6_with_latency = "impose"`` (default; the paper's reading, §4.2: the exchange hides behind
+compute) it stays a constraint wherever some candidate meets it, and only when none does (compute shorter
+than L at every allowed batch, or a link too slow even at ``r_max``) is every candidate priced at that pace
+in Eq. 4/5, the bytes' time traded against ḡ's compression penalty. With ``"price"`` (the model before
+issue 9) it is never imposed. Pricing alone found the kink of ``max(compute, L + h·bytes/B)`` — but
+with the payload's CPU time (above) in the priced iteration, the kink sat where the exchange outlasted the
+trainers' compute by that CPU time (issue 9: a ~100 ms tree round against 85 ms of compute).
 
 If no X satisfies Eq. 6 even at ``r_max`` (a very slow link), the plan says ``feasible=False`` and is the
 configuration whose exchange overruns compute the least in TTA terms: its iteration time is the exchange
-time, not the compute time.
+time, not the compute time. A plan meeting Eq. 6 always beats one that does not where it is imposed
+(the sweep and the polish keep a feasible best feasible).
 """
 
 from __future__ import annotations
