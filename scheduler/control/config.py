@@ -15,7 +15,7 @@ from typing import Final, Literal
 
 from wanrt.config import check
 
-__all__ = ["SECTION", "Eq6Time", "SchedulerConfig"]
+__all__ = ["SECTION", "Eq6Latency", "Eq6Time", "SchedulerConfig"]
 
 SECTION: Final = "scheduler.control"  # the table inside job.toml ([scheduler] is the daemon's)
 
@@ -23,6 +23,11 @@ SECTION: Final = "scheduler.control"  # the table inside job.toml ([scheduler] i
 #: for each i), or only the slowest rank's (what a pipeline that starts the exchange when the last rank of
 #: the iteration is done needs)
 Eq6Time = Literal["each_rank", "slowest_rank"]
+
+#: what Eq. 6 is once the exchange has a measured latency L: a constraint whenever some candidate meets it
+#: (the paper's reading: communication hidden behind compute), or only a price (every candidate paced at
+#: ``max(compute, exchange)``, the bytes' time traded against ḡ; the model before issue 9)
+Eq6Latency = Literal["impose", "price"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,15 @@ class SchedulerConfig:
     #: ViT-B/16 (88 M parameters) this puts Eq. 6 exactly at Fig. 14a's r = 0.97 for Σx = 137 at 1 Gbit/s
     bytes_per_element: float = 8.0
     eq6_iteration_time: Eq6Time = "each_rank"
+    #: with a latency L > 0: impose Eq. 6 ``r ≥ 1 − B/(h·m) · (t_i − L)`` whenever a candidate in the
+    #: ranges satisfies it (the paper's reading, §4.2), pricing only where none does; ``"price"``: never
+    #: impose it (search.py's module docstring)
+    eq6_with_latency: Eq6Latency = "impose"
+    #: h, payloads one exchange carries *in series* over B: the exchange takes ``L + h · (1 − r) · m / B``.
+    #: 1 is the paper's model (one payload over one link). A one-root round sends a payload up and the
+    #: root's aggregate (up to ``sites`` payloads) down: :func:`scheduler.control.serial_payloads.
+    #: serial_payloads` gives h for each gateway topology; the demo sets it from its own
+    exchange_serial_payloads: float = 1.0
     #: at most this many total batch sizes are evaluated per search (all integers when the range is smaller)
     search_batch_candidates: int = 512
     #: compression rates tried per total batch besides Eq. 6's bound, evenly spaced in −log10(1 − r)
@@ -304,6 +318,18 @@ class SchedulerConfig:
             "eq6_iteration_time",
             self.eq6_iteration_time,
             "one of 'each_rank', 'slowest_rank'",
+        )
+        check(
+            self.eq6_with_latency in ("impose", "price"),
+            "eq6_with_latency",
+            self.eq6_with_latency,
+            "one of 'impose', 'price'",
+        )
+        check(
+            1.0 <= self.exchange_serial_payloads <= 1024.0,
+            "exchange_serial_payloads",
+            self.exchange_serial_payloads,
+            "must be in [1, 1024]",
         )
         check(
             isinstance(self.search_batch_candidates, int) and self.search_batch_candidates >= 2,

@@ -108,6 +108,10 @@ class SchedulerPolicy:
         self.bandwidth = BandwidthEstimator(config)
         self.links = LinkRates(config)
         self.latency = ExchangeLatency(config.latency_window)
+        #: L as the search models it, net of all ``exchange_serial_payloads`` payloads' time (the
+        #: estimator's ``latency`` is net of one, the bytes it judges B by): the same exchanges, so the
+        #: search's ``L + h · bytes / B`` predicts at the running payload what was measured
+        self.search_latency = ExchangeLatency(config.latency_window)
         self.replan = ReplanPolicy(config)
         self.warmup = DensityWarmup(config)
         self._models = {
@@ -274,8 +278,11 @@ class SchedulerPolicy:
         comm = wall if overlapped else idle * wall
         # net of the bytes' time at the estimate: with a 42 MB model the byte time is most of the exchange,
         # and L (a typical exchange) would hold it, reading a drop's rate as only its excess
-        net = max(0.0, comm - 8.0 * payload / self.bandwidth.estimate_bps)
+        byte_s = 8.0 * payload / self.bandwidth.estimate_bps
+        net = max(0.0, comm - byte_s)
         latency = self.latency.observe(net) if exposed else self.latency.latency_s
+        if exposed:
+            self.search_latency.observe(max(0.0, comm - self.cfg.exchange_serial_payloads * byte_s))
         self._fed += 1
         self.last_observation = {
             "compute_s": compute,
@@ -284,7 +291,17 @@ class SchedulerPolicy:
             "payload_bytes": payload,
             "iterations": float(len(rows)),
             "latency_s": latency,
+            "search_latency_s": self.search_latency.latency_s,
         }
+        # what the search was told (the decisions file is the only place a run shows it)
+        fitted = [b for b in self.byte_costs().values() if b is not None]
+        if fitted:
+            self.last_observation["byte_fixed_s"] = max(b.fixed_s for b in fitted)
+            self.last_observation["byte_s_per_mb"] = 1e6 * max(b.per_byte_s for b in fitted)
+        if self._plan is not None:
+            self.last_observation["plan_compute_s"] = self._plan.compute_time_s
+            self.last_observation["plan_exchange_s"] = self._plan.exchange_time_s
+            self.last_observation["plan_feasible"] = float(self._plan.feasible)
         for link, (nbytes, busy, peak) in self.links.windows().items():
             self.last_observation[f"link.{link}.bytes"] = nbytes
             self.last_observation[f"link.{link}.busy_s"] = busy
@@ -340,7 +357,8 @@ class SchedulerPolicy:
             # rounds: compute-bound at 60-90 ms under load), and a plan made then was the paper's
             return None
         bw = self.bandwidth.estimate_bps
-        reason: DecisionReason | None = self.replan.reason(now, bw, self.latency.latency_s)
+        lat = self.search_latency.latency_s
+        reason: DecisionReason | None = self.replan.reason(now, bw, lat)
         next_iter = self._last_iteration + 1
         plan = self._plan
         if reason is not None or plan is None:
@@ -351,9 +369,9 @@ class SchedulerPolicy:
                 convergence=self.convergence,
                 config=self.cfg,
                 byte_costs=list(self.byte_costs().values()),
-                latency_s=self.latency.latency_s,
+                latency_s=lat,
             )
-            self.replan.planned(now, bw, self.latency.latency_s)
+            self.replan.planned(now, bw, lat)
             reason = reason or "initial"
         density = self.warmup.density(next_iter, plan.density)
         if reason is None:
@@ -362,7 +380,8 @@ class SchedulerPolicy:
                 return None
             reason = "warmup_stage"
         self._plan = plan
-        exchange = self.latency.latency_s + density * self.n_params * self.cfg.bytes_per_element * 8.0 / bw
+        payload = density * self.n_params * self.cfg.bytes_per_element
+        exchange = lat + self.cfg.exchange_serial_payloads * payload * 8.0 / bw
         choice = choose_staleness(
             compute_s=plan.compute_time_s,
             exchange_s=exchange,

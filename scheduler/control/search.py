@@ -26,17 +26,23 @@ the bytes to cost), while Eq. 6 keeps the compute ``x_i/f_i(x_i)`` alone as the 
 in — the conservative reading (§6), and the one that cannot feed a denser plan's own CPU time back into a
 looser bound. Without fits (``byte_costs`` None) this is the paper's model exactly.
 
-**Exchange latency** (ours, :mod:`scheduler.control.latency`; ``latency_s`` = 0 is the paper's model): the
-exchange takes ``L + (1 − r)·m / B``, and an iteration with staleness 1 takes ``max(compute, L + (1 − r)·m /
-B)``. Eq. 6 becomes ``r ≥ 1 − B/m · (t_i − L)``; where compute is shorter than L no r satisfies it, and
-where it is slightly longer it would force r to 0.999. So with L > 0 Eq. 6 is no longer a hard constraint:
-every candidate is priced at that pace in Eq. 4/5 (Eq. 6's bound stays among the candidates, the point
-where the bytes just hide), and the search trades the bytes' time against ḡ's compression penalty, and
-larger batches against the latency they hide behind, directly.
+**Exchange latency and serial payloads** (ours, :mod:`scheduler.control.latency`,
+:mod:`scheduler.control.serial_payloads`; ``latency_s`` = 0 and h = 1 are the paper's model): the exchange
+takes ``L + h·(1 − r)·m / B`` — a fixed part L (round trips, the gateways' work) and the h payloads a round
+carries one after another (a tree: the leaf's payload up, the root's aggregate of every site's down) — and
+an iteration with staleness 1 takes ``max(compute, exchange)``. Eq. 6 becomes ``r ≥ 1 − B/(h·m) · (t_i −
+L)``. With ``eq6_with_latency = "impose"`` (default; the paper's reading, §4.2: the exchange hides behind
+compute) it stays a constraint wherever some candidate meets it, and only when none does (compute shorter
+than L at every allowed batch, or a link too slow even at ``r_max``) is every candidate priced at that pace
+in Eq. 4/5, the bytes' time traded against ḡ's compression penalty. With ``"price"`` (the model before
+issue 9) it is never imposed. Pricing alone found the kink of ``max(compute, L + h·bytes/B)`` — but
+with the payload's CPU time (above) in the priced iteration, the kink sat where the exchange outlasted the
+trainers' compute by that CPU time (issue 9: a ~100 ms tree round against 85 ms of compute).
 
 If no X satisfies Eq. 6 even at ``r_max`` (a very slow link), the plan says ``feasible=False`` and is the
 configuration whose exchange overruns compute the least in TTA terms: its iteration time is the exchange
-time, not the compute time.
+time, not the compute time. A plan meeting Eq. 6 always beats one that does not where it is imposed
+(the sweep and the polish keep a feasible best feasible).
 """
 
 from __future__ import annotations
@@ -174,6 +180,11 @@ class _Problem:
         self.bandwidth_bps = float(bandwidth_bps)
         self.bw_bytes = float(bandwidth_bps) / 8.0
         self.model_bytes = float(n_params) * config.bytes_per_element
+        #: h: the payloads the exchange carries in series (config.exchange_serial_payloads)
+        self.serial = float(config.exchange_serial_payloads)
+        #: Eq. 6 is a constraint wherever it can be met: always in the paper's model (L = 0), and with a
+        #: latency unless configured to be priced only
+        self.impose = self.latency <= 0 or config.eq6_with_latency == "impose"
         self.g = convergence
         self.cfg = config
         self.beta_sum = float(self.beta.sum())
@@ -196,8 +207,8 @@ class _Problem:
         else:
             tmax_r = col(t.max(axis=1))
             cv = col(t.std(axis=1) / t.mean(axis=1))
-        exch = self.latency + payload / self.bw_bytes
-        lb = eq6_r_lower_bound(self.bw_bytes, self.model_bytes, t_bind - self.latency)
+        exch = self.latency + self.serial * payload / self.bw_bytes
+        lb = eq6_r_lower_bound(self.bw_bytes, self.serial * self.model_bytes, t_bind - self.latency)
         feasible = rr >= col(lb) - 1e-12
         tmax = tmax_r
         if self.latency > 0:  # priced at its pace everywhere (module docstring)
@@ -260,29 +271,39 @@ def _candidates(lo: int, hi: int, k: int) -> I64:
     return np.asarray(np.unique(np.concatenate([geo, [lo, hi]])), dtype=np.int64)
 
 
-def _best_over_r(p: _Problem, totals: I64) -> tuple[float, int, float]:
-    """(objective, X, r) of the best candidate over the given totals, each with its best r."""
+def _best_over_r(p: _Problem, totals: I64) -> tuple[bool, float, int, float]:
+    """(feasible, objective, X, r) of the best candidate over the given totals, each with its best r.
+
+    Where Eq. 6 is imposed and some candidate meets it, only those compete (feasible = True); otherwise
+    every candidate is priced at its pace (with a latency: every grid rate, the bytes' time traded against
+    ḡ; without: lifted to ``r_max``, the least overrun)."""
     cfg = p.cfg
     x = allocate(totals, p.beta.tolist(), cfg.min_batch, cfg.max_batch)
     ugrid = np.linspace(float(_u(cfg.r_min)), float(_u(cfg.r_max)), cfg.search_r_candidates)
     rgrid = _r(ugrid)
     e0 = p.evaluate(x, np.full(totals.shape, cfg.r_max))
     lb = np.clip(e0["lb"], cfg.r_min, cfg.r_max)
-    # per row: Eq. 6's bound itself plus every grid rate above it (lifted to the bound below it); with a
-    # latency every grid rate (Eq. 6 is priced, not imposed)
-    floor = lb[:, None] if p.latency <= 0 else np.full_like(lb[:, None], cfg.r_min)
-    rr = np.concatenate([lb[:, None], np.maximum(rgrid[None, :], floor)], axis=1)
+    # per row: Eq. 6's bound itself plus every grid rate above it (lifted to the bound below it)
+    rr = np.concatenate([lb[:, None], np.maximum(rgrid[None, :], lb[:, None])], axis=1)
     e = p.evaluate(x, rr)
-    obj = e["objective"]
-    # Eq. 6 is a constraint (without a latency): an overrunning candidate only wins when all overrun
-    if p.latency <= 0 and e["feasible"].any():
-        obj = np.where(e["feasible"], obj, np.inf)
+    if p.impose and e["feasible"].any():
+        obj = np.where(e["feasible"], e["objective"], np.inf)
+        feasible = True
+    else:
+        feasible = False
+        if p.latency > 0:  # nothing meets Eq. 6 (or it is only priced): every grid rate at its pace
+            rr = np.concatenate([lb[:, None], np.broadcast_to(rgrid[None, :], (lb.size, rgrid.size))], axis=1)
+            e = p.evaluate(x, rr)
+        obj = e["objective"]
     k, j = np.unravel_index(int(np.argmin(obj)), obj.shape)
-    return float(obj[k, j]), int(totals[k]), float(rr[k, j])
+    return feasible, float(obj[k, j]), int(totals[k]), float(rr[k, j])
 
 
-def _polish(p: _Problem, x0: Sequence[int], r0: float, lo_tot: int, hi_tot: int) -> tuple[list[int], float]:
-    """Nelder–Mead over (log x_i, u(r)) with Eq. 6 enforced by lifting r; rounded back to integers."""
+def _polish(
+    p: _Problem, x0: Sequence[int], r0: float, lo_tot: int, hi_tot: int, *, lift: bool
+) -> tuple[list[int], float]:
+    """Nelder–Mead over (log x_i, u(r)) with Eq. 6 enforced by lifting r (``lift``); rounded back to
+    integers."""
     cfg = p.cfg
 
     def unpack(z: F64) -> tuple[F64, float]:
@@ -292,8 +313,8 @@ def _polish(p: _Problem, x0: Sequence[int], r0: float, lo_tot: int, hi_tot: int)
             xs = xs * (min(max(tot, lo_tot), hi_tot) / tot)
         t = np.maximum(p.alpha / p.beta, xs / p.beta)
         t_bind = t.min() if cfg.eq6_iteration_time == "each_rank" else t.max()
-        lb = float(eq6_r_lower_bound(p.bw_bytes, p.model_bytes, t_bind - p.latency))
-        if p.latency > 0:
+        lb = float(eq6_r_lower_bound(p.bw_bytes, p.serial * p.model_bytes, t_bind - p.latency))
+        if not lift:
             lb = cfg.r_min
         r = float(np.clip(_r(float(z[-1])), max(cfg.r_min, min(lb, cfg.r_max)), cfg.r_max))
         return xs, r
@@ -356,13 +377,13 @@ def search(
     p = _Problem(fits, bandwidth_bps, n_params, convergence, config, byte_costs, latency_s)
     lo, hi = _total_range(len(fits), convergence, config)
     totals = _candidates(lo, hi, config.search_batch_candidates)
-    obj, X, r = _best_over_r(p, totals)
+    ok, obj, X, r = _best_over_r(p, totals)
     if totals.size < hi - lo + 1:  # sparse grid: sweep every integer between the best one's neighbours
         k = int(np.searchsorted(totals, X))
         a, b = int(totals[max(k - 1, 0)]), int(totals[min(k + 1, totals.size - 1)])
-        obj2, X2, r2 = _best_over_r(p, np.arange(a, b + 1, dtype=np.int64))
-        if obj2 < obj:
-            obj, X, r = obj2, X2, r2
+        ok2, obj2, X2, r2 = _best_over_r(p, np.arange(a, b + 1, dtype=np.int64))
+        if (ok2, -obj2) > (ok, -obj):  # a candidate meeting Eq. 6 first, then the objective
+            ok, obj, X, r = ok2, obj2, X2, r2
     x = allocate([X], p.beta.tolist(), config.min_batch, config.max_batch)[0]
     best = p.plan(x, r)
     if p.latency > 0 and len(fits) > 1:
@@ -375,8 +396,8 @@ def search(
         if cand.compute_time_s <= cand.exchange_time_s and best.compute_time_s <= best.exchange_time_s:
             return cand
     if 1 < len(fits) <= config.search_polish_max_ranks:
-        xp, rp = _polish(p, best.batches, best.r, lo, hi)
+        xp, rp = _polish(p, best.batches, best.r, lo, hi, lift=p.impose and (ok or p.latency <= 0))
         cand = p.plan(xp, rp)
-        if cand.objective < best.objective - 1e-12 and (cand.feasible or not best.feasible or p.latency > 0):
+        if cand.objective < best.objective - 1e-12 and (cand.feasible or not (p.impose and ok)):
             best = cand
     return best

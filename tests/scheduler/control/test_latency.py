@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scheduler.control.bandwidth import BandwidthEstimator
-from scheduler.control.config import SchedulerConfig
+from scheduler.control.config import Eq6Latency, SchedulerConfig
 from scheduler.control.convergence import PowerLawConvergence
 from scheduler.control.latency import ExchangeLatency
 from scheduler.control.policy import SchedulerPolicy
@@ -168,9 +168,15 @@ def test_fixed_lr_standin_stops_at_its_reference_batch() -> None:
 # -- the closed loop ------------------------------------------------------------------------------------
 
 
-def _loop(latency_window: int) -> tuple[list[float], list[float], SchedulerPolicy]:
+def _loop(
+    latency_window: int, eq6: Eq6Latency = "impose"
+) -> tuple[list[float], list[float], SchedulerPolicy]:
     cfg = SchedulerConfig(
-        bytes_per_element=4.06, warmup_iterations=30, latency_window=latency_window, link_rate_floor=0.0
+        bytes_per_element=4.06,
+        warmup_iterations=30,
+        latency_window=latency_window,
+        link_rate_floor=0.0,
+        eq6_with_latency=eq6,
     )
     conv = PowerLawConvergence.from_critical_batch(12.0, 192.0, fixed_lr=True)
     pol = SchedulerPolicy(cfg, conv, n_params=300_000, ranks=[0, 1, 2], initial_density=0.02)
@@ -191,12 +197,23 @@ def _loop(latency_window: int) -> tuple[list[float], list[float], SchedulerPolic
 
 def test_latency_bound_loop_keeps_the_estimate_and_density_where_the_paper_rule_collapses() -> None:
     err_paper, dens_paper, _ = _loop(0)
-    err, dens, pol = _loop(16)
+    err, dens, pol = _loop(16, "price")
     assert np.median(err_paper) > 0.9  # the estimate fell to ~0 on a 20-100 Mbit/s link
     assert max(dens_paper) < 0.01
     assert np.median(err) < 1.0  # within a factor 2 of the link (the prior caps the probes)
     assert min(dens) >= 0.015  # about the hand-picked 0.02 or more, never the collapse's 0.001
     assert pol.latency.latency_s == pytest.approx(0.04, abs=0.015)
+
+
+def test_latency_bound_loop_with_eq6_imposed_hides_the_exchange_without_collapsing() -> None:
+    err, dens, pol = _loop(16)  # the default: Eq. 6 imposed where it can be met
+    assert np.median(err) < 1.0
+    plan = pol.last_plan
+    assert plan is not None and plan.feasible
+    # the payload shrinks until L + bytes / B fits in the compute (10 ms at the knee: the batch grows too)
+    assert plan.exchange_time_s <= plan.compute_time_s
+    assert plan.total_batch > 3 * 16
+    assert min(dens) >= 0.005  # fewer bytes, not the paper rule's collapse to 0.001
 
 
 def test_with_a_latency_the_first_plan_waits_for_windows_of_the_running_plan() -> None:
