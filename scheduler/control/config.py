@@ -147,7 +147,7 @@ class SchedulerConfig:
     #: with a latency L > 0: impose Eq. 6 ``r ≥ 1 − B/(h·m) · (t_i − L)`` whenever a candidate in the
     #: ranges satisfies it (the paper's reading, §4.2), pricing only where none does; ``"price"``: never
     #: impose it (search.py's module docstring)
-    eq6_with_latency: Eq6Latency = "impose"
+    eq6_with_latency: Eq6Latency = "price"
     #: h, payloads one exchange carries *in series* over B: the exchange takes ``L + h · (1 − r) · m / B``.
     #: 1 is the paper's model (one payload over one link). A one-root round sends a payload up and the
     #: root's aggregate (up to ``sites`` payloads) down: :func:`scheduler.control.serial_payloads.

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from scheduler.control.serial_payloads import serial_payloads
 from transports.traces import BandwidthTrace
 from wanrt.client.config import ClientConfig
 from wanrt.demo.config import DemoConfig, site_names
@@ -275,8 +274,6 @@ class Demo:
           controller's default 8 (StellaTrain's COO: fp32 value + int32 index per element). Eq. 6 and the
           bandwidth estimate turn bytes into seconds with it.
         * ``warmup_iterations``: ``warmup_epochs`` of the training split at the configured global batch.
-        * ``exchange_serial_payloads``: the payloads a round of the demo's topology carries in series
-          (a tree's leaf payload up, the root's aggregate of every site's down; issue 9).
         * ``latency_window``: the exchange's fixed cost L is measured (the demo's round trip paces its
           iterations); ``standin_*``: the analytic ḡ's batch term as the demo's MLP measured it (its critical
           batch; iterations that do not fall past the configured batch at the configured lr; its compression
@@ -289,7 +286,6 @@ class Demo:
             "bytes_per_element": value_bytes + 1.0 / client.block_size,
             "warmup_iterations": math.ceil(cfg.warmup_epochs * per_epoch),
             "latency_window": cfg.latency_window,
-            "exchange_serial_payloads": serial_payloads(cfg.topology, cfg.sites),
             "standin_critical_batch": float(cfg.critical_batch),
             "standin_batch_ref": float(cfg.batch * cfg.world),
             "standin_fixed_lr": True,

@@ -28,7 +28,7 @@ FITS = [ThroughputFit(1.0, 32 / 0.07, True, 10)] * 3  # 70 ms for 32 samples per
 
 
 def _cfg(**kw: object) -> SchedulerConfig:
-    base: dict[str, object] = {"bytes_per_element": 4.0, "latency_window": 16}
+    base: dict[str, object] = {"bytes_per_element": 4.0, "latency_window": 16, "eq6_with_latency": "impose"}
     base.update(kw)
     return SchedulerConfig(**base)  # type: ignore[arg-type]
 
