@@ -27,6 +27,7 @@ __all__ = [
     "MAX_T_W_S",
     "PLAN_KEYS",
     "PLAN_TOPOLOGIES",
+    "RESTART_FROM_KEY",
     "RESTART_KEY",
     "TRAINER_KEYS",
     "check_live_settings",
@@ -39,6 +40,9 @@ __all__ = [
 #: the trainer session connected at the commit and never replays or reports it, and ``POST /config`` (of the
 #: scheduler or a gateway) refuses it.
 RESTART_KEY: Final = "restart"
+#: The gateway's Welcome info key for the trainer process that replaces a restarted one: the iteration it
+#: starts at (gateways.node.trainer_restart sets it, wanrt.client.link.gateway_link reads it).
+RESTART_FROM_KEY: Final = "restart_from"
 #: Keys a ConfigUpdate may carry for the trainers.
 TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight", RESTART_KEY)
 #: Keys the gateways apply to their WAN plan (never forwarded to trainers).

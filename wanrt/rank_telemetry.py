@@ -29,7 +29,8 @@ __all__ = [
     "rank_time_metrics",
 ]
 
-#: Ranks per report: a gateway's report holds ≤ 256 keys, its 36 busiest links up to 5 each.
+#: Ranks per report: a gateway's report holds ≤ 256 keys, its 24 busiest links up to 8 each (the gateway
+#: drops the fastest ranks' keys first if a report would still overflow).
 MAX_REPORTED_RANKS: Final = 16
 RANK_KEY_PREFIX: Final = "rank."
 _SUFFIX: Final = ".compute_s"

@@ -44,7 +44,7 @@ from gateways.node.plan_values import plan_problem, plan_spec
 from gateways.node.push_stream import PushStreams
 from gateways.node.resync import ParamResync, ToPeer, ToSiteTrainer
 from gateways.node.shard_relay import ShardRelay
-from gateways.node.trainer_restart import RESTART_FROM_KEY, TrainerRestart
+from gateways.node.trainer_restart import TrainerRestart
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.ids import distinct_sites
 from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
@@ -68,7 +68,7 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
-from wanrt.live_settings import PLAN_KEYS, RESTART_KEY, split_plan_values
+from wanrt.live_settings import PLAN_KEYS, RESTART_FROM_KEY, RESTART_KEY, split_plan_values
 from wanrt.payload import SparsePayload
 from wanrt.protocol import (
     Ack,

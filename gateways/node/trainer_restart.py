@@ -22,17 +22,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from wanrt.live_settings import RESTART_KEY
 
-__all__ = ["RESTART_FROM_KEY", "RestartOrder", "TrainerRestart"]
+__all__ = ["RestartOrder", "TrainerRestart"]
 
 log = logging.getLogger("gateways.node")
-
-#: Welcome info key telling a replacement trainer the iteration it starts at
-#: (wanrt.client.link.gateway_link.RESTART_FROM_KEY).
-RESTART_FROM_KEY: Final = "restart_from"
 
 
 @dataclass(frozen=True, slots=True)

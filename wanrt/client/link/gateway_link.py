@@ -63,6 +63,7 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
+from wanrt.live_settings import RESTART_FROM_KEY, RESTART_KEY
 from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import ConnectionClosed
@@ -94,10 +95,7 @@ __all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
 log = logging.getLogger(__name__)
 
 #: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
-#: Welcome info of a gateway whose previous trainer its scheduler ordered restarted: the iteration the new
-#: trainer process starts at (gateways.node.trainer_restart)
-RESTART_FROM_KEY: Final = "restart_from"
-CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight", "restart")
+CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight", RESTART_KEY)
 _STOP: Final = object()
 #: the writer joins queued messages into one transport write until it holds this many bytes (a write of
 #: several parts is joined into one buffer: a bound keeps a burst of big pushes from being copied at once)
@@ -121,7 +119,7 @@ def _config_change(msg: ConfigUpdate) -> ConfigChange:
         num("batch_size", int),
         num("staleness", int),
         num("batch_weight", float),
-        _rank(v.get("restart")),
+        _rank(v.get(RESTART_KEY)),
     )
 
 
