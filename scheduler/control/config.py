@@ -145,13 +145,14 @@ class SchedulerConfig:
     bytes_per_element: float = 8.0
     eq6_iteration_time: Eq6Time = "each_rank"
     #: with a latency L > 0: impose Eq. 6 ``r ≥ 1 − B/(h·m) · (t_i − L)`` whenever a candidate in the
-    #: ranges satisfies it (the paper's reading, §4.2), pricing only where none does; ``"price"``: never
-    #: impose it (search.py's module docstring)
+    #: ranges satisfies it (the paper's reading, §4.2), pricing only where none does; ``"price"`` (the
+    #: default, the model before issue 9): never impose it (search.py's module docstring)
     eq6_with_latency: Eq6Latency = "price"
     #: h, payloads one exchange carries *in series* over B: the exchange takes ``L + h · (1 − r) · m / B``.
     #: 1 is the paper's model (one payload over one link). A one-root round sends a payload up and the
     #: root's aggregate (up to ``sites`` payloads) down: :func:`scheduler.control.serial_payloads.
-    #: serial_payloads` gives h for each gateway topology; the demo sets it from its own
+    #: serial_payloads` gives h for each gateway topology, to set here by hand (the demo keeps 1: with
+    #: "impose" it cost iterations and moved no overhead, docs/comm_overhead.md)
     exchange_serial_payloads: float = 1.0
     #: at most this many total batch sizes are evaluated per search (all integers when the range is smaller)
     search_batch_candidates: int = 512

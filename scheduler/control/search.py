@@ -31,11 +31,12 @@ looser bound. Without fits (``byte_costs`` None) this is the paper's model exact
 takes ``L + h·(1 − r)·m / B`` — a fixed part L (round trips, the gateways' work) and the h payloads a round
 carries one after another (a tree: the leaf's payload up, the root's aggregate of every site's down) — and
 an iteration with staleness 1 takes ``max(compute, exchange)``. Eq. 6 becomes ``r ≥ 1 − B/(h·m) · (t_i −
-L)``. With ``eq6_with_latency = "impose"`` (default; the paper's reading, §4.2: the exchange hides behind
+L)``. With ``eq6_with_latency = "impose"`` (the paper's reading, §4.2: the exchange hides behind
 compute) it stays a constraint wherever some candidate meets it, and only when none does (compute shorter
 than L at every allowed batch, or a link too slow even at ``r_max``) is every candidate priced at that pace
-in Eq. 4/5, the bytes' time traded against ḡ's compression penalty. With ``"price"`` (the model before
-issue 9) it is never imposed. Pricing alone found the kink of ``max(compute, L + h·bytes/B)`` — but
+in Eq. 4/5, the bytes' time traded against ḡ's compression penalty. With ``"price"`` (the default: the
+model before issue 9; "impose" cost the demo iterations and moved no overhead, docs/comm_overhead.md) it is
+never imposed. Pricing alone found the kink of ``max(compute, L + h·bytes/B)`` — but
 with the payload's CPU time (above) in the priced iteration, the kink sat where the exchange outlasted the
 trainers' compute by that CPU time (issue 9: a ~100 ms tree round against 85 ms of compute).
 
