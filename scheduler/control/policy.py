@@ -110,8 +110,11 @@ class SchedulerPolicy:
         self.latency = ExchangeLatency(config.latency_window)
         #: L as the search models it, net of all ``exchange_serial_payloads`` payloads' time (the
         #: estimator's ``latency`` is net of one, the bytes it judges B by): the same exchanges, so the
-        #: search's ``L + h · bytes / B`` predicts at the running payload what was measured
-        self.search_latency = ExchangeLatency(config.latency_window)
+        #: search's ``L + h · bytes / B`` predicts at the running payload what was measured (with h = 1 the
+        #: two are the same median: one object)
+        self.search_latency = (
+            self.latency if config.exchange_serial_payloads == 1.0 else ExchangeLatency(config.latency_window)
+        )
         self.replan = ReplanPolicy(config)
         self.warmup = DensityWarmup(config)
         self._models = {
@@ -281,7 +284,7 @@ class SchedulerPolicy:
         byte_s = 8.0 * payload / self.bandwidth.estimate_bps
         net = max(0.0, comm - byte_s)
         latency = self.latency.observe(net) if exposed else self.latency.latency_s
-        if exposed:
+        if exposed and self.search_latency is not self.latency:
             self.search_latency.observe(max(0.0, comm - self.cfg.exchange_serial_payloads * byte_s))
         self._fed += 1
         self.last_observation = {
