@@ -118,7 +118,7 @@ class SiteStragglerPolicy:
         self.last_report = report
         slow = report.persistent if self.cfg.trigger == "persistent" else report.persistent + report.transient
         if self.cfg.kill_restart:  # a site whose slow rank may still be restarted waits for that first
-            slow = [s for s in slow if self.ranks.exhausted(s, now) or not self.ranks.slow_rank(s, now)]
+            slow = [s for s in slow if not self.ranks.awaits_restart(s, now)]
         plan_on = "parent_child" in self.cfg.modes or "x_order" in self.cfg.modes
         if not slow and self._running is None and not (plan_on and self.plan.detached):
             return None

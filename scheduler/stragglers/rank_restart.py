@@ -166,11 +166,10 @@ class RankRestarts:
                 if m.startswith(head):
                     det.forget(m)
 
-    def slow_rank(self, site: str, now: float) -> bool:
-        """Whether one of ``site``'s ranks is a persistent straggler now."""
-        return bool(self._persistent(site, self._report(site, {}, now)))
-
-    def exhausted(self, site: str, now: float) -> bool:
-        """A persistent straggler rank of ``site`` has had every restart it may get (→ ADJUST_BS)."""
-        report = self._report(site, {}, now)
-        return any(self.restarts.get(m, 0) >= self.cfg.max_restarts for m in self._persistent(site, report))
+    def awaits_restart(self, site: str, now: float) -> bool:
+        """Whether ``site`` has a persistent straggler rank that may still be restarted: its batch split
+        waits for the fresh process (one detection report, not one per question)."""
+        persistent = self._persistent(site, self._report(site, {}, now))
+        return bool(persistent) and not any(
+            self.restarts.get(m, 0) >= self.cfg.max_restarts for m in persistent
+        )
