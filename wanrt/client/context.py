@@ -135,9 +135,12 @@ class Context:
         # leader: this iteration's pushes are empty (a snapshot is pending); changed only between steps,
         # after the pipeline drained, so every layer of one iteration is pushed alike
         self._discarding = False
-        #: iterations this site pushed empty because a parameter snapshot was pending (leader; 0 elsewhere)
+        #: iterations this site pushed empty because a parameter snapshot was pending (every rank counts
+        #: the same: the leader's decision says so)
         self.discarded_steps = 0
-        self._discard_began = 0  # discarded_steps when the current pending period began (for the log)
+        #: the last step's gradients were left out (its samples contributed nothing)
+        self.last_step_discarded = False
+        self._discard_run = 0  # leader: steps left out in the current pending period (for the log)
         self._abandoned = False  # leader: a ResyncAbandoned arrived since the last step
         #: parameter snapshots installed on this rank (every rank counts the same)
         self.resyncs = 0
@@ -448,8 +451,10 @@ class Context:
             snap = self._snapshot
             updates = [u for u in updates if snap.wants(u.iteration, u.layer)]
         updates.sort(key=lambda u: (u.iteration, u.layer))
-        self._next_discarding(t, snapshot=snapshot)
-        return SiteDecision(updates, changes, snapshot=snapshot)
+        discarded = self._discarding and not final  # a close's exchange ends no pushed iteration
+        if not final:
+            self._next_discarding(t, snapshot=snapshot)
+        return SiteDecision(updates, changes, snapshot=snapshot, discarded=discarded)
 
     def _next_discarding(self, t: int, *, snapshot: bool) -> None:
         """Leader, between steps (the pipeline drained): count iteration ``t`` if it was pushed empty and
@@ -458,7 +463,7 @@ class Context:
         too, or the site would never contribute again. A replacement process (``restart_from``) is pending
         from its first iteration, before the gateway's resync notice arrives."""
         if self._discarding:
-            self.discarded_steps += 1
+            self._discard_run += 1
         abandoned, self._abandoned = self._abandoned, False
         if snapshot or (abandoned and self._resync_at is None and self._incoming is None):
             if self._discarding:
@@ -468,7 +473,7 @@ class Context:
 
     def _begin_discarding(self, iteration: int) -> None:
         self._discarding = True
-        self._discard_began = self.discarded_steps
+        self._discard_run = 0
         if self._compressor is not None:
             self._compressor.reset_residuals()  # computed at parameters that were not the job's either
         log.info(
@@ -481,7 +486,7 @@ class Context:
         self._discarding = False
         assert self._compressor is not None
         self._compressor.reset_residuals()  # nothing of the discarded steps may come back later
-        n = self.discarded_steps - self._discard_began
+        n = self._discard_run
         if installed:
             log.info(
                 "parameter resync pending: this site's gradients were left out until the snapshot was "
@@ -621,6 +626,8 @@ class Context:
     def _apply(self, decision: SiteDecision) -> None:
         """Every rank: average each summed update over its contributing sites and apply it sparsely."""
         assert self._optimizer is not None
+        self.last_step_discarded = decision.discarded
+        self.discarded_steps += int(decision.discarded)
         if decision.snapshot:
             self._install_snapshot()
         with torch.no_grad():
