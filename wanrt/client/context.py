@@ -176,7 +176,8 @@ class Context:
         shards from the job's shard service through this site's gateway (AntDT §IV-C). Call on every rank,
         after the SparseOptimizer is created (the leader's link exists from then on). The site leases as one
         holder and each rank trains its stripe of every shard; the leader shares each grant with the other
-        ranks (:mod:`wanrt.client.site.shard_grants`), so every rank must iterate its sampler alike."""
+        ranks (:mod:`wanrt.client.site.shard_grants`), so every rank must iterate its sampler alike.
+        Samples of a step whose gradients were left out (a pending parameter snapshot) are trained again."""
         from wanrt.client.shard_sampler import ShardSampler, ShardSource
 
         if self._optimizer is None:
@@ -196,6 +197,7 @@ class Context:
             from wanrt.client.site.shard_grants import TorchGrantRelay
 
             relay = TorchGrantRelay(self._group, self._device)
+        options.setdefault("discarded", lambda: self.last_step_discarded)
         return ShardSampler(
             source, dataset_len, rank=0, stripe=(self.rank, self.world_size), relay=relay, **options
         )

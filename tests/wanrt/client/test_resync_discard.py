@@ -134,3 +134,44 @@ def test_a_replacement_process_pushes_empty_from_its_first_iteration(secret_file
     assert all(n > 0 for n in site.pushed_blocks(11))
     assert site.ctx.discarded_steps == 4 and site.ctx.resyncs == 0
     site.ctx.close()
+
+
+def test_a_shard_trained_in_a_left_out_step_is_trained_again_before_it_is_reported(secret_file: Path) -> None:
+    """ctx.shards: the sampler learns from the context which steps were left out (every rank alike)."""
+    from collections import Counter
+
+    from scheduler.sharding import ShardingConfig, ShardService
+    from tests.wanrt.client.test_shard_sampler import ServiceSource
+
+    svc = ShardService(ShardingConfig(shard_size=10, epochs=1))
+    src = ServiceSource(svc, site="b")
+    site = Site(secret_file, start=3)  # a replacement process: pending from its first step
+    link = site.link
+    link.request_shards = src.request_shards  # type: ignore[attr-defined]
+    link.report_shards = src.report_shards  # type: ignore[attr-defined]
+    link.next_grant = src.next_grant  # type: ignore[attr-defined]
+    sampler = site.ctx.shards(40, shuffle=False)
+    seen: list[int] = []
+    batch: list[int] = []
+    rng = np.random.default_rng(0)
+    snap = [rng.standard_normal(n).astype(np.float32) for n in LENGTHS]
+    for index in sampler:
+        batch.append(index)
+        if len(batch) < 6:
+            continue
+        if site.ctx.iteration == 4:
+            link.inject(SnapshotArrived(Snapshot(4, frozenset(), snap)))  # installed at step 4's end
+        site.step()
+        sampler.step_done(len(batch))
+        seen += batch
+        batch = []
+    site.step()
+    sampler.step_done(len(batch))
+    seen += batch
+    assert site.ctx.discarded_steps == 2 and site.ctx.resyncs == 1  # iterations 3 and 4, 12 samples
+    counts = Counter(seen)
+    again = {i // 10 for i, c in counts.items() if c > 1}
+    assert again == {i // 10 for i in seen[:12]} and len(again) == 2  # the two shards of the first 12
+    assert sampler.retrained == 2 and svc.complete
+    assert sorted(s for r in src.reports for s in r) == [0, 1, 2, 3]
+    site.ctx.close()
