@@ -538,7 +538,7 @@ class Context:
         if not self._serve or self._link is None or self._tracker is None:
             return
         send = getattr(self._link, "send_params", None)
-        if send is None or self._resync_at is not None or self._incoming is not None:
+        if send is None or self._resync_at is not None or self._incoming is not None or self._discarding:
             return  # this site's own parameters are not the job's yet (or the link cannot answer)
         snap = self._snapshot
         pending = {k for k in self._tracker.unapplied() if snap is None or snap.wants(*k)}

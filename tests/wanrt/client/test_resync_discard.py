@@ -16,7 +16,13 @@ import wanrt
 from tests.wanrt.client.fake_link import ScriptedLink
 from wanrt.client import ClientConfig, SparseOptimizer
 from wanrt.client.context import Context
-from wanrt.client.link.api import LinkSpec, ResyncAbandoned, ResyncStarted, SnapshotArrived
+from wanrt.client.link.api import (
+    LinkSpec,
+    ResyncAbandoned,
+    ResyncStarted,
+    ServeRequested,
+    SnapshotArrived,
+)
 from wanrt.client.link.param_resync import Snapshot
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
@@ -28,13 +34,14 @@ class InjectLink(ScriptedLink):
     def __init__(self, spec: LinkSpec, start: int) -> None:
         super().__init__(spec)
         self.start_iteration = start  # what a Welcome's restart_from sets on the real link
+        self.served: list[object] = []
 
     def inject(self, event: object) -> None:
         with self._lock:
             self._ready.insert(0, event)  # type: ignore[arg-type]
 
     def send_params(self, frames: list[object]) -> None:
-        pass
+        self.served.extend(frames)
 
 
 class Site:
@@ -121,7 +128,9 @@ def test_a_replacement_process_pushes_empty_from_its_first_iteration(secret_file
     the first step does not end it); a resync nobody serves (abandoned) ends it."""
     site = Site(secret_file, start=7)
     assert site.ctx.iteration == 7
+    site.link.inject(ServeRequested(1, 7))  # a peer asks before this site's own resync notice arrived
     site.step()
+    assert site.link.served == []  # its parameters are not the job's: it does not serve them
     site.step()
     assert site.pushed_blocks(7) == [0, 0] and site.pushed_blocks(8) == [0, 0]
     site.link.inject(ResyncStarted(7))
@@ -133,6 +142,7 @@ def test_a_replacement_process_pushes_empty_from_its_first_iteration(secret_file
     site.step()
     assert all(n > 0 for n in site.pushed_blocks(11))
     assert site.ctx.discarded_steps == 4 and site.ctx.resyncs == 0
+    assert site.link.served  # abandoned: it trains on its own parameters and answers as before
     site.ctx.close()
 
 
