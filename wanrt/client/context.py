@@ -364,6 +364,8 @@ class Context:
             # what ran: the scheduler reads a plan's idle with its payload from the first report on
             metrics["density"] = float(self._config.density)
             metrics["staleness"] = float(self._config.staleness)
+            if self.discarded_steps:  # the scheduler sees it as trainer.resync.empty_pushes
+                metrics["resync.empty_pushes"] = float(self.discarded_steps)
             self._link.telemetry(iteration, metrics)
 
     def _rank_times(self, own: float) -> list[float] | None:

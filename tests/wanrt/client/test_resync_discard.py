@@ -142,6 +142,8 @@ def test_a_replacement_process_pushes_empty_from_its_first_iteration(secret_file
     site.step()
     assert all(n > 0 for n in site.pushed_blocks(11))
     assert site.ctx.discarded_steps == 4 and site.ctx.resyncs == 0
+    reported = [m.get("resync.empty_pushes") for _, m in site.link.telemetry_seen]
+    assert reported and reported[-1] == 4.0  # the gateway forwards it as trainer.resync.empty_pushes
     assert site.link.served  # abandoned: it trains on its own parameters and answers as before
     site.ctx.close()
 
