@@ -14,7 +14,12 @@ It ties the pieces together around the user's ordinary training loop:
 * a site that missed the job's rounds (its gateway says so) fetches the job's parameters from another site,
   holds the updates that arrive meanwhile, installs the snapshot on the leader and broadcasts it to every
   rank, then applies the held updates the snapshot lacks; asked for its own parameters, the leader answers
-  once every update below the asked iteration is applied (:mod:`~wanrt.client.link.param_resync`).
+  once every update below the asked iteration is applied (:mod:`~wanrt.client.link.param_resync`);
+* while such a snapshot is pending (the gateway announced a resync, or the Welcome said ``restart_from``:
+  this process replaces one the scheduler restarted), the site keeps stepping but contributes nothing:
+  each layer's push is empty (zero blocks) and the error-feedback residuals are dropped, because its
+  parameters are known to differ from the job's and gradients computed there would pollute every site's
+  update (docs/kill_restart.md). The rounds still see the site's push, so no round waits for it.
 
 Only the leader talks to the network; the other ranks learn everything, including the leader's errors,
 from its broadcasts, so a failure on the leader stops the whole site with a message instead of a hang.
@@ -127,6 +132,16 @@ class Context:
         self._incoming: Snapshot | None = None
         self._snapshot: Snapshot | None = None
         self._serve: list[tuple[int, int, int]] = []  # (request, iteration, state arrays wanted)
+        # leader: this iteration's pushes are empty (a snapshot is pending); changed only between steps,
+        # after the pipeline drained, so every layer of one iteration is pushed alike
+        self._discarding = False
+        #: iterations this site pushed empty because a parameter snapshot was pending (every rank counts
+        #: the same: the leader's decision says so)
+        self.discarded_steps = 0
+        #: the last step's gradients were left out (its samples contributed nothing)
+        self.last_step_discarded = False
+        self._discard_run = 0  # leader: steps left out in the current pending period (for the log)
+        self._abandoned = False  # leader: a ResyncAbandoned arrived since the last step
         #: parameter snapshots installed on this rank (every rank counts the same)
         self.resyncs = 0
 
@@ -161,7 +176,8 @@ class Context:
         shards from the job's shard service through this site's gateway (AntDT §IV-C). Call on every rank,
         after the SparseOptimizer is created (the leader's link exists from then on). The site leases as one
         holder and each rank trains its stripe of every shard; the leader shares each grant with the other
-        ranks (:mod:`wanrt.client.site.shard_grants`), so every rank must iterate its sampler alike."""
+        ranks (:mod:`wanrt.client.site.shard_grants`), so every rank must iterate its sampler alike.
+        Samples of a step whose gradients were left out (a pending parameter snapshot) are trained again."""
         from wanrt.client.shard_sampler import ShardSampler, ShardSource
 
         if self._optimizer is None:
@@ -181,6 +197,7 @@ class Context:
             from wanrt.client.site.shard_grants import TorchGrantRelay
 
             relay = TorchGrantRelay(self._group, self._device)
+        options.setdefault("discarded", lambda: self.last_step_discarded)
         return ShardSampler(
             source, dataset_len, rank=0, stripe=(self.rank, self.world_size), relay=relay, **options
         )
@@ -227,6 +244,8 @@ class Context:
                 self._link = self._link_factory(spec)
                 start = getattr(self._link, "start_iteration", 0)
                 self._iteration = start if type(start) is int and start > 0 else 0
+                if self._iteration:  # restart_from: the gateway resyncs this process's parameters
+                    self._begin_discarding(self._iteration)
             except Exception as exc:
                 failure = exc
             # the iteration this site starts at travels to the ranks as the first decision's one change
@@ -270,10 +289,17 @@ class Context:
         """Leader worker thread: the site-averaged gradient of one layer → payload → gateway."""
         if work is not None:
             work.wait()
+        assert self._compressor is not None and self._link is not None
+        if self._discarding:
+            # a snapshot is pending: the gradient was computed at parameters known to differ from the
+            # job's. An empty push keeps the round protocol whole (the site is seen, no round waits for
+            # it) and carries no gradient; the residual is not fed either (_decide reset it)
+            empty = SparsePayload.empty(layer, grad.numel(), self._config.block_size)
+            self._link.push(iteration, layer, empty)
+            return
         flat = grad.detach().reshape(-1).to("cpu", torch.float32).numpy()
         # the site's mean gradient, weighted by the site's share of the job's samples (unequal batch sizes)
         # (changed only at the end of a step, after the step's pushes were drained: see _switch_config)
-        assert self._compressor is not None and self._link is not None
         self._link.push(iteration, layer, self._compressor.compress(layer, self._site_mean(layer, flat)))
 
     def _site_mean(self, layer: int, flat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -338,6 +364,8 @@ class Context:
             # what ran: the scheduler reads a plan's idle with its payload from the first report on
             metrics["density"] = float(self._config.density)
             metrics["staleness"] = float(self._config.staleness)
+            if self.discarded_steps:  # the scheduler sees it as trainer.resync.empty_pushes
+                metrics["resync.empty_pushes"] = float(self.discarded_steps)
             self._link.telemetry(iteration, metrics)
 
     def _rank_times(self, own: float) -> list[float] | None:
@@ -427,7 +455,56 @@ class Context:
             snap = self._snapshot
             updates = [u for u in updates if snap.wants(u.iteration, u.layer)]
         updates.sort(key=lambda u: (u.iteration, u.layer))
-        return SiteDecision(updates, changes, snapshot=snapshot)
+        discarded = self._discarding and not final  # a close's exchange ends no pushed iteration
+        if not final:
+            self._next_discarding(t, snapshot=snapshot)
+        return SiteDecision(updates, changes, snapshot=snapshot, discarded=discarded)
+
+    def _next_discarding(self, t: int, *, snapshot: bool) -> None:
+        """Leader, between steps (the pipeline drained): count iteration ``t`` if it was pushed empty and
+        decide whether iteration ``t + 1`` is. Pending from the resync's start until the snapshot is
+        installed (at this step's apply when ``snapshot``); a resync nobody will serve (abandoned) ends it
+        too, or the site would never contribute again. A replacement process (``restart_from``) is pending
+        from its first iteration, before the gateway's resync notice arrives."""
+        if self._discarding:
+            self._discard_run += 1
+        abandoned, self._abandoned = self._abandoned, False
+        if snapshot or (abandoned and self._resync_at is None and self._incoming is None):
+            if self._discarding:
+                self._end_discarding(t + 1, installed=snapshot)
+        elif self._resync_at is not None and not self._discarding:
+            self._begin_discarding(t + 1)
+
+    def _begin_discarding(self, iteration: int) -> None:
+        self._discarding = True
+        self._discard_run = 0
+        if self._compressor is not None:
+            self._compressor.reset_residuals()  # computed at parameters that were not the job's either
+        log.info(
+            "parameter resync pending: this site's gradients are left out from iteration %d until the "
+            "snapshot is installed (its pushes are empty)",
+            iteration,
+        )
+
+    def _end_discarding(self, iteration: int, *, installed: bool) -> None:
+        self._discarding = False
+        assert self._compressor is not None
+        self._compressor.reset_residuals()  # nothing of the discarded steps may come back later
+        n = self._discard_run
+        if installed:
+            log.info(
+                "parameter resync pending: this site's gradients were left out until the snapshot was "
+                "installed (%d steps); they count again from iteration %d",
+                n,
+                iteration,
+            )
+        else:
+            log.warning(
+                "parameter resync abandoned after %d steps left out: this site's gradients count again "
+                "from iteration %d, on its own parameters",
+                n,
+                iteration,
+            )
 
     def _install_snapshot(self) -> None:
         """Every rank: the leader copies the received snapshot into its parameters, the site's other ranks
@@ -463,7 +540,7 @@ class Context:
         if not self._serve or self._link is None or self._tracker is None:
             return
         send = getattr(self._link, "send_params", None)
-        if send is None or self._resync_at is not None or self._incoming is not None:
+        if send is None or self._resync_at is not None or self._incoming is not None or self._discarding:
             return  # this site's own parameters are not the job's yet (or the link cannot answer)
         snap = self._snapshot
         pending = {k for k in self._tracker.unapplied() if snap is None or snap.wants(*k)}
@@ -522,6 +599,7 @@ class Context:
                 self._incoming = event.snapshot
             elif isinstance(event, ResyncAbandoned):
                 self._resync_at = None  # the held updates are applied at this step
+                self._abandoned = True
             elif isinstance(event, ServeRequested):
                 self._serve.append((event.request, event.iteration, event.state))
             else:
@@ -552,6 +630,8 @@ class Context:
     def _apply(self, decision: SiteDecision) -> None:
         """Every rank: average each summed update over its contributing sites and apply it sparsely."""
         assert self._optimizer is not None
+        self.last_step_discarded = decision.discarded
+        self.discarded_steps += int(decision.discarded)
         if decision.snapshot:
             self._install_snapshot()
         with torch.no_grad():

@@ -30,6 +30,15 @@ as this one has no TODO shard left, so a site never waits for the others' last s
 its gradients: the sites step together). A pass ends early only when
 this rank holds ``max_outstanding`` shards still in flight (its batches reach across more shards than the
 service lets it hold): the next pass then continues the same epoch. :attr:`epoch` is the next data epoch.
+
+A step whose gradients were left out (its site's parameter snapshot was pending: ``discarded`` says so,
+docs/kill_restart.md) trained nothing into the job, so a shard with samples in such a step is not
+reported DONE on its strength: once consumed, it is trained again from this rank's lease (its samples are
+yielded again before the next request) and reported after a step that counted. The shard service has no
+"give back" message, and a shard left unreported would stay DOING while its holder keeps asking, so the
+epoch could never be DONE; training it again keeps the at-least-once guarantee (AntDT §IV-C3) and the
+cost is the few steps of a resync. Every rank of a site learns of a discarded step from the leader's
+decision, so the ranks' stripes stay aligned.
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from wanrt.errors import ConfigError, WanrtError, WanrtTimeout
@@ -52,6 +62,20 @@ log = logging.getLogger(__name__)
 #: Grants that do not answer this sampler's request (an earlier incarnation's, a replaced request) are
 #: skipped; this many in a row means the link is confused.
 _MAX_STRAY_GRANTS: Final = 64
+
+
+@dataclass
+class _Held:
+    """A shard this rank is training: its samples are yields ``[begin, end)``; ``left_out``: some of them
+    went through a step whose gradients were left out."""
+
+    begin: int
+    end: int
+    epoch: int
+    sid: int
+    start: int
+    stop: int
+    left_out: bool = False
 
 
 class ShardsRefused(ConfigError):
@@ -108,6 +132,7 @@ class ShardSampler:
         seed: int = 0,
         retry_s: float = 0.2,
         timeout_s: float = 60.0,
+        discarded: Callable[[], bool] | None = None,
     ) -> None:
         if type(dataset_len) is not int or not 1 <= dataset_len <= MAX_SAMPLES:
             raise ConfigError("dataset_len must be a positive integer", key="dataset_len", value=dataset_len)
@@ -138,7 +163,11 @@ class ShardSampler:
         self._request = 0
         self._yielded = 0  # samples handed out so far
         self._consumed = 0  # samples the training loop says it finished
-        self._pending: deque[tuple[int, int, int]] = deque()  # (yield count at its end, epoch, shard id)
+        self._pending: deque[_Held] = deque()  # in yield order
+        self._again: deque[_Held] = deque()  # consumed in a left-out step: to be trained again
+        self._discarded = discarded
+        #: shards trained again because a step that consumed some of their samples was left out
+        self.retrained = 0
         self.granted = 0
         self.reported = 0
         #: the shard service's last answer: ``finished`` once the job has trained every epoch asked for
@@ -151,14 +180,26 @@ class ShardSampler:
         sampler yielded: report every shard whose samples are all consumed now."""
         if type(samples) is not int or samples < 0:
             raise ConfigError("samples must be a non-negative integer", key="samples", value=samples)
+        begin = self._consumed
         self._consumed = min(self._consumed + samples, self._yielded)
+        if self._discarded is not None and self._consumed > begin and self._discarded():
+            for held in self._pending:
+                if held.begin >= self._consumed:
+                    break
+                if held.end > begin:
+                    held.left_out = True
         self._report()
 
     def _report(self) -> None:
         by_epoch: dict[int, list[int]] = {}
-        while self._pending and self._pending[0][0] <= self._consumed:
-            _, epoch, sid = self._pending.popleft()
-            by_epoch.setdefault(epoch, []).append(sid)
+        while self._pending and self._pending[0].end <= self._consumed:
+            held = self._pending.popleft()
+            if held.left_out:
+                held.left_out = False
+                self._again.append(held)
+                self.retrained += 1
+                continue
+            by_epoch.setdefault(held.epoch, []).append(held.sid)
         if self.source is None:
             return  # a follower rank: the leader reports (its stripe is consumed at the same step)
         for epoch, ids in by_epoch.items():
@@ -169,8 +210,8 @@ class ShardSampler:
 
     @property
     def in_flight(self) -> int:
-        """Shards yielded (in part or whole) but not reported yet."""
-        return len(self._pending)
+        """Shards yielded (in part or whole) but not reported yet (also those to be trained again)."""
+        return len(self._pending) + len(self._again)
 
     def set_epoch(self, epoch: int) -> None:
         """Start at data epoch ``epoch`` (a restarted rank resuming from its checkpoint)."""
@@ -180,6 +221,9 @@ class ShardSampler:
 
     def __iter__(self) -> Iterator[int]:
         while True:
+            while self._again:  # shards whose samples went through a left-out step: trained again first
+                held = self._again.popleft()
+                yield from self._shard(held.epoch, held.sid, held.start, held.stop)
             grant = self._ask()
             self.last_status = grant.status
             if grant.status in ("finished", "drained"):
@@ -201,17 +245,22 @@ class ShardSampler:
                 continue
             for sid, start, stop in grant.shards:
                 self.granted += 1
-                order = list(range(start, stop))
-                if self.shuffle:
-                    random.Random(f"{self.seed}:{grant.epoch}:{sid}").shuffle(order)
-                me, ranks = self.stripe
-                if ranks > 1:
-                    per_rank = -(-len(order) // ranks)
-                    order = (order * 2)[: per_rank * ranks][me::ranks]  # padded by wrapping around
-                self._pending.append((self._yielded + len(order), grant.epoch, sid))
-                for index in order:
-                    self._yielded += 1
-                    yield index
+                yield from self._shard(grant.epoch, sid, start, stop)
+
+    def _shard(self, epoch: int, sid: int, start: int, stop: int) -> Iterator[int]:
+        """This rank's samples of one shard, in the order every incarnation and every retry uses."""
+        order = list(range(start, stop))
+        if self.shuffle:
+            random.Random(f"{self.seed}:{epoch}:{sid}").shuffle(order)
+        me, ranks = self.stripe
+        if ranks > 1:
+            per_rank = -(-len(order) // ranks)
+            order = (order * 2)[: per_rank * ranks][me::ranks]  # padded by wrapping around
+        begin = self._yielded
+        self._pending.append(_Held(begin, begin + len(order), epoch, sid, start, stop))
+        for index in order:
+            self._yielded += 1
+            yield index
 
     def _ask(self) -> ShardGrant:
         if self.source is None:  # a follower: the leader's answer, as it broadcasts it

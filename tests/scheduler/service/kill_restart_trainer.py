@@ -6,7 +6,7 @@ A bad node replaced by a good one: with ``--slow-s`` every iteration of the firs
 (``TORCHELASTIC_RESTART_COUNT == 0``) sleeps that long inside its batch (before ``step()``, so it counts
 as batch processing time, as a slow GPU would); the restarted worker group is not slow. Each start writes
 ``<site><rank>-<restart count>.json``: where it started and ended, why it stopped, the parameter resyncs it
-installed and a digest of its parameters.
+installed, the iterations it pushed empty while its snapshot was pending and a digest of its parameters.
 """
 
 from __future__ import annotations
@@ -82,8 +82,10 @@ def main() -> int:
             ends.append(time.monotonic())
             if ctx.resyncs and "t_params" not in result:
                 result["t_params"] = ends[-1]  # the job's parameters are in
+                result["params_iteration"] = ctx.iteration  # the first iteration trained on them
         ctx.close()
         result.update(ended="done", end_iteration=ctx.iteration, resyncs=ctx.resyncs, digest=digest(model))
+        result["discarded_steps"] = ctx.discarded_steps  # pushed empty while the snapshot was pending
         code = 0
     except wanrt.RestartRequested as exc:
         result["t_exit"] = time.monotonic()

@@ -45,8 +45,12 @@ def _check(run: Run, nproc_a: int, slow_rank: int) -> None:
         assert second["end_iteration"] == STEPS
         # ... installed the job's parameters once, and ended with exactly the other site's parameters
         assert second["resyncs"] == 1, second
+        # every iteration it pushed before its snapshot was installed was pushed empty (its gradients,
+        # computed at its own initial parameters, never reached site b), none after
+        assert second["discarded_steps"] == second["params_iteration"] - effective >= 1, second
         assert second["digest"] == r["b0-0"]["digest"]
     assert r["b0-0"]["ended"] == "done" and r["b0-0"]["end_iteration"] == STEPS
+    assert r["b0-0"]["discarded_steps"] == 0
     assert run.gateway_a["restart"] == {"order": None, "replaced": 1}
     # no round lost: site b's gateway finished every round of the job
     assert run.frontier_b == STEPS - 1

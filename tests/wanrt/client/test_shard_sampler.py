@@ -177,3 +177,47 @@ def test_a_dataloader_with_prefetching_workers_trains_each_epoch_once(workers: i
             sampler.step_done(len(x))
         assert sorted(seen) == list(range(95)) and sampler.epoch == epoch + 1
     assert svc.complete and svc.epoch == 1 and svc.stats.repeated == 0
+
+
+def test_samples_of_a_left_out_step_are_trained_again_before_their_shard_is_reported() -> None:
+    """Steps whose gradients were left out (a pending parameter snapshot): the shards they touched are
+    not reported DONE on their strength; they are trained again, then reported; the epoch completes."""
+    svc = ShardService(ShardingConfig(shard_size=10, epochs=1))
+    src = ServiceSource(svc)
+    left_out = {"now": True}
+    sampler = ShardSampler(src, 60, shuffle=False, discarded=lambda: left_out["now"])
+    out: list[int] = []
+    cur: list[int] = []
+    steps = 0
+    reported_while_left_out: list[tuple[int, ...]] = []
+    for i in sampler:
+        cur.append(i)
+        if len(cur) == 7:
+            out += cur
+            steps += 1
+            left_out["now"] = steps <= 2  # the first two steps (14 samples) were pushed empty
+            before = len(src.reports)
+            sampler.step_done(len(cur))
+            if left_out["now"]:
+                reported_while_left_out += src.reports[before:]
+            cur = []
+    left_out["now"] = False
+    out += cur
+    sampler.step_done(len(cur))
+    assert reported_while_left_out == []
+    seen = Counter(out)
+    assert set(seen) == set(range(60))
+    again = {i // 10 for i, c in seen.items() if c > 1}
+    first_two = {i // 10 for i in out[:14]}
+    assert again == first_two and len(again) == 2  # samples 0..13: shards 0 and 1, each trained twice
+    assert all(seen[i] == 2 for s in again for i in range(10 * s, 10 * s + 10))
+    assert sampler.retrained == 2
+    assert sorted(s for r in src.reports for s in r) == list(range(6))  # each shard reported once
+    assert svc.complete and sampler.in_flight == 0
+
+
+def test_without_left_out_steps_nothing_is_trained_again() -> None:
+    svc = ShardService(ShardingConfig(shard_size=10, epochs=1))
+    sampler = ShardSampler(ServiceSource(svc), 45, discarded=lambda: False)
+    assert sorted(_train(sampler, batch=4)) == list(range(45))
+    assert sampler.retrained == 0 and svc.complete

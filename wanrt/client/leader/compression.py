@@ -48,6 +48,13 @@ class LayerCompressor:
         else:
             self._compressor = self._make(density)
 
+    def reset_residuals(self) -> None:
+        """Forget every layer's error-feedback residual (a parameter resync: what the residual held was
+        computed at parameters that were not the job's, so sending it later would be as wrong as sending
+        the gradients it came from). The AIMD thresholds stay: they track magnitudes, not a direction."""
+        if self._ef is not None:
+            self._ef.reset()
+
     def compress(self, layer: int, grad: npt.NDArray[np.float32]) -> SparsePayload:
         if self._compressor is None:
             blocks = np.arange(n_blocks(grad.shape[0], self._block_size), dtype=np.int64)

@@ -81,6 +81,9 @@ class SiteDecision:
     #: the job's parameters follow (one broadcast per parameter, into every rank's own tensors) and are
     #: installed before ``updates`` are applied: a parameter resync (wanrt.client.link.param_resync)
     snapshot: bool = False
+    #: the iteration that just ended was pushed empty (a parameter snapshot was pending): its samples
+    #: contributed nothing, so every rank counts it and a shard sampler does not report them
+    discarded: bool = False
 
 
 def encode(
@@ -130,7 +133,7 @@ def encode(
             cfg.shape[0],
             len(err),
             body.shape[0],
-            int(decision.snapshot),
+            int(decision.snapshot) | (int(decision.discarded) << 1),
         ],
         dtype=np.int64,
     )
@@ -153,8 +156,8 @@ def decode_header(header: npt.NDArray[np.int64], *, max_elements: int) -> tuple[
             raise LimitExceeded(
                 f"site broadcast: {name} {value} exceeds {limit}", name=name, limit=limit, value=value
             )
-    if int(header[7]) not in (0, 1):
-        raise MalformedPayload("site broadcast: bad snapshot flag")
+    if int(header[7]) not in (0, 1, 2, 3):
+        raise MalformedPayload("site broadcast: bad snapshot/discarded flags")
     if n_body != n_up * UPDATE_FIELDS + n_idx + n_cfg * CONFIG_FIELDS + n_err:
         raise MalformedPayload("site broadcast: body length disagrees with the header")
     return n_body, n_val
@@ -199,4 +202,5 @@ def decode_body(
         text = body[pos : pos + n_err].astype(np.uint8).tobytes().decode("utf-8", "replace")
         kind, _, message = text.partition("\0")
         error = (kind, message)
-    return SiteDecision(updates, changes, error, snapshot=bool(header[7]))
+    flags = int(header[7])
+    return SiteDecision(updates, changes, error, snapshot=bool(flags & 1), discarded=bool(flags & 2))

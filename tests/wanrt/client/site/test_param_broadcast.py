@@ -60,5 +60,14 @@ def test_the_snapshot_flag_travels_with_the_decision() -> None:
     header, body, values = sm.encode(sm.SiteDecision())
     assert not sm.decode_body(header, body, values).snapshot
     header[7] = 5
-    with pytest.raises(MalformedPayload, match="snapshot flag"):
+    with pytest.raises(MalformedPayload, match="snapshot/discarded flags"):
         sm.decode_header(header, max_elements=1 << 20)
+
+
+@pytest.mark.parametrize("snapshot", [False, True])
+@pytest.mark.parametrize("discarded", [False, True])
+def test_the_discarded_flag_travels_beside_the_snapshot_flag(snapshot: bool, discarded: bool) -> None:
+    header, body, values = sm.encode(sm.SiteDecision(snapshot=snapshot, discarded=discarded))
+    sm.decode_header(header, max_elements=1 << 20)
+    got = sm.decode_body(header, body, values)
+    assert (got.snapshot, got.discarded) == (snapshot, discarded)
