@@ -21,9 +21,10 @@ within ``wait_slack`` of the best share over all r: the earliest barrier that is
 slack. R (``lookahead``) therefore bounds the fastest site's k, and every site's k, so the samples of one
 WAN iteration are at most R × today's.
 
-Hysteresis: a new set of k's is proposed only when its waiting share beats the one the k's in force would
-have now by ``min_gain`` (each change costs a two-phase announcement and shifts the batch weights); noise
-in the intervals then does not re-announce.
+Hysteresis (a dead band): the k's in force stay while their waiting share, under the current intervals,
+is within ``wait_slack`` + ``min_gain`` of the best share any barrier reaches; only beyond it new k's are
+proposed (each change costs a two-phase announcement and shifts the batch weights). Noise in the intervals
+then does not re-announce; a straggler that appears or recovers (a share of tens of %) does.
 """
 
 from __future__ import annotations
@@ -43,7 +44,14 @@ from wanrt.config import check
 from wanrt.errors import LocalProtocolError
 from wanrt.live_settings import MAX_LOCAL_STEPS
 
-__all__ = ["LocalStepsChoice", "LocalStepsConfig", "LocalStepsPolicy", "choose_local_steps", "wait_share"]
+__all__ = [
+    "LocalStepsChoice",
+    "LocalStepsConfig",
+    "LocalStepsPolicy",
+    "best_share",
+    "choose_local_steps",
+    "wait_share",
+]
 
 #: the per-micro-step times a site keeps (more is no better a median and only lags a real change)
 MAX_WINDOW: Final = 1024
@@ -57,15 +65,17 @@ class LocalStepsConfig:
     * ``lookahead`` — R, ElasticBSP's predicted iterations per worker; 15 is the paper's SmallR (Table 2).
       It is also the largest k any site gets.
     * ``window`` — per-micro-step times per site whose median is its interval.
-    * ``wait_slack`` — the waiting share (d_Z / t_sync) an earlier barrier may exceed the best by.
-    * ``min_gain`` — the least drop of the waiting share that justifies announcing new k's.
+    * ``wait_slack`` — the waiting share (d_Z / t_sync) an earlier barrier may exceed the best by (10 %:
+      a median of 8 samples of a ±10 % noisy time is off by a few %, and a barrier's share moves with it).
+    * ``min_gain`` — how much more than the choice's slack the k's in force may wait before new ones are
+      announced (10 %: the dead band is best + 20 %).
     """
 
     enabled: bool = False
     lookahead: int = 15
     window: int = 8
-    wait_slack: float = 0.05
-    min_gain: float = 0.05
+    wait_slack: float = 0.1
+    min_gain: float = 0.1
 
     def __post_init__(self) -> None:
         check(type(self.enabled) is bool, "enabled", self.enabled, "true or false")
@@ -116,6 +126,16 @@ def choose_local_steps(intervals: Sequence[float], lookahead: int, wait_slack: f
     return next(c for c, s in zip(choices, shares, strict=True) if s <= best + wait_slack)
 
 
+def best_share(intervals: Sequence[float], lookahead: int) -> float:
+    """The least waiting share any barrier within the lookahead reaches."""
+    t = np.asarray(intervals, dtype=np.float64)
+    ends = predict_ends(np.zeros_like(t), t, lookahead)
+    return min(
+        (c.wait / c.t_sync if c.t_sync > 0 else 0.0)
+        for c in (zipline(ends[:, :r]) for r in range(1, lookahead + 1))
+    )
+
+
 class LocalStepsPolicy:
     """Per-site micro-step times in, ``local_steps`` per site out (only when they should change)."""
 
@@ -154,8 +174,9 @@ class LocalStepsPolicy:
         self.last_choice = LocalStepsChoice(steps, share, choice)
         if steps == self.running:
             return None
+        # dead band: the k's in force stay while they wait at most min_gain more than the choice may
         now_share = wait_share(times, [self.running[s] for s in self.sites])
-        if now_share - share < self.cfg.min_gain:
+        if now_share <= best_share(times, self.cfg.lookahead) + self.cfg.wait_slack + self.cfg.min_gain:
             return None
         return steps
 
