@@ -145,13 +145,21 @@ class LocalStepsPolicy:
         self._times: dict[str, deque[float]] = {s: deque(maxlen=self.cfg.window) for s in self.sites}
         #: the k's in force (committed decisions; 1 = every trainer's default)
         self.running: dict[str, int] = dict.fromkeys(self.sites, 1)
+        self._known: set[str] = set()  # sites whose k in force is known (reported or committed)
         self.last_choice: LocalStepsChoice | None = None
 
-    def observe(self, site: str, micro_step_s: float, now: float) -> None:
-        """One WAN iteration of ``site``: its compute time per micro-step (``now`` is unused: the intervals
-        are a window of iterations, not of time; kept for the policies' common shape)."""
+    def observe(self, site: str, micro_step_s: float, now: float, steps: float | None = None) -> None:
+        """One WAN iteration of ``site``: its compute time per micro-step, and the k it reports running.
+        The reported k is taken once, before any commit (a restarted scheduler learns the k's in force);
+        after that the commits say it, since reports of the old k go on until the effective iteration.
+        (``now`` is unused: the intervals are a window of iterations, not of time.)"""
         del now
-        if site not in self._times or not math.isfinite(micro_step_s) or micro_step_s <= 0:
+        if site not in self._times:
+            return
+        if site not in self._known and steps is not None and math.isfinite(steps):
+            self.running[site] = min(MAX_LOCAL_STEPS, max(1, int(steps)))
+            self._known.add(site)
+        if not math.isfinite(micro_step_s) or micro_step_s <= 0:
             return
         self._times[site].append(float(micro_step_s))
 
@@ -185,3 +193,4 @@ class LocalStepsPolicy:
         for s, k in steps.items():
             if s in self.running:
                 self.running[s] = int(k)
+                self._known.add(s)

@@ -102,7 +102,7 @@ class SiteStragglerPolicy:
         self.detector.observe(site, now, float(compute) / steps, int(per_rank) * int(world))
         if self.cfg.local_steps.enabled:
             micro = metrics.get("trainer.micro_step_s", float(compute) / steps)
-            self.local.observe(site, float(micro), now)
+            self.local.observe(site, float(micro), now, steps)
         if self.cfg.kill_restart:
             self.ranks.observe(site, metrics, now, int(world), int(per_rank), steps)
 

@@ -156,6 +156,24 @@ def test_the_straggler_policy_announces_steps_with_weights_by_samples() -> None:
         for s, (micro, batch, world) in setup.items():
             _report(pol, s, it, micro, values[f"local_steps@{s}"], batch, world)
     assert pol.decide(20.0) is None
+    # a later ADJUST_BS split weights by k·batch·ranks too
+    weights = pol._values({"a": 32, "b": 16, "c": 64})
+    samples = {"a": 3 * 32, "b": 3 * 16 * 2, "c": 64}
+    for s, n in samples.items():
+        assert weights[f"batch_weight@{s}"] == pytest.approx(n * 3 / sum(samples.values()))
+    assert not any(k.startswith("local_steps@") for k in weights)
+
+
+def test_a_restarted_scheduler_learns_the_running_steps_from_reports() -> None:
+    pol = LocalStepsPolicy(["a", "b", "c"], ON)
+    for i in range(8):
+        for s, t, k in (("a", 0.1, 3), ("b", 0.1, 3), ("c", 0.3, 1)):
+            pol.observe(s, t, float(i), steps=float(k))
+    assert pol.running == {"a": 3, "b": 3, "c": 1}
+    assert pol.decide(10.0) is None  # what runs is what ZipLine picks: nothing to announce
+    pol.committed({"c": 2})
+    pol.observe("c", 0.3, 11.0, steps=1.0)  # an old report before the effective iteration
+    assert pol.running["c"] == 2
 
 
 def test_without_the_flag_the_straggler_policy_never_sets_steps() -> None:
