@@ -90,10 +90,14 @@ class AdaptivePolicy:
         byte_s = None
         if fwd is not None and bwd is not None and math.isfinite(fwd) and math.isfinite(bwd):
             byte_s = max(0.0, float(compute) - max(0.0, fwd) - max(0.0, bwd))
+        # local micro-steps (ElasticBSP §4): the WAN iteration's compute covers k batches, so its samples
+        # are k × batch (the throughput stays right; this policy's batch plan assumes k = 1 everywhere)
+        k = metrics.get("trainer.local_steps", 1.0)
+        steps = int(k) if math.isfinite(k) and k >= 1 else 1
         self.policy.observe_rank(
             self._rank(site),
             iteration=int(it),
-            batch_size=int(batch) * self._world[site],
+            batch_size=int(batch) * self._world[site] * steps,
             compute_s=float(compute),
             iteration_s=float(wall),
             now=now,

@@ -43,6 +43,7 @@ __all__ = [
     "RESTART_PREFIX",
     "SCHEDULER_REGISTRY",
     "SITE_BATCH_PREFIX",
+    "SITE_LOCAL_STEPS_PREFIX",
     "SITE_WEIGHT_PREFIX",
     "Announce",
     "AnnounceReply",
@@ -59,6 +60,9 @@ PHASES: Final = ("prepare", "commit", "abort")
 SITE_BATCH_PREFIX: Final = "batch_size@"
 #: A per-site gradient weight: ``batch_weight@<site>`` = the site's share of the samples × the site count.
 SITE_WEIGHT_PREFIX: Final = "batch_weight@"
+#: Local micro-steps per WAN iteration at a site (ElasticBSP's iterations per barrier, chosen by ZipLine):
+#: ``local_steps@<site>`` = k, the site accumulates k micro-steps' gradients and pushes once.
+SITE_LOCAL_STEPS_PREFIX: Final = "local_steps@"
 #: A KILL_RESTART order (AntDT §V-E3): ``restart@<site>`` = the rank of that site to restart. One-shot: it
 #: belongs to the one decision that orders it and is never carried into the next (SchedulerNode), and only the
 #: scheduler's policy may put it in a decision (``POST /config`` refuses it).
@@ -66,14 +70,15 @@ RESTART_PREFIX: Final = "restart@"
 _PER_SITE: Final = {
     SITE_BATCH_PREFIX: "batch_size",
     SITE_WEIGHT_PREFIX: "batch_weight",
+    SITE_LOCAL_STEPS_PREFIX: "local_steps",
     RESTART_PREFIX: RESTART_KEY,
 }
 
 
 def site_values(values: Mapping[str, Any], site: str) -> dict[str, Any]:
     """A decision's values as site ``site``'s trainers take them: its own ``batch_size@<site>``,
-    ``batch_weight@<site>`` and ``restart@<site>`` become ``batch_size``, ``batch_weight`` and ``restart``,
-    the other sites' are dropped."""
+    ``batch_weight@<site>``, ``local_steps@<site>`` and ``restart@<site>`` become ``batch_size``,
+    ``batch_weight``, ``local_steps`` and ``restart``, the other sites' are dropped."""
     out = {k: v for k, v in values.items() if "@" not in k and k != RESTART_KEY}  # a restart names its site
     for prefix, key in _PER_SITE.items():
         own = values.get(prefix + site)

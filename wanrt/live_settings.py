@@ -1,7 +1,7 @@
-"""The settings a running job may change (density, staleness bound, batch size and the site's share of the
-job's samples; and the gateways' WAN plan: topology, straggler sites, t_w), and their bounds: one
-schema shared by the trainer client, the gateway and the scheduler, so a value one of them accepts is never
-refused (or worse, crashes a trainer) at another.
+"""The settings a running job may change (density, staleness bound, batch size, the site's share of the
+job's samples and its local micro-steps per WAN iteration; and the gateways' WAN plan: topology, straggler
+sites, t_w), and their bounds: one schema shared by the trainer client, the gateway and the scheduler, so a
+value one of them accepts is never refused (or worse, crashes a trainer) at another.
 
 The plan keys (:data:`PLAN_KEYS`) are for the gateways, not the trainers: a gateway applies them to its
 round engine at the decision's effective iteration (STAR §IV-B parent–child: ``topology = "parent_child"``,
@@ -23,6 +23,7 @@ from wanrt.protocol.limits import MAX_RANK, MAX_SITES
 __all__ = [
     "LIVE_KEYS",
     "MAX_BATCH_SIZE",
+    "MAX_LOCAL_STEPS",
     "MAX_STALENESS",
     "MAX_T_W_S",
     "PLAN_KEYS",
@@ -44,7 +45,7 @@ RESTART_KEY: Final = "restart"
 #: starts at (gateways.node.trainer_restart sets it, wanrt.client.link.gateway_link reads it).
 RESTART_FROM_KEY: Final = "restart_from"
 #: Keys a ConfigUpdate may carry for the trainers.
-TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight", RESTART_KEY)
+TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight", "local_steps", RESTART_KEY)
 #: Keys the gateways apply to their WAN plan (never forwarded to trainers).
 PLAN_KEYS: Final = ("topology", "stragglers", "t_w_s", "x_order")
 #: Every key a decision may carry.
@@ -61,6 +62,11 @@ MAX_STALENESS: Final = 4
 
 #: Samples per rank and step; far above any GPU's memory, low enough that a typo is caught.
 MAX_BATCH_SIZE: Final = 1 << 20
+
+#: Local micro-steps (gradients accumulated, no exchange) per WAN iteration (ElasticBSP §4's iterations
+#: between two barriers). ZipLine's lookahead R bounds what a scheduler picks (ElasticBSP uses R ≤ ~100);
+#: more than this would leave a site's gradient unsent for minutes, which no WAN needs.
+MAX_LOCAL_STEPS: Final = 256
 
 
 def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,6 +96,13 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
             check(number and 0 <= value <= MAX_T_W_S, key, value, f"seconds in [0, {MAX_T_W_S:g}]")
         elif key == RESTART_KEY:
             check(type(value) is int and 0 <= value < MAX_RANK, key, value, f"a rank in [0, {MAX_RANK})")
+        elif key == "local_steps":
+            check(
+                type(value) is int and 1 <= value <= MAX_LOCAL_STEPS,
+                key,
+                value,
+                f"an integer in [1, {MAX_LOCAL_STEPS}]",
+            )
         elif key == "staleness":
             check(
                 type(value) is int and 0 <= value <= MAX_STALENESS,

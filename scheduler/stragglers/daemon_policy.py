@@ -37,13 +37,14 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.barrier.local_steps_policy import LocalStepsPolicy
 from scheduler.stragglers.batch_alloc import allocate_greedy, allocate_milp, makespan
 from scheduler.stragglers.decisions import AdjustBatch, KillRestart
 from scheduler.stragglers.detection import DetectionReport, StragglerDetector
 from scheduler.stragglers.mode_policy import SitePlanMode
 from scheduler.stragglers.rank_restart import RankRestarts
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from scheduler.wire import RESTART_PREFIX, SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
+from scheduler.wire import RESTART_PREFIX, SITE_BATCH_PREFIX, SITE_LOCAL_STEPS_PREFIX, SITE_WEIGHT_PREFIX
 
 __all__ = ["SiteStragglerPolicy"]
 
@@ -68,6 +69,8 @@ class SiteStragglerPolicy:
         #: AntDT-ND's KILL_RESTART of persistent straggler ranks (``kill_restart = true``)
         self.ranks = RankRestarts(self.sites, self.cfg)
         self.last_restarts: list[KillRestart] = []
+        #: ElasticBSP's ZipLine over the sites' micro-step times (``[...local_steps] enabled = true``)
+        self.local = LocalStepsPolicy(self.sites, self.cfg.local_steps)
 
     # -- Monitor -------------------------------------------------------------------------------------
 
@@ -92,9 +95,16 @@ class SiteStragglerPolicy:
             return  # the last iterations of a process ordered restarted: not the site's new normal
         self._world[site] = int(world)
         self._reported[site] = int(per_rank)
-        self.detector.observe(site, now, float(compute), int(per_rank) * int(world))
+        # a WAN iteration of k local micro-steps (ElasticBSP §4) computes k batches: T_i^w per batch is
+        # compute / k, which is what Eq. 3's throughput and the straggler ratio compare across sites
+        k = metrics.get("trainer.local_steps", 1.0)
+        steps = int(k) if math.isfinite(k) and k >= 1 else 1
+        self.detector.observe(site, now, float(compute) / steps, int(per_rank) * int(world))
+        if self.cfg.local_steps.enabled:
+            micro = metrics.get("trainer.micro_step_s", float(compute) / steps)
+            self.local.observe(site, float(micro), now, steps)
         if self.cfg.kill_restart:
-            self.ranks.observe(site, metrics, now, int(world), int(per_rank))
+            self.ranks.observe(site, metrics, now, int(world), int(per_rank), steps)
 
     # -- Controller ----------------------------------------------------------------------------------
 
@@ -120,8 +130,9 @@ class SiteStragglerPolicy:
         if self.cfg.kill_restart:  # a site whose slow rank may still be restarted waits for that first
             slow = [s for s in slow if not self.ranks.awaits_restart(s, now)]
         plan_on = "parent_child" in self.cfg.modes or "x_order" in self.cfg.modes
+        steps = self.local.decide(now) if self.cfg.local_steps.enabled else None
         if not slow and self._running is None and not (plan_on and self.plan.detached):
-            return None
+            return self._values(per_rank, steps, batches=False) if steps else None
         rates = [self.detector.throughput(s, now) for s in self.sites]
         if any(r is None or r <= 0 for r in rates):
             return None
@@ -132,11 +143,18 @@ class SiteStragglerPolicy:
             times = {s: per_rank[s] * self._world[s] / float(r) for s, r in zip(self.sites, v, strict=True)}
             values.update(self.plan.decide(times, float(self._total), report.persistent, now) or {})
         if "adjust_bs" in self.cfg.modes and (slow or self._running is not None):
-            values.update(self._adjust_batches(now, per_rank, slow, v) or {})
+            values.update(self._adjust_batches(now, per_rank, slow, v, steps) or {})
+        if steps and SITE_BATCH_PREFIX + self.sites[0] not in values:
+            values.update(self._values(per_rank, steps, batches=False))
         return values or None
 
     def _adjust_batches(
-        self, now: float, per_rank: Mapping[str, int], slow: Sequence[str], v: np.ndarray
+        self,
+        now: float,
+        per_rank: Mapping[str, int],
+        slow: Sequence[str],
+        v: np.ndarray,
+        steps: Mapping[str, int] | None = None,
     ) -> dict[str, Any] | None:
         """AntDT Eq. 3's split, if it shortens the slowest site's batch time by ``rebalance_gain``."""
         assert self._total is not None  # set by decide() before
@@ -173,15 +191,28 @@ class SiteStragglerPolicy:
             before_bpt,
             after_bpt,
         )
-        return self._values(new)
+        return self._values(new, steps)
 
-    def _values(self, per_rank: Mapping[str, int]) -> dict[str, Any]:
-        samples = {s: per_rank[s] * self._world[s] for s in self.sites}
+    def _values(
+        self, per_rank: Mapping[str, int], steps: Mapping[str, int] | None = None, *, batches: bool = True
+    ) -> dict[str, Any]:
+        """The split as values: per-rank batches, and each site's weight = its share of the WAN iteration's
+        samples × the site count, where a site of k local micro-steps contributes k·batch·ranks samples
+        (the trainer divides its accumulated gradient by ranks × k: docs/local_steps.md). New k's
+        (``steps``) travel with them, so batches, weights and k's change at one iteration; without a new
+        split (``batches=False``) the batches in force stay unannounced."""
+        ks = dict(self.local.running)
+        if steps:
+            ks.update(steps)
+        samples = {s: per_rank[s] * self._world[s] * ks[s] for s in self.sites}
         total = sum(samples.values())
         values: dict[str, Any] = {}
         for s in self.sites:
-            values[SITE_BATCH_PREFIX + s] = int(per_rank[s])
+            if batches:
+                values[SITE_BATCH_PREFIX + s] = int(per_rank[s])
             values[SITE_WEIGHT_PREFIX + s] = samples[s] * len(self.sites) / total
+            if steps:
+                values[SITE_LOCAL_STEPS_PREFIX + s] = int(ks[s])
         return values
 
     def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
@@ -190,6 +221,8 @@ class SiteStragglerPolicy:
         for key in values:
             if key.startswith(RESTART_PREFIX):
                 self.ranks.committed(key[len(RESTART_PREFIX) :], effective_iteration)
+        ks = {s: values.get(SITE_LOCAL_STEPS_PREFIX + s) for s in self.sites}
+        self.local.committed({s: k for s, k in ks.items() if type(k) is int and k >= 1})
         split = {s: values.get(SITE_BATCH_PREFIX + s) for s in self.sites}
         if all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 1 for b in split.values()):
             self._running = {s: int(b) for s, b in split.items() if isinstance(b, (int, float))}

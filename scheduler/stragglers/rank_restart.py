@@ -87,10 +87,19 @@ class RankRestarts:
         if pending is not None:
             self.restarting[site] = (pending[0], effective_iteration)
 
-    def observe(self, site: str, metrics: Mapping[str, float], now: float, world: int, batch: int) -> None:
+    def observe(
+        self,
+        site: str,
+        metrics: Mapping[str, float],
+        now: float,
+        world: int,
+        batch: int,
+        local_steps: int = 1,
+    ) -> None:
         """One new iteration of ``site`` (the caller skips repeats and :meth:`waiting` ones): its ranks'
         times into the windows. A gateway that forwards malformed rank keys gets RemoteProtocolError (it
-        checked them itself)."""
+        checked them itself). ``local_steps``: a WAN iteration of k micro-steps (ElasticBSP §4) is judged
+        per micro-step (its time / k), so sites running different k compare alike."""
         if site not in self.by_site:
             return
         times = parse_rank_times(metrics, prefix="trainer.", world_size=world, peer=site)
@@ -102,7 +111,7 @@ class RankRestarts:
             for det in (self.job, self.by_site[site]):
                 if m not in det.members:
                     det.add_member(m)
-                det.observe(m, now, t, batch)
+                det.observe(m, now, t / local_steps, batch)
 
     def _report(self, site: str, reports: dict[str, DetectionReport], now: float) -> DetectionReport:
         key = site if self.world.get(site, 1) >= 2 else ""

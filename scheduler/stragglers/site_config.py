@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
+from scheduler.barrier.local_steps_policy import LocalStepsConfig
 from scheduler.stragglers.config import BatchConfig, DetectionConfig
 from wanrt.config import check
 from wanrt.live_settings import MAX_T_W_S, PLAN_TOPOLOGIES
@@ -67,6 +68,11 @@ class SiteStragglerConfig:
       fill first; the same default as :class:`~scheduler.stragglers.config.PolicyConfig`).
     * ``max_restarts`` — restarts per rank over the job (ours: a rank that stays slow on a fresh process
       is slow for a reason a restart does not fix; it then gets what a site straggler gets, ADJUST_BS).
+    * ``local_steps`` — ``[scheduler.stragglers.local_steps]``, off by default: ElasticBSP's ZipLine
+      (seed 003 §4) picks each site's local micro-steps per WAN iteration from its per-micro-step compute
+      time, so every site reaches the WAN barrier at about the same time; announced as
+      ``local_steps@<site>`` with ``batch_weight@<site>`` ∝ k·batch·ranks
+      (:mod:`scheduler.barrier.local_steps_policy`, docs/local_steps.md).
     """
 
     detection: DetectionConfig = field(default_factory=DetectionConfig)
@@ -81,6 +87,7 @@ class SiteStragglerConfig:
     kill_restart: bool = False
     restart_cooldown_s: float = 1800.0
     max_restarts: int = 3
+    local_steps: LocalStepsConfig = field(default_factory=LocalStepsConfig)
 
     def __post_init__(self) -> None:
         check(type(self.kill_restart) is bool, "kill_restart", self.kill_restart, "true or false")

@@ -2,8 +2,9 @@
 
 The same dataclass describes the sparse path and the dense baseline (:meth:`ClientConfig.dense_baseline`),
 so the demo compares two runs of the *same* code that differ only in these values, never two code paths.
-Settings the scheduler may change while training runs (density, staleness bound, batch size) are announced
-with an effective iteration and swapped in with :func:`dataclasses.replace` at that iteration on every rank.
+Settings the scheduler may change while training runs (density, staleness bound, batch size, local steps)
+are announced with an effective iteration and swapped in with :func:`dataclasses.replace` at that iteration
+on every rank.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from wanrt.config import check
-from wanrt.live_settings import MAX_STALENESS
+from wanrt.live_settings import MAX_LOCAL_STEPS, MAX_STALENESS
 
-__all__ = ["MAX_STALENESS", "ClientConfig", "CompressorKind", "WireDtype"]
+__all__ = ["MAX_LOCAL_STEPS", "MAX_STALENESS", "ClientConfig", "CompressorKind", "WireDtype"]
 
 CompressorKind = Literal["threshold_v_block", "threshold_v", "topk", "randomk"]
 WireDtype = Literal["fp32", "fp16", "bf16"]
@@ -37,6 +38,11 @@ class ClientConfig:
     error_feedback: bool = True
     #: how many iterations a layer's update may lag (0 = synchronous, 1 = StellaTrain's partial staleness)
     staleness: int = 1
+    #: local micro-steps per WAN iteration (ElasticBSP §4: a worker's iterations between two barriers):
+    #: the first k−1 ``step()`` calls only accumulate gradients (no exchange, no parameter change,
+    #: ``zero_grad()`` keeps them), the k-th pushes the site's mean over the k micro-steps once. 1 = one
+    #: exchange per step (docs/local_steps.md); the scheduler may change it per site (``local_steps@<site>``)
+    local_steps: int = 1
     #: longest wait for a layer's update that can no longer be deferred
     update_deadline_s: float = 120.0
     #: connect + handshake with the gateway
@@ -64,6 +70,12 @@ class ClientConfig:
             "staleness",
             self.staleness,
             f"must be in [0, {MAX_STALENESS}]",
+        )
+        check(
+            type(self.local_steps) is int and 1 <= self.local_steps <= MAX_LOCAL_STEPS,
+            "local_steps",
+            self.local_steps,
+            f"an integer in [1, {MAX_LOCAL_STEPS}]",
         )
         for key in ("update_deadline_s", "connect_timeout_s", "close_timeout_s"):
             value = getattr(self, key)

@@ -11,6 +11,9 @@ It ties the pieces together around the user's ordinary training loop:
   the site (:mod:`~wanrt.client.site.broadcast`), and every rank applies them with the sparse optimizer
   (StellaTrain §3.1), so all ranks of all sites keep identical parameters;
 * configuration changes announced by the scheduler take effect at their effective iteration on every rank;
+* with ``local_steps`` k > 1 (ElasticBSP §4: several local iterations between two barriers) a WAN iteration
+  is k micro-steps: the first k−1 ``step()`` calls only let the gradients accumulate (no reduce, no push, no
+  parameter change, ``zero_grad()`` keeps them) and the k-th runs the exchange on the sum;
 * a site that missed the job's rounds (its gateway says so) fetches the job's parameters from another site,
   holds the updates that arrive meanwhile, installs the snapshot on the leader and broadcasts it to every
   rank, then applies the held updates the snapshot lacks; asked for its own parameters, the leader answers
@@ -107,6 +110,7 @@ class Context:
         self._device = device
         self._channel = SiteChannel(group, device, max_elements=config.max_layer_elements)
         self._iteration = 0
+        self._micro = 0  # micro-steps of the current WAN iteration already done (local_steps > 1)
         self._batch_callbacks: list[Callable[[int], None]] = []
         self._scheduled: list[ConfigChange] = []
         self._announced: list[ConfigChange] = []  # leader: received, not yet broadcast
@@ -158,8 +162,25 @@ class Context:
 
     @property
     def iteration(self) -> int:
-        """Number of completed steps = the iteration the next backward belongs to."""
+        """Number of completed WAN iterations = the iteration the next backward belongs to (with
+        ``local_steps`` k, one per k ``step()`` calls)."""
         return self._iteration
+
+    @property
+    def local_steps(self) -> int:
+        """Micro-steps per WAN iteration in force now (changes only at a WAN iteration's start)."""
+        return self._config.local_steps
+
+    @property
+    def micro_step(self) -> int:
+        """How many micro-steps of the current WAN iteration are done (0 at its start)."""
+        return self._micro
+
+    @property
+    def accumulating(self) -> bool:
+        """True between the micro-steps of one WAN iteration: the gradients hold a partial sum that
+        ``zero_grad()`` must keep."""
+        return self._micro > 0
 
     def set_batch_size(self, per_rank: int) -> None:
         """Tell wanrt this rank's batch size, so its telemetry reports samples/s to the scheduler."""
@@ -270,6 +291,7 @@ class Context:
             dst=self._leader_global_rank(),
             on_issued=self._on_issued,
         )
+        self._reducer.hold = self._config.local_steps > 1
 
     def _leader_global_rank(self) -> int:
         return 0 if self._group is None else dist.get_global_rank(self._group, 0)
@@ -311,8 +333,14 @@ class Context:
         weights: every site of tools/bench_e2e.py) changes no bit, so the gradient is compressed as it is
         (the compressors never write their input); any other scale goes into a buffer kept per layer, with
         the same fp32 product as before, so the payloads are bit-identical either way.
+
+        With ``local_steps`` k the gradient is the SUM of k micro-steps' gradients of mean-reduced losses
+        (autograd accumulates), so the divisor is ranks × k: the site pushes its mean per sample over the
+        k·b·ranks samples of the WAN iteration, times ``batch_weight`` (its share of the job's samples × the
+        site count, which the scheduler computes from k·b; ElasticBSP §4, docs/local_steps.md). k = 1
+        divides by ranks × 1, the same float as before.
         """
-        scale = np.float32(self._batch_weight / self.world_size)
+        scale = np.float32(self._batch_weight / (self.world_size * self._config.local_steps))
         if scale == np.float32(1.0):
             return flat
         buf = self._scaled.get(layer)
@@ -333,6 +361,13 @@ class Context:
             raise LocalProtocolError(f"this wanrt context failed earlier: {self._broken}")
         if self._reducer.finish() == 0:
             raise StepWithoutBackward(self._iteration)
+        if self._micro + 1 < self._config.local_steps:
+            # a held micro-step (ElasticBSP §4): the gradients stay in p.grad for the next one; nothing
+            # is sent, received or applied, and the WAN iteration does not advance
+            self._micro += 1
+            self._reducer.hold = self._micro + 1 < self._config.local_steps
+            return
+        self._micro = 0
         self._timer.step(time.monotonic())
         try:
             decision = self._exchange(final=False)
@@ -348,6 +383,7 @@ class Context:
         self._report(self._iteration)
         self._iteration += 1
         self._switch_config()
+        self._reducer.hold = self._config.local_steps > 1  # a new WAN iteration: k may have changed
 
     def _report(self, iteration: int) -> None:
         """Leader: this iteration's timing to the gateway (StellaTrain §4.1's telemetry), with every rank's
@@ -355,7 +391,10 @@ class Context:
         bpt = self._timer.bpt()
         times = self._rank_times(-1.0 if bpt is None else bpt)
         metrics = self._timer.metrics(
-            time.monotonic(), batch_size=self._batch_size, world_size=self.world_size
+            time.monotonic(),
+            batch_size=self._batch_size,
+            world_size=self.world_size,
+            local_steps=self._config.local_steps,
         )
         if metrics is not None and self.is_leader and self._link is not None:
             if times is not None and min(times) >= 0:
@@ -666,6 +705,8 @@ class Context:
                 updates["density"] = change.density
             if change.staleness is not None:
                 updates["staleness"] = change.staleness
+            if change.local_steps is not None:
+                updates["local_steps"] = change.local_steps
             self._config = self._config.with_changes(**updates)
             if self._compressor is not None:
                 self._compressor.set_density(self._config.density)
@@ -732,6 +773,14 @@ class Context:
             return
         self._closed = True
         try:
+            if self._micro and self._broken is None:
+                log.warning(
+                    "close() after %d of %d micro-steps of iteration %d: their accumulated gradients are "
+                    "not sent",
+                    self._micro,
+                    self._config.local_steps,
+                    self._iteration,
+                )
             if self._reducer is not None:
                 self._reducer.remove()
                 if self._broken is None:

@@ -67,6 +67,11 @@ class SparseOptimizer:
         self.ctx.step()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients, except between the micro-steps of one WAN iteration (``local_steps`` > 1,
+        ElasticBSP §4): there they hold the partial sum the last micro-step pushes, and the user's loop
+        calls ``zero_grad()`` every batch as it would without wanrt."""
+        if self.ctx.accumulating:
+            return
         for p in self._params:
             if p.grad is None:
                 continue

@@ -25,6 +25,9 @@ KEYS = (
     "zipline_ms_n1000_r15",
     "shards_lost",
     "shards_repeated",
+    "elastic_wait_reduction",
+    "elastic_samples_per_s_gain",
+    "adjust_bs_wait_reduction",
 )
 
 
@@ -48,3 +51,4 @@ def test_quick_run_writes_all_keys(tmp_path: Path) -> None:
     assert data["star_mode_match_count"][1] > 0
     assert len(data["star_tw_sweep"]["t_w_ms"]) == len(data["star_tw_sweep"]["time_s"])
     assert data["shards_lost"] == 0 and data["shards_lost_stateless_queue"] > 0
+    assert 0.0 < data["elastic_wait_reduction"] <= 1.0 and data["adjust_bs_capped_wait_reduction"] == 0.0

@@ -21,6 +21,7 @@ def _bare_context(batch_weight: float, world_size: int) -> Context:
     ctx = Context.__new__(Context)  # only what _site_mean reads: no process group, no link
     ctx._batch_weight = batch_weight
     ctx.world_size = world_size
+    ctx._config = ClientConfig()  # local_steps = 1: the site mean divides by the ranks only
     ctx._scaled = {}
     return ctx
 

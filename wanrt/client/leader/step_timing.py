@@ -48,9 +48,15 @@ class StepTimer:
             return None
         return max(0.0, self.step_called - self.start)
 
-    def metrics(self, now: float, *, batch_size: int | None, world_size: int) -> dict[str, float] | None:
+    def metrics(
+        self, now: float, *, batch_size: int | None, world_size: int, local_steps: int = 1
+    ) -> dict[str, float] | None:
         """The finished iteration's measurements (None for the first, which has no start), then begin
-        the next one at ``now``."""
+        the next one at ``now``.
+
+        With ``local_steps`` k (ElasticBSP §4) an iteration is k micro-steps: ``compute_s`` stays the WAN
+        iteration's (their sum), ``micro_step_s`` = compute_s / k is what a scheduler predicts micro-step
+        ends with (ZipLine), and samples/s counts the k batches."""
         out: dict[str, float] | None = None
         if self.start is not None:
             total = max(now - self.start, 1e-9)
@@ -65,9 +71,11 @@ class StepTimer:
                 "backward_s": max(0.0, step_at - grad_at),
                 "optimizer_s": self.optimizer,
                 "world_size": float(world_size),
+                "local_steps": float(local_steps),
+                "micro_step_s": max(0.0, total - self.idle) / local_steps,
             }
             if batch_size is not None:
                 out["batch_size"] = float(batch_size)
-                out["samples_per_s"] = batch_size * world_size / total
+                out["samples_per_s"] = batch_size * world_size * local_steps / total
         self.begin(now)
         return out

@@ -63,7 +63,7 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
-from wanrt.live_settings import RESTART_FROM_KEY, RESTART_KEY
+from wanrt.live_settings import MAX_LOCAL_STEPS, RESTART_FROM_KEY, RESTART_KEY
 from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import ConnectionClosed
@@ -95,7 +95,7 @@ __all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
 log = logging.getLogger(__name__)
 
 #: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
-CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight", RESTART_KEY)
+CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight", "local_steps", RESTART_KEY)
 _STOP: Final = object()
 #: the writer joins queued messages into one transport write until it holds this many bytes (a write of
 #: several parts is joined into one buffer: a bound keeps a burst of big pushes from being copied at once)
@@ -120,7 +120,20 @@ def _config_change(msg: ConfigUpdate) -> ConfigChange:
         num("staleness", int),
         num("batch_weight", float),
         _rank(v.get(RESTART_KEY)),
+        _local_steps(v.get("local_steps")),
     )
+
+
+def _local_steps(x: Any) -> int | None:
+    """A local-steps count in the shared bounds: a value the gateway let through must still never make a
+    rank accumulate without end (or divide by zero)."""
+    if x is None:
+        return None
+    if type(x) is not int or not 1 <= x <= MAX_LOCAL_STEPS:
+        raise RemoteProtocolError(
+            f"ConfigUpdate local_steps must be an integer in [1, {MAX_LOCAL_STEPS}]", value=repr(x)[:40]
+        )
+    return x
 
 
 def _rank(x: Any) -> int | None:

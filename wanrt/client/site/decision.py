@@ -40,8 +40,8 @@ MAGIC: Final = 0x57414E52  # "WANR": a rank that joined the wrong collective seq
 HEADER_LEN: Final = 8
 UPDATE_FIELDS: Final = 6  # iteration, layer, dense_len, block_size, nnz_blocks, n_sites
 #: effective_iteration, density bits (NaN = unchanged), batch_size, staleness (-1), batch_weight bits (NaN),
-#: restart rank (-1 = none)
-CONFIG_FIELDS: Final = 6
+#: restart rank (-1 = none), local_steps (-1 = unchanged)
+CONFIG_FIELDS: Final = 7
 #: an error message longer than this is cut: it is for humans, and it must not size an allocation
 MAX_ERROR_BYTES: Final = 4096
 #: at most this many configuration changes per step; the scheduler announces a handful per minute
@@ -61,6 +61,8 @@ class ConfigChange:
     batch_weight: float | None = None
     #: the scheduler's KILL_RESTART order (AntDT §V-E3): this rank of the site restarts at the iteration
     restart: int | None = None
+    #: local micro-steps per WAN iteration from this iteration on (ElasticBSP §4, ZipLine's choice)
+    local_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ def encode(
             -1 if c.staleness is None else c.staleness,
             int(floats[1]),
             -1 if c.restart is None else c.restart,
+            -1 if c.local_steps is None else c.local_steps,
         )
     err = b""
     if decision.error is not None:
@@ -194,6 +197,7 @@ def decode_body(
                 None if row[3] < 0 else int(row[3]),
                 None if np.isnan(weight) else weight,
                 None if row[5] < 0 else int(row[5]),
+                None if row[6] < 0 else int(row[6]),
             )
         )
     pos += n_cfg * CONFIG_FIELDS

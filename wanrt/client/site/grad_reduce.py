@@ -15,6 +15,12 @@ parameter order (roughly backward order); a hook that fires early only marks its
 longest ready prefix of the order is issued. ``finish()`` issues whatever is left (a zero gradient for a
 parameter that got none this step, identically on every rank), so no rank can deadlock waiting for a
 collective another rank skipped.
+
+Why a hold mode (``hold = True``): with local steps (ElasticBSP §4, ``ClientConfig.local_steps``) the first
+k−1 micro-steps of a WAN iteration only accumulate into ``p.grad`` (autograd adds in place); a reduce then
+would send a partial sum, and on the leader ``dist.reduce`` overwrites ``p.grad`` with the site's sum, which
+the next micro-step would add to. Held micro-steps issue nothing, on every rank alike (the context sets
+``hold`` at the same step on every rank), so the collective sequence still matches.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ class LayerReducer:
         self._ready = [False] * len(self._params)
         self._next = 0
         self._fired = 0
+        #: accumulate only: hooks count and check, nothing is issued (set between steps, never during one)
+        self.hold = False
         self._handles = [
             p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(self._params)
         ]
@@ -74,7 +82,8 @@ class LayerReducer:
                 )
             self._ready[layer] = True
             self._fired += 1
-            self._issue_ready()
+            if not self.hold:
+                self._issue_ready()
 
         return hook
 
@@ -94,9 +103,10 @@ class LayerReducer:
         self._on_issued(layer, work, grad)
 
     def finish(self) -> int:
-        """Issue every layer not issued yet (in order); return how many hooks fired. Resets for next step."""
+        """Issue every layer not issued yet (in order; nothing while held); return how many hooks fired.
+        Resets for the next step."""
         fired = self._fired
-        if fired:
+        if fired and not self.hold:
             for i in range(len(self._ready)):
                 self._ready[i] = True
             self._issue_ready()
