@@ -26,6 +26,10 @@ With ``modes`` including ``parent_child`` the same decision may also re-plan the
 predict less time to the same progress than BSP's Eq. 1, the site is detached and attached to a core
 member that waits the chosen t_w; when it recovers, the base plan is announced back. Both parts travel in
 one announcement, so batch split and plan change at the same iteration.
+
+With ``modes`` including ``latency_tree`` (STAR §IV-D2, :mod:`scheduler.stragglers.tree_policy`) the
+gateways' per-link telemetry orders their tree: ``site_costs`` is announced when the measured costs call
+for another tree shape, in the same decision as whatever else is due.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from scheduler.stragglers.detection import DetectionReport, StragglerDetector
 from scheduler.stragglers.mode_policy import SitePlanMode
 from scheduler.stragglers.rank_restart import RankRestarts
 from scheduler.stragglers.site_config import SiteStragglerConfig
+from scheduler.stragglers.tree_policy import LatencyTreePolicy, TreeSettings
 from scheduler.wire import RESTART_PREFIX, SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
 
 __all__ = ["SiteStragglerPolicy"]
@@ -68,6 +73,23 @@ class SiteStragglerPolicy:
         #: AntDT-ND's KILL_RESTART of persistent straggler ranks (``kill_restart = true``)
         self.ranks = RankRestarts(self.sites, self.cfg)
         self.last_restarts: list[KillRestart] = []
+        c = self.cfg
+        #: STAR §IV-D2's latency tree from the links' measured rates (None: ``latency_tree`` not in modes)
+        self.tree: LatencyTreePolicy | None = (
+            LatencyTreePolicy(
+                self.sites,
+                TreeSettings(
+                    c.base_topology,
+                    c.tree_arity,
+                    c.tree_gain,
+                    c.tree_slow_ratio,
+                    c.tree_min_busy_s,
+                    c.tree_max_age_s,
+                ),
+            )
+            if "latency_tree" in c.modes
+            else None
+        )
 
     # -- Monitor -------------------------------------------------------------------------------------
 
@@ -75,6 +97,8 @@ class SiteStragglerPolicy:
         if site not in self.sites:
             return
         self.plan.reported(metrics)
+        if self.tree is not None:
+            self.tree.observe(site, metrics, now)
         it = metrics.get("trainer.iteration")
         compute = metrics.get("trainer.compute_s")
         per_rank = metrics.get("trainer.batch_size")
@@ -99,6 +123,15 @@ class SiteStragglerPolicy:
     # -- Controller ----------------------------------------------------------------------------------
 
     def decide(self, now: float) -> dict[str, Any] | None:
+        values = self._decide_sites(now)
+        if self.tree is None or (values and any(k.startswith(RESTART_PREFIX) for k in values)):
+            return values  # a restart order travels alone (the tree waits one decide tick)
+        tree = self.tree.decide(now)
+        if not tree:
+            return values
+        return {**(values or {}), **tree}
+
+    def _decide_sites(self, now: float) -> dict[str, Any] | None:
         restarts = self.ranks.decide(now)
         if restarts:
             # a node action (AntDT §V-E3) on its own: the site's batch split waits for the fresh process
@@ -187,6 +220,8 @@ class SiteStragglerPolicy:
     def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
         """The split in ``values`` runs from ``effective_iteration`` everywhere (a manual change too)."""
         self.plan.committed(values)
+        if self.tree is not None:
+            self.tree.committed(values)
         for key in values:
             if key.startswith(RESTART_PREFIX):
                 self.ranks.committed(key[len(RESTART_PREFIX) :], effective_iteration)
