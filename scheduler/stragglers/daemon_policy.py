@@ -221,7 +221,7 @@ class SiteStragglerPolicy:
         """The split in ``values`` runs from ``effective_iteration`` everywhere (a manual change too)."""
         self.plan.committed(values)
         if self.tree is not None:
-            self.tree.committed(values)
+            self.tree.committed(values, effective_iteration)
         for key in values:
             if key.startswith(RESTART_PREFIX):
                 self.ranks.committed(key[len(RESTART_PREFIX) :], effective_iteration)

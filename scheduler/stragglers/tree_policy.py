@@ -53,6 +53,9 @@ log = logging.getLogger("scheduler.stragglers")
 _LINK = "link."
 _BYTES = ".busy_bytes"
 _BUSY = ".busy_s"
+#: Iterations past a new tree's effective iteration before its links are measured: a gateway's frontier
+#: runs up to its rounds ``window`` (3) + 2 in flight ahead of rounds still finishing under the old tree.
+SETTLE_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class LatencyTreePolicy:
         self.running: dict[str, str | None] | None = None  # the committed tree (None: not ours yet)
         self.committed_costs: dict[str, float] | None = None
         self.last: TreeChoice | None = None
+        #: windows start afresh at this iteration (a committed tree's); older ones mix two trees' traffic
+        self._since = -1.0
 
     # -- measurements --------------------------------------------------------------------------------
 
@@ -124,6 +129,10 @@ class LatencyTreePolicy:
             w = self._links.get((site, peer))
             if w is None or nbytes < w.bytes0 or busy < w.busy0:  # new, or the gateway restarted
                 self._links[(site, peer)] = _Window(nbytes, busy, rounds)
+                continue
+            if w.rounds0 < self._since:  # the window began under the previous tree
+                if rounds >= self._since:
+                    self._links[(site, peer)] = _Window(nbytes, busy, rounds)
                 continue
             d_busy, d_bytes, d_rounds = busy - w.busy0, nbytes - w.bytes0, rounds - w.rounds0
             if d_busy < self.cfg.min_busy_s or d_bytes <= 0 or d_rounds <= 0:
@@ -213,11 +222,18 @@ class LatencyTreePolicy:
             return {s: (None if s == root else root) for s in self.sites}
         return latency_tree(costs, self.cfg.arity)
 
-    def committed(self, values: Mapping[str, Any]) -> None:
-        """A decision carrying ``site_costs`` runs everywhere now (the scheduler's or an operator's)."""
+    def committed(self, values: Mapping[str, Any], effective_iteration: int = -1) -> None:
+        """A decision carrying ``site_costs`` runs everywhere from ``effective_iteration`` (the scheduler's
+        or an operator's). The measurements start afresh there: a window spanning the switch mixes the
+        old tree's traffic (a link draining its last messages reads slow) with the new one's."""
         text = values.get("site_costs")
         if not isinstance(text, str):
             return
+        if self.committed_costs is not None and parse_site_costs(text) == self.committed_costs:
+            return  # carried on unchanged by a later decision: the same tree, keep measuring
+        self._since = float(effective_iteration + SETTLE_ROUNDS)
+        for w in self._links.values():
+            w.rate_bps, w.bytes_per_round = None, None
         costs = parse_site_costs(text)
         if set(costs) != set(self.sites):
             self.running, self.committed_costs = None, None  # partial costs: learn the tree from traffic
