@@ -25,6 +25,9 @@ KEYS = (
     "zipline_ms_n1000_r15",
     "shards_lost",
     "shards_repeated",
+    "latency_tree_round_ratio",
+    "latency_tree_round_ratio_root",
+    "latency_tree_leaf_ratio",
 )
 
 
@@ -47,4 +50,7 @@ def test_quick_run_writes_all_keys(tmp_path: Path) -> None:
     assert 0.0 < data["seed002_persistent_reduction"] < 1.0
     assert data["star_mode_match_count"][1] > 0
     assert len(data["star_tw_sweep"]["t_w_ms"]) == len(data["star_tw_sweep"]["time_s"])
+    # the slow interior site moved to a leaf; where it already was one the policy stayed silent
+    assert data["latency_tree_slow_site_leaf"] == 1 and data["latency_tree_announcements_leaf"] == 0
+    assert data["latency_tree_digests_agree"] == 1 and data["latency_tree_gateways_agree"] == 1
     assert data["shards_lost"] == 0 and data["shards_lost_stateless_queue"] > 0
