@@ -126,6 +126,8 @@ class SiteStragglerPolicy:
         values = self._decide_sites(now)
         if self.tree is None or (values and any(k.startswith(RESTART_PREFIX) for k in values)):
             return values  # a restart order travels alone (the tree waits one decide tick)
+        if self.plan.children or (values or {}).get("topology") == "parent_child":
+            return values  # a parent–child plan runs a ring: no layers to order until it is back to base
         tree = self.tree.decide(now)
         if not tree:
             return values

@@ -206,6 +206,25 @@ def test_the_daemon_policy_announces_site_costs_in_latency_tree_mode() -> None:
     assert values is not None and set(values) == {"site_costs"}
     policy.committed({"site_costs": values["site_costs"], "density": 0.1}, 30)
     assert policy.tree.running == latency_tree(parse_site_costs(values["site_costs"]), 2)
+    # while a parent–child plan runs (a ring with attached stragglers) there are no layers to order: an
+    # interior site of the committed tree degrading would re-plan it, but not now
+    job.tree = dict(policy.tree.running)
+    interior = next(s for s in SITES if job.tree[s] is not None and s in job.tree.values())
+    policy.plan.committed({"topology": "parent_child", "stragglers": "c", "t_w_s": 0.0})
+    job.caps[interior] = 1e6
+    for now in range(40, 80):
+        job.step(2)
+        for s in SITES:
+            policy.observe(s, job.report(s), float(now))
+        assert policy.decide(float(now)) is None
+    policy.plan.committed({"topology": "tree", "stragglers": ""})  # back to the base plan: it may speak
+    wishes = []
+    for now in range(80, 100):
+        job.step(2)
+        for s in SITES:
+            policy.observe(s, job.report(s), float(now))
+        wishes.append(policy.decide(float(now)))
+    assert any(w is not None and "site_costs" in w for w in wishes)
     # off by default: the existing policy never sees the links
     assert SiteStragglerPolicy(SITES).tree is None
 
