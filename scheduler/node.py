@@ -39,7 +39,7 @@ from scheduler.wire import (
     site_values,
 )
 from wanrt.errors import ConfigError, RemoteProtocolError
-from wanrt.live_settings import RESTART_KEY, parse_stragglers
+from wanrt.live_settings import RESTART_KEY, parse_site_costs, parse_stragglers
 from wanrt.protocol import Message, Telemetry
 
 __all__ = ["Decision", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
@@ -321,6 +321,9 @@ class SchedulerNode:
         stragglers = values.get("stragglers")
         if isinstance(stragglers, str) and any(s not in self.gateways for s in parse_stragglers(stragglers)):
             raise ConfigError(f"stragglers: {stragglers!r} names a site not in this job", key="stragglers")
+        costs = values.get("site_costs")
+        if isinstance(costs, str) and any(s not in self.gateways for s in parse_site_costs(costs)):
+            raise ConfigError(f"site_costs: {costs[:80]!r} names a site not in this job", key="site_costs")
         if unknown:
             raise ConfigError(f"{unknown[0]}: no such site in this job", key=unknown[0])
         self._want(dict(values), "request", now)

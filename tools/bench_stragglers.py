@@ -26,6 +26,10 @@ Four parts, each compared side by side in the same run (see docs/stragglers.md):
    noise, the share of BSP's barrier waiting that ZipLine-chosen local steps remove
    (``elastic_wait_reduction``) and the samples/s gain, beside ADJUST_BS (Eq. 3, no memory bound) and
    ADJUST_BS with per-step batches capped at today's (a memory-bound GPU). docs/local_steps.md.
+8. **STAR §IV-D2 latency tree, live** (tools/bench_latency_tree.py): simulated gateway nodes (sims/des) with
+   one site's links 5× slower, the name-order binary tree against the scheduler's tree policy fed only the
+   gateways' telemetry: ``latency_tree_round_ratio`` (slow interior site, 5 sites; > 1), ``_root``, ``_7``,
+   and ``latency_tree_leaf_ratio`` (the slow site already a leaf: ≈ 1, no announcement).
 
 ``--quick`` (< 60 s) runs fewer seeds, iterations and scenarios, and not part 5 (its key is listed as not
 measured): ``--quick --emulated-only`` runs part 5 alone at the demo's ``--quick`` size (< 60 s), and
@@ -506,6 +510,19 @@ def part_emulated(quick: bool) -> dict[str, Any]:
     return emulated_straggler(quick)
 
 
+def part_latency_tree(quick: bool) -> dict[str, Any]:
+    """Part 8, in the simulator of whole gateway nodes (tools/bench_latency_tree.py)."""
+    from bench_latency_tree import TARGETS as TREE_TARGETS
+    from bench_latency_tree import measure, table
+
+    out = measure(quick)
+    print("\n== 8. STAR §IV-D2 latency tree (sims/des, name order vs the scheduler's tree policy) ==")
+    print(table(out))
+    out.pop("latency_tree_cases")  # the table holds them; the JSON keeps the keys
+    out["latency_tree_targets_met"] = [k for k, ok in TREE_TARGETS.items() if k in out and ok(out[k])]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="fewer seeds, iterations and scenarios (< 60 s)")
@@ -523,10 +540,13 @@ def main(argv: list[str] | None = None) -> int:
         out |= part_zipline(sz)
         out |= part_shards(args.quick)
         out |= part_elastic(args.quick)
+        out |= part_latency_tree(args.quick)
     if args.emulated_only or args.emulated or not args.quick:
         out |= part_emulated(args.quick)
     out["elapsed_s"] = time.perf_counter() - t0
-    targets = {**TARGETS, **SHARD_TARGETS}
+    from bench_latency_tree import TARGETS as TREE_TARGETS
+
+    targets = {**TARGETS, **SHARD_TARGETS, **TREE_TARGETS}
     out["not_measured"] = [k for k in targets if k not in out]
     print(f"\n{'key':<38} {'value':>10}  target")
     for key, ok in targets.items():

@@ -18,12 +18,13 @@ from typing import Any, Final
 
 from wanrt.config import check
 from wanrt.errors import ConfigError
-from wanrt.protocol.limits import MAX_RANK, MAX_SITES
+from wanrt.protocol.limits import MAX_RANK, MAX_SITES, MAX_STR_CHARS
 
 __all__ = [
     "LIVE_KEYS",
     "MAX_BATCH_SIZE",
     "MAX_LOCAL_STEPS",
+    "MAX_SITE_COSTS_CHARS",
     "MAX_STALENESS",
     "MAX_T_W_S",
     "PLAN_KEYS",
@@ -32,6 +33,8 @@ __all__ = [
     "RESTART_KEY",
     "TRAINER_KEYS",
     "check_live_settings",
+    "format_site_costs",
+    "parse_site_costs",
     "parse_stragglers",
     "split_plan_values",
 ]
@@ -47,7 +50,7 @@ RESTART_FROM_KEY: Final = "restart_from"
 #: Keys a ConfigUpdate may carry for the trainers.
 TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight", "local_steps", RESTART_KEY)
 #: Keys the gateways apply to their WAN plan (never forwarded to trainers).
-PLAN_KEYS: Final = ("topology", "stragglers", "t_w_s", "x_order")
+PLAN_KEYS: Final = ("topology", "stragglers", "t_w_s", "x_order", "site_costs")
 #: Every key a decision may carry.
 LIVE_KEYS: Final = TRAINER_KEYS + PLAN_KEYS
 #: The gateways' plan kinds (gateways.rounds.topology.TOPOLOGY_KINDS; a test keeps the two equal, the
@@ -55,6 +58,11 @@ LIVE_KEYS: Final = TRAINER_KEYS + PLAN_KEYS
 PLAN_TOPOLOGIES: Final = ("star", "tree", "ring", "parent_child", "allpairs")
 #: RoundConfig.t_w_s's bound: STAR Fig. 29 waits 30–300 ms; an hour means a typo or a dead child.
 MAX_T_W_S: Final = 3600.0
+
+#: ``site_costs`` travels as one string in an Announce, whose strings the wire bounds (MAX_STR_CHARS).
+MAX_SITE_COSTS_CHARS: Final = MAX_STR_CHARS
+#: A site cost is seconds per round payload; a day means a unit error, not a slow link.
+MAX_SITE_COST: Final = 86_400.0
 
 #: StellaTrain §3.3 bounds staleness by 1; a little more is allowed for experiments, but an unbounded value
 #: would let a slow site's updates pile up in the leader's memory without limit.
@@ -87,6 +95,9 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "stragglers":
             check(isinstance(value, str), key, value, "comma-separated site names (empty: none)")
             parse_stragglers(value)
+        elif key == "site_costs":  # STAR §IV-D2: the tree's order (cheapest site = root)
+            check(isinstance(value, str), key, value, '"site:cost,..." (seconds; empty: none)')
+            parse_site_costs(value)
         elif key == "x_order":  # STAR §IV-B static x-order: the root goes on once x sites contributed
             check(
                 type(value) is int and 0 <= value <= MAX_SITES, key, value, f"an integer in [0, {MAX_SITES}]"
@@ -127,6 +138,36 @@ def parse_stragglers(value: str) -> tuple[str, ...]:
         check(bool(n) and "@" not in n, "stragglers", value, "comma-separated site names (empty: none)")
     check(len(names) <= MAX_SITES, "stragglers", value, f"at most {MAX_SITES} sites")
     return tuple(sorted(set(names)))
+
+
+def parse_site_costs(value: str) -> dict[str, float]:
+    """``"b:0.4, a:0.12"`` → ``{"a": 0.12, "b": 0.4}`` (``""`` → none); ConfigError names ``site_costs``
+    for a malformed entry, a repeated site, a cost that is not a finite number in [0, a day], or a string
+    longer than one Announce string may be."""
+    key = "site_costs"
+    check(
+        len(value) <= MAX_SITE_COSTS_CHARS, key, value[:40] + "...", f"at most {MAX_SITE_COSTS_CHARS} chars"
+    )
+    out: dict[str, float] = {}
+    for part in value.split(",") if value.strip() else []:
+        name, sep, number = part.partition(":")
+        name = name.strip()
+        check(bool(sep) and bool(name) and "@" not in name, key, part, '"site:cost" entries')
+        try:
+            cost = float(number)
+        except ValueError:
+            raise ConfigError(f"site_costs: {part!r} is not site:seconds", key=key, value=part) from None
+        check(0.0 <= cost <= MAX_SITE_COST, key, part, f"costs are seconds in [0, {MAX_SITE_COST:g}]")
+        check(name not in out, key, part, "one cost per site")
+        out[name] = cost
+    check(len(out) <= MAX_SITES, key, len(out), f"at most {MAX_SITES} sites")
+    return dict(sorted(out.items()))
+
+
+def format_site_costs(costs: Mapping[str, float], digits: int = 3) -> str:
+    """The canonical ``site_costs`` string (sites by name, ``digits`` significant digits): equal costs
+    give equal strings, so a decision that changes nothing is recognisably the same."""
+    return ",".join(f"{s}:{float(c):.{digits}g}" for s, c in sorted(costs.items()))
 
 
 def split_plan_values(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

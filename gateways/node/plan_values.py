@@ -1,4 +1,5 @@
-"""A scheduler decision's plan settings (``topology``, ``stragglers``, ``t_w_s``) as the round engine's
+"""A scheduler decision's plan settings (``topology``, ``stragglers``, ``t_w_s``, ``x_order``, ``site_costs``)
+as the round engine's
 :class:`~gateways.rounds.topology.PlanSpec`.
 
 Why a pure function of (values, the gateway's own round config, the job's sites): every gateway of the job
@@ -11,6 +12,13 @@ decision leaves out keeps the gateway's configured value, so a decision that onl
 Everything a gateway could fail on when applying is checked here, before the prepare is accepted: a value
 that passes :func:`plan_problem` cannot fail in :meth:`GatewayNode.set_plan` at commit, so a decision is
 never half-applied.
+
+``site_costs`` (STAR §IV-D2, "amortizing communication overhead") orders a tree or star: the cheapest site
+becomes the root and levels fill in cost order, so a site with a slow link ends up a leaf, where its link
+carries one payload each way instead of its children's too. With costs the configured ``root`` steps aside
+(it is the name-order default the costs exist to replace); ring, all-pairs and parent–child take no order
+from costs (their core is by name or by pairwise link costs), so there the key is accepted and changes
+nothing but the parent a detached straggler picks among equally loaded hosts.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.topology import PlanSpec, TopologyKind, build_plan
 from wanrt.errors import ConfigError
-from wanrt.live_settings import check_live_settings, parse_stragglers, split_plan_values
+from wanrt.live_settings import check_live_settings, parse_site_costs, parse_stragglers, split_plan_values
 
 __all__ = ["plan_problem", "plan_spec"]
 
@@ -40,13 +48,18 @@ def plan_spec(
     unknown = [s for s in stragglers if s not in known]
     if unknown:
         raise ConfigError(f"stragglers: {unknown[0]!r} is not a site of this job", key="stragglers")
+    costs = parse_site_costs(str(plan.get("site_costs", "")))
+    stranger = [s for s in costs if s not in known]
+    if stranger:
+        raise ConfigError(f"site_costs: {stranger[0]!r} is not a site of this job", key="site_costs")
     kind: TopologyKind = plan.get("topology", rounds.topology)
     tw = plan.get("t_w_s")
     spec = PlanSpec.make(
         kind,
         arity=rounds.tree_arity,
+        costs=costs,
         stragglers=stragglers,
-        root=root,
+        root=None if costs else root,
         t_w_s=None if tw is None else float(tw),
         x_order=plan.get("x_order"),
     )

@@ -26,6 +26,10 @@ With ``modes`` including ``parent_child`` the same decision may also re-plan the
 predict less time to the same progress than BSP's Eq. 1, the site is detached and attached to a core
 member that waits the chosen t_w; when it recovers, the base plan is announced back. Both parts travel in
 one announcement, so batch split and plan change at the same iteration.
+
+With ``modes`` including ``latency_tree`` (STAR §IV-D2, :mod:`scheduler.stragglers.tree_policy`) the
+gateways' per-link telemetry orders their tree: ``site_costs`` is announced when the measured costs call
+for another tree shape, in the same decision as whatever else is due.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from scheduler.stragglers.detection import DetectionReport, StragglerDetector
 from scheduler.stragglers.mode_policy import SitePlanMode
 from scheduler.stragglers.rank_restart import RankRestarts
 from scheduler.stragglers.site_config import SiteStragglerConfig
+from scheduler.stragglers.tree_policy import LatencyTreePolicy, TreeSettings
 from scheduler.wire import RESTART_PREFIX, SITE_BATCH_PREFIX, SITE_LOCAL_STEPS_PREFIX, SITE_WEIGHT_PREFIX
 
 __all__ = ["SiteStragglerPolicy"]
@@ -71,6 +76,23 @@ class SiteStragglerPolicy:
         self.last_restarts: list[KillRestart] = []
         #: ElasticBSP's ZipLine over the sites' micro-step times (``[...local_steps] enabled = true``)
         self.local = LocalStepsPolicy(self.sites, self.cfg.local_steps)
+        c = self.cfg
+        #: STAR §IV-D2's latency tree from the links' measured rates (None: ``latency_tree`` not in modes)
+        self.tree: LatencyTreePolicy | None = (
+            LatencyTreePolicy(
+                self.sites,
+                TreeSettings(
+                    c.base_topology,
+                    c.tree_arity,
+                    c.tree_gain,
+                    c.tree_slow_ratio,
+                    c.tree_min_busy_s,
+                    c.tree_max_age_s,
+                ),
+            )
+            if "latency_tree" in c.modes
+            else None
+        )
 
     # -- Monitor -------------------------------------------------------------------------------------
 
@@ -78,6 +100,8 @@ class SiteStragglerPolicy:
         if site not in self.sites:
             return
         self.plan.reported(metrics)
+        if self.tree is not None:
+            self.tree.observe(site, metrics, now)
         it = metrics.get("trainer.iteration")
         compute = metrics.get("trainer.compute_s")
         per_rank = metrics.get("trainer.batch_size")
@@ -109,6 +133,17 @@ class SiteStragglerPolicy:
     # -- Controller ----------------------------------------------------------------------------------
 
     def decide(self, now: float) -> dict[str, Any] | None:
+        values = self._decide_sites(now)
+        if self.tree is None or (values and any(k.startswith(RESTART_PREFIX) for k in values)):
+            return values  # a restart order travels alone (the tree waits one decide tick)
+        if self.plan.children or (values or {}).get("topology") == "parent_child":
+            return values  # a parent–child plan runs a ring: no layers to order until it is back to base
+        tree = self.tree.decide(now)
+        if not tree:
+            return values
+        return {**(values or {}), **tree}
+
+    def _decide_sites(self, now: float) -> dict[str, Any] | None:
         restarts = self.ranks.decide(now)
         if restarts:
             # a node action (AntDT §V-E3) on its own: the site's batch split waits for the fresh process
@@ -138,11 +173,24 @@ class SiteStragglerPolicy:
             return None
         v = np.array(rates, dtype=np.float64)
         values: dict[str, Any] = {}
+        # a site of k local micro-steps takes k batches per WAN iteration (ElasticBSP §4)
+        ks = dict(self.local.running) if self.cfg.local_steps.enabled else {}
         if plan_on:
             # each site's predicted iteration time: its current samples over its throughput (STAR §IV-A)
-            times = {s: per_rank[s] * self._world[s] / float(r) for s, r in zip(self.sites, v, strict=True)}
+            times = {
+                s: ks.get(s, 1) * per_rank[s] * self._world[s] / float(r)
+                for s, r in zip(self.sites, v, strict=True)
+            }
             values.update(self.plan.decide(times, float(self._total), report.persistent, now) or {})
-        if "adjust_bs" in self.cfg.modes and (slow or self._running is not None):
+        # local steps and ADJUST_BS balance the same thing (each site's time per WAN iteration) with two
+        # levers; run together, ADJUST_BS equalises the per-batch times that local steps already scaled by
+        # k and the fast site ends up k times slower (seen in the emulated straggler demo: k = 11 and then
+        # 120 vs 8 samples for the same site). With local steps on, they are the lever.
+        if (
+            "adjust_bs" in self.cfg.modes
+            and not self.cfg.local_steps.enabled
+            and (slow or self._running is not None)
+        ):
             values.update(self._adjust_batches(now, per_rank, slow, v, steps) or {})
         if steps and SITE_BATCH_PREFIX + self.sites[0] not in values:
             values.update(self._values(per_rank, steps, batches=False))
@@ -218,6 +266,8 @@ class SiteStragglerPolicy:
     def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
         """The split in ``values`` runs from ``effective_iteration`` everywhere (a manual change too)."""
         self.plan.committed(values)
+        if self.tree is not None:
+            self.tree.committed(values, effective_iteration)
         for key in values:
             if key.startswith(RESTART_PREFIX):
                 self.ranks.committed(key[len(RESTART_PREFIX) :], effective_iteration)

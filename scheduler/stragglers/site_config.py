@@ -16,10 +16,12 @@ from scheduler.stragglers.config import BatchConfig, DetectionConfig
 from wanrt.config import check
 from wanrt.live_settings import MAX_T_W_S, PLAN_TOPOLOGIES
 
-__all__ = ["SITE_MODES", "X_ORDER_TOPOLOGIES", "SiteMode", "SiteStragglerConfig"]
+__all__ = ["SITE_MODES", "TREE_TOPOLOGIES", "X_ORDER_TOPOLOGIES", "SiteMode", "SiteStragglerConfig"]
 
-SiteMode: TypeAlias = Literal["adjust_bs", "parent_child", "x_order"]
-SITE_MODES: Final[tuple[SiteMode, ...]] = ("adjust_bs", "parent_child", "x_order")
+SiteMode: TypeAlias = Literal["adjust_bs", "parent_child", "x_order", "latency_tree"]
+SITE_MODES: Final[tuple[SiteMode, ...]] = ("adjust_bs", "parent_child", "x_order", "latency_tree")
+#: Plans with layers (one root), where STAR §IV-D2's site order changes who carries whose payloads.
+TREE_TOPOLOGIES: Final = ("star", "tree")
 #: Plans whose rounds have one root: the only ones where the engine can apply static x-order.
 X_ORDER_TOPOLOGIES: Final = ("star", "tree")
 
@@ -58,6 +60,21 @@ class SiteStragglerConfig:
       two nearly equal predictions do not alternate the plan every decision.
     * ``base_topology`` — the plan announced when the stragglers recover: set it to the gateways'
       ``[rounds] topology``.
+    * ``latency_tree`` in ``modes`` — STAR §IV-D2: the scheduler orders the gateways' tree by each site's
+      measured cost (seconds to move one round's payload over its link, from the gateways' per-link
+      telemetry) and announces ``site_costs`` when the tree's shape would change: the cheapest site becomes
+      the root, a site with a slow link a leaf (:mod:`scheduler.stragglers.tree_policy`). Needs a one-root
+      ``base_topology`` (tree or star): ring and all-pairs give every core member the same share, so
+      there is no layer to move a slow site to.
+    * ``tree_arity`` — the gateways' ``[rounds] tree_arity`` (the policy predicts the tree they build; 2).
+    * ``tree_gain`` — the least fraction by which the new tree must lower the busiest link's predicted
+      time per round (max over sites of tree edges × cost) to be announced (0.2: a re-plan costs the two
+      phases, and measured link rates wander by ~10 %).
+    * ``tree_slow_ratio`` — an edge proves its end slow when the other end did this many times better on
+      another edge (1.5).
+    * ``tree_min_busy_s`` — busy seconds a link window holds before it gives a rate (0.5 s).
+    * ``tree_max_age_s`` — a link rate older than this is forgotten (120 s; links the new tree no longer
+      uses stop being measured).
     * ``kill_restart`` — AntDT-ND's answer to a persistent straggler *rank* (§VI-A4, §V-E3): the scheduler
       orders that rank's trainer process restarted (``restart@<site>`` = rank), compared with its site's
       ranks (with one rank per site: with every rank of the job), from the per-rank times the site leaders
@@ -88,6 +105,11 @@ class SiteStragglerConfig:
     restart_cooldown_s: float = 1800.0
     max_restarts: int = 3
     local_steps: LocalStepsConfig = field(default_factory=LocalStepsConfig)
+    tree_arity: int = 2
+    tree_gain: float = 0.2
+    tree_slow_ratio: float = 1.5
+    tree_min_busy_s: float = 0.5
+    tree_max_age_s: float = 120.0
 
     def __post_init__(self) -> None:
         check(type(self.kill_restart) is bool, "kill_restart", self.kill_restart, "true or false")
@@ -129,6 +151,28 @@ class SiteStragglerConfig:
                 self.base_topology,
                 f"modes with x_order need a one-root topology: {' or '.join(X_ORDER_TOPOLOGIES)}",
             )
+        if "latency_tree" in self.modes:
+            check(
+                self.base_topology in TREE_TOPOLOGIES,
+                "base_topology",
+                self.base_topology,
+                f"modes with latency_tree need a one-root topology: {' or '.join(TREE_TOPOLOGIES)}",
+            )
+        check(
+            type(self.tree_arity) is int and 1 <= self.tree_arity <= 1024,
+            "tree_arity",
+            self.tree_arity,
+            "1..1024",
+        )
+        check(0.0 <= self.tree_gain < 1.0, "tree_gain", self.tree_gain, "must be in [0, 1)")
+        check(1.0 < self.tree_slow_ratio <= 1000.0, "tree_slow_ratio", self.tree_slow_ratio, "(1, 1000]")
+        check(0.0 < self.tree_min_busy_s <= 3600.0, "tree_min_busy_s", self.tree_min_busy_s, "(0, 3600] s")
+        check(
+            self.tree_min_busy_s <= self.tree_max_age_s <= 86_400.0,
+            "tree_max_age_s",
+            self.tree_max_age_s,
+            "tree_min_busy_s..86400 s",
+        )
         check(0.0 <= self.straggler_ratio <= 100.0, "straggler_ratio", self.straggler_ratio, "[0, 100]")
         check(0.0 <= self.max_wait_s <= MAX_T_W_S, "max_wait_s", self.max_wait_s, f"[0, {MAX_T_W_S:g}] s")
         check(0.0 <= self.switch_gain < 1.0, "switch_gain", self.switch_gain, "must be in [0, 1)")

@@ -183,3 +183,27 @@ def test_without_the_flag_the_straggler_policy_never_sets_steps() -> None:
         _report(pol, "b", it, 0.3, 1, 32, 1)
     values = pol.decide(8.0) or {}
     assert not any(k.startswith("local_steps@") for k in values)
+
+
+def test_with_local_steps_on_adjust_bs_does_not_also_rebalance_a_persistent_straggler() -> None:
+    # both levers balance each site's time per WAN iteration: together, ADJUST_BS equalised the per-batch
+    # times local steps had already scaled by k, and the fast site ended k times slower (emulated demo)
+    from scheduler.stragglers.config import DetectionConfig
+
+    detect = DetectionConfig(slowness=1.3, short_s=2.0, long_s=4.0, min_coverage=0.5)
+    announced: dict[bool, dict[str, object]] = {}
+    for on in (False, True):
+        cfg = SiteStragglerConfig(detection=detect, local_steps=ON if on else LocalStepsConfig())
+        pol = SiteStragglerPolicy(["a", "b"], cfg)
+        merged: dict[str, object] = {}
+        for it in range(40):
+            _report(pol, "a", it, 0.05, pol.local.running["a"] if on else 1, 32, 1)
+            _report(pol, "b", it, 0.25, 1, 32, 1)
+            values = pol.decide(float(it) + 0.5)
+            if values:
+                merged.update(values)
+                pol.committed(values, it + 1)
+        announced[on] = merged
+    assert any(k.startswith("batch_size@") for k in announced[False])  # the straggler is there to rebalance
+    assert announced[True]["local_steps@a"] == 5 and announced[True]["local_steps@b"] == 1
+    assert not any(k.startswith("batch_size@") for k in announced[True])

@@ -28,6 +28,9 @@ KEYS = (
     "elastic_wait_reduction",
     "elastic_samples_per_s_gain",
     "adjust_bs_wait_reduction",
+    "latency_tree_round_ratio",
+    "latency_tree_round_ratio_root",
+    "latency_tree_leaf_ratio",
 )
 
 
@@ -50,5 +53,8 @@ def test_quick_run_writes_all_keys(tmp_path: Path) -> None:
     assert 0.0 < data["seed002_persistent_reduction"] < 1.0
     assert data["star_mode_match_count"][1] > 0
     assert len(data["star_tw_sweep"]["t_w_ms"]) == len(data["star_tw_sweep"]["time_s"])
+    # the slow interior site moved to a leaf; where it already was one the policy stayed silent
+    assert data["latency_tree_slow_site_leaf"] == 1 and data["latency_tree_announcements_leaf"] == 0
+    assert data["latency_tree_digests_agree"] == 1 and data["latency_tree_gateways_agree"] == 1
     assert data["shards_lost"] == 0 and data["shards_lost_stateless_queue"] > 0
     assert 0.0 < data["elastic_wait_reduction"] <= 1.0 and data["adjust_bs_capped_wait_reduction"] == 0.0
