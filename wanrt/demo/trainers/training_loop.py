@@ -135,7 +135,8 @@ class Trainer:
         go = self.conn.recv()
         if not isinstance(go, Go):
             raise TypeError(f"expected Go, got {go!r}")
-        iteration = 0
+        iteration = 0  # WAN iterations done (what stop control, progress and the curve count)
+        step = 0  # optimizer steps done: one per iteration, or k with local steps (ElasticBSP §4)
         samples = 0
         drawn = sampler.batch
         t_last = t_go = time.monotonic()
@@ -144,7 +145,7 @@ class Trainer:
             self.conn.send(Evaluated(order.run, 0, initial[0], test_acc, t_last))
         while self.stops.may_start(order.slot, iteration):
             drawn = sampler.batch  # opt.step() may change it for the next iteration
-            x, y = sampler.at(iteration)
+            x, y = sampler.at(step)
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             if order.slowdown is not None:  # --straggler: a slower device, per sample (demo/straggler.py)
@@ -153,8 +154,12 @@ class Trainer:
                     time.sleep(delay)
             opt.step()
             opt.zero_grad()
-            iteration += 1
+            step += 1
             samples += drawn
+            done = step if ctx is None else ctx.iteration
+            if done == iteration:
+                continue  # a held micro-step: its WAN iteration is not over (docs/local_steps.md)
+            iteration = done
             t_last = time.monotonic()
             if spec.rank == 0:
                 self.conn.send(Progress(order.run, spec.site_index, 0, iteration, loss.item(), t_last, drawn))
