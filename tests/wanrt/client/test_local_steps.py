@@ -12,6 +12,7 @@ import torch
 
 import wanrt
 from tests.wanrt.client.fake_link import ScriptedLink, scripted
+from tests.wanrt.client.test_context_local import TwoLayers
 from wanrt.client import ClientConfig, SparseOptimizer
 from wanrt.client.link.gateway_link import _config_change
 from wanrt.client.site.decision import ConfigChange, SiteDecision, decode_body, decode_header, encode
@@ -20,18 +21,6 @@ from wanrt.live_settings import MAX_LOCAL_STEPS, check_live_settings
 from wanrt.protocol import ConfigUpdate
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
-
-
-class TwoLayers(torch.nn.Module):
-    """loss = <a, c_t> + <b, d_t>: the gradient of each layer is exactly the coefficient fed in."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = torch.nn.Parameter(torch.zeros(20))
-        self.b = torch.nn.Parameter(torch.zeros(36))
-
-    def loss(self, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        return (self.a * c).sum() + (self.b * d).sum()
 
 
 def make(secret_file: Path, config: ClientConfig) -> tuple[TwoLayers, SparseOptimizer, ScriptedLink]:
