@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-import wanrt
-from tests.wanrt.client.fake_link import ScriptedLink, scripted
-from tests.wanrt.client.test_context_local import TwoLayers
+from tests.wanrt.client.fake_link import ScriptedLink
+from tests.wanrt.client.test_context_local import TwoLayers, coeffs
+from tests.wanrt.client.test_context_local import make as make_context
 from wanrt.client import ClientConfig, SparseOptimizer
 from wanrt.client.link.gateway_link import _config_change
 from wanrt.client.site.decision import ConfigChange, SiteDecision, decode_body, decode_header, encode
@@ -24,23 +24,7 @@ pytestmark = pytest.mark.usefixtures("single_rank_group")
 
 
 def make(secret_file: Path, config: ClientConfig) -> tuple[TwoLayers, SparseOptimizer, ScriptedLink]:
-    links: list[ScriptedLink] = []
-    ctx = wanrt.client.init(
-        "mem://gw",
-        site="a",
-        job="j",
-        secret_file=secret_file,
-        config=config,
-        link_factory=scripted({}, links),
-    )
-    model = TwoLayers()
-    opt = SparseOptimizer(model.named_parameters(), "sgd", lr=1.0, ctx=ctx)
-    return model, opt, links[0]
-
-
-def coeffs(t: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(t)
-    return torch.randn(20, generator=g), torch.randn(36, generator=g)
+    return make_context(secret_file, {}, config)
 
 
 def cfg(k: int) -> ClientConfig:
