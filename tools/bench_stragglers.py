@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import statistics
 import sys
 import time
@@ -545,20 +544,11 @@ def main(argv: list[str] | None = None) -> int:
         out |= part_emulated(args.quick)
     out["elapsed_s"] = time.perf_counter() - t0
     from bench_latency_tree import TARGETS as TREE_TARGETS
+    from bench_latency_tree import report_keys
 
     targets = {**TARGETS, **SHARD_TARGETS, **TREE_TARGETS}
     out["not_measured"] = [k for k in targets if k not in out]
-    print(f"\n{'key':<38} {'value':>10}  target")
-    for key, ok in targets.items():
-        v = out.get(key)
-        if v is None:
-            why = "not measured in this mode" if key not in out else "a run missed its target loss"
-            print(f"{key:<38} {'—':>10}  {why}")
-            continue
-        print(f"{key:<38} {v:>10.4g}  {'met' if ok(v) else 'NOT met'}")
-    print(f"elapsed {out['elapsed_s']:.1f} s ({out['mode']})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1, default=float))
+    report_keys(out, targets, args.json)
     return 0
 
 
