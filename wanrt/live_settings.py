@@ -77,6 +77,15 @@ MAX_BATCH_SIZE: Final = 1 << 20
 MAX_LOCAL_STEPS: Final = 256
 
 
+#: The integer settings and their inclusive bounds (x_order: STAR §IV-B static x-order, 0 = wait for all).
+_INT_RANGES: Final[dict[str, tuple[int, int]]] = {
+    "x_order": (0, MAX_SITES),
+    "local_steps": (1, MAX_LOCAL_STEPS),
+    "staleness": (0, MAX_STALENESS),
+    "batch_size": (1, MAX_BATCH_SIZE),
+}
+
+
 def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` as a plain dict if every key is known and every value in bounds; ConfigError names the
     first bad key."""
@@ -98,36 +107,14 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "site_costs":  # STAR §IV-D2: the tree's order (cheapest site = root)
             check(isinstance(value, str), key, value, '"site:cost,..." (seconds; empty: none)')
             parse_site_costs(value)
-        elif key == "x_order":  # STAR §IV-B static x-order: the root goes on once x sites contributed
-            check(
-                type(value) is int and 0 <= value <= MAX_SITES, key, value, f"an integer in [0, {MAX_SITES}]"
-            )
         elif key == "t_w_s":
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             check(number and 0 <= value <= MAX_T_W_S, key, value, f"seconds in [0, {MAX_T_W_S:g}]")
         elif key == RESTART_KEY:
             check(type(value) is int and 0 <= value < MAX_RANK, key, value, f"a rank in [0, {MAX_RANK})")
-        elif key == "local_steps":
-            check(
-                type(value) is int and 1 <= value <= MAX_LOCAL_STEPS,
-                key,
-                value,
-                f"an integer in [1, {MAX_LOCAL_STEPS}]",
-            )
-        elif key == "staleness":
-            check(
-                type(value) is int and 0 <= value <= MAX_STALENESS,
-                key,
-                value,
-                f"an integer in [0, {MAX_STALENESS}]",
-            )
-        else:
-            check(
-                type(value) is int and 1 <= value <= MAX_BATCH_SIZE,
-                key,
-                value,
-                f"an integer in [1, {MAX_BATCH_SIZE}]",
-            )
+        else:  # x_order (STAR §IV-B: the root goes on after x sites), local_steps, staleness, batch_size
+            lo, hi = _INT_RANGES[key]
+            check(type(value) is int and lo <= value <= hi, key, value, f"an integer in [{lo}, {hi}]")
     return dict(values)
 
 
