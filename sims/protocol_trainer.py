@@ -1,6 +1,6 @@
 """A site leader that speaks the real trainer protocol over a real transport, without torch.
 
-The daemon tests (tests/gateways/service/daemon_trainer.py) and the chaos soak (tools/chaos_trainer.py)
+The daemon tests (sims/harness/daemon_trainer.py) and the chaos soak (tools/chaos_trainer.py)
 both need a trainer that pushes one payload per layer and iteration (last layer first, like a backward
 pass), at most ``staleness`` iterations ahead of the aggregates it has received, acknowledges every
 Aggregate, keeps each push until the gateway acknowledges it (so :meth:`ProtocolTrainer.reconnect` can send

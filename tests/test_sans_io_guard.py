@@ -42,6 +42,7 @@ EXCLUDED = (
     "sims/netns",
     "sims/cli.py",
     "sims/protocol_trainer.py",  # a trainer stand-in on a real transport, for daemon tests and the soak
+    "sims/harness",  # fake gateway, daemon cluster, kill-restart scenario: for tests and tools
     "scheduler/service",
     "scheduler/profile/cli.py",
     "wanrt/protocol/fuzz.py",

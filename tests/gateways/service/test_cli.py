@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateways.service.daemon_cluster import JOB, SECRET, short_dir
-from tests.gateways.service.daemon_trainer import FakeTrainer
+from sims.harness.daemon_cluster import JOB, SECRET, short_dir
+from sims.harness.daemon_trainer import FakeTrainer
 
 COMMAND = (sys.executable, "-m", "wanrt", "gateway")
 

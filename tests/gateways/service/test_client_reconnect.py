@@ -16,7 +16,7 @@ import pytest
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import ContribId
 from sims.exact_payloads import layer_shape, make_payload
-from tests.gateways.service.daemon_cluster import (
+from sims.harness.daemon_cluster import (
     JOB,
     SECRET,
     add_held,
@@ -25,7 +25,7 @@ from tests.gateways.service.daemon_cluster import (
     short_dir,
     site_configs,
 )
-from tests.gateways.service.daemon_trainer import FakeTrainer
+from sims.harness.daemon_trainer import FakeTrainer
 from wanrt.client.config import ClientConfig
 from wanrt.client.link.api import LinkSpec, UpdateArrived
 from wanrt.client.link.gateway_link import GatewayLink, open_gateway_link

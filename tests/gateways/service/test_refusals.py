@@ -10,7 +10,7 @@ import pytest
 
 from gateways.rounds.config import RoundConfig
 from gateways.service.peer_links import MAX_PREAUTH_PER_HOST
-from tests.gateways.service.daemon_cluster import running, short_dir, site_configs
+from sims.harness.daemon_cluster import running, short_dir, site_configs
 from tests.gateways.service.daemon_fakes import read_until_closed
 from transports import connect
 
@@ -54,8 +54,8 @@ async def test_connections_that_never_authenticate_are_capped() -> None:
 
 @pytest.mark.timeout(60)
 async def test_a_second_training_run_is_refused_with_what_to_do_not_hung() -> None:
-    from tests.gateways.service.daemon_cluster import trainers_for
-    from tests.gateways.service.daemon_trainer import signature_info
+    from sims.harness.daemon_cluster import trainers_for
+    from sims.harness.daemon_trainer import signature_info
 
     with short_dir() as tmp:
         configs = site_configs(tmp, "a", rounds=ROUNDS)
@@ -84,7 +84,7 @@ async def test_a_second_training_run_is_refused_with_what_to_do_not_hung() -> No
 
 @pytest.mark.timeout(60)
 async def test_a_site_whose_trainer_is_missing_is_reported(caplog: pytest.LogCaptureFixture) -> None:
-    from tests.gateways.service.daemon_cluster import trainers_for
+    from sims.harness.daemon_cluster import trainers_for
 
     fast = RoundConfig(topology="star", round_deadline_s=0.2, suspect_after_s=20.0)
     with short_dir() as tmp:
@@ -111,7 +111,7 @@ async def test_a_site_whose_trainer_is_missing_is_reported(caplog: pytest.LogCap
 async def test_unauthenticated_hellos_naming_a_peer_do_not_delay_its_join() -> None:
     """Reliability item 10: a Hello naming site a that never authenticates held b's pre-join handshake
     gate for the whole handshake timeout (a's rejoin went from 2.8 s to 12–26 s)."""
-    from tests.gateways.service.daemon_cluster import JOB, Cluster
+    from sims.harness.daemon_cluster import JOB, Cluster
     from tests.gateways.service.daemon_fakes import FakePeer
     from wanrt.protocol import Connection
 

@@ -12,8 +12,7 @@ import pytest
 
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import ContribId
-from tests.gateways.harness import layer_shape
-from tests.gateways.service.daemon_cluster import (
+from sims.harness.daemon_cluster import (
     add_held,
     dense_sum,
     running,
@@ -22,6 +21,7 @@ from tests.gateways.service.daemon_cluster import (
     site_configs,
     trainers_for,
 )
+from tests.gateways.harness import layer_shape
 
 ITERATIONS = 60
 LAYERS = 4

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from tests.gateways.service.daemon_cluster import JOB, SECRET, running, short_dir, site_configs, trainers_for
+from sims.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs, trainers_for
 
 ROUNDS = RoundConfig(topology="star", round_deadline_s=20.0, suspect_after_s=20.0)
 #: far below the trainer's update deadline (120 s): the point is that nobody waits for it

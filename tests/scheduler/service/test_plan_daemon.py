@@ -25,7 +25,7 @@ from scheduler.service.daemon import SchedulerDaemon
 from scheduler.service.policies import make_policy
 from scheduler.stragglers.config import DetectionConfig
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from tests.gateways.service.daemon_cluster import (
+from sims.harness.daemon_cluster import (
     JOB,
     SECRET,
     TEST_TIMEOUTS,
@@ -36,7 +36,7 @@ from tests.gateways.service.daemon_cluster import (
     site_configs,
     trainers_for,
 )
-from tests.gateways.service.daemon_trainer import FakeTrainer
+from sims.harness.daemon_trainer import FakeTrainer
 from tests.scheduler.service.test_straggler_daemon import report_while_training
 
 SITES = "abc"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.wanrt.client.fake_gateway import exact_sum
+from sims.harness.fake_gateway import exact_sum
 from wanrt.payload import SparsePayload
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wanrt.client.fake_gateway import FakeGateway, run_in_thread
+from sims.harness.fake_gateway import FakeGateway, run_in_thread
 from tests.wanrt.client.two_sites import launch
 
 SECRET = b"0123456789abcdef-test-secret"

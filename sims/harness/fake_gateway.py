@@ -94,7 +94,7 @@ class FakeGateway:
         while True:
             event = conn.next_event()
             if event is not NEED_DATA:
-                return event  # type: ignore[return-value]
+                return event
             conn.receive_data(await transport.recv())
 
     async def _handle(self, transport: Transport) -> None:
@@ -181,7 +181,7 @@ def run_in_thread(gw: FakeGateway) -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def main() -> None:
-    """``python -m tests.wanrt.client.fake_gateway --url unix:///tmp/wanrt.sock --sites a,b --job j
+    """``python -m sims.harness.fake_gateway --url unix:///tmp/wanrt.sock --sites a,b --job j
     --secret-file job.key``: serve until interrupted (for trying docs/client.md's example locally)."""
     import argparse
 

@@ -89,7 +89,9 @@ def main() -> int:
         code = 0
     except wanrt.RestartRequested as exc:
         result["t_exit"] = time.monotonic()
-        result.update(ended="restart", message=str(exc), iteration=exc.iteration, named=exc.rank)
+        result.update(
+            ended="restart", message=str(exc), iteration=exc.fields["iteration"], named=exc.fields["rank"]
+        )
         code = 1  # the elastic agent restarts the worker group
     except Exception as exc:
         result.update(ended="error", type=type(exc).__name__, message=traceback.format_exc()[-3000:])

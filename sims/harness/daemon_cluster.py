@@ -21,8 +21,8 @@ from gateways.config import GatewayConfig
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.messages import Action, ContribId, Deliver, Send
 from gateways.service.daemon import GatewayDaemon
-from tests.gateways.harness import layer_shape
-from tests.gateways.service.daemon_trainer import FakeTrainer
+from sims.exact_payloads import layer_shape
+from sims.harness.daemon_trainer import FakeTrainer
 from transports import Timeouts
 from transports.urls import short_socket_dir
 from wanrt.payload import SparsePayload

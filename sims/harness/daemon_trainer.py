@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sims.exact_payloads import make_payload
 from sims.protocol_trainer import Key, ProtocolTrainer, signature_info
-from tests.gateways.harness import make_payload
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Aggregate
 

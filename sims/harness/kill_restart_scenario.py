@@ -21,9 +21,9 @@ from scheduler.service.policies import make_policy
 from scheduler.stragglers.config import DetectionConfig
 from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from tests.gateways.service.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, running, short_dir, site_configs
+from sims.harness.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, running, short_dir, site_configs
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 90
 SLOW_S = 0.3
 
@@ -43,7 +43,7 @@ async def _torchrun(
         "--max-restarts=1",
         "--monitor-interval=0.1",
         "-m",
-        "tests.scheduler.service.kill_restart_trainer",
+        "sims.harness.kill_restart_trainer",
         f"--gateway={gateway}",
         f"--site={site}",
         f"--job={JOB}",
