@@ -18,6 +18,7 @@ the machine (printed with the table): compare arms of one run, not runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -28,10 +29,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# this checkout's packages before an installed copy: the trainers (spawned, they inherit sys.path) must run
+# the same code as the daemons (PYTHONPATH, set in main)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_straggler_demo import _config
 
+import wanrt
 from wanrt.demo.runner import Demo
 
 __all__ = ["ARMS", "main", "run_arms"]
@@ -66,9 +71,12 @@ def _local_steps_table(table: Mapping[str, Any]) -> Iterator[None]:
         Demo.straggler_tables = orig  # type: ignore[method-assign]
 
 
-def run_arms(arms: Sequence[str], seed: int, out: Path, quick: bool) -> dict[str, dict[str, Any]]:
-    """Each arm once on one set of trainers; what each reached and what the scheduler committed."""
-    cfg = _config(quick, seed)
+def run_arms(
+    arms: Sequence[str], seed: int, out: Path, quick: bool, changes: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each arm once on one set of trainers; what each reached and what the scheduler committed.
+    ``changes``: DemoConfig fields other than the benchmark's (the user's ``lr``, ``max_iters``)."""
+    cfg = dataclasses.replace(_config(quick, seed), **dict(changes or {}))
     rows: dict[str, dict[str, Any]] = {}
     with Demo(cfg, out / f"seed{seed}", progress=False, on_line=lambda _line: None) as demo:
         for arm in arms:
@@ -103,17 +111,28 @@ def _f(v: float | None, digits: int = 1) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    # the daemons (``python -m wanrt`` subprocesses) too, wherever this is started from
+    root = str(Path(__file__).resolve().parents[1])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one repeat (seed 0) instead of two")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=list(ARMS))
     ap.add_argument("--seeds", nargs="+", type=int, help="override the repeats' seeds")
     ap.add_argument("--out", type=Path, help="run directories (default: a temporary one)")
+    ap.add_argument("--lr", type=float, help="the user's learning rate (default: the demo's, SGD 0.3)")
+    ap.add_argument("--max-iters", type=int, help="iteration cap of every run (default: the demo's)")
     args = ap.parse_args(argv)
     seeds = args.seeds or ([0] if args.quick else [0, 1])
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-local-steps-lr-"))
+    print(f"wanrt from {Path(wanrt.__file__).parent}; runs in {out}")
     load_before = os.getloadavg()
-    per_seed = {seed: run_arms(args.arms, seed, out, quick=True) for seed in seeds}
+    changes: dict[str, Any] = {}
+    if args.lr is not None:
+        changes["lr"] = args.lr
+    if args.max_iters is not None:
+        changes["max_iters"] = args.max_iters
+    per_seed = {seed: run_arms(args.arms, seed, out, True, changes) for seed in seeds}
     load_after = os.getloadavg()
     print(
         f"\nemulated straggler (quick demo size), seeds {seeds}, "
@@ -149,9 +168,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "local_steps_lr_per_seed": {str(s): rows for s, rows in per_seed.items()},
         "local_steps_lr_setup": {
             "seeds": seeds,
+            "changes": changes,
             "loadavg_before": load_before,
             "loadavg_after": load_after,
             "out_dir": str(out),
+            "wanrt": str(Path(wanrt.__file__).parent),
         },
     }
     if args.json:

@@ -116,3 +116,9 @@ def test_a_split_without_new_steps_leaves_the_scale_alone() -> None:
     pol.committed(_first_decision(pol), 9)
     weights = pol._values({"a": 32, "b": 16, "c": 64})  # a re-weighting with the k's in force
     assert "lr_scale" not in weights
+
+
+def test_by_default_the_steps_leave_the_learning_rate_alone() -> None:
+    # the measured default (docs/local_steps.md): a job that turns local steps on keeps its learning rate
+    values = _first_decision(_policy())
+    assert "lr_scale" not in values
