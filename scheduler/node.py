@@ -36,6 +36,7 @@ from scheduler.wire import (
     SiteShardGrant,
     SiteShardRelease,
     SiteShardRequest,
+    check_site_keys,
     site_values,
 )
 from wanrt.errors import ConfigError, RemoteProtocolError
@@ -315,6 +316,7 @@ class SchedulerNode:
             raise ConfigError(
                 f"{restart[0]}: a restart is ordered by the scheduler's straggler policy only", key=restart[0]
             )
+        check_site_keys(values)  # lr_scale@<site> (job-wide) or density@<site>: never silently dropped
         for site in self.gateways:
             trainer_config_update(site_values(values, site), 0)  # ConfigError naming the bad key
         unknown = [k for k in values if "@" in k and k.split("@", 1)[1] not in self.gateways]

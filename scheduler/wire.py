@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from wanrt.errors import LocalProtocolError
-from wanrt.live_settings import RESTART_KEY
+from wanrt.errors import ConfigError, LocalProtocolError
+from wanrt.live_settings import RESTART_KEY, check_live_settings
 from wanrt.protocol import CORE_REGISTRY, Message
 from wanrt.protocol.checks import check_name, check_scalar_map, check_text, check_uint
 from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER, MAX_RANK
@@ -51,6 +51,7 @@ __all__ = [
     "SiteShardGrant",
     "SiteShardRelease",
     "SiteShardRequest",
+    "check_site_keys",
     "site_values",
 ]
 
@@ -85,6 +86,17 @@ def site_values(values: Mapping[str, Any], site: str) -> dict[str, Any]:
         if own is not None:
             out[key] = own
     return out
+
+
+def check_site_keys(values: Mapping[str, Any]) -> None:
+    """ConfigError for a ``<key>@<site>`` whose key has no per-site form: :func:`site_values` would drop
+    it without a word, so a manual ``lr_scale@a`` (job-wide: :data:`wanrt.live_settings.JOB_WIDE_KEYS`)
+    or ``density@a`` would be accepted and never applied anywhere."""
+    for key, value in values.items():
+        name, at, _ = key.partition("@")
+        if at and name + at not in _PER_SITE:
+            check_live_settings({key: value})  # a job-wide key's own message (it raises for any key@site)
+            raise ConfigError(f"{key}: {name} has no per-site form", key=key, value=value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The settings a running job may change (density, staleness bound, batch size, the site's share of the
-job's samples and its local micro-steps per WAN iteration; and the gateways' WAN plan: topology, straggler
-sites, t_w), and their bounds: one schema shared by the trainer client, the gateway and the scheduler, so a
-value one of them accepts is never refused (or worse, crashes a trainer) at another.
+job's samples, its local micro-steps per WAN iteration and the job's learning-rate scale; and the gateways'
+WAN plan: topology, straggler sites, t_w), and their bounds: one schema shared by the trainer client, the
+gateway and the scheduler, so a value one of them accepts is never refused (or worse, crashes a trainer) at
+another.
 
 The plan keys (:data:`PLAN_KEYS`) are for the gateways, not the trainers: a gateway applies them to its
 round engine at the decision's effective iteration (STAR §IV-B parent–child: ``topology = "parent_child"``,
@@ -13,6 +14,7 @@ the job) the gateway checks in the prepare phase.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -21,9 +23,11 @@ from wanrt.errors import ConfigError
 from wanrt.protocol.limits import MAX_RANK, MAX_SITES, MAX_STR_CHARS
 
 __all__ = [
+    "JOB_WIDE_KEYS",
     "LIVE_KEYS",
     "MAX_BATCH_SIZE",
     "MAX_LOCAL_STEPS",
+    "MAX_LR_SCALE",
     "MAX_SITE_COSTS_CHARS",
     "MAX_STALENESS",
     "MAX_T_W_S",
@@ -48,7 +52,19 @@ RESTART_KEY: Final = "restart"
 #: starts at (gateways.node.trainer_restart sets it, wanrt.client.link.gateway_link reads it).
 RESTART_FROM_KEY: Final = "restart_from"
 #: Keys a ConfigUpdate may carry for the trainers.
-TRAINER_KEYS: Final = ("density", "staleness", "batch_size", "batch_weight", "local_steps", RESTART_KEY)
+TRAINER_KEYS: Final = (
+    "density",
+    "staleness",
+    "batch_size",
+    "batch_weight",
+    "local_steps",
+    "lr_scale",
+    RESTART_KEY,
+)
+#: Keys that hold one value for the whole job and have no ``<key>@<site>`` form. ``lr_scale``: every site
+#: applies the same aggregated update, so a learning rate that differed between sites would make their
+#: parameter copies diverge after the first step.
+JOB_WIDE_KEYS: Final = ("lr_scale",)
 #: Keys the gateways apply to their WAN plan (never forwarded to trainers).
 PLAN_KEYS: Final = ("topology", "stragglers", "t_w_s", "x_order", "site_costs")
 #: Every key a decision may carry.
@@ -76,6 +92,11 @@ MAX_BATCH_SIZE: Final = 1 << 20
 #: more than this would leave a site's gradient unsent for minutes, which no WAN needs.
 MAX_LOCAL_STEPS: Final = 256
 
+#: The factor on the user's learning rate (STAR §IV-C: r_new = (M_new / M) · r_SSGD, linear scaling as in
+#: Goyal et al. 2017). 64 allows a WAN iteration of 64× the samples at full linear scaling, beyond which
+#: Goyal et al.'s warm-up-free regime has long broken down; more means a unit error, not a batch.
+MAX_LR_SCALE: Final = 64.0
+
 
 #: The integer settings and their inclusive bounds (x_order: STAR §IV-B static x-order, 0 = wait for all).
 _INT_RANGES: Final[dict[str, tuple[int, int]]] = {
@@ -92,6 +113,15 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     if not values:
         raise ConfigError("no settings given", key="values")
     for key, value in values.items():
+        base = key.partition("@")[0]
+        if base in JOB_WIDE_KEYS and base != key:
+            raise ConfigError(
+                f"{key}: {base} is one value for the whole job, never per site (every site applies the "
+                f"same aggregated update: different learning rates would make the sites' parameters "
+                f"diverge); set {base} without @<site>",
+                key=key,
+                value=value,
+            )
         check(key in LIVE_KEYS, key, value, f"settings that can change are {', '.join(LIVE_KEYS)}")
         if key == "density":
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -99,6 +129,10 @@ def check_live_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "batch_weight":
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             check(number and 0 < value <= MAX_SITES, key, value, f"a number in (0, {MAX_SITES}]")
+        elif key == "lr_scale":
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = number and math.isfinite(value) and 0 < value <= MAX_LR_SCALE
+            check(ok, key, value, f"a number in (0, {MAX_LR_SCALE:g}]")
         elif key == "topology":
             check(value in PLAN_TOPOLOGIES, key, value, f"one of {', '.join(PLAN_TOPOLOGIES)}")
         elif key == "stragglers":

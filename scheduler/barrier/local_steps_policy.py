@@ -21,6 +21,13 @@ within ``wait_slack`` of the best share over all r: the earliest barrier that is
 slack. R (``lookahead``) therefore bounds the fastest site's k, and every site's k, so the samples of one
 WAN iteration are at most R × today's.
 
+Learning rate (STAR §IV-C, "scaling learning rate after switching": r_new = (M_new / M) · r_SSGD, after
+Goyal et al. 2017's linear scaling rule): k's > 1 make one WAN iteration average S = Σ_s k_s·b_s·ranks_s
+samples instead of S_base = Σ_s b_s·ranks_s, so its update is a larger batch's, with a smaller variance, at
+the same step size. Each announcement of k's carries the job's ``lr_scale`` = S / S_base (``linear``), its
+square root (``sqrt``: the variance-matching rule often used for adaptive optimizers), or nothing
+(``none``), capped at ``max_lr_scale``; k = 1 everywhere gives 1 again (:func:`lr_scale_for`).
+
 Hysteresis (a dead band): the k's in force stay while their waiting share, under the current intervals,
 is within ``wait_slack`` + ``min_gain`` of the best share any barrier reaches; only beyond it new k's are
 proposed (each change costs a two-phase announcement and shifts the batch weights). Noise in the intervals
@@ -33,7 +40,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 
@@ -42,19 +49,24 @@ from scheduler.barrier.elastic import predict_ends
 from scheduler.barrier.zipline import zipline
 from wanrt.config import check
 from wanrt.errors import LocalProtocolError
-from wanrt.live_settings import MAX_LOCAL_STEPS
+from wanrt.live_settings import MAX_LOCAL_STEPS, MAX_LR_SCALE
 
 __all__ = [
+    "LR_SCALINGS",
     "LocalStepsChoice",
     "LocalStepsConfig",
     "LocalStepsPolicy",
     "best_share",
     "choose_local_steps",
+    "lr_scale_for",
     "wait_share",
 ]
 
 #: the per-micro-step times a site keeps (more is no better a median and only lags a real change)
 MAX_WINDOW: Final = 1024
+#: how the job's learning rate follows the samples per WAN iteration (see the module docstring)
+LR_SCALINGS: Final = ("linear", "sqrt", "none")
+LrScaling = Literal["linear", "sqrt", "none"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,14 @@ class LocalStepsConfig:
       a median of 8 samples of a ±10 % noisy time is off by a few %, and a barrier's share moves with it).
     * ``min_gain`` — how much more than the choice's slack the k's in force may wait before new ones are
       announced (10 %: the dead band is best + 20 %).
+    * ``lr_scaling`` — the job's ``lr_scale`` announced with the k's: ``linear`` (STAR §IV-C), ``sqrt``
+      or ``none`` (no ``lr_scale`` announced: the one in force stays). ``none`` by default, from the
+      end-to-end measurement (docs/local_steps.md): on the emulated-straggler demo, whose SGD rate 0.3 is
+      already near the largest stable one, ``linear`` (×6.5–7) diverged and ``sqrt`` (×2.5) oscillated and
+      took 1.4–1.5× as long; with a rate of 0.1 (headroom) both cut the time to target (sqrt 1.8–1.9×,
+      linear 1.6–1.7×). The scheduler cannot see the headroom, so the user opts in.
+    * ``max_lr_scale`` — the cap on that scale: a safety bound, not a tuned value. With R = 15 and equal
+      sites linear scaling could ask for ~15×; the most any rule asked for in the runs measured was 7.
     """
 
     enabled: bool = False
@@ -76,6 +96,8 @@ class LocalStepsConfig:
     window: int = 8
     wait_slack: float = 0.1
     min_gain: float = 0.1
+    lr_scaling: LrScaling = "none"
+    max_lr_scale: float = 8.0
 
     def __post_init__(self) -> None:
         check(type(self.enabled) is bool, "enabled", self.enabled, "true or false")
@@ -94,6 +116,15 @@ class LocalStepsConfig:
         for key in ("wait_slack", "min_gain"):
             value = getattr(self, key)
             check(math.isfinite(value) and 0.0 <= value < 1.0, key, value, "a fraction in [0, 1)")
+        check(self.lr_scaling in LR_SCALINGS, "lr_scaling", self.lr_scaling, " or ".join(LR_SCALINGS))
+        cap = self.max_lr_scale
+        ok = isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap)
+        check(
+            ok and 1.0 <= cap <= MAX_LR_SCALE,
+            "max_lr_scale",
+            cap,
+            f"a number in [1, {MAX_LR_SCALE:g}] (the trainers' lr_scale bound)",
+        )
 
 
 @dataclass(frozen=True)
@@ -124,6 +155,21 @@ def choose_local_steps(intervals: Sequence[float], lookahead: int, wait_slack: f
     shares = [c.wait / c.t_sync if c.t_sync > 0 else 0.0 for c in choices]
     best = min(shares)
     return next(c for c, s in zip(choices, shares, strict=True) if s <= best + wait_slack)
+
+
+def lr_scale_for(samples: float, base_samples: float, rule: LrScaling, cap: float) -> float | None:
+    """The job's learning-rate factor when a WAN iteration averages ``samples`` instead of the
+    ``base_samples`` of k = 1 (STAR §IV-C's r_new = (M_new / M) · r for ``linear``; its square root for
+    ``sqrt``), at most ``cap``; None for ``none`` (announce nothing)."""
+    if rule == "none":
+        return None
+    if not (math.isfinite(samples) and math.isfinite(base_samples) and samples > 0 and base_samples > 0):
+        raise LocalProtocolError(
+            "samples per WAN iteration must be finite and > 0", value=(samples, base_samples)
+        )
+    ratio = samples / base_samples
+    scale = ratio if rule == "linear" else math.sqrt(ratio)
+    return float(min(cap, scale))
 
 
 def best_share(intervals: Sequence[float], lookahead: int) -> float:

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.barrier.local_steps_policy import LocalStepsPolicy
+from scheduler.barrier.local_steps_policy import LocalStepsPolicy, lr_scale_for
 from scheduler.stragglers.batch_alloc import allocate_greedy, allocate_milp, makespan
 from scheduler.stragglers.decisions import AdjustBatch, KillRestart
 from scheduler.stragglers.detection import DetectionReport, StragglerDetector
@@ -247,8 +247,9 @@ class SiteStragglerPolicy:
         """The split as values: per-rank batches, and each site's weight = its share of the WAN iteration's
         samples × the site count, where a site of k local micro-steps contributes k·batch·ranks samples
         (the trainer divides its accumulated gradient by ranks × k: docs/local_steps.md). New k's
-        (``steps``) travel with them, so batches, weights and k's change at one iteration; without a new
-        split (``batches=False``) the batches in force stay unannounced."""
+        (``steps``) travel with them, and the job's ``lr_scale`` for the samples they make (STAR §IV-C;
+        ``lr_scaling = "none"``: not announced), so batches, weights, k's and learning rate change at one
+        iteration; without a new split (``batches=False``) the batches in force stay unannounced."""
         ks = dict(self.local.running)
         if steps:
             ks.update(steps)
@@ -261,6 +262,13 @@ class SiteStragglerPolicy:
             values[SITE_WEIGHT_PREFIX + s] = samples[s] * len(self.sites) / total
             if steps:
                 values[SITE_LOCAL_STEPS_PREFIX + s] = int(ks[s])
+        if steps:
+            # STAR §IV-C's ADJUST_LR: the job's rate follows the WAN iteration's samples (k = 1: scale 1)
+            lc = self.cfg.local_steps
+            base = sum(per_rank[s] * self._world[s] for s in self.sites)
+            scale = lr_scale_for(total, base, lc.lr_scaling, lc.max_lr_scale)
+            if scale is not None:
+                values["lr_scale"] = scale
         return values
 
     def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:

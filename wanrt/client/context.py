@@ -172,6 +172,12 @@ class Context:
         return self._config.local_steps
 
     @property
+    def lr_scale(self) -> float:
+        """The job's factor on the optimizer's learning rate in force (live ``lr_scale``, 1 by default;
+        STAR §IV-C: the scheduler raises it with the samples per WAN iteration, docs/local_steps.md)."""
+        return 1.0 if self._optimizer is None else self._optimizer.lr_scale
+
+    @property
     def micro_step(self) -> int:
         """How many micro-steps of the current WAN iteration are done (0 at its start)."""
         return self._micro
@@ -403,6 +409,7 @@ class Context:
             # what ran: the scheduler reads a plan's idle with its payload from the first report on
             metrics["density"] = float(self._config.density)
             metrics["staleness"] = float(self._config.staleness)
+            metrics["lr_scale"] = float(self.lr_scale)  # the scale in force (trainer.lr_scale)
             if self.discarded_steps:  # the scheduler sees it as trainer.resync.empty_pushes
                 metrics["resync.empty_pushes"] = float(self.discarded_steps)
             self._link.telemetry(iteration, metrics)
@@ -712,6 +719,9 @@ class Context:
                 self._compressor.set_density(self._config.density)
             if change.batch_weight is not None:
                 self._batch_weight = change.batch_weight
+            if change.lr_scale is not None and self._optimizer is not None:
+                # STAR §IV-C's ADJUST_LR: on every rank at the same WAN iteration, beside the user's lr
+                self._optimizer.lr_scale = change.lr_scale
             if change.batch_size is not None:
                 self._batch_size = change.batch_size
                 for cb in self._batch_callbacks:

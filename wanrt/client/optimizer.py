@@ -62,6 +62,27 @@ class SparseOptimizer:
     def params(self) -> list[torch.Tensor]:
         return list(self._params)
 
+    @property
+    def lr(self) -> float:
+        """The learning rate you set (``hyper["lr"]``, or a schedule's value: ``opt.lr = sched(t)``). Set it
+        on every rank of the site alike, as with any torch optimizer in data-parallel training."""
+        return self._kernel.lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._kernel.lr = value
+
+    @property
+    def lr_scale(self) -> float:
+        """The job's live factor on :attr:`lr` (scheduler-set, read-only here): a step applies
+        ``lr × lr_scale``. Kept apart so a schedule that sets ``lr`` keeps the scale."""
+        return self._kernel.lr_scale
+
+    @property
+    def effective_lr(self) -> float:
+        """What the next update applies: ``lr × lr_scale``."""
+        return self._kernel.effective_lr
+
     def step(self) -> None:
         """End the iteration: apply the global updates due now (see :meth:`Context.step`)."""
         self.ctx.step()

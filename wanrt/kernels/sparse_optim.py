@@ -75,17 +75,37 @@ class SparseOptimizer(ABC):
 
     def __init__(self, lr: float) -> None:
         self._lr = lr
+        self._lr_scale = 1.0
         self._state: dict[int, _ParamState] = {}
 
     @property
     def lr(self) -> float:
-        """Learning rate used by the next step; settable (learning-rate schedules)."""
+        """The user's learning rate for the next step; settable (learning-rate schedules). The step uses
+        :attr:`effective_lr`, this times :attr:`lr_scale`."""
         return self._lr
 
     @lr.setter
     def lr(self, value: float) -> None:
         check(math.isfinite(value) and value >= 0, "lr", value, "must be finite and >= 0")
         self._lr = float(value)
+
+    @property
+    def lr_scale(self) -> float:
+        """A factor on :attr:`lr` that the runtime sets (a wanrt job's live ``lr_scale``, STAR §IV-C's
+        r_new = (M_new / M) · r when a WAN iteration carries more samples). Kept apart from ``lr`` so that
+        a schedule that sets ``lr`` every step neither undoes the scale nor gets it compounded, and so
+        that :meth:`state_dict` saves the user's rate, not the job's scale of the moment."""
+        return self._lr_scale
+
+    @lr_scale.setter
+    def lr_scale(self, value: float) -> None:
+        check(math.isfinite(value) and value > 0, "lr_scale", value, "must be finite and > 0")
+        self._lr_scale = float(value)
+
+    @property
+    def effective_lr(self) -> float:
+        """The rate the next step applies: ``lr × lr_scale`` (exactly ``lr`` at scale 1)."""
+        return self._lr * self._lr_scale
 
     def step(self, key: int, param: object, update: SparsePayload) -> None:
         """Apply the (already averaged) sparse gradient ``update`` to ``param`` in place.
@@ -208,7 +228,7 @@ class SparseSGD(SparseOptimizer):
     def _apply(
         self, k: ReferenceKernels, p: Array, st: _ParamState, idx: Array, vals: Array, bs: int
     ) -> None:
-        k.sgd(p, idx, vals, bs, self._lr, self.config.weight_decay)
+        k.sgd(p, idx, vals, bs, self.effective_lr, self.config.weight_decay)
 
     def hyper(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self.config), "lr": self._lr}
@@ -236,7 +256,7 @@ class SparseMomentum(SparseOptimizer):
             idx,
             vals,
             bs,
-            self._lr,
+            self.effective_lr,
             c.momentum,
             c.dampening,
             c.nesterov,
@@ -274,7 +294,7 @@ class SparseAdam(SparseOptimizer):
             idx,
             vals,
             bs,
-            self._lr,
+            self.effective_lr,
             self._bias,
             st.t_max,
             c.eps,

@@ -4,8 +4,9 @@ quick size with real scheduler and gateway daemons and trainer processes, the mi
 
 Two faults this catches, both seen in the first such run: the fast site's trainer leaving after 1/k of the
 run (the demo counted optimizer steps, not WAN iterations) and ADJUST_BS re-balancing on top of the k's.
-It checks behaviour, not speed: the k's were announced, no batch split came with them, every site trained
-the same WAN iterations and ended with the same parameters, and the loss fell.
+It checks behaviour, not speed: the k's were announced, no batch split came with them (and a learning-rate
+scale only if the policy's default rule asks for one), every site trained the same WAN iterations and ended
+with the same parameters, and the loss fell.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.barrier.local_steps_policy import LocalStepsConfig
 from wanrt.demo.runner import Demo
 
 REPO = Path(__file__).resolve().parents[3]
@@ -48,6 +50,9 @@ def test_the_straggler_demo_runs_with_zipline_local_steps(
     fast = next(s for s in ("a", "b") if s != slow)
     assert steps.get(f"local_steps@{fast}", 1) > 1 and steps.get(f"local_steps@{slow}") == 1, values
     assert not any(k.startswith("batch_size@") for vals in values for k in vals), values
+    # ADJUST_LR comes with the k's only if lr_scaling asks for it (default "none": docs/local_steps.md)
+    scales = [vals["lr_scale"] for vals in values if "lr_scale" in vals]
+    assert bool(scales) == (LocalStepsConfig().lr_scaling != "none"), values
     assert run.distinct_final_models == 1
     assert run.iterations >= 10
     assert run.curve[-1].loss < 0.8 * run.curve[0].loss

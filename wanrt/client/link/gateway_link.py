@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import queue
 import threading
 from collections.abc import Coroutine
@@ -63,7 +64,7 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
-from wanrt.live_settings import MAX_LOCAL_STEPS, RESTART_FROM_KEY, RESTART_KEY
+from wanrt.live_settings import MAX_LOCAL_STEPS, MAX_LR_SCALE, RESTART_FROM_KEY, RESTART_KEY
 from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import ConnectionClosed
@@ -95,7 +96,15 @@ __all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
 log = logging.getLogger(__name__)
 
 #: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
-CONFIG_KEYS: Final = ("density", "batch_size", "staleness", "batch_weight", "local_steps", RESTART_KEY)
+CONFIG_KEYS: Final = (
+    "density",
+    "batch_size",
+    "staleness",
+    "batch_weight",
+    "local_steps",
+    "lr_scale",
+    RESTART_KEY,
+)
 _STOP: Final = object()
 #: the writer joins queued messages into one transport write until it holds this many bytes (a write of
 #: several parts is joined into one buffer: a bound keeps a burst of big pushes from being copied at once)
@@ -121,7 +130,21 @@ def _config_change(msg: ConfigUpdate) -> ConfigChange:
         num("batch_weight", float),
         _rank(v.get(RESTART_KEY)),
         _local_steps(v.get("local_steps")),
+        _lr_scale(v.get("lr_scale")),
     )
+
+
+def _lr_scale(x: Any) -> float | None:
+    """The job's learning-rate scale in the shared bounds: a value the gateway let through must still never
+    reach the optimizer as 0, a negative, NaN or inf (the parameters would stop or blow up at once)."""
+    if x is None:
+        return None
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    if not ok or not 0 < x <= MAX_LR_SCALE:
+        raise RemoteProtocolError(
+            f"ConfigUpdate lr_scale must be a number in (0, {MAX_LR_SCALE:g}]", value=repr(x)[:40]
+        )
+    return float(x)
 
 
 def _local_steps(x: Any) -> int | None:

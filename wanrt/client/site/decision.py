@@ -8,8 +8,8 @@ receiving side can bound every size before it allocates (pickle could run arbitr
 anything).
 
 Layout of the body: one row of :data:`UPDATE_FIELDS` per update, then all block indices, then one row of
-:data:`CONFIG_FIELDS` per configuration change (the density travels as the bit pattern of a float64), then
-the UTF-8 bytes of an error ``kind\\0message`` one per element.
+:data:`CONFIG_FIELDS` per configuration change (the density, the batch weight and the learning-rate scale
+travel as the bit patterns of float64s), then the UTF-8 bytes of an error ``kind\\0message`` one per element.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ MAGIC: Final = 0x57414E52  # "WANR": a rank that joined the wrong collective seq
 HEADER_LEN: Final = 8
 UPDATE_FIELDS: Final = 6  # iteration, layer, dense_len, block_size, nnz_blocks, n_sites
 #: effective_iteration, density bits (NaN = unchanged), batch_size, staleness (-1), batch_weight bits (NaN),
-#: restart rank (-1 = none), local_steps (-1 = unchanged)
-CONFIG_FIELDS: Final = 7
+#: restart rank (-1 = none), local_steps (-1 = unchanged), lr_scale bits (NaN = unchanged)
+CONFIG_FIELDS: Final = 8
 #: an error message longer than this is cut: it is for humans, and it must not size an allocation
 MAX_ERROR_BYTES: Final = 4096
 #: at most this many configuration changes per step; the scheduler announces a handful per minute
@@ -63,6 +63,9 @@ class ConfigChange:
     restart: int | None = None
     #: local micro-steps per WAN iteration from this iteration on (ElasticBSP §4, ZipLine's choice)
     local_steps: int | None = None
+    #: the job's factor on the user's learning rate from this iteration on (STAR §IV-C's ADJUST_LR, announced
+    #: with local steps: docs/local_steps.md); the same at every site
+    lr_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ def encode(
             [
                 np.nan if c.density is None else c.density,
                 np.nan if c.batch_weight is None else c.batch_weight,
+                np.nan if c.lr_scale is None else c.lr_scale,
             ],
             dtype=np.float64,
         ).view(np.int64)
@@ -119,6 +123,7 @@ def encode(
             int(floats[1]),
             -1 if c.restart is None else c.restart,
             -1 if c.local_steps is None else c.local_steps,
+            int(floats[2]),
         )
     err = b""
     if decision.error is not None:
@@ -189,6 +194,7 @@ def decode_body(
     for row in body[pos : pos + n_cfg * CONFIG_FIELDS].reshape(n_cfg, CONFIG_FIELDS):
         density = float(row[1:2].view(np.float64)[0])
         weight = float(row[4:5].view(np.float64)[0])
+        lr_scale = float(row[7:8].view(np.float64)[0])
         changes.append(
             ConfigChange(
                 int(row[0]),
@@ -198,6 +204,7 @@ def decode_body(
                 None if np.isnan(weight) else weight,
                 None if row[5] < 0 else int(row[5]),
                 None if row[6] < 0 else int(row[6]),
+                None if np.isnan(lr_scale) else lr_scale,
             )
         )
     pos += n_cfg * CONFIG_FIELDS
