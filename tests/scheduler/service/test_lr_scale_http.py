@@ -9,7 +9,7 @@ import dataclasses
 import aiohttp
 
 from scheduler.service.daemon import serving as scheduler
-from tests.gateways.service.daemon_cluster import short_dir
+from sims.harness.daemon_cluster import short_dir
 from tests.scheduler.service.test_scheduler_daemon import TOKEN, _free_port, _sched_cfg
 
 
