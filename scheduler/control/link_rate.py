@@ -40,6 +40,7 @@ Sans-IO: counters and ``now`` are passed in.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from scheduler.control.config import SchedulerConfig
@@ -71,6 +72,7 @@ class LinkRates:
         self.cfg = config if config is not None else SchedulerConfig()
         self._links: dict[str, _Link] = {}
         self._delivery: dict[str, _Link] = {}  # the same windows over the backlog counters
+        self._rx: dict[str, _Link] = {}  # ... and over the receivers' tail-dispersion counters
 
     def observe_backlog(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
         """Cumulative counters of ``link``'s delivery while backlogged (bytes, seconds: the gateway's
@@ -81,15 +83,35 @@ class LinkRates:
         acknowledgement, so it holds the round trip and the receiver's CPU (under load 7 a 2 kB message's
         span was 100-160 ms, and a 100 Mbit/s link read 20-30 Mbit/s); the backlog periods hold only
         the time bytes queued for the link, so their rate is the link's (TCP's delivery-rate sample)."""
+        # BBR's windowed max filter: a delivery sample is bounded by the link, but a
+        # receiver that stalled (its gateway's loop busy, the socket full) reads below it — on two loaded
+        # cores 55-115 Mbit/s windows on a 100 Mbit/s link — so the link is the best recent window
+        return self._observe_window(self._delivery, link, nbytes, seconds, now, "max")
+
+    def observe_rx(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
+        """Cumulative counters of ``link``'s tail dispersion at its receiver (``link.<sender>.rx_bytes|rx_s``
+        reported by the receiving gateway; ``link`` is ``sender>receiver``); returns a new rate (bit/s)
+        when the window since the last one holds at least ``link_delivery_min_s`` of tails.
+
+        Why: the sender's delivery sample above reads a token bucket's burst as rate (~41 Mbit/s on a
+        30 Mbit/s policed link: the burst crosses at once after each idle gap), while a message's tail at
+        the receiver is paced by the bottleneck alone (gateways/sending/rx_dispersion.py). Filtered by
+        ``link_rx_filter`` over the same window and age (docs/scheduler.md: a receiver that stalls batches
+        its reads, which makes a tail read slow *or* fast)."""
+        return self._observe_window(self._rx, link, nbytes, seconds, now, self.cfg.link_rx_filter)
+
+    def _observe_window(
+        self, table: dict[str, _Link], link: str, nbytes: float, seconds: float, now: float, how: str
+    ) -> float | None:
         vals = (nbytes, seconds, now)
         if not all(math.isfinite(v) for v in vals) or nbytes < 0 or seconds < 0:
-            raise RemoteProtocolError("backlog counters must be finite and >= 0", value=vals)
-        st = self._delivery.get(link)
+            raise RemoteProtocolError("delivery counters must be finite and >= 0", value=vals)
+        st = table.get(link)
         if st is None:
-            if len(self._delivery) >= MAX_LINKS:
-                oldest = min(self._delivery, key=lambda k: self._delivery[k].seen_at)
-                del self._delivery[oldest]
-            self._delivery[link] = _Link(nbytes, seconds, seen_at=now)
+            if len(table) >= MAX_LINKS:
+                oldest = min(table, key=lambda k: table[k].seen_at)
+                del table[oldest]
+            table[link] = _Link(nbytes, seconds, seen_at=now)
             return None
         st.seen_at = now
         if nbytes < st.bytes0 or seconds < st.busy0:
@@ -101,34 +123,40 @@ class LinkRates:
         rate = 8.0 * (nbytes - st.bytes0) / busy
         st.window = (nbytes - st.bytes0, busy, 0.0)
         st.bytes0, st.busy0 = nbytes, seconds
-        # BBR's windowed max filter: a delivery sample is bounded by the link, but a
-        # receiver that stalled (its gateway's loop busy, the socket full) reads below it — on two loaded
-        # cores 55-115 Mbit/s windows on a 100 Mbit/s link — so the link is the best recent window
         st.samples = [(t, r) for t, r in st.samples if now - t <= self.cfg.link_delivery_max_age_s]
         st.samples.append((now, rate))
         if len(st.samples) < self.cfg.link_delivery_min_samples:
-            return None  # too few windows for the max filter to see past a stalled one
-        st.rate_bps = max(r for _, r in st.samples)
+            return None  # too few windows for the filter to see past a stalled one
+        rates = [r for _, r in st.samples]
+        st.rate_bps = max(rates) if how == "max" else statistics.median(rates)
         st.measured_at = now
         return rate
 
     def delivery_bps(self, now: float) -> float | None:
         """The slowest delivery rate among the links that were backlogged within
         ``link_delivery_max_age_s`` (None: none was). A link that did not backlog carried what it was
-        given without queueing: it is not the bottleneck at the running plan, and it is left out."""
+        given without queueing: it is not the bottleneck at the running plan, and it is left out. Per link
+        (one direction), its receiver's tail rate when it has a fresh one (``link_rx``), else its sender's
+        delivery sample: the tail excludes the burst the sender's sample cannot separate."""
         max_age = self.cfg.link_delivery_max_age_s
-        for k in [k for k, v in self._delivery.items() if now - v.seen_at > 4 * max_age]:
-            del self._delivery[k]
-        fresh = [
-            v.rate_bps
-            for v in self._delivery.values()
-            if v.rate_bps is not None and v.measured_at is not None and now - v.measured_at <= max_age
-        ]
-        return min(fresh) if fresh else None
+        per_link: dict[str, float] = {}
+        for table in (self._delivery, self._rx):  # rx second: it replaces the sender's sample
+            for k in [k for k, v in table.items() if now - v.seen_at > 4 * max_age]:
+                del table[k]
+            if table is self._rx and not self.cfg.link_rx:
+                break
+            for k, v in table.items():
+                if v.rate_bps is not None and v.measured_at is not None and now - v.measured_at <= max_age:
+                    per_link[k] = v.rate_bps
+        return min(per_link.values()) if per_link else None
 
     def delivery_windows(self) -> dict[str, tuple[float, float, float]]:
         """Per link, its last delivery window: (bytes, backlogged seconds, 0)."""
         return {k: v.window for k, v in self._delivery.items() if v.rate_bps is not None}
+
+    def rx_windows(self) -> dict[str, tuple[float, float, float]]:
+        """Per link, its last receiver-tail window: (bytes, tail seconds, filtered rate bit/s)."""
+        return {k: (*v.window[:2], v.rate_bps) for k, v in self._rx.items() if v.rate_bps is not None}
 
     def observe(
         self, link: str, *, bytes_sent: float, busy_s: float, now: float, peak_bps: float | None = None

@@ -1,0 +1,106 @@
+"""The receivers' tail-dispersion rate: it replaces the sender's delivery sample of the same direction
+while fresh, is filtered by its median (or max), and arrives from the receiving gateway's keys."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from scheduler.adaptive import AdaptivePolicy
+from scheduler.control.config import SchedulerConfig
+from scheduler.control.convergence import PowerLawConvergence
+from scheduler.control.link_rate import LinkRates
+from wanrt.errors import ConfigError, RemoteProtocolError
+
+M = 1e6
+
+
+def _cfg(**kw: object) -> SchedulerConfig:
+    return dataclasses.replace(SchedulerConfig(), **kw)  # type: ignore[arg-type]
+
+
+def _windows(lr: LinkRates, link: str, mbits: list[float], t0: float, *, rx: bool) -> float:
+    """One 40 ms window per 0.25 s report at each of ``mbits``; returns the last report's time."""
+    observe = lr.observe_rx if rx else lr.observe_backlog
+    nbytes = secs = 0.0
+    t = t0
+    observe(link, nbytes=nbytes, seconds=secs, now=t)
+    for mbit in mbits:
+        t += 0.25
+        nbytes += mbit * M / 8 * 0.04
+        secs += 0.04
+        observe(link, nbytes=nbytes, seconds=secs, now=t)
+    return t
+
+
+def test_the_receivers_rate_replaces_the_senders_sample_of_that_direction() -> None:
+    lr = LinkRates(_cfg(link_delivery_max_age_s=1.0))
+    _windows(lr, "a>b", [41, 41, 41], 0.0, rx=False)  # the sender reads the burst as rate
+    _windows(lr, "c>b", [100, 100, 100], 0.0, rx=False)
+    assert lr.delivery_bps(0.75) == pytest.approx(41 * M)
+    _windows(lr, "a>b", [30, 30, 30], 0.0, rx=True)
+    assert lr.delivery_bps(0.75) == pytest.approx(30 * M)
+    assert set(lr.rx_windows()) == {"a>b"}
+    # the tails stop (a faster link: each tail under the minimum) while the sender still samples
+    _windows(lr, "a>b", [95, 95, 95, 95, 95, 95, 95, 95], 0.75, rx=False)
+    _windows(lr, "c>b", [100] * 8, 0.75, rx=False)
+    assert lr.delivery_bps(2.75) == pytest.approx(95 * M)
+
+
+def test_the_median_filter_ignores_one_fast_or_slow_tail_and_max_takes_the_best() -> None:
+    med = LinkRates(_cfg(link_delivery_max_age_s=1.0))
+    _windows(med, "a>b", [30, 60, 31], 0.0, rx=True)  # a stalled receiver's batched reads: one fast tail
+    assert med.delivery_bps(0.75) == pytest.approx(31 * M)
+    mx = LinkRates(_cfg(link_delivery_max_age_s=1.0, link_rx_filter="max"))
+    _windows(mx, "a>b", [30, 60, 31], 0.0, rx=True)
+    assert mx.delivery_bps(0.75) == pytest.approx(60 * M)
+    with pytest.raises(ConfigError) as exc:
+        _cfg(link_rx_filter="mean")
+    assert exc.value.key == "link_rx_filter"
+
+
+def test_too_few_windows_or_rx_off_leave_the_senders_sample() -> None:
+    lr = LinkRates(_cfg(link_delivery_max_age_s=1.0))
+    _windows(lr, "a>b", [41, 41, 41], 0.0, rx=False)
+    _windows(lr, "a>b", [30, 30], 0.25, rx=True)  # two windows: fewer than link_delivery_min_samples
+    assert lr.delivery_bps(0.75) == pytest.approx(41 * M)
+    off = LinkRates(_cfg(link_delivery_max_age_s=1.0, link_rx=False))
+    _windows(off, "a>b", [41, 41, 41], 0.0, rx=False)
+    _windows(off, "a>b", [30, 30, 30], 0.0, rx=True)
+    assert off.delivery_bps(0.75) == pytest.approx(41 * M)
+    with pytest.raises(RemoteProtocolError):
+        lr.observe_rx("a>b", nbytes=-1.0, seconds=1.0, now=1.0)
+
+
+def test_the_receiving_gateways_keys_name_the_senders_direction() -> None:
+    policy = AdaptivePolicy(("a", "b"), _cfg(bw_initial_bps=100 * M), PowerLawConvergence())
+    now = 0.0
+    for k in range(16):  # 0.25 s reports; a → b: a reads 41 from its acks, b 30 from the tails
+        now = 0.25 * k
+        for site, peer in (("a", "b"), ("b", "a")):
+            batch = 8 + k % 3 * 8
+            rep = {
+                "frontier": float(k),
+                "cfg.density": 0.01,
+                "cfg.staleness": 1.0,
+                "trainer.iteration": float(k),
+                "trainer.params": 1e6,
+                "trainer.world_size": 1.0,
+                "trainer.batch_size": float(batch),
+                "trainer.compute_s": 0.001 * batch,
+                "trainer.iteration_s": 0.2,
+                f"link.{peer}.bytes_sent": 1e5 * (k + 1),
+            }
+            if site == "a":
+                rep[f"link.{peer}.backlog_bytes"] = 41 * M / 8 * 0.05 * k
+                rep[f"link.{peer}.backlog_s"] = 0.05 * k
+            else:  # b received from a
+                rep[f"link.{peer}.rx_bytes"] = 30 * M / 8 * 0.04 * k
+                rep[f"link.{peer}.rx_s"] = 0.04 * k
+            policy.observe(site, rep, now)
+        policy.decide(now)
+    assert policy.policy is not None
+    assert set(policy.policy.links.rx_windows()) == {"a>b"}
+    assert policy.policy.links.delivery_bps(now) == pytest.approx(30 * M)
+    assert policy.policy.bandwidth.estimate_bps == pytest.approx(30 * M)
