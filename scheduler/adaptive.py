@@ -151,7 +151,11 @@ class AdaptivePolicy:
                 or secs < 0
             ):
                 continue
-            rate = self.policy.observe_link_rx(f"{peer}>{site}", nbytes=nbytes, seconds=secs, now=now)
+            counts = [metrics.get(f"link.{peer}.rx_{c}") for c in ("n", "fast")]
+            n, fast = (v if v is not None and math.isfinite(v) and v >= 0 else None for v in counts)
+            rate = self.policy.observe_link_rx(
+                f"{peer}>{site}", nbytes=nbytes, seconds=secs, now=now, n=n, fast=fast
+            )
             if rate is not None:
                 log.debug("link %s>%s: %.1f Mbit/s from the receiver's tails", peer, site, rate / 1e6)
 

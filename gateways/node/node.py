@@ -106,9 +106,9 @@ log = logging.getLogger("gateways.node")
 #: that stays away this long is declared lost and the round engine re-plans without it.
 MAX_BACKLOG: Final = 4096
 
-#: Links described in one telemetry report (the busiest): 10 keys each, beside ~30 others, must stay within
+#: Links described in one telemetry report (the busiest): 12 keys each, beside ~30 others, must stay within
 #: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
-MAX_REPORTED_LINKS: Final = 20
+MAX_REPORTED_LINKS: Final = 18
 #: Straggler sites of the running plan named in one report (one key each); STAR detaches a few at most.
 MAX_REPORTED_STRAGGLERS: Final = 16
 
@@ -1434,9 +1434,11 @@ class GatewayNode:
                 m[f"link.{peer}.backlog_s"] = backlog
                 m[f"link.{peer}.backlog_bytes"] = float(self.link_times.backlog_bytes.get(peer, 0))
             rx = self.rx_rates.get(peer)
-            if rx is not None and rx.samples:  # the peer → us direction's rate at this receiver
+            if rx is not None and (rx.samples or rx.fast):  # the peer → us direction at this receiver
                 m[f"link.{peer}.rx_bytes"] = float(rx.rx_bytes)
                 m[f"link.{peer}.rx_s"] = rx.rx_s
+                m[f"link.{peer}.rx_n"] = float(rx.samples)
+                m[f"link.{peer}.rx_fast"] = float(rx.fast)
         excess = len(m) - MAX_TELEMETRY_KEYS
         if excess > 0:  # a big plan and many links: per-rank times go first, the fastest ranks' first
             ranks = sorted((k for k in m if k.startswith("trainer.rank.")), key=lambda k: (m[k], k))

@@ -17,7 +17,8 @@ over the time from that read to the read that carried its last byte. That remove
 burst is shorter than half the message (75 kB at 30 Mbit/s against ~140 kB), needs no clock agreement and
 no round-trip estimate, and is the same code for TCP over a WAN and for an emulated link (nothing is read
 from the emulator). A tail shorter than ``rx_min_tail_s`` gives no sample: it crossed inside a burst (or
-one batched read) and reads as any rate at all.
+one batched read) and reads as any rate at all; it is counted (``fast``), so that the scheduler's filter
+does not keep only the tails that something slowed past the threshold (scheduler/control/link_rx.py).
 
 The bytes of the half-way read itself are left out (their arrival before that read's time is unknown),
 exactly as the first packet of a train is. Positions are in the link's byte stream: the I/O adapter feeds
@@ -51,6 +52,9 @@ class RxDispersion:
         self.rx_bytes = 0
         self.rx_s = 0.0
         self.samples = 0
+        #: large messages whose tail was too short to measure (the scheduler's censored median counts them
+        #: as fast: leaving them out would keep only the tails something slowed past the threshold)
+        self.fast = 0
         #: the last sample (bytes, seconds), for logs and tests
         self.last: tuple[int, float] | None = None
 
@@ -91,7 +95,8 @@ class RxDispersion:
         nbytes = end - pos_half
         seconds = t_end - t_half
         if nbytes <= 0 or seconds < cfg.rx_min_tail_s:
-            return None  # inside one read, or within a burst: any rate at all
+            self.fast += 1  # inside one read, or within a burst: any rate at all, but not a slow one
+            return None
         self.rx_bytes += nbytes
         self.rx_s += seconds
         self.samples += 1

@@ -40,10 +40,10 @@ Sans-IO: counters and ``now`` are passed in.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 
 from scheduler.control.config import SchedulerConfig
+from scheduler.control.link_rx import RxLink
 from wanrt.errors import RemoteProtocolError
 
 __all__ = ["LinkRates"]
@@ -72,7 +72,7 @@ class LinkRates:
         self.cfg = config if config is not None else SchedulerConfig()
         self._links: dict[str, _Link] = {}
         self._delivery: dict[str, _Link] = {}  # the same windows over the backlog counters
-        self._rx: dict[str, _Link] = {}  # ... and over the receivers' tail-dispersion counters
+        self._rx: dict[str, RxLink] = {}  # ... and over the receivers' tail-dispersion counters
 
     def observe_backlog(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
         """Cumulative counters of ``link``'s delivery while backlogged (bytes, seconds: the gateway's
@@ -86,22 +86,48 @@ class LinkRates:
         # BBR's windowed max filter: a delivery sample is bounded by the link, but a
         # receiver that stalled (its gateway's loop busy, the socket full) reads below it — on two loaded
         # cores 55-115 Mbit/s windows on a 100 Mbit/s link — so the link is the best recent window
-        return self._observe_window(self._delivery, link, nbytes, seconds, now, "max")
+        return self._observe_window(self._delivery, link, nbytes, seconds, now)
 
-    def observe_rx(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
+    def observe_rx(
+        self,
+        link: str,
+        *,
+        nbytes: float,
+        seconds: float,
+        now: float,
+        n: float | None = None,
+        fast: float | None = None,
+    ) -> float | None:
         """Cumulative counters of ``link``'s tail dispersion at its receiver (``link.<sender>.rx_bytes|rx_s``
-        reported by the receiving gateway; ``link`` is ``sender>receiver``); returns a new rate (bit/s)
-        when the window since the last one holds at least ``link_delivery_min_s`` of tails.
+        and the tail counts ``rx_n`` (measured) / ``rx_fast`` (too short to measure), reported by the
+        receiving gateway; ``link`` is ``sender>receiver``); returns a new window's rate (bit/s) when the
+        tails since the last one hold at least ``link_delivery_min_s``.
 
         Why: the sender's delivery sample above reads a token bucket's burst as rate (~41 Mbit/s on a
         30 Mbit/s policed link: the burst crosses at once after each idle gap), while a message's tail at
         the receiver is paced by the bottleneck alone (gateways/sending/rx_dispersion.py). Filtered by
-        ``link_rx_filter`` over the same window and age (docs/scheduler.md: a receiver that stalls batches
-        its reads, which makes a tail read slow *or* fast)."""
-        return self._observe_window(self._rx, link, nbytes, seconds, now, self.cfg.link_rx_filter)
+        a censored median over the same age and count (:mod:`scheduler.control.link_rx`)."""
+        st = self._rx.get(link)
+        if st is None:
+            if len(self._rx) >= MAX_LINKS:
+                oldest = min(self._rx, key=lambda k: self._rx[k].seen_at)
+                del self._rx[oldest]
+            st = self._rx[link] = RxLink(nbytes, seconds, n or 0.0, fast or 0.0, seen_at=now)
+        cfg = self.cfg
+        return st.observe(
+            nbytes=nbytes,
+            seconds=seconds,
+            n=n,
+            fast=fast,
+            now=now,
+            min_s=cfg.link_delivery_min_s,
+            max_age=cfg.link_delivery_max_age_s,
+            min_samples=cfg.link_delivery_min_samples,
+            how=cfg.link_rx_filter,
+        )
 
     def _observe_window(
-        self, table: dict[str, _Link], link: str, nbytes: float, seconds: float, now: float, how: str
+        self, table: dict[str, _Link], link: str, nbytes: float, seconds: float, now: float
     ) -> float | None:
         vals = (nbytes, seconds, now)
         if not all(math.isfinite(v) for v in vals) or nbytes < 0 or seconds < 0:
@@ -127,8 +153,7 @@ class LinkRates:
         st.samples.append((now, rate))
         if len(st.samples) < self.cfg.link_delivery_min_samples:
             return None  # too few windows for the filter to see past a stalled one
-        rates = [r for _, r in st.samples]
-        st.rate_bps = max(rates) if how == "max" else statistics.median(rates)
+        st.rate_bps = max(r for _, r in st.samples)
         st.measured_at = now
         return rate
 
@@ -137,17 +162,23 @@ class LinkRates:
         ``link_delivery_max_age_s`` (None: none was). A link that did not backlog carried what it was
         given without queueing: it is not the bottleneck at the running plan, and it is left out. Per link
         (one direction), its receiver's tail rate when it has a fresh one (``link_rx``), else its sender's
-        delivery sample: the tail excludes the burst the sender's sample cannot separate."""
+        delivery sample: the tail excludes the burst the sender's sample cannot separate. A link whose
+        receiver saw most tails cross too fast to measure is left out, its sender's sample too."""
         max_age = self.cfg.link_delivery_max_age_s
-        per_link: dict[str, float] = {}
-        for table in (self._delivery, self._rx):  # rx second: it replaces the sender's sample
+        for table in (self._delivery, self._rx):
             for k in [k for k, v in table.items() if now - v.seen_at > 4 * max_age]:
                 del table[k]
-            if table is self._rx and not self.cfg.link_rx:
-                break
-            for k, v in table.items():
-                if v.rate_bps is not None and v.measured_at is not None and now - v.measured_at <= max_age:
-                    per_link[k] = v.rate_bps
+        per_link: dict[str, float] = {}
+        for k, v in self._delivery.items():
+            if v.rate_bps is not None and v.measured_at is not None and now - v.measured_at <= max_age:
+                per_link[k] = v.rate_bps
+        if self.cfg.link_rx:
+            for k, rx in self._rx.items():
+                kind, rate = rx.judged(now, max_age)
+                if kind == "rate" and rate is not None:
+                    per_link[k] = rate
+                elif kind == "fast":
+                    per_link.pop(k, None)
         return min(per_link.values()) if per_link else None
 
     def delivery_windows(self) -> dict[str, tuple[float, float, float]]:
@@ -156,7 +187,7 @@ class LinkRates:
 
     def rx_windows(self) -> dict[str, tuple[float, float, float]]:
         """Per link, its last receiver-tail window: (bytes, tail seconds, filtered rate bit/s)."""
-        return {k: (*v.window[:2], v.rate_bps) for k, v in self._rx.items() if v.rate_bps is not None}
+        return {k: (*v.window, v.rate_bps) for k, v in self._rx.items() if v.rate_bps is not None}
 
     def observe(
         self, link: str, *, bytes_sent: float, busy_s: float, now: float, peak_bps: float | None = None

@@ -23,7 +23,7 @@ def _node_with_links(n: int) -> GatewayNode:
         lt.busy_s[peer], lt.busy_bytes[peer], lt.peak_bps[peer] = 0.5, 1000, 5e6
         lt.backlog_s[peer], lt.backlog_bytes[peer] = 0.02, 250_000
         rx = node.rx_rates.setdefault(peer, RxDispersion())
-        rx.rx_bytes, rx.rx_s, rx.samples = 140_000, 0.037, 1
+        rx.rx_bytes, rx.rx_s, rx.samples, rx.fast = 140_000, 0.037, 1, 2
     return node
 
 
@@ -32,6 +32,7 @@ def test_the_delivery_counters_are_reported_per_link() -> None:
     assert m["link.p000.backlog_s"] == 0.02 and m["link.p000.backlog_bytes"] == 250_000.0
     assert m["link.p001.busy_s"] == 0.5
     assert m["link.p000.rx_bytes"] == 140_000.0 and m["link.p000.rx_s"] == 0.037
+    assert m["link.p000.rx_n"] == 1.0 and m["link.p000.rx_fast"] == 2.0
 
 
 def test_a_link_without_tail_samples_reports_no_rx_keys() -> None:

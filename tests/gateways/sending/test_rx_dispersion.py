@@ -46,6 +46,7 @@ def test_a_tail_shorter_than_the_minimum_gives_no_sample() -> None:
     _paced(rx, 1.0, 100_000, rate=100e6)  # its 50 kB tail takes 4 ms
     assert rx.message(rx.total, 100_000) is None
     assert rx.samples == 0 and rx.rx_s == 0.0
+    assert rx.fast == 1  # counted: the scheduler's median must not see only the slowed tails
 
 
 def test_a_tail_inside_one_read_gives_no_sample() -> None:
@@ -53,6 +54,7 @@ def test_a_tail_inside_one_read_gives_no_sample() -> None:
     rx.read(1.0, 1000)
     rx.read(2.0, 200_000)  # a receiver that stalled reads the whole message at once
     assert rx.message(rx.total, 200_000) is None
+    assert rx.fast == 1
 
 
 def test_messages_below_the_size_threshold_are_not_samples() -> None:
@@ -69,7 +71,7 @@ def test_the_ring_is_bounded_and_a_forgotten_half_gives_no_sample() -> None:
     _paced(rx, 0.0, 200_000)  # ~140 reads
     assert len(rx._reads) == 16
     assert rx.message(rx.total, 200_000) is None  # its half-way byte came ~70 reads ago
-    assert rx.total == 200_001
+    assert rx.total == 200_001 and rx.fast == 0  # not known to be fast either
 
 
 def test_a_read_carrying_one_message_s_end_and_the_next_one_s_start() -> None:

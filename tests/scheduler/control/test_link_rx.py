@@ -60,6 +60,42 @@ def test_the_median_filter_ignores_one_fast_or_slow_tail_and_max_takes_the_best(
     assert exc.value.key == "link_rx_filter"
 
 
+def test_fast_tails_count_in_the_median_and_a_fast_majority_leaves_the_link_out() -> None:
+    lr = LinkRates(_cfg(link_delivery_max_age_s=1.0))
+    _windows(lr, "a>b", [41, 41, 41], 0.0, rx=False)
+    _windows(lr, "c>b", [90, 90, 90], 0.0, rx=False)
+    # b measured three a→b tails (a slowed one at 50, two at 95) and four were too fast to measure
+    t = 0.0
+    lr.observe_rx("a>b", nbytes=0, seconds=0, n=0, fast=0, now=t)
+    nbytes = secs = 0.0
+    for k, mbit in enumerate([50.0, 95.0, 95.0]):
+        t += 0.25
+        nbytes += mbit * M / 8 * 0.025
+        secs += 0.025
+        lr.observe_rx("a>b", nbytes=nbytes, seconds=secs, n=k + 1, fast=0, now=t)
+    assert lr.delivery_bps(t) == pytest.approx(90 * M)  # the censored-free median, 95; c>b is slower
+    lr.observe_rx("a>b", nbytes=nbytes, seconds=secs, n=3, fast=4, now=t + 0.1)
+    # most tails crossed too fast to measure: a → b is not the bottleneck, and its sender's 41 is not B
+    assert lr.delivery_bps(t + 0.1) == pytest.approx(90 * M)
+    assert lr._rx["a>b"].judged(t + 0.1, 1.0) == ("fast", None)
+    # the old sender-side sample stays out while the judgement is fresh; both age out together
+    assert lr.delivery_bps(t + 2.0) is None
+
+
+def test_a_fast_minority_lifts_the_median_above_the_slowed_tails() -> None:
+    lr = LinkRates(_cfg(link_delivery_max_age_s=1.0))
+    t = 0.0
+    lr.observe_rx("a>b", nbytes=0, seconds=0, n=0, fast=0, now=t)
+    nbytes = secs = 0.0
+    for k, mbit in enumerate([60.0, 70.0, 100.0]):
+        t += 0.25
+        nbytes += mbit * M / 8 * 0.025
+        secs += 0.025
+        lr.observe_rx("a>b", nbytes=nbytes, seconds=secs, n=k + 1, fast=2, now=t)
+    # tails 60, 70, 100 and two fast (∞): the median of five is 100, not the measured median 70
+    assert lr.delivery_bps(t) == pytest.approx(100 * M)
+
+
 def test_too_few_windows_or_rx_off_leave_the_senders_sample() -> None:
     lr = LinkRates(_cfg(link_delivery_max_age_s=1.0))
     _windows(lr, "a>b", [41, 41, 41], 0.0, rx=False)
@@ -98,6 +134,8 @@ def test_the_receiving_gateways_keys_name_the_senders_direction() -> None:
             else:  # b received from a
                 rep[f"link.{peer}.rx_bytes"] = 30 * M / 8 * 0.04 * k
                 rep[f"link.{peer}.rx_s"] = 0.04 * k
+                rep[f"link.{peer}.rx_n"] = float(k)
+                rep[f"link.{peer}.rx_fast"] = 0.0
             policy.observe(site, rep, now)
         policy.decide(now)
     assert policy.policy is not None
