@@ -34,6 +34,12 @@ send/ack path, the same for TCP and the emulated link (gateways/sending/link_tim
 span from first chunk to acknowledgement, less the link's round trip — the windowed minimum span of its
 small messages); an emulator that reported its own token bucket would measure the emulator, not the WAN.
 
+**The receivers' tails** (:meth:`LinkRates.observe_rx`): the sender's sample reads a policed link's burst
+as rate (41 Mbit/s on a 30 Mbit/s link after each idle gap); the receiving gateway's tail dispersion of
+each large message (``link.<sender>.rx_*``, gateways/sending/rx_dispersion.py) does not. Per direction it
+replaces the sender's sample while fresh, filtered by a censored median (:mod:`scheduler.control.link_rx`);
+a direction whose tails mostly crossed too fast to measure is left out.
+
 Sans-IO: counters and ``now`` are passed in.
 """
 
