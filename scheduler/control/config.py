@@ -115,6 +115,11 @@ class SchedulerConfig:
     #: the filter over a link's recent receiver-tail windows (same age and count as the delivery's):
     #: "median" or "max" (docs/scheduler.md has the numbers that chose it)
     link_rx_filter: RxFilter = "median"
+    #: the receiver-tail windows the filter looks at are at most this old. Longer than the sender's
+    #: ``link_delivery_max_age_s``: a median needs more windows than a max to see past outliers — with
+    #: 1 s (2-4 windows) two slow tails into a loaded root gateway in a row read a 30 Mbit/s link as
+    #: 18.6 Mbit/s at the full bench's 10th tick (docs/scheduler.md)
+    link_rx_max_age_s: float = 2.0
     #: the exchange's latency (ours; 0: off, the paper's model): estimator observations the fixed part L of
     #: an exchange ``L + bytes / B`` is measured over (:mod:`scheduler.control.latency`). The paper's
     #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
@@ -280,6 +285,12 @@ class SchedulerConfig:
             "link_delivery_min_samples",
             self.link_delivery_min_samples,
             "must be an integer in 1..1000",
+        )
+        check(
+            0 < self.link_rx_max_age_s <= 3600,
+            "link_rx_max_age_s",
+            self.link_rx_max_age_s,
+            "must be in (0, 3600] s",
         )
         check(
             self.link_rx_filter in ("median", "max"),

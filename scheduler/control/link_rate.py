@@ -127,7 +127,7 @@ class LinkRates:
             fast=fast,
             now=now,
             min_s=cfg.link_delivery_min_s,
-            max_age=cfg.link_delivery_max_age_s,
+            max_age=cfg.link_rx_max_age_s,
             min_samples=cfg.link_delivery_min_samples,
             how=cfg.link_rx_filter,
         )
@@ -172,7 +172,9 @@ class LinkRates:
         receiver saw most tails cross too fast to measure is left out, its sender's sample too."""
         max_age = self.cfg.link_delivery_max_age_s
         for table in (self._delivery, self._rx):
-            for k in [k for k, v in table.items() if now - v.seen_at > 4 * max_age]:
+            for k in [
+                k for k, v in table.items() if now - v.seen_at > 4 * max(max_age, self.cfg.link_rx_max_age_s)
+            ]:
                 del table[k]
         per_link: dict[str, float] = {}
         for k, v in self._delivery.items():
@@ -180,7 +182,7 @@ class LinkRates:
                 per_link[k] = v.rate_bps
         if self.cfg.link_rx:
             for k, rx in self._rx.items():
-                kind, rate = rx.judged(now, max_age)
+                kind, rate = rx.judged(now, max_age)  # judged within the last max_age, over link_rx_max_age_s
                 if kind == "rate" and rate is not None:
                     per_link[k] = rate
                 elif kind == "fast":
