@@ -58,6 +58,18 @@ def test_the_median_filter_ignores_one_fast_or_slow_tail_and_max_takes_the_best(
     with pytest.raises(ConfigError) as exc:
         _cfg(link_rx_filter="mean")
     assert exc.value.key == "link_rx_filter"
+    with pytest.raises(ConfigError) as exc:
+        _cfg(link_rx_max_age_s=0.0)
+    assert exc.value.key == "link_rx_max_age_s"
+
+
+def test_the_median_looks_back_link_rx_max_age_s() -> None:
+    # three slow windows in a row among steady ones: over 1 s (5 windows) they are the median, over 2 s
+    # (9 windows) they are not
+    for age, want in ((1.0, 22.0), (2.0, 30.0)):
+        lr = LinkRates(_cfg(link_delivery_max_age_s=1.0, link_rx_max_age_s=age))
+        t = _windows(lr, "c>a", [30, 31, 30, 31, 30, 31, 30, 22, 14, 20], 0.0, rx=True)
+        assert lr.delivery_bps(t) == pytest.approx(want * M)
 
 
 def test_fast_tails_count_in_the_median_and_a_fast_majority_leaves_the_link_out() -> None:
