@@ -137,6 +137,10 @@ class AdaptivePolicy:
             rate = self.policy.observe_link_backlog(f"{site}>{peer}", nbytes=nbytes, seconds=secs, now=now)
             if rate is not None:
                 log.debug("link %s>%s: %.1f Mbit/s while backlogged", site, peer, rate / 1e6)
+        for key, pace in metrics.items():
+            # the sender's pacing rate per link: a delivery rate near it measured wanrt's pacer
+            if key.startswith("link.") and key.endswith(".rate_bps") and math.isfinite(pace) and pace > 0:
+                self.policy.links.observe_pacing(f"{site}>{key[len('link.') : -len('.rate_bps')]}", pace, now)
         for key, secs in metrics.items():
             if not (key.startswith("link.") and key.endswith(".rx_s")):
                 continue

@@ -79,6 +79,7 @@ class LinkRates:
         self._links: dict[str, _Link] = {}
         self._delivery: dict[str, _Link] = {}  # the same windows over the backlog counters
         self._rx: dict[str, RxLink] = {}  # ... and over the receivers' tail-dispersion counters
+        self._paced: dict[str, tuple[float, float]] = {}  # link -> (its sender's pacing rate, when)
 
     def observe_backlog(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
         """Cumulative counters of ``link``'s delivery while backlogged (bytes, seconds: the gateway's
@@ -169,7 +170,8 @@ class LinkRates:
         given without queueing: it is not the bottleneck at the running plan, and it is left out. Per link
         (one direction), its receiver's tail rate when it has a fresh one (``link_rx``), else its sender's
         delivery sample: the tail excludes the burst the sender's sample cannot separate. A link whose
-        receiver saw most tails cross too fast to measure is left out, its sender's sample too."""
+        receiver saw most tails cross too fast to measure is left out, its sender's sample too, and so is
+        one whose rate reached ``link_paced_share`` of its sender's pacing rate (application-limited)."""
         max_age = self.cfg.link_delivery_max_age_s
         for table in (self._delivery, self._rx):
             for k in [
@@ -187,7 +189,21 @@ class LinkRates:
                     per_link[k] = rate
                 elif kind == "fast":
                     per_link.pop(k, None)
+        for k in list(per_link):
+            paced = self._paced.get(k)
+            fresh = paced is not None and now - paced[1] <= 4 * max_age
+            if fresh and paced is not None and per_link[k] >= self.cfg.link_paced_share * paced[0]:
+                del per_link[k]  # application-limited: wanrt's pacer, not the link, set this rate
         return min(per_link.values()) if per_link else None
+
+    def observe_pacing(self, link: str, rate_bps: float, now: float) -> None:
+        """``link``'s sender paces it at ``rate_bps`` (the gateway's ``link.<peer>.rate_bps``): a delivery
+        rate near it measured the pacer (:meth:`delivery_bps` leaves such a link out)."""
+        if not (math.isfinite(rate_bps) and rate_bps > 0 and math.isfinite(now)):
+            raise RemoteProtocolError("pacing rate must be finite and > 0", value=rate_bps)
+        if link not in self._paced and len(self._paced) >= MAX_LINKS:
+            del self._paced[min(self._paced, key=lambda k: self._paced[k][1])]
+        self._paced[link] = (float(rate_bps), float(now))
 
     def delivery_windows(self) -> dict[str, tuple[float, float, float]]:
         """Per link, its last delivery window: (bytes, backlogged seconds, 0)."""

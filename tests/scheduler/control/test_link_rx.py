@@ -108,6 +108,21 @@ def test_a_fast_minority_lifts_the_median_above_the_slowed_tails() -> None:
     assert lr.delivery_bps(t) == pytest.approx(100 * M)
 
 
+def test_a_direction_paced_by_its_sender_is_left_out() -> None:
+    lr = LinkRates(_cfg(link_delivery_max_age_s=1.0))
+    _windows(lr, "a>b", [50, 50, 50], 0.0, rx=True)  # a paces a → b at 52 (a donor of the allocator)
+    _windows(lr, "a>c", [95, 95, 95], 0.0, rx=True)
+    lr.observe_pacing("a>b", 52e6, now=0.75)
+    lr.observe_pacing("a>c", 130e6, now=0.75)  # boosted: 95 is the link's, not the pacer's
+    assert lr.delivery_bps(0.75) == pytest.approx(95 * M)
+    lr.observe_pacing("a>c", 100e6, now=0.75)  # at the base rate, 95 may be the pacer's too
+    assert lr.delivery_bps(0.75) is None
+    with pytest.raises(RemoteProtocolError):
+        lr.observe_pacing("a>b", 0.0, now=1.0)
+    with pytest.raises(ConfigError):
+        _cfg(link_paced_share=0.0)
+
+
 def test_too_few_windows_or_rx_off_leave_the_senders_sample() -> None:
     lr = LinkRates(_cfg(link_delivery_max_age_s=1.0))
     _windows(lr, "a>b", [41, 41, 41], 0.0, rx=False)
@@ -143,6 +158,7 @@ def test_the_receiving_gateways_keys_name_the_senders_direction() -> None:
             if site == "a":
                 rep[f"link.{peer}.backlog_bytes"] = 41 * M / 8 * 0.05 * k
                 rep[f"link.{peer}.backlog_s"] = 0.05 * k
+                rep[f"link.{peer}.rate_bps"] = 100 * M  # paced far above what it carried
             else:  # b received from a
                 rep[f"link.{peer}.rx_bytes"] = 30 * M / 8 * 0.04 * k
                 rep[f"link.{peer}.rx_s"] = 0.04 * k
@@ -152,5 +168,6 @@ def test_the_receiving_gateways_keys_name_the_senders_direction() -> None:
         policy.decide(now)
     assert policy.policy is not None
     assert set(policy.policy.links.rx_windows()) == {"a>b"}
+    assert policy.policy.links._paced["a>b"][0] == 100 * M  # the sender's pacing rate, by direction
     assert policy.policy.links.delivery_bps(now) == pytest.approx(30 * M)
     assert policy.policy.bandwidth.estimate_bps == pytest.approx(30 * M)
