@@ -137,6 +137,31 @@ class AdaptivePolicy:
             rate = self.policy.observe_link_backlog(f"{site}>{peer}", nbytes=nbytes, seconds=secs, now=now)
             if rate is not None:
                 log.debug("link %s>%s: %.1f Mbit/s while backlogged", site, peer, rate / 1e6)
+        for key, pace in metrics.items():
+            # the sender's pacing rate per link: a delivery rate near it measured wanrt's pacer
+            if key.startswith("link.") and key.endswith(".rate_bps") and math.isfinite(pace) and pace > 0:
+                self.policy.links.observe_pacing(f"{site}>{key[len('link.') : -len('.rate_bps')]}", pace, now)
+        for key, secs in metrics.items():
+            if not (key.startswith("link.") and key.endswith(".rx_s")):
+                continue
+            # the receiver ``site`` reports the peer → site direction: the same link as the peer's own
+            # ``link.<site>.backlog_*`` (named sender>receiver, so the two replace each other per direction)
+            peer = key[len("link.") : -len(".rx_s")]
+            nbytes = metrics.get(f"link.{peer}.rx_bytes")
+            if (
+                nbytes is None
+                or not (math.isfinite(nbytes) and math.isfinite(secs))
+                or nbytes < 0
+                or secs < 0
+            ):
+                continue
+            counts = [metrics.get(f"link.{peer}.rx_{c}") for c in ("n", "fast")]
+            n, fast = (v if v is not None and math.isfinite(v) and v >= 0 else None for v in counts)
+            rate = self.policy.observe_link_rx(
+                f"{peer}>{site}", nbytes=nbytes, seconds=secs, now=now, n=n, fast=fast
+            )
+            if rate is not None:
+                log.debug("link %s>%s: %.1f Mbit/s from the receiver's tails", peer, site, rate / 1e6)
 
     def _observe_goodput(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         sent = sum(v for k, v in metrics.items() if k.startswith("link.") and k.endswith(".bytes_sent"))

@@ -24,7 +24,8 @@ Three measurements, each computed in this run:
    ``iters_to_target_ratio``, ``bw_estimate_error`` and ``comm_overhead_ratio_100mbit`` with ``wanrt
    scheduler``, ``wanrt gateway`` and gloo trainers through the demo's machinery.
 
-Usage: ``python tools/bench_scheduler.py [--quick] [--json PATH] [--daemons | --no-daemons]``. The full
+Usage: ``python tools/bench_scheduler.py [--quick] [--json PATH] [--daemons | --no-daemons] [--only bw]``
+(``--only bw``: the real-daemon step run alone, ``bw_estimate_error``). The full
 run includes the real-daemon part (about 15 minutes in all on two shared cores). ``--quick`` (under a
 minute) leaves it out: the real-daemon keys are then listed under ``not_measured``; ``--quick --daemons``
 adds its reduced form (one seed of ``wanrt demo --quick``, a smaller model, shorter phases: about three
@@ -190,7 +191,14 @@ def main() -> int:
     )
     ap.add_argument("--seeds", type=int, help="seeds of the time-to-target comparison (default 2; quick 1)")
     ap.add_argument("--out", type=Path, help="logs of the real-daemon part (default: a new temp dir)")
+    ap.add_argument(
+        "--only",
+        choices=["bw"],
+        help="bw: only the real-daemon step run (bw_estimate_error; same trainers, sizes and phases)",
+    )
     args = ap.parse_args()
+    if args.only == "bw":
+        return only_bw(args)
     daemons = (not args.quick) if args.daemons is None else bool(args.daemons)
     t_start = time.perf_counter()
     if args.quick:
@@ -342,6 +350,27 @@ def main() -> int:
     w1 = max(len(r[1]) for r in rows)
     mode = "quick" if args.quick else "full"
     print(f"bench_scheduler ({mode}, {time.perf_counter() - t_start:.0f} s)")
+    for name, value, target in rows:
+        print(f"{name:<{w0}}  {value:<{w1}}  {target}")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1, allow_nan=False, default=_jsonable) + "\n")
+    return 0
+
+
+def only_bw(args: argparse.Namespace) -> int:
+    """The real-daemon step run alone: the ~1.5 min part of the ~8 min full ``--daemons`` run that gives
+    ``bw_estimate_error``, with the plan (trainers, step phases) the full or quick run would use."""
+    import bench_scheduler_daemons as bd
+
+    t_start = time.perf_counter()
+    out = args.out or Path(tempfile.mkdtemp(prefix="wanrt-bench-scheduler-"))
+    res = bd.measure_step(bd.make_plan(args.quick, args.seeds), out)
+    res.update(quick=bool(args.quick), daemons=True, only="bw")
+    rows = bd.step_rows(res)
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    mode = "quick" if args.quick else "full"
+    print(f"bench_scheduler --only bw ({mode}, {time.perf_counter() - t_start:.0f} s)")
     for name, value, target in rows:
         print(f"{name:<{w0}}  {value:<{w1}}  {target}")
     if args.json:

@@ -244,11 +244,30 @@ def measure_link(plan: DaemonPlan, out: Path) -> dict[str, Any]:
             "local": local_fixed.iterations,
         }
         # 2: the step trace on the last site's links
-        trace = step_trace(plan.step_s)
-        step_links = dataclasses.replace(plan.link, bandwidth_bps=HIGH_BPS, max_train_s=3 * plan.step_s)
-        stepped = demo.run(
-            "adaptive", label="bw-step", links=step_links, trace=trace, scheduler_control=NO_WARMUP
-        )
+        stepped = run_step(demo, plan)
+    res.update(step_part(stepped))
+    res["link_config"] = {
+        "sites": plan.link.sites,
+        "ranks": plan.link.ranks,
+        "model_hidden": plan.link.model_hidden,
+        "rtt_s": plan.link.rtt_s,
+        "step_s": plan.step_s,
+        "overhead_s": plan.overhead_s,
+        "local_s": plan.local_s,
+    }
+    return res
+
+
+def run_step(demo: Demo, plan: DaemonPlan) -> RunResult:
+    """The step trace 100 → 30 → 100 Mbit/s on the last site's links (measurement 2)."""
+    trace = step_trace(plan.step_s)
+    step_links = dataclasses.replace(plan.link, bandwidth_bps=HIGH_BPS, max_train_s=3 * plan.step_s)
+    return demo.run("adaptive", label="bw-step", links=step_links, trace=trace, scheduler_control=NO_WARMUP)
+
+
+def step_part(stepped: RunResult) -> dict[str, Any]:
+    """``bw_estimate_error`` and what explains it, from the step run's decisions."""
+    res: dict[str, Any] = {}
     errs = estimate_errors(stepped)["steps"]
 
     def worst(key: str) -> float | None:
@@ -266,16 +285,16 @@ def measure_link(plan: DaemonPlan, out: Path) -> dict[str, Any]:
     ]
     res["bw_link_trace"] = [list(p) for p in stepped.link_trace]
     res["bw_step_iterations"] = stepped.iterations
-    res["link_config"] = {
-        "sites": plan.link.sites,
-        "ranks": plan.link.ranks,
-        "model_hidden": plan.link.model_hidden,
-        "rtt_s": plan.link.rtt_s,
-        "step_s": plan.step_s,
-        "overhead_s": plan.overhead_s,
-        "local_s": plan.local_s,
-    }
     return res
+
+
+def measure_step(plan: DaemonPlan, out: Path) -> dict[str, Any]:
+    """Measurement 2 alone (``bench_scheduler.py --only bw``): the same step run on the same trainers."""
+    _say(f"bench_scheduler --daemons --only bw: logs in {out}")
+    with Demo(plan.link, out / "link", progress=False, on_line=_say) as demo:
+        parameters = demo.parameters
+        stepped = run_step(demo, plan)
+    return {"link_parameters": parameters, **step_part(stepped)}
 
 
 def measure(plan: DaemonPlan, out: Path) -> dict[str, Any]:
@@ -295,7 +314,7 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str]]:
         return "n/a" if v is None else format(v, fmt)
 
     t = res["overhead_iteration_s"]
-    out = [
+    out: list[tuple[str, str, str]] = [
         ("adaptive_vs_fixed_tta", f(res["adaptive_vs_fixed_tta"]), "≥ 1.2 (fixed TTA / adaptive TTA)"),
         (
             "  per seed; TTA s dense / fixed / adaptive",
@@ -306,6 +325,28 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str]]:
         ),
         ("iters_to_target_ratio", f(res["iters_to_target_ratio"]), "≤ 1.25 (adaptive / dense)"),
         ("  fixed arm / dense", f(res["iters_to_target_ratio_fixed"]), ""),
+    ]
+    out += step_rows(res)
+    out += [
+        ("comm_overhead_ratio_100mbit", f(res["comm_overhead_ratio_100mbit"]), "≤ 1.15 (adaptive / compute)"),
+        (
+            "  s/it adaptive / compute-only",
+            f"{f(t['adaptive'])} / {f(t['local_adaptive_batch'])}",
+            _settings(res["overhead_final_settings_adaptive"]),
+        ),
+        ("comm_overhead_ratio_fixed_100mbit", f(res["comm_overhead_ratio_fixed_100mbit"]), "density 0.02"),
+        ("  s/it fixed / compute-only", f"{f(t['fixed'])} / {f(t['local'])}", ""),
+    ]
+    return out
+
+
+def step_rows(res: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The table rows of measurement 2 (also printed alone by ``--only bw``)."""
+
+    def f(v: float | None, fmt: str = ".3f") -> str:
+        return "n/a" if v is None else format(v, fmt)
+
+    out: list[tuple[str, str, str]] = [
         (
             "bw_estimate_error",
             f(res["bw_estimate_error"]),
@@ -327,14 +368,4 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"{s['updates']} updates in {s['ticks']} ticks",
             )
         )
-    out += [
-        ("comm_overhead_ratio_100mbit", f(res["comm_overhead_ratio_100mbit"]), "≤ 1.15 (adaptive / compute)"),
-        (
-            "  s/it adaptive / compute-only",
-            f"{f(t['adaptive'])} / {f(t['local_adaptive_batch'])}",
-            _settings(res["overhead_final_settings_adaptive"]),
-        ),
-        ("comm_overhead_ratio_fixed_100mbit", f(res["comm_overhead_ratio_fixed_100mbit"]), "density 0.02"),
-        ("  s/it fixed / compute-only", f"{f(t['fixed'])} / {f(t['local'])}", ""),
-    ]
     return out

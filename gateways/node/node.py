@@ -53,6 +53,7 @@ from gateways.sending.edf_queue import make_send_queue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.sending.rate_allocator import RateAllocator
+from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import GatewayStats, peer_view, render_prometheus
 from gateways.wire.config_update import trainer_config_update
 from gateways.wire.round_frames import JobModel, RoundData, RoundTag
@@ -105,9 +106,9 @@ log = logging.getLogger("gateways.node")
 #: that stays away this long is declared lost and the round engine re-plans without it.
 MAX_BACKLOG: Final = 4096
 
-#: Links described in one telemetry report (the busiest): 8 keys each, beside ~30 others, must stay within
+#: Links described in one telemetry report (the busiest): 12 keys each, beside ~30 others, must stay within
 #: the protocol's MAX_TELEMETRY_KEYS (256) whatever the number of peers.
-MAX_REPORTED_LINKS: Final = 24
+MAX_REPORTED_LINKS: Final = 18
 #: Straggler sites of the running plan named in one report (one key each); STAR detaches a few at most.
 MAX_REPORTED_STRAGGLERS: Final = 16
 
@@ -148,6 +149,8 @@ class GatewayNode:
             cfg.peers if mesh else (), cfg.base_rates_bps() if mesh else {}, cfg.rates
         )
         self.link_times = LinkTimes(settle=cfg.rounds.window + 1, delivery=cfg.delivery)
+        #: per peer, the peer → us link's tail-dispersion samples (gateways/sending/rx_dispersion.py)
+        self.rx_rates: dict[str, RxDispersion] = {}
         self._channels: dict[int, PeerChannel] = {}
         #: channels that may have bytes to write: each queued frame adds its channel (PeerChannel.outbox),
         #: pop_actions keeps the ones still pending; every other channel has nothing to write
@@ -620,6 +623,7 @@ class GatewayNode:
             link_times=self.link_times,
             counters=self.stats.peer(peer).counters,
             now=now,
+            rx=self.rx_rates.setdefault(peer, RxDispersion(self.cfg.delivery)),
         )
         ch.outbox = self._maybe_pending
         ch.heartbeat(now)  # at once: the first frame from us is what tells the peer this end is up
@@ -1429,6 +1433,12 @@ class GatewayNode:
             if backlog is not None:  # delivery while backlogged (scheduler/control/link_rate.py)
                 m[f"link.{peer}.backlog_s"] = backlog
                 m[f"link.{peer}.backlog_bytes"] = float(self.link_times.backlog_bytes.get(peer, 0))
+            rx = self.rx_rates.get(peer)
+            if rx is not None and (rx.samples or rx.fast):  # the peer → us direction at this receiver
+                m[f"link.{peer}.rx_bytes"] = float(rx.rx_bytes)
+                m[f"link.{peer}.rx_s"] = rx.rx_s
+                m[f"link.{peer}.rx_n"] = float(rx.samples)
+                m[f"link.{peer}.rx_fast"] = float(rx.fast)
         excess = len(m) - MAX_TELEMETRY_KEYS
         if excess > 0:  # a big plan and many links: per-rank times go first, the fastest ranks' first
             ranks = sorted((k for k in m if k.startswith("trainer.rank.")), key=lambda k: (m[k], k))

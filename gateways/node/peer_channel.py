@@ -25,6 +25,7 @@ from gateways.rounds.messages import RoundMsg
 from gateways.sending.edf_queue import SendQueue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
+from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import LinkCounters
 from gateways.wire.round_frames import (
     SEQ_MODULUS,
@@ -72,6 +73,7 @@ class PeerChannel:
         link_times: LinkTimes,
         counters: LinkCounters,
         now: float,
+        rx: RxDispersion | None = None,
     ) -> None:
         self.link_id = link_id
         self.peer = peer
@@ -100,6 +102,13 @@ class PeerChannel:
         #: the owner's "may have bytes to write" set: every frame queued here enters it, so the owner's
         #: pop_actions looks at the channels that changed, not at every link (``None``: not tracked)
         self.outbox: dict[int, PeerChannel] | None = None
+        #: the peer → us link's tail-dispersion samples (kept across reconnects by the owner), and the
+        #: stream position where the last message that was not a control frame ended: a message's wire
+        #: extent runs from there (control frames interleave with a chunked message's chunks)
+        self.rx = rx
+        if rx is not None:
+            rx.new_stream()
+        self._rx_mark = 0 if rx is None else rx.total
 
     # -- out ----------------------------------------------------------------------------------------
 
@@ -232,6 +241,8 @@ class PeerChannel:
         """Feed bytes; yields each complete message (protocol violations raise from the Connection)."""
         self.counters.bytes_received += len(data)
         self.last_rx = now
+        if self.rx is not None:
+            self.rx.read(now, len(data))
         self.conn.receive_data(data)
         return self.events()
 
@@ -243,6 +254,11 @@ class PeerChannel:
                 return
             self.counters.messages_received += 1
             assert isinstance(event, (Message, ConnectionClosed))
+            rx = self.rx
+            if rx is not None and not isinstance(event, (Ack, Heartbeat, ConnectionClosed)):
+                end = rx.total - self.conn.unread_bytes
+                rx.message(end, end - self._rx_mark)
+                self._rx_mark = end
             yield event
 
     @property

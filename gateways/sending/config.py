@@ -104,6 +104,14 @@ class DeliveryConfig:
     emulated links with their 20 ms burst) lets an idle link's first burst of bytes go at once, so a
     message that fits in the burst crosses in the round trip's jitter and would read as any rate at all;
     past the burst a message reads fast by burst / size only. ``enabled = false`` reports nothing.
+
+    The receiver's side (:mod:`gateways.sending.rx_dispersion`, reported as ``link.<peer>.rx_bytes|rx_s``:
+    the peer → us direction): per incoming message of at least ``rx_min_bytes`` on the wire, the rate of
+    its second half (packet-train dispersion: the burst only speeds up the head), a sample only if that
+    tail took at least ``rx_min_tail_s`` (20 ms, the emulated burst's length: a shorter tail may have
+    crossed inside a burst or one batched read). ``rx_ring_reads`` bounds the reads remembered per link
+    (a message whose half-way byte is older gives no sample; at 30 Mbit/s a 140 kB tail is ~100 reads
+    of TCP segments). ``rx_enabled = false`` reports nothing.
     """
 
     enabled: bool = True
@@ -111,6 +119,10 @@ class DeliveryConfig:
     rtprop_max_bytes: int = 16 << 10
     rtprop_window_s: float = 10.0
     min_net_s: float = 0.02
+    rx_enabled: bool = True
+    rx_min_bytes: int = 64 << 10
+    rx_min_tail_s: float = 0.02
+    rx_ring_reads: int = 4096
 
     def __post_init__(self) -> None:
         check(1 <= self.min_bytes <= 1 << 30, "min_bytes", self.min_bytes, "must be in 1..2**30")
@@ -122,3 +134,6 @@ class DeliveryConfig:
         )
         check(0.1 <= self.rtprop_window_s <= 3600, "rtprop_window_s", self.rtprop_window_s, "0.1..3600 s")
         check(0.0 < self.min_net_s <= 10.0, "min_net_s", self.min_net_s, "must be in (0, 10] s")
+        check(2 <= self.rx_min_bytes <= 1 << 30, "rx_min_bytes", self.rx_min_bytes, "must be in 2..2**30")
+        check(0.0 < self.rx_min_tail_s <= 10.0, "rx_min_tail_s", self.rx_min_tail_s, "must be in (0, 10] s")
+        check(2 <= self.rx_ring_reads <= 1 << 20, "rx_ring_reads", self.rx_ring_reads, "2..2**20 reads")

@@ -28,6 +28,7 @@ Eq6Time = Literal["each_rank", "slowest_rank"]
 #: (the paper's reading: communication hidden behind compute), or only a price (every candidate paced at
 #: ``max(compute, exchange)``, the bytes' time traded against ḡ; the model before issue 9)
 Eq6Latency = Literal["impose", "price"]
+RxFilter = Literal["median", "max"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,24 @@ class SchedulerConfig:
     #: ... and only once it has this many windows within that age: one window alone may be one message
     #: whose acknowledgement waited on a loaded peer (3.6 Mbit/s read on a 100 Mbit/s link at load 3)
     link_delivery_min_samples: int = 3
+    #: the receivers' tail-dispersion rate (``link.<sender>.rx_bytes|rx_s``) replaces a link's sender-side
+    #: delivery sample while it has a fresh one: it excludes a policed link's burst, which the sender's
+    #: sample reads as rate (gateways/sending/rx_dispersion.py). False: the sender's samples alone
+    link_rx: bool = True
+    #: the filter over a link's recent receiver-tail windows (same age and count as the delivery's):
+    #: "median" or "max" (docs/scheduler.md has the numbers that chose it)
+    link_rx_filter: RxFilter = "median"
+    #: the receiver-tail windows the filter looks at are at most this old. Longer than the sender's
+    #: ``link_delivery_max_age_s``: a median needs more windows than a max to see past outliers — with
+    #: 1 s (2-4 windows) two slow tails into a loaded root gateway in a row read a 30 Mbit/s link as
+    #: 18.6 Mbit/s at the full bench's 10th tick (docs/scheduler.md)
+    link_rx_max_age_s: float = 2.0
+    #: a direction whose delivery rate reached this share of its sender's pacing rate (the gateway's
+    #: ``link.<peer>.rate_bps``: the straggler allocator's rate, or the configured base) was limited by
+    #: wanrt's own pacer, not the link — BBR's application-limited sample — and is left out of the min:
+    #: after the 30 Mbit/s step, five reallocations had paced the root's healthy link at 0.85^5 of
+    #: 100 Mbit/s and it read 47-58 Mbit/s
+    link_paced_share: float = 0.8
     #: the exchange's latency (ours; 0: off, the paper's model): estimator observations the fixed part L of
     #: an exchange ``L + bytes / B`` is measured over (:mod:`scheduler.control.latency`). The paper's
     #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
@@ -272,6 +291,24 @@ class SchedulerConfig:
             "link_delivery_min_samples",
             self.link_delivery_min_samples,
             "must be an integer in 1..1000",
+        )
+        check(
+            0 < self.link_paced_share <= 10,
+            "link_paced_share",
+            self.link_paced_share,
+            "must be in (0, 10] (above 1: never)",
+        )
+        check(
+            0 < self.link_rx_max_age_s <= 3600,
+            "link_rx_max_age_s",
+            self.link_rx_max_age_s,
+            "must be in (0, 3600] s",
+        )
+        check(
+            self.link_rx_filter in ("median", "max"),
+            "link_rx_filter",
+            self.link_rx_filter,
+            "must be 'median' or 'max'",
         )
         check(
             isinstance(self.latency_window, int) and 0 <= self.latency_window <= 256,

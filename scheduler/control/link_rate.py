@@ -34,6 +34,12 @@ send/ack path, the same for TCP and the emulated link (gateways/sending/link_tim
 span from first chunk to acknowledgement, less the link's round trip — the windowed minimum span of its
 small messages); an emulator that reported its own token bucket would measure the emulator, not the WAN.
 
+**The receivers' tails** (:meth:`LinkRates.observe_rx`): the sender's sample reads a policed link's burst
+as rate (41 Mbit/s on a 30 Mbit/s link after each idle gap); the receiving gateway's tail dispersion of
+each large message (``link.<sender>.rx_*``, gateways/sending/rx_dispersion.py) does not. Per direction it
+replaces the sender's sample while fresh, filtered by a censored median (:mod:`scheduler.control.link_rx`);
+a direction whose tails mostly crossed too fast to measure is left out.
+
 Sans-IO: counters and ``now`` are passed in.
 """
 
@@ -43,6 +49,7 @@ import math
 from dataclasses import dataclass, field
 
 from scheduler.control.config import SchedulerConfig
+from scheduler.control.link_rx import RxLink
 from wanrt.errors import RemoteProtocolError
 
 __all__ = ["LinkRates"]
@@ -71,6 +78,8 @@ class LinkRates:
         self.cfg = config if config is not None else SchedulerConfig()
         self._links: dict[str, _Link] = {}
         self._delivery: dict[str, _Link] = {}  # the same windows over the backlog counters
+        self._rx: dict[str, RxLink] = {}  # ... and over the receivers' tail-dispersion counters
+        self._paced: dict[str, tuple[float, float]] = {}  # link -> (its sender's pacing rate, when)
 
     def observe_backlog(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
         """Cumulative counters of ``link``'s delivery while backlogged (bytes, seconds: the gateway's
@@ -81,15 +90,61 @@ class LinkRates:
         acknowledgement, so it holds the round trip and the receiver's CPU (under load 7 a 2 kB message's
         span was 100-160 ms, and a 100 Mbit/s link read 20-30 Mbit/s); the backlog periods hold only
         the time bytes queued for the link, so their rate is the link's (TCP's delivery-rate sample)."""
+        # BBR's windowed max filter: a delivery sample is bounded by the link, but a
+        # receiver that stalled (its gateway's loop busy, the socket full) reads below it — on two loaded
+        # cores 55-115 Mbit/s windows on a 100 Mbit/s link — so the link is the best recent window
+        return self._observe_window(self._delivery, link, nbytes, seconds, now)
+
+    def observe_rx(
+        self,
+        link: str,
+        *,
+        nbytes: float,
+        seconds: float,
+        now: float,
+        n: float | None = None,
+        fast: float | None = None,
+    ) -> float | None:
+        """Cumulative counters of ``link``'s tail dispersion at its receiver (``link.<sender>.rx_bytes|rx_s``
+        and the tail counts ``rx_n`` (measured) / ``rx_fast`` (too short to measure), reported by the
+        receiving gateway; ``link`` is ``sender>receiver``); returns a new window's rate (bit/s) when the
+        tails since the last one hold at least ``link_delivery_min_s``.
+
+        Why: the sender's delivery sample above reads a token bucket's burst as rate (~41 Mbit/s on a
+        30 Mbit/s policed link: the burst crosses at once after each idle gap), while a message's tail at
+        the receiver is paced by the bottleneck alone (gateways/sending/rx_dispersion.py). Filtered by
+        a censored median over the same age and count (:mod:`scheduler.control.link_rx`)."""
+        st = self._rx.get(link)
+        if st is None:
+            if len(self._rx) >= MAX_LINKS:
+                oldest = min(self._rx, key=lambda k: self._rx[k].seen_at)
+                del self._rx[oldest]
+            st = self._rx[link] = RxLink(nbytes, seconds, n or 0.0, fast or 0.0, seen_at=now)
+        cfg = self.cfg
+        return st.observe(
+            nbytes=nbytes,
+            seconds=seconds,
+            n=n,
+            fast=fast,
+            now=now,
+            min_s=cfg.link_delivery_min_s,
+            max_age=cfg.link_rx_max_age_s,
+            min_samples=cfg.link_delivery_min_samples,
+            how=cfg.link_rx_filter,
+        )
+
+    def _observe_window(
+        self, table: dict[str, _Link], link: str, nbytes: float, seconds: float, now: float
+    ) -> float | None:
         vals = (nbytes, seconds, now)
         if not all(math.isfinite(v) for v in vals) or nbytes < 0 or seconds < 0:
-            raise RemoteProtocolError("backlog counters must be finite and >= 0", value=vals)
-        st = self._delivery.get(link)
+            raise RemoteProtocolError("delivery counters must be finite and >= 0", value=vals)
+        st = table.get(link)
         if st is None:
-            if len(self._delivery) >= MAX_LINKS:
-                oldest = min(self._delivery, key=lambda k: self._delivery[k].seen_at)
-                del self._delivery[oldest]
-            self._delivery[link] = _Link(nbytes, seconds, seen_at=now)
+            if len(table) >= MAX_LINKS:
+                oldest = min(table, key=lambda k: table[k].seen_at)
+                del table[oldest]
+            table[link] = _Link(nbytes, seconds, seen_at=now)
             return None
         st.seen_at = now
         if nbytes < st.bytes0 or seconds < st.busy0:
@@ -101,13 +156,10 @@ class LinkRates:
         rate = 8.0 * (nbytes - st.bytes0) / busy
         st.window = (nbytes - st.bytes0, busy, 0.0)
         st.bytes0, st.busy0 = nbytes, seconds
-        # BBR's windowed max filter: a delivery sample is bounded by the link, but a
-        # receiver that stalled (its gateway's loop busy, the socket full) reads below it — on two loaded
-        # cores 55-115 Mbit/s windows on a 100 Mbit/s link — so the link is the best recent window
         st.samples = [(t, r) for t, r in st.samples if now - t <= self.cfg.link_delivery_max_age_s]
         st.samples.append((now, rate))
         if len(st.samples) < self.cfg.link_delivery_min_samples:
-            return None  # too few windows for the max filter to see past a stalled one
+            return None  # too few windows for the filter to see past a stalled one
         st.rate_bps = max(r for _, r in st.samples)
         st.measured_at = now
         return rate
@@ -115,20 +167,51 @@ class LinkRates:
     def delivery_bps(self, now: float) -> float | None:
         """The slowest delivery rate among the links that were backlogged within
         ``link_delivery_max_age_s`` (None: none was). A link that did not backlog carried what it was
-        given without queueing: it is not the bottleneck at the running plan, and it is left out."""
+        given without queueing: it is not the bottleneck at the running plan, and it is left out. Per link
+        (one direction), its receiver's tail rate when it has a fresh one (``link_rx``), else its sender's
+        delivery sample: the tail excludes the burst the sender's sample cannot separate. A link whose
+        receiver saw most tails cross too fast to measure is left out, its sender's sample too, and so is
+        one whose rate reached ``link_paced_share`` of its sender's pacing rate (application-limited)."""
         max_age = self.cfg.link_delivery_max_age_s
-        for k in [k for k, v in self._delivery.items() if now - v.seen_at > 4 * max_age]:
-            del self._delivery[k]
-        fresh = [
-            v.rate_bps
-            for v in self._delivery.values()
-            if v.rate_bps is not None and v.measured_at is not None and now - v.measured_at <= max_age
-        ]
-        return min(fresh) if fresh else None
+        for table in (self._delivery, self._rx):
+            for k in [
+                k for k, v in table.items() if now - v.seen_at > 4 * max(max_age, self.cfg.link_rx_max_age_s)
+            ]:
+                del table[k]
+        per_link: dict[str, float] = {}
+        for k, v in self._delivery.items():
+            if v.rate_bps is not None and v.measured_at is not None and now - v.measured_at <= max_age:
+                per_link[k] = v.rate_bps
+        if self.cfg.link_rx:
+            for k, rx in self._rx.items():
+                kind, rate = rx.judged(now, max_age)  # judged within the last max_age, over link_rx_max_age_s
+                if kind == "rate" and rate is not None:
+                    per_link[k] = rate
+                elif kind == "fast":
+                    per_link.pop(k, None)
+        for k in list(per_link):
+            paced = self._paced.get(k)
+            fresh = paced is not None and now - paced[1] <= 4 * max_age
+            if fresh and paced is not None and per_link[k] >= self.cfg.link_paced_share * paced[0]:
+                del per_link[k]  # application-limited: wanrt's pacer, not the link, set this rate
+        return min(per_link.values()) if per_link else None
+
+    def observe_pacing(self, link: str, rate_bps: float, now: float) -> None:
+        """``link``'s sender paces it at ``rate_bps`` (the gateway's ``link.<peer>.rate_bps``): a delivery
+        rate near it measured the pacer (:meth:`delivery_bps` leaves such a link out)."""
+        if not (math.isfinite(rate_bps) and rate_bps > 0 and math.isfinite(now)):
+            raise RemoteProtocolError("pacing rate must be finite and > 0", value=rate_bps)
+        if link not in self._paced and len(self._paced) >= MAX_LINKS:
+            del self._paced[min(self._paced, key=lambda k: self._paced[k][1])]
+        self._paced[link] = (float(rate_bps), float(now))
 
     def delivery_windows(self) -> dict[str, tuple[float, float, float]]:
         """Per link, its last delivery window: (bytes, backlogged seconds, 0)."""
         return {k: v.window for k, v in self._delivery.items() if v.rate_bps is not None}
+
+    def rx_windows(self) -> dict[str, tuple[float, float, float]]:
+        """Per link, its last receiver-tail window: (bytes, tail seconds, filtered rate bit/s)."""
+        return {k: (*v.window, v.rate_bps) for k, v in self._rx.items() if v.rate_bps is not None}
 
     def observe(
         self, link: str, *, bytes_sent: float, busy_s: float, now: float, peak_bps: float | None = None

@@ -192,6 +192,21 @@ class SchedulerPolicy:
         delivery rate (bit/s) when this report completed a measurement window."""
         return self.links.observe_backlog(link, nbytes=nbytes, seconds=seconds, now=now)
 
+    def observe_link_rx(
+        self,
+        link: str,
+        *,
+        nbytes: float,
+        seconds: float,
+        now: float,
+        n: float | None = None,
+        fast: float | None = None,
+    ) -> float | None:
+        """A WAN link's cumulative tail dispersion at its receiver (bytes, seconds, tails measured and
+        too fast to measure; ``link`` is ``sender>receiver``); returns the link's new rate (bit/s) when
+        this report completed a window."""
+        return self.links.observe_rx(link, nbytes=nbytes, seconds=seconds, now=now, n=n, fast=fast)
+
     def confirm(self, decision: Decision) -> None:
         """The daemon announced ``decision`` (with its effective iteration set)."""
         if decision.effective_iteration is None:
@@ -312,6 +327,10 @@ class SchedulerPolicy:
         for link, (nbytes, busy, _) in self.links.delivery_windows().items():
             self.last_observation[f"link.{link}.backlog_bytes"] = nbytes
             self.last_observation[f"link.{link}.backlog_s"] = busy
+        for link, (nbytes, secs, rate) in self.links.rx_windows().items():
+            self.last_observation[f"link.{link}.rx_bytes"] = nbytes
+            self.last_observation[f"link.{link}.rx_s"] = secs
+            self.last_observation[f"link.{link}.rx_bps"] = rate
         step = self.bandwidth.update(
             idle=idle,
             iteration_s=wall,

@@ -196,6 +196,13 @@ class Connection:
     def pending_chunked_items(self) -> int:
         return self._reassembler.pending if self._reassembler is not None else 0
 
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes received but not yet cut into frames: right after a message is handed out, the bytes
+        received less these is the stream position of its last byte (a receiver's per-message arrival
+        times, gateways/sending/rx_dispersion.py)."""
+        return self._reader.unread
+
     def _peer(self) -> str | None:
         return self._peer_label or self.peer_site
 

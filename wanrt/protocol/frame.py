@@ -420,6 +420,12 @@ class FrameReader:
         """True when part of a frame has been received but not all of it."""
         return self._fixed is not None or self._avail > 0
 
+    @property
+    def unread(self) -> int:
+        """Bytes fed that are not part of a frame returned yet (a partial frame's included)."""
+        partial = FIXED_HEADER_BYTES + self._filled if self._fixed is not None else 0
+        return self._avail + partial
+
     def _take_small(self, n: int) -> bytes:
         first = self._chunks[0]
         if len(first) >= n:
