@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from scheduler.control.config import SchedulerConfig
@@ -29,6 +29,20 @@ from scheduler.wire import SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
 __all__ = ["AdaptivePolicy"]
 
 log = logging.getLogger("scheduler.adaptive")
+
+
+def _link_counters(metrics: Mapping[str, float], kind: str) -> Iterator[tuple[str, float, float]]:
+    """(peer, bytes, seconds) of every ``link.<peer>.<kind>_bytes|<kind>_s`` pair in a gateway report whose
+    two values are finite and ≥ 0: a malformed pair is skipped, the others still count."""
+    for key, secs in metrics.items():
+        if not (key.startswith("link.") and key.endswith(f".{kind}_s")):
+            continue
+        peer = key[len("link.") : -len(f".{kind}_s")]
+        nbytes = metrics.get(f"link.{peer}.{kind}_bytes")
+        if nbytes is None or not (math.isfinite(nbytes) and math.isfinite(secs)) or nbytes < 0 or secs < 0:
+            continue
+        yield peer, nbytes, secs
+
 
 #: the goodput is bytes sent over at least this much wall time: ``bytes_sent`` counts bytes when handed
 #: to the link, which takes a burst into its queue at once; over one 0.25 s report interval it read up to
@@ -122,18 +136,7 @@ class AdaptivePolicy:
             )
             if rate is not None:
                 log.debug("link %s>%s: %.1f Mbit/s while sending", site, peer, rate / 1e6)
-        for key, secs in metrics.items():
-            if not (key.startswith("link.") and key.endswith(".backlog_s")):
-                continue
-            peer = key[len("link.") : -len(".backlog_s")]
-            nbytes = metrics.get(f"link.{peer}.backlog_bytes")
-            if (
-                nbytes is None
-                or not (math.isfinite(nbytes) and math.isfinite(secs))
-                or nbytes < 0
-                or secs < 0
-            ):
-                continue
+        for peer, nbytes, secs in _link_counters(metrics, "backlog"):
             rate = self.policy.observe_link_backlog(f"{site}>{peer}", nbytes=nbytes, seconds=secs, now=now)
             if rate is not None:
                 log.debug("link %s>%s: %.1f Mbit/s while backlogged", site, peer, rate / 1e6)
@@ -141,20 +144,9 @@ class AdaptivePolicy:
             # the sender's pacing rate per link: a delivery rate near it measured wanrt's pacer
             if key.startswith("link.") and key.endswith(".rate_bps") and math.isfinite(pace) and pace > 0:
                 self.policy.links.observe_pacing(f"{site}>{key[len('link.') : -len('.rate_bps')]}", pace, now)
-        for key, secs in metrics.items():
-            if not (key.startswith("link.") and key.endswith(".rx_s")):
-                continue
+        for peer, nbytes, secs in _link_counters(metrics, "rx"):
             # the receiver ``site`` reports the peer → site direction: the same link as the peer's own
             # ``link.<site>.backlog_*`` (named sender>receiver, so the two replace each other per direction)
-            peer = key[len("link.") : -len(".rx_s")]
-            nbytes = metrics.get(f"link.{peer}.rx_bytes")
-            if (
-                nbytes is None
-                or not (math.isfinite(nbytes) and math.isfinite(secs))
-                or nbytes < 0
-                or secs < 0
-            ):
-                continue
             counts = [metrics.get(f"link.{peer}.rx_{c}") for c in ("n", "fast")]
             n, fast = (v if v is not None and math.isfinite(v) and v >= 0 else None for v in counts)
             rate = self.policy.observe_link_rx(

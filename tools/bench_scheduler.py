@@ -346,15 +346,7 @@ def main() -> int:
         rows += [(k, "needs daemons: not measured (--daemons)", "") for k in NEEDS_DAEMONS]
     else:
         rows += bd.rows(real)
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
-    mode = "quick" if args.quick else "full"
-    print(f"bench_scheduler ({mode}, {time.perf_counter() - t_start:.0f} s)")
-    for name, value, target in rows:
-        print(f"{name:<{w0}}  {value:<{w1}}  {target}")
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1, allow_nan=False, default=_jsonable) + "\n")
-    return 0
+    return _report("bench_scheduler", args, t_start, rows, res)
 
 
 def only_bw(args: argparse.Namespace) -> int:
@@ -366,11 +358,21 @@ def only_bw(args: argparse.Namespace) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="wanrt-bench-scheduler-"))
     res = bd.measure_step(bd.make_plan(args.quick, args.seeds), out)
     res.update(quick=bool(args.quick), daemons=True, only="bw")
-    rows = bd.step_rows(res)
+    return _report("bench_scheduler --only bw", args, t_start, bd.step_rows(res), res)
+
+
+def _report(
+    title: str,
+    args: argparse.Namespace,
+    t_start: float,
+    rows: list[tuple[str, str, str]],
+    res: dict[str, Any],
+) -> int:
+    """The table (name, value, target) on stdout and every key as JSON (``--json``)."""
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     mode = "quick" if args.quick else "full"
-    print(f"bench_scheduler --only bw ({mode}, {time.perf_counter() - t_start:.0f} s)")
+    print(f"{title} ({mode}, {time.perf_counter() - t_start:.0f} s)")
     for name, value, target in rows:
         print(f"{name:<{w0}}  {value:<{w1}}  {target}")
     if args.json:
