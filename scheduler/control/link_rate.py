@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.control.config import SchedulerConfig
 from scheduler.control.link_rx import RxLink
@@ -56,6 +57,12 @@ __all__ = ["LinkRates"]
 
 #: links remembered at most (a gateway reports at most 48 peers; a job's links are sites × peers)
 MAX_LINKS = 4096
+
+
+def _make_room(table: dict[str, Any]) -> None:
+    """Before a new link enters a full table: forget the one reported longest ago (a link that went away)."""
+    if len(table) >= MAX_LINKS:
+        del table[min(table, key=lambda k: table[k].seen_at)]
 
 
 @dataclass(slots=True)
@@ -116,9 +123,7 @@ class LinkRates:
         a censored median over the same age and count (:mod:`scheduler.control.link_rx`)."""
         st = self._rx.get(link)
         if st is None:
-            if len(self._rx) >= MAX_LINKS:
-                oldest = min(self._rx, key=lambda k: self._rx[k].seen_at)
-                del self._rx[oldest]
+            _make_room(self._rx)
             st = self._rx[link] = RxLink(nbytes, seconds, n or 0.0, fast or 0.0, seen_at=now)
         cfg = self.cfg
         return st.observe(
@@ -141,9 +146,7 @@ class LinkRates:
             raise RemoteProtocolError("delivery counters must be finite and >= 0", value=vals)
         st = table.get(link)
         if st is None:
-            if len(table) >= MAX_LINKS:
-                oldest = min(table, key=lambda k: table[k].seen_at)
-                del table[oldest]
+            _make_room(table)
             table[link] = _Link(nbytes, seconds, seen_at=now)
             return None
         st.seen_at = now
@@ -225,9 +228,7 @@ class LinkRates:
             raise RemoteProtocolError("link counters must be finite and >= 0", value=vals)
         st = self._links.get(link)
         if st is None:
-            if len(self._links) >= MAX_LINKS:
-                oldest = min(self._links, key=lambda k: self._links[k].seen_at)
-                del self._links[oldest]
+            _make_room(self._links)
             self._links[link] = _Link(bytes_sent, busy_s, seen_at=now)
             return None
         st.seen_at = now

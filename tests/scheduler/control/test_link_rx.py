@@ -171,3 +171,19 @@ def test_the_receiving_gateways_keys_name_the_senders_direction() -> None:
     assert policy.policy.links._paced["a>b"][0] == 100 * M  # the sender's pacing rate, by direction
     assert policy.policy.links.delivery_bps(now) == pytest.approx(30 * M)
     assert policy.policy.bandwidth.estimate_bps == pytest.approx(30 * M)
+
+
+def test_every_link_table_is_bounded_and_forgets_the_stalest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Link names come off the wire: each table (rates while sending, delivery, receiver tails) holds at
+    most MAX_LINKS, and a new link pushes out the one reported longest ago."""
+    import scheduler.control.link_rate as link_rate
+
+    monkeypatch.setattr(link_rate, "MAX_LINKS", 3)
+    lr = LinkRates(_cfg())
+    for i in range(5):
+        name = f"s{i}>r"
+        lr.observe(name, bytes_sent=0.0, busy_s=0.0, now=float(i))
+        lr.observe_backlog(name, nbytes=0.0, seconds=0.0, now=float(i))
+        lr.observe_rx(name, nbytes=0.0, seconds=0.0, now=float(i))
+    for table in (lr._links, lr._delivery, lr._rx):
+        assert sorted(table) == ["s2>r", "s3>r", "s4>r"]
