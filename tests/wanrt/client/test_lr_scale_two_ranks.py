@@ -4,17 +4,9 @@ in the same announcement), so both ranks step with ``lr × lr_scale`` and end wi
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 
-from tests.wanrt.client.conftest import free_port
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.wanrt.client.gloo_ranks import run_gloo_ranks
 
 SCRIPT = """
 import json, sys, torch, wanrt
@@ -44,23 +36,7 @@ ctx.close()
 
 
 def test_two_ranks_switch_the_scale_at_the_same_wan_iteration() -> None:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, str(r)],
-            env={**env, "RANK": str(r)},
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err[-2000:]
-        outs.append(json.loads(out.strip().splitlines()[-1]))
+    outs = run_gloo_ranks(SCRIPT)
     want_seen = [[0, 1, 1.0], [1, 1, 1.0], [2, 2, 3.0], [2, 2, 3.0], [3, 2, 3.0], [3, 2, 3.0]]
     assert outs[0]["seen"] == outs[1]["seen"] == want_seen
     assert outs[0]["w"] == outs[1]["w"]  # every rank applied the same updates at the same scale
