@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import queue
 import threading
 from collections.abc import Coroutine
@@ -57,6 +56,7 @@ from wanrt.client.site.decision import ConfigChange
 from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.errors import (
     AuthError,
+    ConfigError,
     LocalProtocolError,
     PeerLost,
     RemoteProtocolError,
@@ -64,11 +64,11 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
-from wanrt.live_settings import MAX_LOCAL_STEPS, MAX_LR_SCALE, RESTART_FROM_KEY, RESTART_KEY
+from wanrt.live_settings import RESTART_FROM_KEY, RESTART_KEY, check_live_settings
 from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import ConnectionClosed
-from wanrt.protocol.limits import MAX_COUNTER, MAX_RANK
+from wanrt.protocol.limits import MAX_COUNTER
 from wanrt.protocol.messages import (
     Ack,
     Aggregate,
@@ -128,43 +128,23 @@ def _config_change(msg: ConfigUpdate) -> ConfigChange:
         num("batch_size", int),
         num("staleness", int),
         num("batch_weight", float),
-        _rank(v.get(RESTART_KEY)),
-        _local_steps(v.get("local_steps")),
-        _lr_scale(v.get("lr_scale")),
+        _live(RESTART_KEY, v.get(RESTART_KEY)),
+        _live("local_steps", v.get("local_steps")),
+        None if (scale := _live("lr_scale", v.get("lr_scale"))) is None else float(scale),
     )
 
 
-def _lr_scale(x: Any) -> float | None:
-    """The job's learning-rate scale in the shared bounds: a value the gateway let through must still never
-    reach the optimizer as 0, a negative, NaN or inf (the parameters would stop or blow up at once)."""
+def _live(key: str, x: Any) -> Any:
+    """A value of ``key`` checked again against the shared bounds (:mod:`wanrt.live_settings`): what the
+    gateway let through must still never reach a rank as a learning-rate scale of 0, NaN or inf (the
+    parameters would stop or blow up), a local-steps count that accumulates without end or divides by zero,
+    or a restart order for no rank. Out of bounds is the peer's fault: RemoteProtocolError."""
     if x is None:
         return None
-    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-    if not ok or not 0 < x <= MAX_LR_SCALE:
-        raise RemoteProtocolError(
-            f"ConfigUpdate lr_scale must be a number in (0, {MAX_LR_SCALE:g}]", value=repr(x)[:40]
-        )
-    return float(x)
-
-
-def _local_steps(x: Any) -> int | None:
-    """A local-steps count in the shared bounds: a value the gateway let through must still never make a
-    rank accumulate without end (or divide by zero)."""
-    if x is None:
-        return None
-    if type(x) is not int or not 1 <= x <= MAX_LOCAL_STEPS:
-        raise RemoteProtocolError(
-            f"ConfigUpdate local_steps must be an integer in [1, {MAX_LOCAL_STEPS}]", value=repr(x)[:40]
-        )
-    return x
-
-
-def _rank(x: Any) -> int | None:
-    """A restart order's rank (the gateway checked it exists at this site; the leader checks again)."""
-    if x is None:
-        return None
-    if type(x) is not int or not 0 <= x < MAX_RANK:
-        raise RemoteProtocolError("ConfigUpdate restart must be a rank", value=repr(x)[:40])
+    try:
+        check_live_settings({key: x})
+    except ConfigError as exc:
+        raise RemoteProtocolError(f"ConfigUpdate {exc.message}", value=repr(x)[:40]) from None
     return x
 
 
