@@ -90,6 +90,20 @@ class ReferenceKernels:
         nonfinite = count > 0 and not bool(xp.isfinite(sums[passed]).all())
         return count, nonfinite
 
+    def partition(self, a: Array, kth: list[int]) -> Array:
+        """``a`` rearranged so that every position in ``kth`` holds the value a full sort would put there
+        (what the threshold controller reads its ranks from)."""
+        return self.xp.partition(a, kth)
+
+    def top_indices(self, sums: Array, count: int) -> Array:
+        """Indices (any order) of ``count`` largest entries of ``sums`` (1 <= count <= len(sums)); NaN
+        sorts above everything, so a non-finite entry is always among them."""
+        xp = self.xp
+        nb = int(sums.shape[0])
+        if count >= nb:
+            return xp.arange(nb, dtype=xp.int64)
+        return xp.argpartition(sums, nb - count)[nb - count :]
+
     # ------------------------------------------------------------------ gather / scatter
 
     def _split_tail(self, n: int, bs: int, idx: Array) -> tuple[int, Array, bool]:

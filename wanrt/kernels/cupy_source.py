@@ -1,0 +1,260 @@
+"""CUDA C source of the CuPy path's fused kernels (compiled by NVRTC through ``cupy.RawModule``).
+
+Kept apart from :mod:`wanrt.kernels.cupy_kernels` so the source can be compiled on its own (``nvcc`` on a
+machine without a GPU checks it: ``tests/wanrt/kernels/test_cupy_source.py``) and so the Python file holds
+only the launch logic.
+
+Every kernel computes exactly what the NumPy reference (:mod:`wanrt.kernels.reference`) computes, operation
+for operation in fp32: the block sum by the same halving tree, the optimizer formulas in the same order, and
+the module is compiled with ``--fmad=false`` so no multiply-add is contracted into an FMA (which would round
+once instead of twice and differ from NumPy in the last bit). Division and square root are NVRTC's default
+IEEE-rounded ones (``--prec-div``/``--prec-sqrt`` stay on), so the results are bit-identical to the host.
+
+Compile-time constants (``-D``): ``BS`` block size, ``P`` its next power of two, ``ITEMS`` blocks per
+thread in the selection, ``HAS_ADD`` whether the selection first adds the new gradient into ``x`` (error
+feedback's residual update in the same pass).
+"""
+
+from __future__ import annotations
+
+__all__ = ["OPTIM_SOURCE", "SELECT_SOURCE", "compile_options"]
+
+#: NVRTC options every module is built with (see the module docstring for why no FMA contraction)
+BASE_OPTIONS: tuple[str, ...] = ("--std=c++14", "--fmad=false")
+
+
+def compile_options(**defines: int) -> tuple[str, ...]:
+    """NVRTC options with ``-DNAME=value`` for each define."""
+    return (*BASE_OPTIONS, *(f"-D{k}={int(v)}" for k, v in sorted(defines.items())))
+
+
+#: Block sums and threshold selection (StellaTrain §3.2): one read pass over ``x`` (and ``add``), one
+#: write pass over ``x`` when HAS_ADD, and a compaction of the passing blocks. Each CUDA block counts its
+#: passing blocks in shared memory and reserves its output range with ONE global atomic, so the
+#: compaction costs one atomic per 256*ITEMS blocks rather than one per passing block. The output is
+#: unordered; each entry packs (block index << 32 | float bits of the sum) into a 64-bit key, so one radix
+#: sort of the keys restores index order and carries the sums along.
+SELECT_SOURCE = r"""
+__device__ __forceinline__ float wanrt_block_sum(float* __restrict__ x, const float* __restrict__ add,
+                                                 long long b, long long n) {
+    float a[P];
+    const long long base = b * (long long)BS;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        float val = 0.0f;
+        if (j < BS && base + j < n) {
+            float xv = x[base + j];
+#if HAS_ADD
+            xv = xv + add[base + j];
+            x[base + j] = xv;
+#endif
+            val = fabsf(xv);
+        }
+        a[j] = val;
+    }
+#pragma unroll
+    for (int h = P / 2; h >= 1; h >>= 1) {
+#pragma unroll
+        for (int j = 0; j < h; ++j) {
+            a[j] = a[j] + a[j + h];
+        }
+    }
+    return a[0];
+}
+
+extern "C" __global__ void wanrt_block_sums(float* __restrict__ x, const long long n, const long long nb,
+                                            float* __restrict__ out) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += stride) {
+        out[b] = wanrt_block_sum(x, x, b, n);
+    }
+}
+
+extern "C" __global__ void wanrt_select(float* __restrict__ x, const float* __restrict__ add,
+                                        const long long n, const long long nb, const float v,
+                                        unsigned long long* __restrict__ keys, const long long cap,
+                                        unsigned long long* __restrict__ counters) {
+    __shared__ unsigned int s_count;
+    __shared__ unsigned long long s_base;
+    if (threadIdx.x == 0) {
+        s_count = 0u;
+    }
+    __syncthreads();
+    const long long first = (long long)blockIdx.x * blockDim.x * ITEMS;
+    float sums[ITEMS];
+    int slot[ITEMS];
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+        const long long b = first + (long long)it * blockDim.x + threadIdx.x;
+        slot[it] = -1;
+        sums[it] = 0.0f;
+        if (b < nb) {
+            const float s = wanrt_block_sum(x, add, b, n);
+            sums[it] = s;
+            if (!(s < v)) {  /* NaN passes, so a non-finite gradient is reported, not skipped */
+                slot[it] = (int)atomicAdd(&s_count, 1u);
+                if (!isfinite(s)) {
+                    counters[1] = 1ull;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s_base = s_count ? atomicAdd(&counters[0], (unsigned long long)s_count) : 0ull;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+        if (slot[it] >= 0) {
+            const unsigned long long pos = s_base + (unsigned long long)slot[it];
+            if (pos < (unsigned long long)cap) {
+                const long long b = first + (long long)it * blockDim.x + threadIdx.x;
+                keys[pos] = ((unsigned long long)b << 32) | (unsigned long long)__float_as_uint(sums[it]);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void wanrt_unpack(const unsigned long long* __restrict__ keys, const long long count,
+                                        long long* __restrict__ idx, float* __restrict__ sums) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) {
+        const unsigned long long k = keys[i];
+        idx[i] = (long long)(k >> 32);
+        sums[i] = __uint_as_float((unsigned int)(k & 0xffffffffull));
+    }
+}
+"""
+
+#: Sparse optimizer steps (StellaTrain §3.1) in ONE launch each. A CUDA block holds whole touched blocks
+#: (``PER`` of them, ``LANES`` threads each; a block larger than 256 elements is looped over by 256
+#: threads), so the per-block step counter can be read by every lane, then (after ``__syncthreads``)
+#: written by lane 0: no second launch and no host round trip. Indices were validated on the host before
+#: they were copied here (range, strictly increasing), so no two touched blocks alias.
+OPTIM_SOURCE = r"""
+#define LANES ((BS) <= 256 ? (BS) : 256)
+#define PER ((BS) <= 256 ? (256 / (BS)) : 1)
+
+extern "C" __global__ void wanrt_sgd(float* __restrict__ p, const long long* __restrict__ idx,
+                                     const float* __restrict__ vals, const long long nnzb, const long long n,
+                                     const float neg_lr, const float wd, const int use_wd) {
+    const int local = threadIdx.x / LANES;
+    const int lane = threadIdx.x % LANES;
+    const long long i = (long long)blockIdx.x * PER + local;
+    if (local >= PER || i >= nnzb) {
+        return;
+    }
+    const long long b = idx[i];
+    for (int j = lane; j < BS; j += LANES) {
+        const long long e = b * (long long)BS + j;
+        if (e >= n) {
+            break;
+        }
+        const float g = vals[i * (long long)BS + j];
+        float prm = p[e];
+        const float d = use_wd ? g + wd * prm : g;
+        prm = prm + neg_lr * d;
+        p[e] = prm;
+    }
+}
+
+extern "C" __global__ void wanrt_momentum(float* __restrict__ p, float* __restrict__ buf,
+                                          int* __restrict__ steps, const long long* __restrict__ idx,
+                                          const float* __restrict__ vals, const long long nnzb,
+                                          const long long n, const float neg_lr, const float mu,
+                                          const float damp, const int nesterov, const float wd,
+                                          const int use_wd) {
+    const int local = threadIdx.x / LANES;
+    const int lane = threadIdx.x % LANES;
+    const long long i = (long long)blockIdx.x * PER + local;
+    const bool active = local < PER && i < nnzb;
+    long long b = 0;
+    int before = 0;
+    if (active) {
+        b = idx[i];
+        before = steps[b];
+    }
+    __syncthreads();  /* every lane has read the counter before lane 0 bumps it */
+    if (!active) {
+        return;
+    }
+    for (int j = lane; j < BS; j += LANES) {
+        const long long e = b * (long long)BS + j;
+        if (e >= n) {
+            break;
+        }
+        float g = vals[i * (long long)BS + j];
+        float prm = p[e];
+        if (use_wd) {
+            g = g + wd * prm;
+        }
+        float mom = buf[e];
+        mom = before == 0 ? g : mu * mom + damp * g;
+        const float d = nesterov ? g + mu * mom : mom;
+        prm = prm + neg_lr * d;
+        buf[e] = mom;
+        p[e] = prm;
+    }
+    if (lane == 0) {
+        steps[b] = before + 1;
+    }
+}
+
+extern "C" __global__ void wanrt_adam(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v,
+                                      int* __restrict__ steps, const long long* __restrict__ idx,
+                                      const float* __restrict__ vals, const long long nnzb, const long long n,
+                                      const double* __restrict__ bc1, const double* __restrict__ bc2_sqrt,
+                                      const long long table_len, const double lr, const float w1,
+                                      const float b2, const float one_m_b2, const float wd, const float eps,
+                                      const float decay, const int use_wd, const int decoupled,
+                                      int* __restrict__ err) {
+    const int local = threadIdx.x / LANES;
+    const int lane = threadIdx.x % LANES;
+    const long long i = (long long)blockIdx.x * PER + local;
+    const bool active = local < PER && i < nnzb;
+    long long b = 0;
+    int t = 0;
+    if (active) {
+        b = idx[i];
+        t = steps[b] + 1;
+    }
+    __syncthreads();  /* every lane has read the counter before lane 0 bumps it */
+    if (!active) {
+        return;
+    }
+    if ((long long)t >= table_len) {  /* cannot happen while t_max bounds the counters: flag, skip */
+        if (lane == 0) {
+            *err = 3;
+        }
+        return;
+    }
+    const float step_size = (float)(lr / bc1[t]);
+    const float bc2s = (float)bc2_sqrt[t];
+    for (int j = lane; j < BS; j += LANES) {
+        const long long e = b * (long long)BS + j;
+        if (e >= n) {
+            break;
+        }
+        float g = vals[i * (long long)BS + j];
+        float prm = p[e];
+        if (use_wd && decoupled) {
+            prm = prm * decay;
+        } else if (use_wd) {
+            g = g + wd * prm;
+        }
+        float mm = m[e];
+        mm = mm + w1 * (g - mm);
+        float vv = v[e];
+        vv = vv * b2;
+        vv = vv + (one_m_b2 * g) * g;
+        prm = prm - step_size * (mm / (sqrtf(vv) / bc2s + eps));
+        m[e] = mm;
+        v[e] = vv;
+        p[e] = prm;
+    }
+    if (lane == 0) {
+        steps[b] = t;
+    }
+}
+"""
