@@ -387,8 +387,8 @@ def run(plan: Plan, out_dir: Path) -> dict[str, Any]:
         notes.append("device cpu: a smoke test of this script (NumPy/fused kernels); not the issue's keys")
     if e2e and e2e["gpu_e2e_compute_iter_s"] < E2E_MIN_COMPUTE_S:
         notes.append(
-            f"compute per iteration {e2e['gpu_e2e_compute_iter_s'] * 1e3:.1f} ms < 50 ms: the overhead ratio's "
-            "precondition is not met on this machine"
+            f"compute per iteration {e2e['gpu_e2e_compute_iter_s'] * 1e3:.1f} ms < 50 ms: the overhead "
+            "ratio's precondition is not met on this machine"
         )
     if not plan.e2e:
         notes.append("--no-e2e: gpu_comm_overhead_ratio not measured")

@@ -80,8 +80,8 @@ def render(tests: TestCounts | None, bench: dict[str, Any] | None) -> str:
         lines.append("no JUnit XML: the test run did not finish (see cuda-tests.log)")
     else:
         lines.append(
-            f"{tests.tests} collected: {tests.passed} passed, {tests.failures} failed, {tests.errors} errors, "
-            f"{tests.skipped} skipped"
+            f"{tests.tests} collected: {tests.passed} passed, {tests.failures} failed, "
+            f"{tests.errors} errors, {tests.skipped} skipped"
         )
         lines.extend(f"  FAILED {name}" for name in tests.failed)
         lines.extend(f"  skipped ×{n}: {reason}" for reason, n in tests.skip_reasons.items())

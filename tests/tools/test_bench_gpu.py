@@ -18,7 +18,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import bench_gpu
+import bench_gpu  # noqa: E402
 
 
 def _run(tmp_path: Path, *args: str) -> dict[str, object]:

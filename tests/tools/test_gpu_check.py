@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import gpu_summary
+import gpu_summary  # noqa: E402
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.a" name="test_ok" time="0.1"/>
@@ -68,4 +68,9 @@ def test_gpu_check_runs_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     summary = (tmp_path / "summary.txt").read_text()
     assert "skipped: no CUDA device" in summary
     assert "collected" in summary and "0 failed" in summary
-    assert {p.name for p in tmp_path.iterdir()} >= {"env.txt", "cuda-tests.xml", "bench_gpu.json", "summary.txt"}
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "env.txt",
+        "cuda-tests.xml",
+        "bench_gpu.json",
+        "summary.txt",
+    }

@@ -154,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     check_device(cfg)
     if getattr(args, "ddp", False) and cfg.device == "cuda":
-        print("wanrt demo: error: the DDP arm runs on CPU only; drop --ddp to use --device cuda", file=sys.stderr)
+        print(
+            "wanrt demo: error: the DDP arm runs on CPU only; drop --ddp to use --device cuda",
+            file=sys.stderr,
+        )
         return 1
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))
     out.mkdir(parents=True, exist_ok=True)

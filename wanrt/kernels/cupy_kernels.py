@@ -184,11 +184,20 @@ class CupyKernels(ReferenceKernels):
         if nb:
             items = _items(bs)
             fn = self._function(
-                SELECT_SOURCE, "wanrt_select", BS=bs, P=next_pow2(bs), ITEMS=items, HAS_ADD=int(add is not None)
+                SELECT_SOURCE,
+                "wanrt_select",
+                BS=bs,
+                P=next_pow2(bs),
+                ITEMS=items,
+                HAS_ADD=int(add is not None),
             )
             grid = -(-nb // (THREADS * items))
             other = add if add is not None else x
-            fn((grid,), (THREADS,), (x, other, np.int64(n), np.int64(nb), np.float32(v), keys, np.int64(cap), counters))
+            fn(
+                (grid,),
+                (THREADS,),
+                (x, other, np.int64(n), np.int64(nb), np.float32(v), keys, np.int64(cap), counters),
+            )
         count, bad = (int(c) for c in counters.get())  # the one host round trip of the selection
         keep = min(count, cap)
         if keep and count <= cap:
