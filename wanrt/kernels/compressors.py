@@ -260,16 +260,11 @@ class ThresholdV(Compressor):
         # one partition serves both the controller (aim-th largest) and the trim (cap-th largest)
         ranks = [r for r in (t.aim, t.cap) if r <= count]
         part = k.partition(sums, [count - r for r in ranks]) if ranks else sums
-        aim_v = float(part[count - t.aim]) if count >= t.aim else None
-        probe = int((sums >= xp.float32((st.v if aim_v is None else aim_v) * ratio)).sum())
+        aim_v, probe = k.threshold_stats(sums, part, count, t.aim, st.v, ratio)
         aimd.update(st, count, aim_v, probe, t, self.config)
         if count <= t.cap:
             return ids.copy()
-        cut = xp.float32(float(part[count - t.cap]))  # via float: cupy refuses an implicit device read
-        keep = sums > cut
-        ties = xp.nonzero(sums == cut)[0]
-        keep[ties[: t.cap - int(keep.sum())]] = True
-        return ids[keep]
+        return k.trim(ids, sums, part, count, t.cap)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -132,13 +132,16 @@ class CupyKernels(ReferenceKernels):
         self._err: Array = None  # device flag of the optimizer kernels (see raise_pending_errors)
         self._torch: Any = None
         self._torch_checked = False
+        self._keep_scatter = cupy.ElementwiseKernel(
+            "bool keep, int64 pos, int64 value", "raw int64 out", "if (keep) out[pos] = value;", "wanrt_keep"
+        )
 
     # ------------------------------------------------------------------ compilation
 
     def _function(self, source: str, name: str, **defines: int) -> Any:
         """``name`` from ``source`` compiled with ``defines`` (NVRTC, once per combination)."""
         opts = compile_options(**defines)
-        key = (name, opts)  # kernel names are unique across the two sources
+        key = ("select" if source is SELECT_SOURCE else "optim", opts)  # one module per source and defines
         with self._lock:
             mod = self._modules.get(key)
             if mod is None:
@@ -209,6 +212,34 @@ class CupyKernels(ReferenceKernels):
     def partition(self, a: Array, kth: list[int]) -> Array:
         """A radix sort: a partition at every position, so the values at ``kth`` are the reference's."""
         return self.xp.sort(a)
+
+    def threshold_stats(
+        self, sums: Array, part: Array, count: int, aim: int, v: float, ratio: float
+    ) -> tuple[float | None, int]:
+        """As the reference, with ONE device-to-host read for both numbers (the reference takes two)."""
+        xp = self.xp
+        if count < aim:
+            return super().threshold_stats(sums, part, count, aim, v, ratio)
+        aim_v = part[count - aim].astype(xp.float64)
+        # the same double product rounded to fp32 as the reference's xp.float32(aim_v * ratio)
+        probe = (sums >= (aim_v * ratio).astype(xp.float32)).sum()
+        host = xp.stack([aim_v, probe.astype(xp.float64)]).get()
+        return float(host[0]), int(host[1])
+
+    def trim(self, ids: Array, sums: Array, part: Array, count: int, cap: int) -> Array:
+        """As the reference, without a host read: exactly ``cap`` candidates pass (the cut is the cap-th
+        largest: fewer than ``cap`` are above it, at least ``cap`` reach it), so the output's size is known
+        and the kept ones are scattered to their prefix-sum positions on the device."""
+        xp = self.xp
+        cut = part[count - cap]
+        greater = sums > cut
+        tie = sums == cut
+        room = cap - greater.sum()
+        keep = greater | (tie & (xp.cumsum(tie) <= room))
+        pos = xp.cumsum(keep) - 1
+        out = xp.empty(cap, dtype=xp.int64)
+        self._keep_scatter(keep, pos, ids, out)
+        return out
 
     def _torch_cuda(self) -> Any:
         if not self._torch_checked:
