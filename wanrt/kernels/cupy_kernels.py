@@ -64,6 +64,14 @@ def _items(bs: int) -> int:
     return 8 if bs == 1 else 4
 
 
+def _vec(bs: int, *arrays: Array | None) -> int:
+    """1 when whole blocks can be read as ``float4``: the block size is a multiple of 4 and every array
+    starts 16-byte aligned (so does every block then); else 0 (scalar loads)."""
+    if bs % 4:
+        return 0
+    return int(all(a is None or a.data.ptr % 16 == 0 for a in arrays))
+
+
 class PinnedStaging:
     """A reused pinned host buffer and device buffers for one sparse update's indices and values.
 
@@ -164,7 +172,10 @@ class CupyKernels(ReferenceKernels):
         nb = n_blocks(n, bs)
         out = xp.empty(nb, dtype=xp.float32)
         if nb:
-            fn = self._function(SELECT_SOURCE, "wanrt_block_sums", BS=bs, P=next_pow2(bs), ITEMS=1, HAS_ADD=0)
+            vec = _vec(bs, x)
+            fn = self._function(
+                SELECT_SOURCE, "wanrt_block_sums", BS=bs, P=next_pow2(bs), ITEMS=1, HAS_ADD=0, VEC=vec
+            )
             grid = min(-(-nb // THREADS), 65535 * 4)
             fn((grid,), (THREADS,), (x, np.int64(n), np.int64(nb), out))
         return out
@@ -193,6 +204,7 @@ class CupyKernels(ReferenceKernels):
                 P=next_pow2(bs),
                 ITEMS=items,
                 HAS_ADD=int(add is not None),
+                VEC=_vec(bs, x, add),
             )
             grid = -(-nb // (THREADS * items))
             other = add if add is not None else x
@@ -205,7 +217,9 @@ class CupyKernels(ReferenceKernels):
         keep = min(count, cap)
         if keep and count <= cap:
             ordered = xp.sort(keys[:keep])
-            unpack = self._function(SELECT_SOURCE, "wanrt_unpack", BS=bs, P=next_pow2(bs), ITEMS=1, HAS_ADD=0)
+            unpack = self._function(
+                SELECT_SOURCE, "wanrt_unpack", BS=bs, P=next_pow2(bs), ITEMS=1, HAS_ADD=0, VEC=0
+            )
             unpack((-(-keep // THREADS),), (THREADS,), (ordered, np.int64(keep), idx_buf, sum_buf))
         return count, bool(bad)
 

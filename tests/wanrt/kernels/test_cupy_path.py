@@ -56,6 +56,26 @@ def test_select_above_equals_the_reference(bs: int, with_add: bool) -> None:
     np.testing.assert_array_equal(ref.block_sums(hx, bs), cp.asnumpy(dev.block_sums(dx, bs)))
 
 
+def test_select_above_on_unaligned_views_equals_the_reference() -> None:
+    """A view starting one float in is not 16-byte aligned: the scalar loads run instead of float4."""
+    cp = _cp()
+    ref, dev = kernels_by_name("numpy"), kernels_by_name("cupy")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(16 * 999 + 7).astype(np.float32)
+    add = rng.standard_normal(x.shape[0]).astype(np.float32)
+    dx = cp.asarray(np.concatenate([[0.0], x]).astype(np.float32))[1:]
+    da = cp.asarray(np.concatenate([[0.0], add]).astype(np.float32))[1:]
+    assert dx.data.ptr % 16 != 0
+    hx, cap = x.copy(), 1000
+    hi, hs = np.empty(cap, np.int64), np.empty(cap, np.float32)
+    di, ds = cp.empty(cap, cp.int64), cp.empty(cap, cp.float32)
+    c1, _ = ref.select_above(hx, 12.0, 16, hi, hs, add)
+    c2, _ = dev.select_above(dx, 12.0, 16, di, ds, da)
+    assert c1 == c2
+    np.testing.assert_array_equal(hi[:c1], cp.asnumpy(di[:c2]))
+    np.testing.assert_array_equal(hx, cp.asnumpy(dx))
+
+
 def test_select_above_counts_past_the_buffer_and_flags_nan() -> None:
     cp = _cp()
     dev = kernels_by_name("cupy")

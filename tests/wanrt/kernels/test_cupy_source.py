@@ -35,7 +35,9 @@ def _compile(tmp_path: Path, source: str, opts: tuple[str, ...]) -> None:
 @pytest.mark.parametrize("bs", [1, 5, 16, MAX_FUSED_BLOCK])
 def test_selection_source_compiles(tmp_path: Path, bs: int) -> None:
     for add in (0, 1):
-        _compile(tmp_path, SELECT_SOURCE, compile_options(BS=bs, P=next_pow2(bs), ITEMS=4, HAS_ADD=add))
+        for vec in (0, 1) if bs % 4 == 0 else (0,):
+            opts = compile_options(BS=bs, P=next_pow2(bs), ITEMS=4, HAS_ADD=add, VEC=vec)
+            _compile(tmp_path, SELECT_SOURCE, opts)
 
 
 @pytest.mark.parametrize("bs", [1, 16, 512])
