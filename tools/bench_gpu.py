@@ -26,6 +26,8 @@ warm-up, the device synchronised before and after the timed loop):
 every section on CPU tensors with small sizes (a smoke test of this script: the NumPy/fused kernels stand
 in for CuPy; the numbers are not the issue's keys). Without a CUDA device (or without CuPy) ``--device
 cuda`` prints ``skipped: no CUDA device`` (or why), writes JSON saying so, and exits 0.
+A section that fails (a kernel error, say) is recorded in the JSON's ``errors`` and the others still run
+(exit status 1 then); the JSON is written after the kernel sections and again at the end.
 Output: a table on stdout, ``--json PATH``.
 """
 
@@ -339,18 +341,22 @@ def _met(key: str, value: float | None) -> bool | None:
 
 
 def derive(sel: dict[str, float], opt: dict[str, float], leader: dict[str, float]) -> dict[str, float]:
+    """The keys from whatever sections finished (a section that failed leaves its keys out)."""
     keys: dict[str, float] = {}
-    if sel:
+    if "threshold_v_block_ms" in sel:
         keys["gpu_compress_vs_torch_topk"] = sel["torch_topk_ms"] / sel["threshold_v_block_ms"]
         keys["gpu_compress_vs_device_copy"] = sel["threshold_v_block_ms"] / sel["device_copy_ms"]
+    if "topk_ms" in sel:
         keys["gpu_topk_vs_torch_topk"] = sel["torch_topk_ms"] / sel["topk_ms"]
+    if "randomk_ms" in sel:
         keys["gpu_randomk_vs_torch_topk"] = sel["torch_topk_ms"] / sel["randomk_ms"]
     for kind in ("sgd", "momentum", "adam", "adamw"):
         if f"sparse_{kind}_ms" in opt:
             keys[f"gpu_sparse_{kind}_vs_torch_fused"] = opt[f"torch_{kind}_ms"] / opt[f"sparse_{kind}_ms"]
-    if leader:
+    if "gpu_d2h_bytes_ratio" in leader:
         keys["gpu_d2h_bytes_ratio"] = leader["gpu_d2h_bytes_ratio"]
         keys["gpu_d2h_bytes_ratio_counted"] = leader["gpu_d2h_bytes_ratio_counted"]
+    if "leader_layer_host_path_ms" in leader:
         keys["gpu_leader_vs_host_path"] = leader["leader_layer_host_path_ms"] / leader["leader_layer_ms"]
     return keys
 
@@ -366,52 +372,81 @@ def _fmt(v: float) -> str:
     return "nan" if v != v else (f"{v:.4g}" if abs(v) < 1e4 else f"{v:.3e}")
 
 
-def run(plan: Plan, out_dir: Path) -> dict[str, Any]:
+def _section(name: str, errors: dict[str, str], fn: Callable[[], Any], empty: Any) -> Any:
+    """Run one section; a failure is recorded and the others still run (a GPU machine is lent briefly:
+    one broken kernel must not cost the other figures)."""
+    try:
+        return fn()
+    except Exception as exc:
+        errors[name] = f"{type(exc).__name__}: {exc}"
+        _say(f"bench_gpu: section {name} failed: {errors[name]}")
+        return empty
+
+
+def run(plan: Plan, out_dir: Path, save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every section in turn; ``save`` gets the results so far after the kernel sections and at the end."""
     dev = torch.device("cuda" if plan.device == "cuda" else "cpu")
     clock = Clock(dev)
     t0 = time.monotonic()
+    errors: dict[str, str] = {}
     _say(f"bench_gpu: {plan.elements / 1e6:g} M fp32 on {plan.device}, density {DENSITY}")
-    sel = bench_selection(plan, dev, clock)
-    opt, variants = bench_optimizers(plan, dev, clock)
-    leader = bench_leader(plan, dev, clock)
-    keys = derive(sel, opt, leader)
+    sel = _section("selection", errors, lambda: bench_selection(plan, dev, clock), {})
+    opt, variants = _section("optimizers", errors, lambda: bench_optimizers(plan, dev, clock), ({}, {}))
+    leader = _section("leader", errors, lambda: bench_leader(plan, dev, clock), {})
     e2e: dict[str, float] = {}
+
+    def result(pending: bool) -> dict[str, Any]:
+        keys = derive(sel, opt, leader)
+        if "gpu_comm_overhead_ratio" in e2e:
+            keys["gpu_comm_overhead_ratio"] = e2e["gpu_comm_overhead_ratio"]
+            keys["gpu_e2e_compute_iter_s"] = e2e["gpu_e2e_compute_iter_s"]
+        # targets are the GPU's; a CPU smoke run's numbers are judged against nothing
+        met = {k: (_met(k, v) if plan.device == "cuda" else None) for k, v in keys.items() if k in TARGETS}
+        notes = []
+        if plan.device == "cpu":
+            notes.append(
+                "device cpu: a smoke test of this script (NumPy/fused kernels); not the issue's keys"
+            )
+        if pending:
+            notes.append("the two-site run had not finished when this was written")
+        elif e2e and e2e["gpu_e2e_compute_iter_s"] < E2E_MIN_COMPUTE_S:
+            notes.append(
+                f"compute per iteration {e2e['gpu_e2e_compute_iter_s'] * 1e3:.1f} ms < 50 ms: the overhead "
+                "ratio's precondition is not met on this machine"
+            )
+        if not plan.e2e:
+            notes.append("--no-e2e: gpu_comm_overhead_ratio not measured")
+        notes.extend(f"section {name} failed: {err}" for name, err in errors.items())
+        return {
+            "device": plan.device,
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "skipped": None,
+            "quick": plan.quick,
+            "elements": plan.elements,
+            "density": DENSITY,
+            "keys": keys,
+            "targets": {k: f"{op} {t:g}" for k, (op, t) in TARGETS.items()},
+            "met": met,
+            "selection_ms": sel,
+            "optimizer_ms": opt,
+            "torch_optimizer_variant": variants,
+            "leader": leader,
+            "e2e": e2e,
+            "errors": errors,
+            "notes": notes,
+            "load": list(os.getloadavg()),
+            "elapsed_s": time.monotonic() - t0,
+        }
+
     if plan.e2e:
-        e2e = bench_e2e(plan, out_dir)
-        keys["gpu_comm_overhead_ratio"] = e2e["gpu_comm_overhead_ratio"]
-        keys["gpu_e2e_compute_iter_s"] = e2e["gpu_e2e_compute_iter_s"]
-    # targets are the GPU's; a CPU smoke run's numbers are judged against nothing
-    met = {k: (_met(k, v) if plan.device == "cuda" else None) for k, v in keys.items() if k in TARGETS}
-    notes = []
-    if plan.device == "cpu":
-        notes.append("device cpu: a smoke test of this script (NumPy/fused kernels); not the issue's keys")
-    if e2e and e2e["gpu_e2e_compute_iter_s"] < E2E_MIN_COMPUTE_S:
-        notes.append(
-            f"compute per iteration {e2e['gpu_e2e_compute_iter_s'] * 1e3:.1f} ms < 50 ms: the overhead "
-            "ratio's precondition is not met on this machine"
-        )
-    if not plan.e2e:
-        notes.append("--no-e2e: gpu_comm_overhead_ratio not measured")
-    return {
-        "device": plan.device,
-        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "skipped": None,
-        "quick": plan.quick,
-        "elements": plan.elements,
-        "density": DENSITY,
-        "keys": keys,
-        "targets": {k: f"{op} {t:g}" for k, (op, t) in TARGETS.items()},
-        "met": met,
-        "selection_ms": sel,
-        "optimizer_ms": opt,
-        "torch_optimizer_variant": variants,
-        "leader": leader,
-        "e2e": e2e,
-        "notes": notes,
-        "load": list(os.getloadavg()),
-        "elapsed_s": time.monotonic() - t0,
-    }
+        if save is not None:
+            save(result(pending=True))
+        e2e = _section("e2e", errors, lambda: bench_e2e(plan, out_dir), {})
+    data = result(pending=False)
+    if save is not None:
+        save(data)
+    return data
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -433,7 +468,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
     plan = make_plan(args.device, args.quick, args.e2e, args.elements)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-bench-gpu-"))
-    data = run(plan, out)
+
+    def save(data: dict[str, Any]) -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+    data = run(plan, out, save)
     rows = []
     for key, value in data["keys"].items():
         op_t = data["targets"].get(key, "")
@@ -443,9 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in data["notes"]:
         print(f"note: {note}")
     print(f"({data['elapsed_s']:.1f} s, load {data['load'][0]:.2f}, {data['device_name']})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    return 0
+    return 1 if data["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ def test_cpu_smoke_run_computes_every_kernel_key(tmp_path: Path) -> None:
     for key in bench_gpu.TARGETS:
         if key != "gpu_comm_overhead_ratio":
             assert key in keys and math.isfinite(keys[key]) and keys[key] >= 0, key
-    assert data["skipped"] is None and all(v is None for v in data["met"].values())  # type: ignore[union-attr]
+    assert data["skipped"] is None and data["errors"] == {}
+    assert all(v is None for v in data["met"].values())  # type: ignore[union-attr]
     assert "gpu_compress_vs_torch_topk" in str(data["_stdout"])  # the table
 
 
