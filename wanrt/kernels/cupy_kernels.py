@@ -40,7 +40,7 @@ import numpy as np
 
 from wanrt.errors import KernelError
 from wanrt.kernels.arrays import Array
-from wanrt.kernels.cupy_source import OPTIM_SOURCE, SELECT_SOURCE, compile_options
+from wanrt.kernels.cupy_source import BLOCKS_SOURCE, OPTIM_SOURCE, SELECT_SOURCE, compile_options
 from wanrt.kernels.reference import BiasTables, ReferenceKernels, next_pow2, numpy_reference
 from wanrt.payload import n_blocks
 
@@ -56,6 +56,12 @@ THREADS = 256
 
 #: block indices travel in the high 32 bits of a sort key
 _MAX_KEYED_BLOCKS = 1 << 32
+
+
+_SOURCE_NAMES = {id(SELECT_SOURCE): "select", id(OPTIM_SOURCE): "optim", id(BLOCKS_SOURCE): "blocks"}
+
+#: threads of the one CUDA block that trims the candidates (32 warps: one ballot per warp per step)
+TRIM_THREADS = 1024
 
 
 def _items(bs: int) -> int:
@@ -140,16 +146,13 @@ class CupyKernels(ReferenceKernels):
         self._err: Array = None  # device flag of the optimizer kernels (see raise_pending_errors)
         self._torch: Any = None
         self._torch_checked = False
-        self._keep_scatter = cupy.ElementwiseKernel(
-            "bool keep, int64 pos, int64 value", "raw int64 out", "if (keep) out[pos] = value;", "wanrt_keep"
-        )
 
     # ------------------------------------------------------------------ compilation
 
     def _function(self, source: str, name: str, **defines: int) -> Any:
         """``name`` from ``source`` compiled with ``defines`` (NVRTC, once per combination)."""
         opts = compile_options(**defines)
-        key = ("select" if source is SELECT_SOURCE else "optim", opts)  # one module per source and defines
+        key = (_SOURCE_NAMES[id(source)], opts)  # one module per source and defines
         with self._lock:
             mod = self._modules.get(key)
             if mod is None:
@@ -230,30 +233,43 @@ class CupyKernels(ReferenceKernels):
     def threshold_stats(
         self, sums: Array, part: Array, count: int, aim: int, v: float, ratio: float
     ) -> tuple[float | None, int]:
-        """As the reference, with ONE device-to-host read for both numbers (the reference takes two)."""
+        """As the reference, in one launch (binary searches in the sorted ``part``) and ONE device-to-host
+        read for both numbers (the reference's CuPy code: nine array operations and two reads)."""
         xp = self.xp
         if count < aim:
             return super().threshold_stats(sums, part, count, aim, v, ratio)
-        aim_v = part[count - aim].astype(xp.float64)
-        # the same double product rounded to fp32 as the reference's xp.float32(aim_v * ratio)
-        probe = (sums >= (aim_v * ratio).astype(xp.float32)).sum()
-        host = xp.stack([aim_v, probe.astype(xp.float64)]).get()
+        out = xp.empty(2, dtype=xp.float64)
+        fn = self._function(BLOCKS_SOURCE, "wanrt_threshold_stats", BS=1)
+        fn((1,), (1,), (part, np.int64(count), np.int64(aim), np.float64(ratio), out))
+        host = out.get()
         return float(host[0]), int(host[1])
 
     def trim(self, ids: Array, sums: Array, part: Array, count: int, cap: int) -> Array:
-        """As the reference, without a host read: exactly ``cap`` candidates pass (the cut is the cap-th
-        largest: fewer than ``cap`` are above it, at least ``cap`` reach it), so the output's size is known
-        and the kept ones are scattered to their prefix-sum positions on the device."""
-        xp = self.xp
-        cut = part[count - cap]
-        greater = sums > cut
-        tie = sums == cut
-        room = cap - greater.sum()
-        keep = greater | (tie & (xp.cumsum(tie) <= room))
-        pos = xp.cumsum(keep) - 1
-        out = xp.empty(cap, dtype=xp.int64)
-        self._keep_scatter(keep, pos, ids, out)
+        """As the reference, in one launch and without a host read: exactly ``cap`` candidates pass (the cut
+        is the cap-th largest: fewer than ``cap`` are above it, at least ``cap`` reach it), so the output's
+        size is known and each kept one goes to its prefix count (``part``: ``sums`` sorted ascending)."""
+        out = self.xp.empty(cap, dtype=self.xp.int64)
+        fn = self._function(BLOCKS_SOURCE, "wanrt_trim", BS=1)
+        fn((1,), (TRIM_THREADS,), (ids, sums, part, np.int64(count), np.int64(cap), out))
         return out
+
+    def gather(self, x: Array, idx: Array, bs: int) -> Array:
+        """As the reference, in one launch and without the reference's host read of the last index (to
+        learn whether the last block is partial): positions past the end read as zero."""
+        idx = self.xp.ascontiguousarray(idx, dtype=self.xp.int64)
+        nnzb, n = int(idx.shape[0]), int(x.shape[0])
+        out = self.xp.empty(nnzb * bs, dtype=self.xp.float32)
+        if nnzb:
+            fn = self._function(BLOCKS_SOURCE, "wanrt_gather", BS=bs)
+            fn((-(-nnzb * bs // THREADS),), (THREADS,), (x, idx, np.int64(nnzb), np.int64(n), out))
+        return out
+
+    def zero_blocks(self, x: Array, idx: Array, bs: int) -> None:
+        idx = self.xp.ascontiguousarray(idx, dtype=self.xp.int64)
+        nnzb, n = int(idx.shape[0]), int(x.shape[0])
+        if nnzb:
+            fn = self._function(BLOCKS_SOURCE, "wanrt_zero_blocks", BS=bs)
+            fn((-(-nnzb * bs // THREADS),), (THREADS,), (x, idx, np.int64(nnzb), np.int64(n)))
 
     def _torch_cuda(self) -> Any:
         if not self._torch_checked:

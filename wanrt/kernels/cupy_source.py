@@ -18,7 +18,7 @@ size a multiple of 4 and both arrays 16-byte aligned: a quarter of the load inst
 
 from __future__ import annotations
 
-__all__ = ["OPTIM_SOURCE", "SELECT_SOURCE", "compile_options"]
+__all__ = ["BLOCKS_SOURCE", "OPTIM_SOURCE", "SELECT_SOURCE", "compile_options"]
 
 #: NVRTC options every module is built with (see the module docstring for why no FMA contraction)
 BASE_OPTIONS: tuple[str, ...] = ("--std=c++14", "--fmad=false")
@@ -283,6 +283,129 @@ extern "C" __global__ void wanrt_adam(float* __restrict__ p, float* __restrict__
     }
     if (lane == 0) {
         steps[b] = t;
+    }
+}
+"""
+
+#: Gather / zero of whole blocks (``BS`` per index), and threshold-v's controller reads and trim over the
+#: candidates, each ONE launch with no host read: the reference's CuPy code needs a host read to find out
+#: whether the last block is partial, and a dozen array operations (each a launch and Python overhead)
+#: plus three host reads for the trim.
+BLOCKS_SOURCE = r"""
+extern "C" __global__ void wanrt_gather(const float* __restrict__ x, const long long* __restrict__ idx,
+                                        const long long nnzb, const long long n, float* __restrict__ out) {
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < nnzb * (long long)BS) {
+        const long long i = e / BS;
+        const long long pos = idx[i] * (long long)BS + (e - i * (long long)BS);
+        out[e] = (pos >= 0 && pos < n) ? x[pos] : 0.0f;  /* the partial last block is zero-padded */
+    }
+}
+
+extern "C" __global__ void wanrt_zero_blocks(float* __restrict__ x, const long long* __restrict__ idx,
+                                             const long long nnzb, const long long n) {
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < nnzb * (long long)BS) {
+        const long long i = e / BS;
+        const long long pos = idx[i] * (long long)BS + (e - i * (long long)BS);
+        if (pos >= 0 && pos < n) {
+            x[pos] = 0.0f;
+        }
+    }
+}
+
+/* first position in the ascending part[0..count) whose value is >= v (strict: > v) */
+__device__ long long wanrt_bound(const float* __restrict__ part, long long count, float v, bool strict) {
+    long long lo = 0, hi = count;
+    while (lo < hi) {
+        const long long mid = lo + (hi - lo) / 2;
+        const bool before = strict ? !(part[mid] > v) : part[mid] < v;
+        if (before) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* out[0] = the aim-th largest candidate sum, out[1] = how many reach (float)(out[0] * ratio);
+   ``part`` is the candidates' sums sorted ascending (count >= aim). */
+extern "C" __global__ void wanrt_threshold_stats(const float* __restrict__ part, const long long count,
+                                                 const long long aim, const double ratio,
+                                                 double* __restrict__ out) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        const double aim_v = (double)part[count - aim];
+        const float probe_at = (float)(aim_v * ratio);
+        out[0] = aim_v;
+        out[1] = (double)(count - wanrt_bound(part, count, probe_at, false));
+    }
+}
+
+/* The cap candidates with the largest sums, in index order, ties at the cut taken in index order:
+   ONE CUDA block of 1024 threads walks the candidates in index order, 1024 at a time, and places every
+   kept one at its prefix count (warp ballots, then the 32 warp totals). Exactly cap are kept: the cut is
+   the cap-th largest (``part`` sorted ascending, cap < count), fewer than cap are above it. */
+extern "C" __global__ void wanrt_trim(const long long* __restrict__ ids, const float* __restrict__ sums,
+                                      const float* __restrict__ part, const long long count,
+                                      const long long cap, long long* __restrict__ out) {
+    __shared__ int s_keep[32];
+    __shared__ int s_tie[32];
+    __shared__ long long s_base;
+    __shared__ long long s_ties;
+    __shared__ long long s_room;
+    __shared__ float s_cut;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned nwarps = (blockDim.x + 31u) >> 5;
+    const unsigned below = (1u << lane) - 1u;
+    if (threadIdx.x == 0) {
+        const float cut = part[count - cap];
+        s_cut = cut;
+        s_room = cap - (count - wanrt_bound(part, count, cut, true));  /* ties that still fit */
+        s_base = 0;
+        s_ties = 0;
+    }
+    __syncthreads();
+    for (long long start = 0; start < count; start += blockDim.x) {
+        const long long i = start + threadIdx.x;
+        const bool valid = i < count;
+        const float s = valid ? sums[i] : 0.0f;
+        const bool greater = valid && s > s_cut;
+        const bool tie = valid && s == s_cut;
+        const unsigned tb = __ballot_sync(0xffffffffu, tie);
+        if (lane == 0) {
+            s_tie[warp] = __popc(tb);
+        }
+        __syncthreads();
+        long long ties_before = s_ties + __popc(tb & below);
+        for (unsigned w = 0; w < warp; ++w) {
+            ties_before += s_tie[w];
+        }
+        const bool keep = greater || (tie && ties_before < s_room);
+        const unsigned kb = __ballot_sync(0xffffffffu, keep);
+        if (lane == 0) {
+            s_keep[warp] = __popc(kb);
+        }
+        __syncthreads();
+        if (keep) {
+            long long pos = s_base + __popc(kb & below);
+            for (unsigned w = 0; w < warp; ++w) {
+                pos += s_keep[w];
+            }
+            out[pos] = ids[i];
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            long long kept = 0, tied = 0;
+            for (unsigned w = 0; w < nwarps; ++w) {
+                kept += s_keep[w];
+                tied += s_tie[w];
+            }
+            s_base += kept;
+            s_ties += tied;
+        }
+        __syncthreads();
     }
 }
 """

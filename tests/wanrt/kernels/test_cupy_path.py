@@ -86,6 +86,47 @@ def test_select_above_counts_past_the_buffer_and_flags_nan() -> None:
     assert count == 1000 and bad
 
 
+@pytest.mark.parametrize("bs", [1, 5, 16])
+def test_gather_and_zero_blocks_equal_the_reference_with_a_partial_last_block(bs: int) -> None:
+    cp = _cp()
+    ref, dev = kernels_by_name("numpy"), kernels_by_name("cupy")
+    rng = np.random.default_rng(bs)
+    n = 16 * 101 + 3
+    nb = -(-n // bs)
+    x = rng.standard_normal(n).astype(np.float32)
+    idx = np.sort(rng.choice(nb, size=nb // 3, replace=False)).astype(np.int64)
+    idx[-1] = nb - 1  # the partial block
+    dx, didx = cp.asarray(x), cp.asarray(idx)
+    np.testing.assert_array_equal(ref.gather(x, idx, bs), cp.asnumpy(dev.gather(dx, didx, bs)))
+    hx = x.copy()
+    ref.zero_blocks(hx, idx, bs)
+    dev.zero_blocks(dx, didx, bs)
+    np.testing.assert_array_equal(hx, cp.asnumpy(dx))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_threshold_stats_and_trim_equal_the_reference(ties: bool) -> None:
+    """The controller's two numbers and the trim to cap, with many candidates tied at the cut (taken in
+    index order by both)."""
+    cp = _cp()
+    ref, dev = kernels_by_name("numpy"), kernels_by_name("cupy")
+    rng = np.random.default_rng(5)
+    count, cap, aim = 5000, 3100, 3800
+    sums = rng.uniform(1, 2, count).astype(np.float32)
+    if ties:
+        sums = np.round(sums * 8).astype(np.float32) / 8  # 9 distinct values: every cut is a tie
+    ids = np.sort(rng.choice(10 * count, size=count, replace=False)).astype(np.int64)
+    part = np.partition(sums, [count - aim, count - cap])
+    dsums, dids = cp.asarray(sums), cp.asarray(ids)
+    dpart = dev.partition(dsums, [count - aim, count - cap])
+    assert ref.threshold_stats(sums, part, count, aim, 1.0, 1.05) == dev.threshold_stats(
+        dsums, dpart, count, aim, 1.0, 1.05
+    )
+    np.testing.assert_array_equal(
+        ref.trim(ids, sums, part, count, cap), cp.asnumpy(dev.trim(dids, dsums, dpart, count, cap))
+    )
+
+
 @pytest.mark.parametrize("kind", COMPRESSOR_KINDS)
 def test_compressors_match_the_reference(kind: str) -> None:
     cp = _cp()

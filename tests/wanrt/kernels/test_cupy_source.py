@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from wanrt.kernels.cupy_kernels import MAX_FUSED_BLOCK
-from wanrt.kernels.cupy_source import OPTIM_SOURCE, SELECT_SOURCE, compile_options
+from wanrt.kernels.cupy_source import BLOCKS_SOURCE, OPTIM_SOURCE, SELECT_SOURCE, compile_options
 from wanrt.kernels.reference import next_pow2
 
 NVCC = shutil.which("nvcc")
@@ -43,3 +43,8 @@ def test_selection_source_compiles(tmp_path: Path, bs: int) -> None:
 @pytest.mark.parametrize("bs", [1, 16, 512])
 def test_optimizer_source_compiles(tmp_path: Path, bs: int) -> None:
     _compile(tmp_path, OPTIM_SOURCE, compile_options(BS=bs))
+
+
+@pytest.mark.parametrize("bs", [1, 16, 5])
+def test_block_source_compiles(tmp_path: Path, bs: int) -> None:
+    _compile(tmp_path, BLOCKS_SOURCE, compile_options(BS=bs))
