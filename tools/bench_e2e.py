@@ -352,6 +352,7 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
         ),
         "quick": plan.shared,
         "real_ddp": plan.ddp,
+        "device": plan.timing.device,
         "links": (
             (
                 "network namespaces joined pairwise (mesh), tc tbf on each direction of every link, no added "
