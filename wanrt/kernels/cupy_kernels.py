@@ -93,8 +93,7 @@ class PinnedStaging:
         self._cp = cupy
         self._host: Any = None  # cupy.cuda.PinnedMemoryPointer
         self._host_bytes = 0
-        self._dev_idx: Array = None
-        self._dev_vals: Array = None
+        self._dev: Array = None  # uint8 device buffer: indices, then values (one copy for both)
         self._copied: Any = None  # event recorded after the last upload
         self._stream: Any = None
         self._lock = threading.Lock()
@@ -118,15 +117,11 @@ class PinnedStaging:
             host_v = np.frombuffer(self._host, np.float32, nv, off)
             np.copyto(host_i, idx, casting="same_kind")
             np.copyto(host_v, vals, casting="same_kind")
-            if self._dev_idx is None or int(self._dev_idx.shape[0]) < ni:
-                self._dev_idx = cp.empty(max(ni, 1024), dtype=cp.int64)
-            if self._dev_vals is None or int(self._dev_vals.shape[0]) < nv:
-                self._dev_vals = cp.empty(max(nv, 16384), dtype=cp.float32)
-            d_i, d_v = self._dev_idx[:ni], self._dev_vals[:nv]
-            if ni:
-                d_i.set(host_i, stream=stream)
-            if nv:
-                d_v.set(host_v, stream=stream)
+            if self._dev is None or int(self._dev.shape[0]) < need:
+                self._dev = cp.empty(self._host_bytes, dtype=cp.uint8)
+            self._dev[:need].set(np.frombuffer(self._host, np.uint8, need, 0), stream=stream)
+            d_i = self._dev[: ni * 8].view(cp.int64)
+            d_v = self._dev[off : off + nv * 4].view(cp.float32)
             self._copied = cp.cuda.Event(block=False, disable_timing=True)
             self._copied.record(stream)
             self._stream = stream
@@ -139,6 +134,7 @@ class CupyKernels(ReferenceKernels):
     def __init__(self, cupy: ModuleType) -> None:
         super().__init__(cupy, "cupy")
         self._modules: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._functions: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
         self._keys: Array = None  # scratch for the selection's packed keys
         self._staging = PinnedStaging(cupy)
@@ -151,6 +147,10 @@ class CupyKernels(ReferenceKernels):
 
     def _function(self, source: str, name: str, **defines: int) -> Any:
         """``name`` from ``source`` compiled with ``defines`` (NVRTC, once per combination)."""
+        fkey = (name, *sorted(defines.items()))
+        fn = self._functions.get(fkey)  # the hot path: no option strings built, no module lookup
+        if fn is not None:
+            return fn
         opts = compile_options(**defines)
         key = (_SOURCE_NAMES[id(source)], opts)  # one module per source and defines
         with self._lock:
@@ -158,7 +158,8 @@ class CupyKernels(ReferenceKernels):
             if mod is None:
                 mod = self.xp.RawModule(code=source, options=opts)
                 self._modules[key] = mod
-        return mod.get_function(name)
+            fn = self._functions[fkey] = mod.get_function(name)
+        return fn
 
     def _fused(self, bs: int, n: int) -> bool:
         return bs <= MAX_FUSED_BLOCK and n_blocks(n, bs) < _MAX_KEYED_BLOCKS
