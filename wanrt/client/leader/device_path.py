@@ -90,9 +90,9 @@ class DeviceLayerCompressor(LayerCompressor):
         (applied as one fp32 multiply, as the host path does; skipped when exactly 1).
         """
         flat = grad.detach().reshape(-1)
-        if flat.dtype != torch.float32:
-            flat = flat.float()
         with self._on_side_stream(layer, flat, work):
+            if flat.dtype != torch.float32:  # after the waits: the gradient is final only then
+                flat = flat.float()
             if scale != 1.0:
                 buf = self._scaled.get(layer)
                 if buf is None or buf.shape != flat.shape or buf.device != flat.device:
@@ -117,7 +117,8 @@ class DeviceLayerCompressor(LayerCompressor):
         stream = self._streams.get(flat.device)
         if stream is None:
             stream = self._streams[flat.device] = torch.cuda.Stream(flat.device)
-        with torch.cuda.stream(stream), _cupy_stream(stream):
+        # the worker thread's current device is not the trainer's (torch.cuda.set_device is per thread)
+        with torch.cuda.device(flat.device), torch.cuda.stream(stream), _cupy_stream(stream):
             if work is not None:
                 work.wait()  # NCCL: makes the current (side) stream wait for the reduce, host not blocked
             if ready is not None:
@@ -194,5 +195,6 @@ def _cupy_stream(stream: Any) -> Iterator[None]:
     except ImportError:
         yield
         return
-    with cupy.cuda.ExternalStream(stream.cuda_stream, stream.device.index):
+    index = stream.device.index
+    with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream.cuda_stream, index):
         yield
