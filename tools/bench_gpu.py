@@ -22,6 +22,11 @@ warm-up, the device synchronised before and after the timed loop):
   both measured the same way with both sites' trainers running. ``gpu_e2e_compute_iter_s`` says whether the
   compute per iteration reached the issue's 50 ms.
 
+Beside them, for diagnosis: ``gpu_sparse_<kind>_kernel_vs_torch_fused`` (the kernel alone, its update
+already on the device: what the host staging costs), ``gpu_topk_vs_torch_topk`` and
+``gpu_randomk_vs_torch_topk`` (the other compressors), ``gpu_leader_vs_host_path`` (the leader's device path
+against the old one: the whole gradient to the host, compressed there).
+
 ``--quick`` (< 60 s): the same sizes and keys, fewer repetitions and e2e iterations. ``--device cpu`` runs
 every section on CPU tensors with small sizes (a smoke test of this script: the NumPy/fused kernels stand
 in for CuPy; the numbers are not the issue's keys). Without a CUDA device (or without CuPy) ``--device
