@@ -155,16 +155,24 @@ def test_error_feedback_matches_the_reference(kind: str) -> None:
 
 
 def test_threshold_state_survives_a_host_checkpoint() -> None:
+    """A checkpoint holds host values; restored onto a device layer, the threshold must carry on (not be
+    sampled afresh): the device run then equals the same story on the host, step for step."""
     cp = _cp()
     rng = np.random.default_rng(4)
-    c = make_compressor("threshold_v_block", density=0.01)
-    for _ in range(3):
-        c.compress(0, cp.asarray(rng.standard_normal(40_000).astype(np.float32)))
-    v = c.threshold(0)
-    restored = make_compressor("threshold_v_block", density=0.01)
-    restored.load_state_dict(c.state_dict())
-    restored.compress(0, cp.asarray(rng.standard_normal(40_000).astype(np.float32)))
-    assert restored.threshold(0) is not None and restored.exact_steps(0) == 0 and v is not None
+    grads = [rng.standard_normal(40_000).astype(np.float32) for _ in range(5)]
+    out = []
+    for device in (False, True):
+        c = make_compressor("threshold_v_block", density=0.01)
+        for g in grads[:3]:
+            c.compress(0, cp.asarray(g) if device else g)
+        restored = make_compressor("threshold_v_block", density=0.01)
+        restored.load_state_dict(c.state_dict())
+        payloads = [restored.compress(0, cp.asarray(g) if device else g) for g in grads[3:]]
+        out.append((restored.threshold(0), payloads))
+    (v_host, p_host), (v_dev, p_dev) = out
+    assert v_host == v_dev
+    for a, b in zip(p_host, p_dev, strict=True):
+        np.testing.assert_array_equal(a.indices, b.indices)
 
 
 @pytest.mark.parametrize("kind", OPTIMIZER_KINDS)
