@@ -27,7 +27,9 @@ already on the device: what the host staging costs), ``gpu_topk_vs_torch_topk`` 
 ``gpu_randomk_vs_torch_topk`` (the other compressors), ``gpu_leader_vs_host_path`` (the leader's device path
 against the old one: the whole gradient to the host, compressed there).
 
-``--quick`` (< 60 s): the same sizes and keys, fewer repetitions and e2e iterations. ``--device cpu`` runs
+``--quick``: the same sizes and keys, fewer repetitions and e2e iterations (aimed at a minute; its
+time on a GPU has not been measured yet: the two-site run's start-up, trainers importing torch and
+compiling the CUDA kernels, is most of it; ``tools/gpu_check.sh`` gives it 150 s). ``--device cpu`` runs
 every section on CPU tensors with small sizes (a smoke test of this script: the NumPy/fused kernels stand
 in for CuPy; the numbers are not the issue's keys). Without a CUDA device (or without CuPy) ``--device
 cuda`` prints ``skipped: no CUDA device`` (or why), writes JSON saying so, and exits 0.
@@ -475,7 +477,7 @@ def run(plan: Plan, out_dir: Path, save: Callable[[dict[str, Any]], None] | None
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the same keys in under a minute")
+    ap.add_argument("--quick", action="store_true", help="the same keys, fewer repetitions (about a minute)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke test")
     ap.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the two-site run")
