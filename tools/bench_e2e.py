@@ -61,9 +61,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: import this checkout, not whatever wanrt is installed
     sys.path.insert(0, str(ROOT))
 
-from wanrt.demo.config import DEFAULT, QUICK, DemoConfig  # noqa: E402
+from wanrt.demo.config import DEFAULT, QUICK, DemoConfig, check_device  # noqa: E402
 from wanrt.demo.results import RunResult  # noqa: E402
 from wanrt.demo.runner import Demo  # noqa: E402
+from wanrt.errors import ConfigError  # noqa: E402
 
 BANDWIDTHS: tuple[tuple[str, float], ...] = (("1gbit", 1e9), ("500mbit", 500e6), ("100mbit", 100e6))
 KEY_BANDWIDTH = "100mbit"
@@ -351,6 +352,7 @@ def report(plan: Plan, measured: Measured, elapsed: float) -> dict[str, Any]:
         ),
         "quick": plan.shared,
         "real_ddp": plan.ddp,
+        "device": plan.timing.device,
         "links": (
             (
                 "network namespaces joined pairwise (mesh), tc tbf on each direction of every link, no added "
@@ -514,11 +516,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="one shared access link per site (a bridge) instead of a link per pair of sites",
     )
     ap.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the wanrt, dense and compute-only trainers compute (cuda: one rank per site per GPU; "
+        "the DDP arm runs on CPU only, so cuda needs --no-ddp)",
+    )
+    ap.add_argument(
         "--round-topology",
         help="the gateways' WAN round topology for the wanrt and dense arms (default: the demo's, "
         f"{DEFAULT.topology}); allpairs: sparse rounds take one hop (docs/round_bench.md)",
     )
     args = ap.parse_args(argv)
+    if args.device == "cuda" and args.ddp:
+        _say("bench_e2e: --device cuda: the DDP arm runs on CPU only; add --no-ddp")
+        return 2
     if args.ddp:
         from wanrt.demo.netns_sites import netns_unavailable
 
@@ -536,6 +548,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             convergence=dataclasses.replace(plan.convergence, topology=rt),
             timing=dataclasses.replace(plan.timing, topology=rt),
         )
+    if args.device != "cpu":
+        plan = dataclasses.replace(
+            plan,
+            convergence=dataclasses.replace(plan.convergence, device=args.device),
+            timing=dataclasses.replace(plan.timing, device=args.device),
+        )
+        try:
+            check_device(plan.timing)
+            check_device(plan.convergence)
+        except ConfigError as exc:
+            _say(f"bench_e2e: {exc.message}")
+            return 2
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-bench-e2e-"))
     _say(f"bench_e2e: logs in {out}")
     t0 = time.monotonic()

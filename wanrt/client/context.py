@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import LeaderFailed, StepWithoutBackward
-from wanrt.client.leader.compression import LayerCompressor
+from wanrt.client.leader.device_path import DeviceLayerCompressor
 from wanrt.client.leader.staleness import StalenessTracker
 from wanrt.client.leader.step_timing import StepTimer
 from wanrt.client.leader.worker import LeaderPipeline
@@ -120,7 +120,7 @@ class Context:
         self._works: list[Any] = []
         self._link: Link | None = None
         self._pipeline: LeaderPipeline | None = None
-        self._compressor: LayerCompressor | None = None
+        self._compressor: DeviceLayerCompressor | None = None
         self._tracker: StalenessTracker[SiteUpdate] | None = None
         self._closed = False
         self._broken: BaseException | None = None
@@ -278,7 +278,7 @@ class Context:
             # the iteration this site starts at travels to the ranks as the first decision's one change
             # (not 0 for processes that replace ones the scheduler restarted: the job is further on)
             self._send_decision(SiteDecision(config_changes=[ConfigChange(self._iteration)]), failure)
-            self._compressor = LayerCompressor(self._config)
+            self._compressor = DeviceLayerCompressor(self._config)
             self._pipeline = LeaderPipeline(self._compress_and_push)
             self._tracker = StalenessTracker(len(self._params), peer=self.gateway)
         else:
@@ -307,17 +307,24 @@ class Context:
     def _on_issued(self, layer: int, work: Any, grad: torch.Tensor) -> None:
         self._timer.grad_ready(time.monotonic())
         if self._pipeline is not None:
-            assert self._tracker is not None
+            assert self._tracker is not None and self._compressor is not None
             self._tracker.pushed(self._iteration, layer)
+            self._compressor.mark_ready(layer, grad)  # CUDA: the side stream waits for this point only
             self._pipeline.submit(self._iteration, layer, work, grad)
         elif work is not None:
             self._works.append(work)
 
     def _compress_and_push(self, iteration: int, layer: int, work: Any, grad: torch.Tensor) -> None:
         """Leader worker thread: the site-averaged gradient of one layer → payload → gateway."""
+        assert self._compressor is not None and self._link is not None
+        if grad.is_cuda and not self._discarding:
+            # GPU-resident path: reduce wait, residual and selection on a side stream; only the selection
+            # crosses to the host (wanrt/client/leader/device_path.py, docs/client.md "On a GPU")
+            payload = self._compressor.compress_tensor(layer, grad, work, float(self._site_scale()))
+            self._link.push(iteration, layer, payload)
+            return
         if work is not None:
             work.wait()
-        assert self._compressor is not None and self._link is not None
         if self._discarding:
             # a snapshot is pending: the gradient was computed at parameters known to differ from the
             # job's. An empty push keeps the round protocol whole (the site is seen, no round waits for
@@ -346,7 +353,7 @@ class Context:
         site count, which the scheduler computes from k·b; ElasticBSP §4, docs/local_steps.md). k = 1
         divides by ranks × 1, the same float as before.
         """
-        scale = np.float32(self._batch_weight / (self.world_size * self._config.local_steps))
+        scale = self._site_scale()
         if scale == np.float32(1.0):
             return flat
         buf = self._scaled.get(layer)
@@ -354,6 +361,10 @@ class Context:
             buf = self._scaled[layer] = np.empty_like(flat)
         np.multiply(flat, scale, out=buf)
         return buf
+
+    def _site_scale(self) -> np.float32:
+        """The factor from the site's gradient sum to its weighted mean (see :meth:`_site_mean`)."""
+        return np.float32(self._batch_weight / (self.world_size * self._config.local_steps))
 
     # -- the step ----------------------------------------------------------------------------------------
 

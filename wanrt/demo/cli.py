@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from gateways.rounds.topology import TOPOLOGY_KINDS
-from wanrt.demo.config import DEFAULT, OPTIMIZERS, DemoConfig, config_from_args
+from wanrt.demo.config import DEFAULT, OPTIMIZERS, DemoConfig, check_device, config_from_args
 from wanrt.demo.ddp_option import ENABLE_HINT, add_ddp_argument, ddp_setup
 from wanrt.demo.ddp_results import ddp_headline, ddp_json, format_ddp_table
 from wanrt.demo.plot import plot_loss_vs_time
@@ -111,6 +111,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "iteration, per sample processed; half of every period, or the whole run with :persistent) and "
         "compare the run with the scheduler's straggler mitigation off and on, e.g. c:0.8:persistent",
     )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        help="where the trainers compute (default cpu); cuda: one rank per site per GPU, sites may share "
+        "a GPU, the leaders select on the GPU",
+    )
     p.add_argument("--out", help="directory for logs, configs, plot and results (default: a new temp dir)")
     p.add_argument("--json", help="also write the results JSON here")
     p.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
@@ -146,6 +152,13 @@ def run(args: argparse.Namespace) -> int:
         print("wanrt demo: error: --ddp and --straggler are separate comparisons; give one", file=sys.stderr)
         return 1
     cfg = config_from_args(args)
+    check_device(cfg)
+    if getattr(args, "ddp", False) and cfg.device == "cuda":
+        print(
+            "wanrt demo: error: the DDP arm runs on CPU only; drop --ddp to use --device cuda",
+            file=sys.stderr,
+        )
+        return 1
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"wanrt demo: output in {out}", flush=True)

@@ -24,6 +24,8 @@ from wanrt.errors import ConfigError
 __all__ = ["DEFAULT", "FLAG_OF", "QUICK", "DemoConfig", "OptimizerKind", "config_from_args", "site_names"]
 
 OptimizerKind = Literal["sgd", "momentum", "adam", "adamw"]
+#: where trainers may compute (DemoConfig.device)
+DEVICES: Final = ("cpu", "cuda")
 OPTIMIZERS: Final = ("sgd", "momentum", "adam", "adamw")
 
 #: a learning rate that works for each optimizer on this model (``--optimizer`` without ``--lr`` uses it);
@@ -78,6 +80,9 @@ class DemoConfig:
     #: also train with the scheduler (``wanrt scheduler``, adaptive policy) deciding density, per-site batch
     #: sizes and staleness: the third arm; ``--no-scheduler`` leaves the two fixed-setting arms
     scheduler: bool = True
+    #: where the trainers compute: ``cpu``, or ``cuda`` (one rank per site per GPU, several sites may share
+    #: one; the leader selects on the GPU, docs/client.md "On a GPU"); see :func:`check_device`
+    device: Literal["cpu", "cuda"] = "cpu"
     #: how often the scheduler asks its policy (the daemon's default of 5 s suits jobs of hours; a demo run
     #: lasts 5–30 s at 10–25 iterations/s, where 5 s would mean one or two decisions per run)
     decide_interval_s: float = 0.5
@@ -158,6 +163,7 @@ class DemoConfig:
         check(0 <= self.staleness <= 4, "staleness", self.staleness, "must be in 0..4")
         check(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
         check(0.0 < self.lr <= 10.0, "lr", self.lr, "must be in (0, 10]")
+        check(self.device in DEVICES, "device", self.device, f"one of {DEVICES}")
         check(1 <= self.batch <= 4096, "batch", self.batch, "must be in 1..4096")
         check(0.0 < self.target_loss < 10.0, "target_loss", self.target_loss, "must be in (0, 10)")
         check(1 <= self.max_iters <= 1_000_000, "max_iters", self.max_iters, "must be in 1..1e6")
@@ -235,6 +241,7 @@ QUICK: Final = DemoConfig(
 
 #: DemoConfig field -> the CLI flag that sets it, so errors name what the user typed
 FLAG_OF: Final = {
+    "device": "--device",
     "sites": "--sites",
     "ranks": "--ranks",
     "bandwidth_bps": "--bandwidth",
@@ -255,6 +262,30 @@ FLAG_OF: Final = {
     "profile": "--profile",
     "straggler": "--straggler",
 }
+
+
+def check_device(cfg: DemoConfig) -> None:
+    """Whether this machine can run ``cfg``'s trainers where it asks, before any process starts: a
+    :class:`ConfigError` naming ``--device`` otherwise. With CUDA a site's ranks take distinct GPUs (NCCL
+    inside the site: gloo cannot reduce CUDA tensors, and NCCL refuses two ranks on one GPU); sites share."""
+    if cfg.device == "cpu":
+        return
+    import torch  # only here: the config module stays cheap to import
+
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"--device cuda: this torch ({torch.__version__}) sees no CUDA device; use --device cpu",
+            key="--device",
+            value=cfg.device,
+        )
+    gpus = torch.cuda.device_count()
+    if cfg.ranks > gpus:
+        raise ConfigError(
+            f"--device cuda: {cfg.ranks} ranks per site need {cfg.ranks} GPUs (one each), this machine has "
+            f"{gpus}; use --ranks {gpus} or fewer",
+            key="--ranks",
+            value=cfg.ranks,
+        )
 
 
 def site_names(n: int) -> tuple[str, ...]:

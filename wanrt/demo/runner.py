@@ -109,6 +109,7 @@ TRAINER_FIELDS: Final = (
     "lr",
     "batch",
     "seed",
+    "device",
 )
 #: the parent wakes at least this often to check the stall deadline
 WAKE_S: Final = 1.0

@@ -45,7 +45,9 @@ def _build(name: str) -> ReferenceKernels:
             raise KernelError("the cupy path needs a CUDA device and none is visible")
     except cupy.cuda.runtime.CUDARuntimeError as exc:
         raise KernelError(f"the cupy path needs a working CUDA runtime: {exc}") from None
-    return ReferenceKernels(cupy, "cupy")
+    from wanrt.kernels.cupy_kernels import CupyKernels
+
+    return CupyKernels(cupy)
 
 
 def kernels_by_name(name: str) -> ReferenceKernels:

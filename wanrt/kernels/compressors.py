@@ -63,7 +63,7 @@ def _top_blocks(k: ReferenceKernels, sums: Array, count: int) -> Array:
     count = min(count, nb)
     if count <= 0:
         return xp.zeros(0, dtype=xp.int64)
-    idx = xp.arange(nb, dtype=xp.int64) if count == nb else xp.argpartition(sums, nb - count)[nb - count :]
+    idx = k.top_indices(sums, count)
     chosen = sums[idx]
     if not bool(xp.isfinite(chosen).all()):  # NaN and inf sort last, so they are always among the chosen
         raise KernelError("gradient contains NaN or infinite values")
@@ -74,7 +74,7 @@ def _top_blocks(k: ReferenceKernels, sums: Array, count: int) -> Array:
 def _kth_largest(k: ReferenceKernels, sums: Array, rank: int) -> float:
     """The ``rank``-th largest value (1-based) of ``sums``."""
     n = int(sums.shape[0])
-    return float(k.xp.partition(sums, n - rank)[n - rank])
+    return float(k.partition(sums, [n - rank])[n - rank])
 
 
 class Compressor(ABC):
@@ -105,24 +105,46 @@ class Compressor(ABC):
         ``residual`` must be a 1-D fp32 array of the gradient's length on the same device; afterwards it
         holds exactly what was left out (``sent + residual == old residual + grad`` elementwise).
         """
+        idx, vals = self.select_device(layer, grad, residual)
+        return self._host_payload(layer, int(as_vector(grad, "grad").shape[0]), idx, vals)
+
+    def select_device(self, layer: int, grad: object, residual: Array | None = None) -> tuple[Array, Array]:
+        """The selection as arrays on the gradient's device: sorted block indices (int64) and their values
+        (fp32, ``block_size`` per index). With ``residual``: the error-feedback step of
+        :meth:`compress_with_feedback` (``residual += grad``, select, zero what was selected).
+
+        Why apart from :meth:`compress`: on a GPU the caller decides how the selection reaches the host
+        (the client's leader copies it into pinned buffers on a side stream, docs/client.md "On a GPU"),
+        so only the selected 1 % ever crosses PCIe.
+        """
         _check_layer(layer)
         g = as_vector(grad, "grad")
+        if residual is None:
+            k = get_kernels(g)
+            idx = self._select(layer, g, k, None)
+            return idx, self._values(layer, g, k, idx)
         r = as_vector(residual, "residual", writable=True)
         if r.shape != g.shape or is_cupy_array(r) != is_cupy_array(g):
             raise KernelError("residual and gradient differ in length or device", value=tuple(r.shape))
         k = get_kernels(r)
         idx = self._select(layer, r, k, g)
-        payload = self._payload(layer, r, k, idx)
+        vals = self._values(layer, r, k, idx)
         k.zero_blocks(r, idx, self.block_size)
-        return payload
+        return idx, vals
 
-    def _payload(self, layer: int, x: Array, k: ReferenceKernels, idx: Array) -> SparsePayload:
+    def _values(self, layer: int, x: Array, k: ReferenceKernels, idx: Array) -> Array:
         vals = k.gather(x, idx, self.block_size)
         if not bool(k.xp.isfinite(vals).all()):
             raise KernelError(f"gradient of layer {layer} contains NaN or infinite values", layer=layer)
+        return vals
+
+    def _host_payload(self, layer: int, dense_len: int, idx: Array, vals: Array) -> SparsePayload:
         indices = np.ascontiguousarray(_host(idx), dtype=np.int64)
         values = np.ascontiguousarray(_host(vals), dtype=np.float32)
-        return SparsePayload(layer, int(x.shape[0]), self.block_size, indices, values, "fp32")
+        return SparsePayload(layer, dense_len, self.block_size, indices, values, "fp32")
+
+    def _payload(self, layer: int, x: Array, k: ReferenceKernels, idx: Array) -> SparsePayload:
+        return self._host_payload(layer, int(x.shape[0]), idx, self._values(layer, x, k, idx))
 
     @abstractmethod
     def _select(self, layer: int, x: Array, k: ReferenceKernels, add: Array | None) -> Array:
@@ -174,10 +196,12 @@ class ThresholdV(Compressor):
         n = int(x.shape[0])
         sel = self._layers.get(layer)
         xp = k.xp
-        if sel is None or sel.dense_len != n or type(sel.idx_buf) is not type(x):
+        if sel is None or sel.dense_len != n:
             sel = _LayerSel(n, None, xp.empty(t.buffer, dtype=xp.int64), xp.empty(t.buffer, dtype=xp.float32))
             self._layers[layer] = sel
-        elif int(sel.idx_buf.shape[0]) != t.buffer:
+        elif int(sel.idx_buf.shape[0]) != t.buffer or is_cupy_array(sel.idx_buf) != is_cupy_array(x):
+            # the density changed (a scheduler decision), or the state was loaded on the host and the layer
+            # lives on the device: the buffers follow, the threshold state stays
             # the density changed (a scheduler decision): the buffers follow it, the threshold state stays
             sel.idx_buf = xp.empty(t.buffer, dtype=xp.int64)
             sel.sum_buf = xp.empty(t.buffer, dtype=xp.float32)
@@ -235,17 +259,12 @@ class ThresholdV(Compressor):
         ratio = self.config.probe_ratio
         # one partition serves both the controller (aim-th largest) and the trim (cap-th largest)
         ranks = [r for r in (t.aim, t.cap) if r <= count]
-        part = xp.partition(sums, [count - r for r in ranks]) if ranks else sums
-        aim_v = float(part[count - t.aim]) if count >= t.aim else None
-        probe = int((sums >= xp.float32((st.v if aim_v is None else aim_v) * ratio)).sum())
+        part = k.partition(sums, [count - r for r in ranks]) if ranks else sums
+        aim_v, probe = k.threshold_stats(sums, part, count, t.aim, st.v, ratio)
         aimd.update(st, count, aim_v, probe, t, self.config)
         if count <= t.cap:
             return ids.copy()
-        cut = xp.float32(part[count - t.cap])
-        keep = sums > cut
-        ties = xp.nonzero(sums == cut)[0]
-        keep[ties[: t.cap - int(keep.sum())]] = True
-        return ids[keep]
+        return k.trim(ids, sums, part, count, t.cap)
 
     def state_dict(self) -> dict[str, Any]:
         return {

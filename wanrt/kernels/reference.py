@@ -90,6 +90,40 @@ class ReferenceKernels:
         nonfinite = count > 0 and not bool(xp.isfinite(sums[passed]).all())
         return count, nonfinite
 
+    def partition(self, a: Array, kth: list[int]) -> Array:
+        """``a`` rearranged so that every position in ``kth`` holds the value a full sort would put there
+        (what the threshold controller reads its ranks from)."""
+        return self.xp.partition(a, kth)
+
+    def top_indices(self, sums: Array, count: int) -> Array:
+        """Indices (any order) of ``count`` largest entries of ``sums`` (1 <= count <= len(sums)); NaN
+        sorts above everything, so a non-finite entry is always among them."""
+        xp = self.xp
+        nb = int(sums.shape[0])
+        if count >= nb:
+            return xp.arange(nb, dtype=xp.int64)
+        return xp.argpartition(sums, nb - count)[nb - count :]
+
+    def threshold_stats(
+        self, sums: Array, part: Array, count: int, aim: int, v: float, ratio: float
+    ) -> tuple[float | None, int]:
+        """What threshold-v's controller reads off the ``count`` candidate sums (``part``: them partitioned
+        at ``count - aim``): the ``aim``-th largest (None when fewer passed) and how many reach ``ratio``
+        times it (times ``v`` when there is none): the local steepness probe of :mod:`wanrt.kernels.aimd`."""
+        aim_v = float(part[count - aim]) if count >= aim else None
+        probe = int((sums >= self.xp.float32((v if aim_v is None else aim_v) * ratio)).sum())
+        return aim_v, probe
+
+    def trim(self, ids: Array, sums: Array, part: Array, count: int, cap: int) -> Array:
+        """The ``cap`` candidates with the largest sums, in index order; ties at the cut are taken in index
+        order (``part``: the sums partitioned at ``count - cap``; ``cap < count``)."""
+        xp = self.xp
+        cut = xp.float32(float(part[count - cap]))
+        keep = sums > cut
+        ties = xp.nonzero(sums == cut)[0]
+        keep[ties[: cap - int(keep.sum())]] = True
+        return ids[keep]
+
     # ------------------------------------------------------------------ gather / scatter
 
     def _split_tail(self, n: int, bs: int, idx: Array) -> tuple[int, Array, bool]:

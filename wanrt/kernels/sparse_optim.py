@@ -36,7 +36,7 @@ import numpy as np
 from wanrt.config import check
 from wanrt.errors import ConfigError, KernelError
 from wanrt.kernels.arrays import Array, aligned_zeros, as_vector, bump_torch_version, is_cupy_array
-from wanrt.kernels.backend import get_kernels
+from wanrt.kernels.backend import get_kernels, kernels_by_name
 from wanrt.kernels.config import AdamConfig, MomentumConfig, SGDConfig
 from wanrt.kernels.reference import BiasTables, ReferenceKernels
 from wanrt.payload import SparsePayload, n_blocks
@@ -125,7 +125,13 @@ class SparseOptimizer(ABC):
         st = self._state_for(key, n, update.block_size, k)
         idx, vals = update.indices, update.values_f32()
         if k.xp is not np:
-            idx, vals = k.xp.asarray(idx), k.xp.asarray(vals)
+            # validated on the host, one pinned asynchronous copy (cupy_kernels.PinnedStaging); a path
+            # without staging gets plain copies
+            upload = getattr(k, "upload_update", None)
+            if upload is not None:
+                idx, vals = upload(idx, vals, n_blocks(n, update.block_size))
+            else:
+                idx, vals = k.xp.asarray(idx), k.xp.asarray(vals)
         self._apply(k, p, st, idx, vals, update.block_size)
         bump_torch_version(param)
 
@@ -171,6 +177,11 @@ class SparseOptimizer(ABC):
     def state_dict(self) -> dict[str, Any]:
         """Host copies of all state plus the hyperparameters, for a trainer checkpoint."""
         params = {}
+        if any(is_cupy_array(a) for st in self._state.values() for a in st.arrays.values()):
+            # what the device kernels flagged since the last look (they do no host read per step)
+            check_errors = getattr(kernels_by_name("cupy"), "raise_pending_errors", None)
+            if check_errors is not None:
+                check_errors()
         for key, st in self._state.items():
             arrays = {
                 name: np.array(a.get() if is_cupy_array(a) else a, copy=True) for name, a in st.arrays.items()
@@ -284,7 +295,7 @@ class SparseAdam(SparseOptimizer):
         c = self.config
         a = st.arrays
         if st.t_max < 0:  # state loaded from a checkpoint: one O(n_blocks) scan, then tracked
-            st.t_max = int(a["steps"].max(initial=0)) if a["steps"].shape[0] else 0
+            st.t_max = int(a["steps"].max()) if a["steps"].shape[0] else 0  # (cupy's max has no initial=)
         st.t_max += 1  # a block's count grows by at most one per step
         k.adam(
             p,

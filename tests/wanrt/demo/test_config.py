@@ -10,7 +10,7 @@ import pytest
 
 from wanrt.cli import main
 from wanrt.demo.cli import add_arguments
-from wanrt.demo.config import DEFAULT, QUICK, DemoConfig, config_from_args
+from wanrt.demo.config import DEFAULT, QUICK, DemoConfig, check_device, config_from_args
 from wanrt.errors import ConfigError
 
 
@@ -132,3 +132,26 @@ def test_the_demo_runs_the_controller_with_the_latency_and_its_models_batch_term
 
     conv = PowerLawConvergence(density_coef=control.standin_density_coef, batch_coef=0.0)
     assert float(conv.penalty(1.0 - cfg.density, 192.0)) == pytest.approx(cfg.compression_penalty)
+
+
+def test_device_flag_sets_the_trainers_device() -> None:
+    assert DEFAULT.device == "cpu"
+    assert config_from_args(parse("--quick", "--device", "cuda")).device == "cuda"
+    with pytest.raises(ConfigError) as info:
+        DemoConfig(device="tpu")  # type: ignore[arg-type]
+    assert info.value.fields["key"] == "device"
+
+
+def test_device_cuda_without_a_gpu_is_a_clear_error_before_anything_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(ConfigError) as info:
+        check_device(dataclasses.replace(QUICK, device="cuda"))
+    assert info.value.fields["key"] == "--device" and "no CUDA device" in info.value.message
+    assert main(["demo", "--quick", "--device", "cuda"]) == 1
+    assert "--device cuda" in capsys.readouterr().err
+    check_device(QUICK)  # cpu: nothing to check

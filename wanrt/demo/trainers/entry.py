@@ -57,6 +57,8 @@ class TrainerSpec:
     optimizer: str
     #: this rank computes the training-split loss (every ``RunOrder.eval_every`` iterations)
     evaluator: bool
+    #: ``cpu`` or ``cuda`` (DemoConfig.device): with CUDA, rank r of every site uses GPU r
+    device: str = "cpu"
 
     @property
     def name(self) -> str:

@@ -68,6 +68,7 @@ def trainer_specs(cfg: DemoConfig, *, out_dir: Path, store_dir: Path, secret_fil
                     lr=cfg.lr,
                     optimizer=cfg.optimizer,
                     evaluator=(si == 0 and rank == cfg.ranks - 1),
+                    device=cfg.device,
                 )
             )
     return specs

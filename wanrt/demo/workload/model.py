@@ -45,5 +45,5 @@ def parameter_digest(model: torch.nn.Module) -> str:
     """A short hash of every parameter's bytes: equal digests = bit-identical models."""
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(p.detach().contiguous().cpu().numpy().tobytes())
     return h.hexdigest()[:16]

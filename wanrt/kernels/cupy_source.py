@@ -1,0 +1,411 @@
+"""CUDA C source of the CuPy path's fused kernels (compiled by NVRTC through ``cupy.RawModule``).
+
+Kept apart from :mod:`wanrt.kernels.cupy_kernels` so the source can be compiled on its own (``nvcc`` on a
+machine without a GPU checks it: ``tests/wanrt/kernels/test_cupy_source.py``) and so the Python file holds
+only the launch logic.
+
+Every kernel computes exactly what the NumPy reference (:mod:`wanrt.kernels.reference`) computes, operation
+for operation in fp32: the block sum by the same halving tree, the optimizer formulas in the same order, and
+the module is compiled with ``--fmad=false`` so no multiply-add is contracted into an FMA (which would round
+once instead of twice and differ from NumPy in the last bit). Division and square root are NVRTC's default
+IEEE-rounded ones (``--prec-div``/``--prec-sqrt`` stay on), so the results are bit-identical to the host.
+
+Compile-time constants (``-D``): ``BS`` block size, ``P`` its next power of two, ``ITEMS`` blocks per
+thread in the selection, ``HAS_ADD`` whether the selection first adds the new gradient into ``x`` (error
+feedback's residual update in the same pass), ``VEC`` whether whole blocks are read as ``float4`` (block
+size a multiple of 4 and both arrays 16-byte aligned: a quarter of the load instructions).
+"""
+
+from __future__ import annotations
+
+__all__ = ["BLOCKS_SOURCE", "OPTIM_SOURCE", "SELECT_SOURCE", "compile_options"]
+
+#: NVRTC options every module is built with (see the module docstring for why no FMA contraction)
+BASE_OPTIONS: tuple[str, ...] = ("--std=c++14", "--fmad=false")
+
+
+def compile_options(**defines: int) -> tuple[str, ...]:
+    """NVRTC options with ``-DNAME=value`` for each define."""
+    return (*BASE_OPTIONS, *(f"-D{k}={int(v)}" for k, v in sorted(defines.items())))
+
+
+#: Block sums and threshold selection (StellaTrain §3.2): one read pass over ``x`` (and ``add``), one
+#: write pass over ``x`` when HAS_ADD, and a compaction of the passing blocks. Each CUDA block counts its
+#: passing blocks in shared memory and reserves its output range with ONE global atomic, so the
+#: compaction costs one atomic per 256*ITEMS blocks rather than one per passing block. The output is
+#: unordered; each entry packs (block index << 32 | float bits of the sum) into a 64-bit key, so one radix
+#: sort of the keys restores index order and carries the sums along.
+SELECT_SOURCE = r"""
+__device__ __forceinline__ float wanrt_block_sum(float* __restrict__ x, const float* __restrict__ add,
+                                                 long long b, long long n) {
+    float a[P];
+    const long long base = b * (long long)BS;
+#if VEC
+    if (base + BS <= n) {  /* a whole block, 16-byte aligned: four floats per load */
+        float4* x4 = reinterpret_cast<float4*>(x + base);
+#pragma unroll
+        for (int q = 0; q < BS / 4; ++q) {
+            float4 xv = x4[q];
+#if HAS_ADD
+            const float4 av = reinterpret_cast<const float4*>(add + base)[q];
+            xv.x = xv.x + av.x;
+            xv.y = xv.y + av.y;
+            xv.z = xv.z + av.z;
+            xv.w = xv.w + av.w;
+            x4[q] = xv;
+#endif
+            a[4 * q] = fabsf(xv.x);
+            a[4 * q + 1] = fabsf(xv.y);
+            a[4 * q + 2] = fabsf(xv.z);
+            a[4 * q + 3] = fabsf(xv.w);
+        }
+#pragma unroll
+        for (int j = BS; j < P; ++j) {
+            a[j] = 0.0f;
+        }
+    } else
+#endif
+    {
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+            float val = 0.0f;
+            if (j < BS && base + j < n) {
+                float xv = x[base + j];
+#if HAS_ADD
+                xv = xv + add[base + j];
+                x[base + j] = xv;
+#endif
+                val = fabsf(xv);
+            }
+            a[j] = val;
+        }
+    }
+#pragma unroll
+    for (int h = P / 2; h >= 1; h >>= 1) {
+#pragma unroll
+        for (int j = 0; j < h; ++j) {
+            a[j] = a[j] + a[j + h];
+        }
+    }
+    return a[0];
+}
+
+extern "C" __global__ void wanrt_block_sums(float* __restrict__ x, const long long n, const long long nb,
+                                            float* __restrict__ out) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += stride) {
+        out[b] = wanrt_block_sum(x, x, b, n);
+    }
+}
+
+extern "C" __global__ void wanrt_select(float* __restrict__ x, const float* __restrict__ add,
+                                        const long long n, const long long nb, const float v,
+                                        unsigned long long* __restrict__ keys, const long long cap,
+                                        unsigned long long* __restrict__ counters) {
+    __shared__ unsigned int s_count;
+    __shared__ unsigned long long s_base;
+    if (threadIdx.x == 0) {
+        s_count = 0u;
+    }
+    __syncthreads();
+    const long long first = (long long)blockIdx.x * blockDim.x * ITEMS;
+    float sums[ITEMS];
+    int slot[ITEMS];
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+        const long long b = first + (long long)it * blockDim.x + threadIdx.x;
+        slot[it] = -1;
+        sums[it] = 0.0f;
+        if (b < nb) {
+            const float s = wanrt_block_sum(x, add, b, n);
+            sums[it] = s;
+            if (!(s < v)) {  /* NaN passes, so a non-finite gradient is reported, not skipped */
+                slot[it] = (int)atomicAdd(&s_count, 1u);
+                if (!isfinite(s)) {
+                    counters[1] = 1ull;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s_base = s_count ? atomicAdd(&counters[0], (unsigned long long)s_count) : 0ull;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+        if (slot[it] >= 0) {
+            const unsigned long long pos = s_base + (unsigned long long)slot[it];
+            if (pos < (unsigned long long)cap) {
+                const long long b = first + (long long)it * blockDim.x + threadIdx.x;
+                keys[pos] = ((unsigned long long)b << 32) | (unsigned long long)__float_as_uint(sums[it]);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void wanrt_unpack(const unsigned long long* __restrict__ keys, const long long count,
+                                        long long* __restrict__ idx, float* __restrict__ sums) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) {
+        const unsigned long long k = keys[i];
+        idx[i] = (long long)(k >> 32);
+        sums[i] = __uint_as_float((unsigned int)(k & 0xffffffffull));
+    }
+}
+"""
+
+#: Sparse optimizer steps (StellaTrain §3.1) in ONE launch each. A CUDA block holds whole touched blocks
+#: (``PER`` of them, ``LANES`` threads each; a block larger than 256 elements is looped over by 256
+#: threads), so the per-block step counter can be read by every lane, then (after ``__syncthreads``)
+#: written by lane 0: no second launch and no host round trip. Indices were validated on the host before
+#: they were copied here (range, strictly increasing), so no two touched blocks alias.
+OPTIM_SOURCE = r"""
+#define LANES ((BS) <= 256 ? (BS) : 256)
+#define PER ((BS) <= 256 ? (256 / (BS)) : 1)
+
+extern "C" __global__ void wanrt_sgd(float* __restrict__ p, const long long* __restrict__ idx,
+                                     const float* __restrict__ vals, const long long nnzb, const long long n,
+                                     const float neg_lr, const float wd, const int use_wd) {
+    const int local = threadIdx.x / LANES;
+    const int lane = threadIdx.x % LANES;
+    const long long i = (long long)blockIdx.x * PER + local;
+    if (local >= PER || i >= nnzb) {
+        return;
+    }
+    const long long b = idx[i];
+    for (int j = lane; j < BS; j += LANES) {
+        const long long e = b * (long long)BS + j;
+        if (e >= n) {
+            break;
+        }
+        const float g = vals[i * (long long)BS + j];
+        float prm = p[e];
+        const float d = use_wd ? g + wd * prm : g;
+        prm = prm + neg_lr * d;
+        p[e] = prm;
+    }
+}
+
+extern "C" __global__ void wanrt_momentum(float* __restrict__ p, float* __restrict__ buf,
+                                          int* __restrict__ steps, const long long* __restrict__ idx,
+                                          const float* __restrict__ vals, const long long nnzb,
+                                          const long long n, const float neg_lr, const float mu,
+                                          const float damp, const int nesterov, const float wd,
+                                          const int use_wd) {
+    const int local = threadIdx.x / LANES;
+    const int lane = threadIdx.x % LANES;
+    const long long i = (long long)blockIdx.x * PER + local;
+    const bool active = local < PER && i < nnzb;
+    long long b = 0;
+    int before = 0;
+    if (active) {
+        b = idx[i];
+        before = steps[b];
+    }
+    __syncthreads();  /* every lane has read the counter before lane 0 bumps it */
+    if (!active) {
+        return;
+    }
+    for (int j = lane; j < BS; j += LANES) {
+        const long long e = b * (long long)BS + j;
+        if (e >= n) {
+            break;
+        }
+        float g = vals[i * (long long)BS + j];
+        float prm = p[e];
+        if (use_wd) {
+            g = g + wd * prm;
+        }
+        float mom = buf[e];
+        mom = before == 0 ? g : mu * mom + damp * g;
+        const float d = nesterov ? g + mu * mom : mom;
+        prm = prm + neg_lr * d;
+        buf[e] = mom;
+        p[e] = prm;
+    }
+    if (lane == 0) {
+        steps[b] = before + 1;
+    }
+}
+
+extern "C" __global__ void wanrt_adam(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v,
+                                      int* __restrict__ steps, const long long* __restrict__ idx,
+                                      const float* __restrict__ vals, const long long nnzb, const long long n,
+                                      const double* __restrict__ bc1, const double* __restrict__ bc2_sqrt,
+                                      const long long table_len, const double lr, const float w1,
+                                      const float b2, const float one_m_b2, const float wd, const float eps,
+                                      const float decay, const int use_wd, const int decoupled,
+                                      int* __restrict__ err) {
+    const int local = threadIdx.x / LANES;
+    const int lane = threadIdx.x % LANES;
+    const long long i = (long long)blockIdx.x * PER + local;
+    const bool active = local < PER && i < nnzb;
+    long long b = 0;
+    int t = 0;
+    if (active) {
+        b = idx[i];
+        t = steps[b] + 1;
+    }
+    __syncthreads();  /* every lane has read the counter before lane 0 bumps it */
+    if (!active) {
+        return;
+    }
+    if ((long long)t >= table_len) {  /* cannot happen while t_max bounds the counters: flag, skip */
+        if (lane == 0) {
+            *err = 3;
+        }
+        return;
+    }
+    const float step_size = (float)(lr / bc1[t]);
+    const float bc2s = (float)bc2_sqrt[t];
+    for (int j = lane; j < BS; j += LANES) {
+        const long long e = b * (long long)BS + j;
+        if (e >= n) {
+            break;
+        }
+        float g = vals[i * (long long)BS + j];
+        float prm = p[e];
+        if (use_wd && decoupled) {
+            prm = prm * decay;
+        } else if (use_wd) {
+            g = g + wd * prm;
+        }
+        float mm = m[e];
+        mm = mm + w1 * (g - mm);
+        float vv = v[e];
+        vv = vv * b2;
+        vv = vv + (one_m_b2 * g) * g;
+        prm = prm - step_size * (mm / (sqrtf(vv) / bc2s + eps));
+        m[e] = mm;
+        v[e] = vv;
+        p[e] = prm;
+    }
+    if (lane == 0) {
+        steps[b] = t;
+    }
+}
+"""
+
+#: Gather / zero of whole blocks (``BS`` per index), and threshold-v's controller reads and trim over the
+#: candidates, each ONE launch with no host read: the reference's CuPy code needs a host read to find out
+#: whether the last block is partial, and a dozen array operations (each a launch and Python overhead)
+#: plus three host reads for the trim.
+BLOCKS_SOURCE = r"""
+extern "C" __global__ void wanrt_gather(const float* __restrict__ x, const long long* __restrict__ idx,
+                                        const long long nnzb, const long long n, float* __restrict__ out) {
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < nnzb * (long long)BS) {
+        const long long i = e / BS;
+        const long long pos = idx[i] * (long long)BS + (e - i * (long long)BS);
+        out[e] = (pos >= 0 && pos < n) ? x[pos] : 0.0f;  /* the partial last block is zero-padded */
+    }
+}
+
+extern "C" __global__ void wanrt_zero_blocks(float* __restrict__ x, const long long* __restrict__ idx,
+                                             const long long nnzb, const long long n) {
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < nnzb * (long long)BS) {
+        const long long i = e / BS;
+        const long long pos = idx[i] * (long long)BS + (e - i * (long long)BS);
+        if (pos >= 0 && pos < n) {
+            x[pos] = 0.0f;
+        }
+    }
+}
+
+/* first position in the ascending part[0..count) whose value is >= v (strict: > v) */
+__device__ long long wanrt_bound(const float* __restrict__ part, long long count, float v, bool strict) {
+    long long lo = 0, hi = count;
+    while (lo < hi) {
+        const long long mid = lo + (hi - lo) / 2;
+        const bool before = strict ? !(part[mid] > v) : part[mid] < v;
+        if (before) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* out[0] = the aim-th largest candidate sum, out[1] = how many reach (float)(out[0] * ratio);
+   ``part`` is the candidates' sums sorted ascending (count >= aim). */
+extern "C" __global__ void wanrt_threshold_stats(const float* __restrict__ part, const long long count,
+                                                 const long long aim, const double ratio,
+                                                 double* __restrict__ out) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        const double aim_v = (double)part[count - aim];
+        const float probe_at = (float)(aim_v * ratio);
+        out[0] = aim_v;
+        out[1] = (double)(count - wanrt_bound(part, count, probe_at, false));
+    }
+}
+
+/* The cap candidates with the largest sums, in index order, ties at the cut taken in index order:
+   ONE CUDA block of 1024 threads walks the candidates in index order, 1024 at a time, and places every
+   kept one at its prefix count (warp ballots, then the 32 warp totals). Exactly cap are kept: the cut is
+   the cap-th largest (``part`` sorted ascending, cap < count), fewer than cap are above it. */
+extern "C" __global__ void wanrt_trim(const long long* __restrict__ ids, const float* __restrict__ sums,
+                                      const float* __restrict__ part, const long long count,
+                                      const long long cap, long long* __restrict__ out) {
+    __shared__ int s_keep[32];
+    __shared__ int s_tie[32];
+    __shared__ long long s_base;
+    __shared__ long long s_ties;
+    __shared__ long long s_room;
+    __shared__ float s_cut;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned nwarps = (blockDim.x + 31u) >> 5;
+    const unsigned below = (1u << lane) - 1u;
+    if (threadIdx.x == 0) {
+        const float cut = part[count - cap];
+        s_cut = cut;
+        s_room = cap - (count - wanrt_bound(part, count, cut, true));  /* ties that still fit */
+        s_base = 0;
+        s_ties = 0;
+    }
+    __syncthreads();
+    for (long long start = 0; start < count; start += blockDim.x) {
+        const long long i = start + threadIdx.x;
+        const bool valid = i < count;
+        const float s = valid ? sums[i] : 0.0f;
+        const bool greater = valid && s > s_cut;
+        const bool tie = valid && s == s_cut;
+        const unsigned tb = __ballot_sync(0xffffffffu, tie);
+        if (lane == 0) {
+            s_tie[warp] = __popc(tb);
+        }
+        __syncthreads();
+        long long ties_before = s_ties + __popc(tb & below);
+        for (unsigned w = 0; w < warp; ++w) {
+            ties_before += s_tie[w];
+        }
+        const bool keep = greater || (tie && ties_before < s_room);
+        const unsigned kb = __ballot_sync(0xffffffffu, keep);
+        if (lane == 0) {
+            s_keep[warp] = __popc(kb);
+        }
+        __syncthreads();
+        if (keep) {
+            long long pos = s_base + __popc(kb & below);
+            for (unsigned w = 0; w < warp; ++w) {
+                pos += s_keep[w];
+            }
+            out[pos] = ids[i];
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            long long kept = 0, tied = 0;
+            for (unsigned w = 0; w < nwarps; ++w) {
+                kept += s_keep[w];
+                tied += s_tie[w];
+            }
+            s_base += kept;
+            s_ties += tied;
+        }
+        __syncthreads();
+    }
+}
+"""
