@@ -98,6 +98,33 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class ClientRow:
+    """A round through the public client (``--client``): ``elements`` fp32, fp16 on the wire."""
+
+    name: str
+    density: float
+    elements: int
+    #: the gateway row whose payloads give this row's link limit (the same bytes on the same links)
+    like: Row
+
+
+def client_rows(quick: bool) -> tuple[ClientRow, ...]:
+    """Dense at 5 M and 25 M elements, 1 % at 5 M; ``--quick``: 1 M each, and no 25 M row (its key is
+    full-run only: one 25 M round takes ~3 s at the link limit)."""
+    dense, sparse = ROWS[0], ROWS[2]
+    if quick:
+        return (
+            ClientRow("client_dense_fp16", 1.0, 1_000_000, dense),
+            ClientRow("client_sparse_1pct_fp16", 0.01, 1_000_000, sparse),
+        )
+    return (
+        ClientRow("client_dense_fp16", 1.0, 5_000_000, dense),
+        ClientRow("client_dense_fp16_25m", 1.0, 25_000_000, dense),
+        ClientRow("client_sparse_1pct_fp16", 0.01, 5_000_000, sparse),
+    )
+
+
 # -- payloads (the same function in the parent and in every trainer) ---------------------------------------
 
 
@@ -515,6 +542,7 @@ class Session:
     stats_files: dict[str, Path] = field(default_factory=dict)
     trace_files: dict[str, Path] = field(default_factory=dict)
     iteration: int = 0
+    emu: Any = None
 
 
 @contextlib.asynccontextmanager
@@ -528,9 +556,12 @@ async def session(
     direct: bool = True,
     chunk_bytes: int | None = None,
     push_whole: bool = False,
+    client: ClientRow | None = None,
 ) -> AsyncIterator[Session]:
-    """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit."""
-    s = Session(topology)
+    """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit.
+    With ``client`` the trainers are the public client (``tools/round_client.py``) training that row's
+    model, and there is no raw-TCP mesh."""
+    s = Session(topology, emu=emu)
     secret = work / "secret"
     secret.write_bytes(os.urandom(32).hex().encode())
     try:
@@ -566,9 +597,13 @@ async def session(
                 await asyncio.sleep(0.05)
         for site in SITES:
             i = SITES.index(site)
-            argv = [sys.executable, str(Path(__file__).resolve()), "--trainer", f"unix://{work}/t{site}.sock"]
+            mode = "--trainer" if client is None else "--client-trainer"
+            argv = [sys.executable, str(Path(__file__).resolve()), mode, f"unix://{work}/t{site}.sock"]
             argv += ["--site", site, "--index", str(i), "--secret-file", str(secret)]
             argv += ["--push-whole"] if push_whole else []
+            if client is not None:
+                argv += ["--elements", str(client.elements), "--client-density", str(client.density)]
+                argv += ["--client-work", str(work)]
             log = work / f"{topology}-{site}.trainer.log"
             with log.open("wb") as fh:
                 proc = await asyncio.create_subprocess_exec(
@@ -581,13 +616,14 @@ async def session(
                 )
             s.trainers[site] = Proc(proc, f"trainer {site}", log)
         for t in s.trainers.values():
-            await t.expect("ready", timeout=60)
-        for site, t in s.trainers.items():
-            i = SITES.index(site)
-            peers = [emu.address(j, i) for j in range(len(SITES)) if j != i]
-            await t.send({"op": "raw_connect", "peers": peers})
-        for t in s.trainers.values():
-            await t.expect("raw_connected", timeout=60)
+            await t.expect("ready", timeout=120)
+        if client is None:
+            for site, t in s.trainers.items():
+                i = SITES.index(site)
+                peers = [emu.address(j, i) for j in range(len(SITES)) if j != i]
+                await t.send({"op": "raw_connect", "peers": peers})
+            for t in s.trainers.values():
+                await t.expect("raw_connected", timeout=60)
         yield s
     finally:
         for t in s.trainers.values():
@@ -734,6 +770,78 @@ async def run_row(
     }
 
 
+async def client_round(s: Session) -> dict[str, Any]:
+    """Every site's ``backward(); opt.step()`` from one instant; the round is first start to last return."""
+    at = time.monotonic() + START_LEAD_S
+    await asyncio.gather(*(t.send({"op": "step", "at": at}) for t in s.trainers.values()))
+    got = [await t.expect("step") for t in s.trainers.values()]
+    stages = {k: statistics.fmean(g["stages"][k] for g in got) for k in got[0]["stages"]}
+    return {
+        "seconds": max(g["t_end"] for g in got) - min(g["t_start"] for g in got),
+        "stages": stages,  # site-averaged
+    }
+
+
+async def run_client_row(
+    s: Session, crow: ClientRow, warmup: int, measure: int, rate_bps: float, settle_s: float
+) -> dict[str, Any]:
+    payloads = [make_payload(i, crow.like, crow.elements) for i in range(len(SITES))]
+    limit, ideal_bytes, _ = link_limit_s(payloads, rate_bps)
+    for _ in range(warmup):
+        await client_round(s)
+    await settle(s, timeout=settle_s)
+    before = await client_bytes_sent(s)
+    cpu0 = cpu_seconds(s)
+    rounds = [await client_round(s) for _ in range(measure)]
+    cpu1 = cpu_seconds(s)
+    after = await client_bytes_sent(s)
+    for t in s.trainers.values():
+        await t.send({"op": "check"})
+    checks = [await t.expect("check") for t in s.trainers.values()]
+    secs = [r["seconds"] for r in rounds]
+    median = statistics.median(secs)
+    stages = {k: statistics.median(r["stages"][k] for r in rounds) for k in rounds[0]["stages"]}
+    per_site = {site: (after[site] - before[site]) / measure for site in SITES}
+    return {
+        "topology": s.topology,
+        "row": crow.name,
+        "elements": crow.elements,
+        "density": crow.density,
+        "median_s": median,
+        "min_s": min(secs),
+        "max_s": max(secs),
+        "rounds_s": secs,
+        "link_limit_s": limit,
+        "vs_link_limit": median / limit,
+        "wire_bytes_per_site": max(per_site.values()),
+        "ideal_bytes_per_site": ideal_bytes,
+        "wire_vs_ideal": max(per_site.values()) / ideal_bytes,
+        "stages_s": stages,
+        "cpu_s_per_round": {k: (cpu1[k] - cpu0[k]) / measure for k in cpu0},
+        # every site applied the same updates: the parameters are bit-identical everywhere
+        "correct_and_identical": len({c["digest"] for c in checks}) == 1,
+    }
+
+
+async def client_bytes_sent(s: Session) -> dict[str, int]:
+    """Each gateway's peer-link bytes, read over HTTP from the parent (the client trainers only train)."""
+    out = {}
+    for site in s.gateways:
+        i = SITES.index(site)
+        argv = s.emu.exec_argv(i, [sys.executable, "-c", _STATS_SNIPPET, str(METRICS_PORT)])
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+        data, _ = await proc.communicate()
+        out[site] = int(data.strip() or 0)
+    return out
+
+
+_STATS_SNIPPET = (
+    "import json, sys, urllib.request\n"
+    "u = f'http://127.0.0.1:{sys.argv[1]}/status'\n"
+    "print(json.loads(urllib.request.urlopen(u, timeout=10).read())['counters']['bytes_sent'])\n"
+)
+
+
 # -- main -----------------------------------------------------------------------------------------------
 
 
@@ -772,6 +880,37 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
                 res["breakdown_s"] = breakdown(res, traces)
                 phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in res["breakdown_s"].items())
                 print(f"  {res['row']}: {phases}", flush=True)
+    for crow in client_rows(args.quick) if args.client else ():
+        t_start = time.monotonic()
+        async with session(
+            emu,
+            work,
+            "allpairs",
+            args.pace_bps or args.rate,
+            None,
+            None,
+            not args.no_direct,
+            args.chunk_bytes,
+            client=crow,
+        ) as s:
+            print(
+                f"  {crow.name}: gateways and client trainers up in {time.monotonic() - t_start:.1f} s",
+                flush=True,
+            )
+            measure = max(6, args.measure) * (3 if crow.density < 1 else 1)
+            warmup = max(2, args.warmup)
+            res = await run_client_row(s, crow, warmup, measure, args.rate, 10.0 if args.quick else 60.0)
+        out.append(res)
+        print(
+            f"  {'client':9s} {crow.name:17s} median {res['median_s']:.3f} s  "
+            f"limit {res['link_limit_s']:.3f} s  x{res['vs_link_limit']:.2f}  "
+            f"ok={res['correct_and_identical']}",
+            flush=True,
+        )
+        print(
+            "    stages ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in res["stages_s"].items()),
+            flush=True,
+        )
     return out
 
 
@@ -889,6 +1028,51 @@ def keys(results: list[dict[str, Any]], elements: int) -> dict[str, Any]:
     return out
 
 
+def client_table(results: list[dict[str, Any]]) -> str:
+    """The client rows: round against the limit, then the trainer's time by stage (site-averaged medians,
+    ms per round; stages in the link and worker threads overlap the training thread's)."""
+    from round_client import STAGE_ORDER
+
+    cols = [*STAGE_ORDER, "backward", "step"]
+    head = f"{'row':24s} {'median s':>9s} {'limit s':>8s} {'x limit':>8s} {'ok':>3s}  " + " ".join(
+        f"{c:>9s}" for c in cols
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        st = r["stages_s"]
+        lines.append(
+            f"{r['row']:24s} {r['median_s']:9.3f} {r['link_limit_s']:8.3f} {r['vs_link_limit']:8.2f} "
+            f"{'yes' if r['correct_and_identical'] else 'NO':>3s}  "
+            + " ".join(f"{st.get(c, float('nan')) * 1e3:9.1f}" for c in cols)
+        )
+    return "\n".join(lines)
+
+
+def client_keys(results: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
+    """The client's keys; the gateway round beside it is the dense fp16 all-pairs row of the same run."""
+    by = {r["row"]: r for r in results if r["topology"] == "allpairs"}
+    out: dict[str, Any] = {}
+    dense = by.get("client_dense_fp16")
+    if dense is not None:
+        out["client_dense_fp16_vs_link_limit"] = dense["vs_link_limit"]
+        gw = by.get("dense_fp16")
+        if gw is not None and gw["elements"] == dense["elements"]:
+            out["client_over_gateway_round"] = dense["median_s"] / gw["median_s"]
+    big = by.get("client_dense_fp16_25m")
+    if big is not None:
+        out["client_dense_fp16_vs_link_limit_25m"] = big["vs_link_limit"]
+    elif quick:
+        out["client_dense_fp16_vs_link_limit_25m"] = "full run only (25 M elements)"
+    sparse = by.get("client_sparse_1pct_fp16")
+    if sparse is not None:
+        out["client_sparse_round_vs_link_limit"] = sparse["vs_link_limit"]
+        out["client_sparse_round_s"] = sparse["median_s"]
+    out["client_stages_ms"] = {
+        r["row"]: {k: v * 1e3 for k, v in r["stages_s"].items()} for r in results if "stages_s" in r
+    }
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 M elements, fewer rounds (< 60 s)")
@@ -924,7 +1108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="trainers push every layer as one Push (no streamed push in pieces; for A/B runs)",
     )
+    ap.add_argument(
+        "--client",
+        action="store_true",
+        help="also time rounds through the public client (wanrt.init + SparseOptimizer, backward + step)",
+    )
     ap.add_argument("--trainer", help=argparse.SUPPRESS)
+    ap.add_argument("--client-trainer", help=argparse.SUPPRESS)
+    ap.add_argument("--client-density", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--client-work", help=argparse.SUPPRESS)
     ap.add_argument("--gateway", help=argparse.SUPPRESS)
     ap.add_argument("--ready-file", help=argparse.SUPPRESS)
     ap.add_argument("--stats-file", help=argparse.SUPPRESS)
@@ -935,6 +1127,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.gateway:
         return gateway_main(args.gateway, args.ready_file, args.stats_file, args.trace_file)
+    if args.client_trainer:
+        from round_client import run as run_client
+
+        return run_client(
+            args.client_trainer,
+            args.site,
+            args.secret_file,
+            args.elements,
+            args.client_density,
+            "fp16",
+            args.client_work,
+        )
     if args.trainer:
         secret = Path(args.secret_file).read_bytes().strip()
         return asyncio.run(trainer_main(args.trainer, args.site, args.index, secret, args.push_whole))
@@ -970,12 +1174,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tmp_ctx as tmp, Emulation(len(SITES), shape=Shape(rate_bps=args.rate)) as emu:
         results = asyncio.run(bench(args, emu, Path(tmp)))
     hm = hivemind_arm()
+    gw_rows = [r for r in results if "stages_s" not in r]
+    cl_rows = [r for r in results if "stages_s" in r]
     print()
-    print(table(results))
+    print(table(gw_rows))
+    if cl_rows:
+        print()
+        print(client_table(cl_rows))
     print(hm)
-    k = keys(results, args.elements)
+    k = keys(gw_rows, args.elements)
+    if cl_rows:
+        k.update(client_keys(results, args.quick))
     for name, value in k.items():
-        print(f"{name} = {value:.4g}")
+        if isinstance(value, float):
+            print(f"{name} = {value:.4g}")
+        elif not isinstance(value, dict):
+            print(f"{name}: {value}")
     if args.json:
         doc = {
             "config": {
