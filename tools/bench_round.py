@@ -817,6 +817,8 @@ async def run_client_row(
         "ideal_bytes_per_site": ideal_bytes,
         "wire_vs_ideal": max(per_site.values()) / ideal_bytes,
         "stages_s": stages,
+        "stages_by_round_s": [r["stages"] for r in rounds],
+        "fused_codec": all(c["fused_codec"] for c in checks),
         "cpu_s_per_round": {k: (cpu1[k] - cpu0[k]) / measure for k in cpu0},
         # every site applied the same updates: the parameters are bit-identical everywhere
         "correct_and_identical": len({c["digest"] for c in checks}) == 1,

@@ -188,7 +188,10 @@ def run(url: str, site: str, secret_file: str, elements: int, density: float, wi
             reply({"event": "step", "t_start": t0, "t_end": t2, "stages": stages})
         elif op == "check":
             digest = hashlib.blake2b(w.detach().numpy().tobytes(), digest_size=8).hexdigest()
-            reply({"event": "check", "digest": digest, "iteration": ctx.iteration})
+            from wanrt.codec.kernel_choice import fused_loader
+
+            fused = fused_loader().ready() is not None  # the codec's fused kernels (else NumPy's) ran
+            reply({"event": "check", "digest": digest, "iteration": ctx.iteration, "fused_codec": fused})
         elif op == "quit":
             break
     ctx.close()
