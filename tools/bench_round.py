@@ -493,6 +493,7 @@ def gateway_toml(
     rate_bps: float,
     direct: bool,
     chunk_bytes: int | None = None,
+    rates: bool = False,
 ) -> str:
     i = SITES.index(site)
     peers = "\n".join(
@@ -525,7 +526,7 @@ allpairs_direct = {"true" if direct else "false"}
 {"" if chunk_bytes is None else f"allpairs_chunk_bytes = {chunk_bytes}"}
 
 [gateway.rates]
-enabled = false
+enabled = {"true" if rates else "false"}
 
 [gateway.timeouts]
 send = 120.0
@@ -543,6 +544,7 @@ class Session:
     trace_files: dict[str, Path] = field(default_factory=dict)
     iteration: int = 0
     emu: Any = None
+    allocator: dict[str, Any] = field(default_factory=dict)  # site -> /status "rates" + per-peer rates
 
 
 @contextlib.asynccontextmanager
@@ -557,6 +559,7 @@ async def session(
     chunk_bytes: int | None = None,
     push_whole: bool = False,
     client: ClientRow | None = None,
+    rates: bool = False,
 ) -> AsyncIterator[Session]:
     """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit.
     With ``client`` the trainers are the public client (``tools/round_client.py``) training that row's
@@ -568,7 +571,9 @@ async def session(
         for site in SITES:
             i = SITES.index(site)
             cfg = work / f"{topology}-{site}.toml"
-            cfg.write_text(gateway_toml(site, emu, work, topology, secret, rate_bps, direct, chunk_bytes))
+            cfg.write_text(
+                gateway_toml(site, emu, work, topology, secret, rate_bps, direct, chunk_bytes, rates)
+            )
             ready = work / f"{topology}-{site}.ready"
             ready.unlink(missing_ok=True)
             s.stats_files[site] = work / f"{topology}-{site}.stats.json"
@@ -738,6 +743,7 @@ async def run_row(
     rounds = [await one_round(s, row) for _ in range(measure)]
     cpu1 = cpu_seconds(s)
     after = await bytes_sent(s)
+    await client_bytes_sent(s)  # fills s.allocator: what each gateway's rate allocator did
     cpu = {k: (cpu1[k] - cpu0[k]) / measure for k in cpu0}
     per_site = {site: (after[site] - before[site]) / measure for site in SITES}
     secs = [r["seconds"] for r in rounds]
@@ -767,6 +773,7 @@ async def run_row(
         "cpu_s_per_round": cpu,  # includes the trainers' result checks (outside the timed span)
         "timeline": [{k: r[k] for k in ("iteration", "t_push", "t_arrive")} for r in rounds],
         "correct_and_identical": ok,
+        "rate_allocator": dict(s.allocator),
     }
 
 
@@ -819,6 +826,7 @@ async def run_client_row(
         "stages_s": stages,
         "stages_by_round_s": [r["stages"] for r in rounds],
         "fused_codec": all(c["fused_codec"] for c in checks),
+        "rate_allocator": dict(s.allocator),  # what each gateway's allocator did by the end of the row
         "cpu_s_per_round": {k: (cpu1[k] - cpu0[k]) / measure for k in cpu0},
         # every site applied the same updates: the parameters are bit-identical everywhere
         "correct_and_identical": len({c["digest"] for c in checks}) == 1,
@@ -833,14 +841,20 @@ async def client_bytes_sent(s: Session) -> dict[str, int]:
         argv = s.emu.exec_argv(i, [sys.executable, "-c", _STATS_SNIPPET, str(METRICS_PORT)])
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
         data, _ = await proc.communicate()
-        out[site] = int(data.strip() or 0)
+        got = json.loads(data or b"{}")
+        out[site] = int(got.get("bytes_sent", 0))
+        s.allocator[site] = got.get("allocator", {})
     return out
 
 
 _STATS_SNIPPET = (
     "import json, sys, urllib.request\n"
     "u = f'http://127.0.0.1:{sys.argv[1]}/status'\n"
-    "print(json.loads(urllib.request.urlopen(u, timeout=10).read())['counters']['bytes_sent'])\n"
+    "st = json.loads(urllib.request.urlopen(u, timeout=10).read())\n"
+    "peers = {p: {k: v.get(k) for k in ('rate_bps', 'base_rate_bps', 'straggler', 'last_link_time_s')}"
+    " for p, v in st.get('peers', {}).items()}\n"
+    "print(json.dumps({'bytes_sent': st['counters']['bytes_sent'],"
+    " 'allocator': {**st.get('rates', {}), 'peers': peers}}))\n"
 )
 
 
@@ -856,7 +870,16 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
         t_start = time.monotonic()
         direct = not args.no_direct
         async with session(
-            emu, work, topology, pace, args.profile, args.trace, direct, args.chunk_bytes, args.push_whole
+            emu,
+            work,
+            topology,
+            pace,
+            args.profile,
+            args.trace,
+            direct,
+            args.chunk_bytes,
+            args.push_whole,
+            rates=args.rates_on,
         ) as s:
             print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
@@ -882,18 +905,23 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
                 res["breakdown_s"] = breakdown(res, traces)
                 phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in res["breakdown_s"].items())
                 print(f"  {res['row']}: {phases}", flush=True)
-    for crow in client_rows(args.quick) if args.client else ():
+    crows = [c for c in client_rows(args.quick) if args.client_rows is None or c.name in args.client_rows]
+    for crow in crows if args.client else ():
         t_start = time.monotonic()
+        prof = None if args.profile is None else args.profile / crow.name
+        if prof is not None:
+            prof.mkdir(parents=True, exist_ok=True)
         async with session(
             emu,
             work,
             "allpairs",
             args.pace_bps or args.rate,
-            None,
+            prof,
             None,
             not args.no_direct,
             args.chunk_bytes,
             client=crow,
+            rates=args.rates_on,
         ) as s:
             print(
                 f"  {crow.name}: gateways and client trainers up in {time.monotonic() - t_start:.1f} s",
@@ -1115,6 +1143,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also time rounds through the public client (wanrt.init + SparseOptimizer, backward + step)",
     )
+    ap.add_argument(
+        "--client-rows",
+        nargs="+",
+        choices=[c.name for c in client_rows(False)],
+        help="with --client: only these client rows (default all)",
+    )
+    ap.add_argument(
+        "--rates-on",
+        action="store_true",
+        help="[gateway.rates] enabled = true: the straggler rate allocator paces the links (default off)",
+    )
     ap.add_argument("--trainer", help=argparse.SUPPRESS)
     ap.add_argument("--client-trainer", help=argparse.SUPPRESS)
     ap.add_argument("--client-density", type=float, help=argparse.SUPPRESS)
@@ -1207,6 +1246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "rows": results,
             "hivemind": hm,
+            "rate_allocator_enabled": args.rates_on,
             **k,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
