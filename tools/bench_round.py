@@ -1078,6 +1078,39 @@ def client_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def merged(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (topology, row) over the ``--repeat`` repetitions: the median of their medians (and
+    of their stage times); the other fields are the last repetition's."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["topology"], r["row"]), []).append(r)
+    out = []
+    for reps in groups.values():
+        row = dict(reps[-1])
+        if len(reps) > 1:
+            row["rep_medians_s"] = [r["median_s"] for r in reps]
+            row["median_s"] = statistics.median(row["rep_medians_s"])
+            row["vs_link_limit"] = row["median_s"] / row["link_limit_s"]
+            row["correct_and_identical"] = all(r["correct_and_identical"] for r in reps)
+            if "stages_s" in row:
+                row["stages_s"] = {
+                    k: statistics.median(r["stages_s"][k] for r in reps) for k in row["stages_s"]
+                }
+        out.append(row)
+    return out
+
+
+def paired_ratios(results: list[dict[str, Any]]) -> list[float]:
+    """Client dense round over the gateway dense round of the same repetition (same elements)."""
+    out = []
+    for rep in sorted({r.get("rep", 0) for r in results}):
+        by = {r["row"]: r for r in results if r.get("rep", 0) == rep and r["topology"] == "allpairs"}
+        gw, cl = by.get("dense_fp16"), by.get("client_dense_fp16")
+        if gw is not None and cl is not None and gw["elements"] == cl["elements"]:
+            out.append(cl["median_s"] / gw["median_s"])
+    return out
+
+
 def client_keys(results: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
     """The client's keys; the gateway round beside it is the dense fp16 all-pairs row of the same run."""
     by = {r["row"]: r for r in results if r["topology"] == "allpairs"}
@@ -1150,6 +1183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --client: only these client rows (default all)",
     )
     ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run everything this many times in turn (gateway rows, then client rows); keys use the "
+        "median over the repetitions, client_over_gateway_round the median of the paired ratios",
+    )
+    ap.add_argument(
         "--rates-on",
         action="store_true",
         help="[gateway.rates] enabled = true: the straggler rate allocator paces the links (default off)",
@@ -1213,8 +1253,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     keep = os.environ.get("WANRT_BENCH_KEEP")  # a directory: configs, logs and traces stay there
     tmp_ctx: Any = contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory(prefix="wbr")
     with tmp_ctx as tmp, Emulation(len(SITES), shape=Shape(rate_bps=args.rate)) as emu:
-        results = asyncio.run(bench(args, emu, Path(tmp)))
+        results = []
+        for rep in range(args.repeat):  # gateway rows, then client rows, again: load drifts hit both
+            for res in asyncio.run(bench(args, emu, Path(tmp))):
+                res["rep"] = rep
+                results.append(res)
     hm = hivemind_arm()
+    raw_results = results
+    results = merged(results)
     gw_rows = [r for r in results if "stages_s" not in r]
     cl_rows = [r for r in results if "stages_s" in r]
     print()
@@ -1226,6 +1272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     k = keys(gw_rows, args.elements)
     if cl_rows:
         k.update(client_keys(results, args.quick))
+        ratios = paired_ratios(raw_results)
+        if ratios:
+            k["client_over_gateway_round"] = statistics.median(ratios)
+            k["client_over_gateway_round_by_rep"] = ratios
     for name, value in k.items():
         if isinstance(value, float):
             print(f"{name} = {value:.4g}")
@@ -1245,6 +1295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "wall_s": time.monotonic() - t0,
             },
             "rows": results,
+            "rows_by_rep": raw_results if args.repeat > 1 else None,
             "hivemind": hm,
             "rate_allocator_enabled": args.rates_on,
             **k,
