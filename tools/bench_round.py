@@ -98,6 +98,33 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class ClientRow:
+    """A round through the public client (``--client``): ``elements`` fp32, fp16 on the wire."""
+
+    name: str
+    density: float
+    elements: int
+    #: the gateway row whose payloads give this row's link limit (the same bytes on the same links)
+    like: Row
+
+
+def client_rows(quick: bool) -> tuple[ClientRow, ...]:
+    """Dense at 5 M and 25 M elements, 1 % at 5 M; ``--quick``: 1 M each, and no 25 M row (its key is
+    full-run only: one 25 M round takes ~3 s at the link limit)."""
+    dense, sparse = ROWS[0], ROWS[2]
+    if quick:
+        return (
+            ClientRow("client_dense_fp16", 1.0, 1_000_000, dense),
+            ClientRow("client_sparse_1pct_fp16", 0.01, 1_000_000, sparse),
+        )
+    return (
+        ClientRow("client_dense_fp16", 1.0, 5_000_000, dense),
+        ClientRow("client_dense_fp16_25m", 1.0, 25_000_000, dense),
+        ClientRow("client_sparse_1pct_fp16", 0.01, 5_000_000, sparse),
+    )
+
+
 # -- payloads (the same function in the parent and in every trainer) ---------------------------------------
 
 
@@ -466,6 +493,7 @@ def gateway_toml(
     rate_bps: float,
     direct: bool,
     chunk_bytes: int | None = None,
+    rates: bool = False,
 ) -> str:
     i = SITES.index(site)
     peers = "\n".join(
@@ -498,7 +526,7 @@ allpairs_direct = {"true" if direct else "false"}
 {"" if chunk_bytes is None else f"allpairs_chunk_bytes = {chunk_bytes}"}
 
 [gateway.rates]
-enabled = false
+enabled = {"true" if rates else "false"}
 
 [gateway.timeouts]
 send = 120.0
@@ -515,6 +543,8 @@ class Session:
     stats_files: dict[str, Path] = field(default_factory=dict)
     trace_files: dict[str, Path] = field(default_factory=dict)
     iteration: int = 0
+    emu: Any = None
+    allocator: dict[str, Any] = field(default_factory=dict)  # site -> /status "rates" + per-peer rates
 
 
 @contextlib.asynccontextmanager
@@ -528,16 +558,22 @@ async def session(
     direct: bool = True,
     chunk_bytes: int | None = None,
     push_whole: bool = False,
+    client: ClientRow | None = None,
+    rates: bool = False,
 ) -> AsyncIterator[Session]:
-    """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit."""
-    s = Session(topology)
+    """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit.
+    With ``client`` the trainers are the public client (``tools/round_client.py``) training that row's
+    model, and there is no raw-TCP mesh."""
+    s = Session(topology, emu=emu)
     secret = work / "secret"
     secret.write_bytes(os.urandom(32).hex().encode())
     try:
         for site in SITES:
             i = SITES.index(site)
             cfg = work / f"{topology}-{site}.toml"
-            cfg.write_text(gateway_toml(site, emu, work, topology, secret, rate_bps, direct, chunk_bytes))
+            cfg.write_text(
+                gateway_toml(site, emu, work, topology, secret, rate_bps, direct, chunk_bytes, rates)
+            )
             ready = work / f"{topology}-{site}.ready"
             ready.unlink(missing_ok=True)
             s.stats_files[site] = work / f"{topology}-{site}.stats.json"
@@ -566,9 +602,13 @@ async def session(
                 await asyncio.sleep(0.05)
         for site in SITES:
             i = SITES.index(site)
-            argv = [sys.executable, str(Path(__file__).resolve()), "--trainer", f"unix://{work}/t{site}.sock"]
+            mode = "--trainer" if client is None else "--client-trainer"
+            argv = [sys.executable, str(Path(__file__).resolve()), mode, f"unix://{work}/t{site}.sock"]
             argv += ["--site", site, "--index", str(i), "--secret-file", str(secret)]
             argv += ["--push-whole"] if push_whole else []
+            if client is not None:
+                argv += ["--elements", str(client.elements), "--client-density", str(client.density)]
+                argv += ["--client-work", str(work)]
             log = work / f"{topology}-{site}.trainer.log"
             with log.open("wb") as fh:
                 proc = await asyncio.create_subprocess_exec(
@@ -581,13 +621,14 @@ async def session(
                 )
             s.trainers[site] = Proc(proc, f"trainer {site}", log)
         for t in s.trainers.values():
-            await t.expect("ready", timeout=60)
-        for site, t in s.trainers.items():
-            i = SITES.index(site)
-            peers = [emu.address(j, i) for j in range(len(SITES)) if j != i]
-            await t.send({"op": "raw_connect", "peers": peers})
-        for t in s.trainers.values():
-            await t.expect("raw_connected", timeout=60)
+            await t.expect("ready", timeout=120)
+        if client is None:
+            for site, t in s.trainers.items():
+                i = SITES.index(site)
+                peers = [emu.address(j, i) for j in range(len(SITES)) if j != i]
+                await t.send({"op": "raw_connect", "peers": peers})
+            for t in s.trainers.values():
+                await t.expect("raw_connected", timeout=60)
         yield s
     finally:
         for t in s.trainers.values():
@@ -702,6 +743,7 @@ async def run_row(
     rounds = [await one_round(s, row) for _ in range(measure)]
     cpu1 = cpu_seconds(s)
     after = await bytes_sent(s)
+    await client_bytes_sent(s)  # fills s.allocator: what each gateway's rate allocator did
     cpu = {k: (cpu1[k] - cpu0[k]) / measure for k in cpu0}
     per_site = {site: (after[site] - before[site]) / measure for site in SITES}
     secs = [r["seconds"] for r in rounds]
@@ -731,7 +773,89 @@ async def run_row(
         "cpu_s_per_round": cpu,  # includes the trainers' result checks (outside the timed span)
         "timeline": [{k: r[k] for k in ("iteration", "t_push", "t_arrive")} for r in rounds],
         "correct_and_identical": ok,
+        "rate_allocator": dict(s.allocator),
     }
+
+
+async def client_round(s: Session) -> dict[str, Any]:
+    """Every site's ``backward(); opt.step()`` from one instant; the round is first start to last return."""
+    at = time.monotonic() + START_LEAD_S
+    await asyncio.gather(*(t.send({"op": "step", "at": at}) for t in s.trainers.values()))
+    got = [await t.expect("step") for t in s.trainers.values()]
+    stages = {k: statistics.fmean(g["stages"][k] for g in got) for k in got[0]["stages"]}
+    return {
+        "seconds": max(g["t_end"] for g in got) - min(g["t_start"] for g in got),
+        "stages": stages,  # site-averaged
+    }
+
+
+async def run_client_row(
+    s: Session, crow: ClientRow, warmup: int, measure: int, rate_bps: float, settle_s: float
+) -> dict[str, Any]:
+    payloads = [make_payload(i, crow.like, crow.elements) for i in range(len(SITES))]
+    limit, ideal_bytes, _ = link_limit_s(payloads, rate_bps)
+    for _ in range(warmup):
+        await client_round(s)
+    await settle(s, timeout=settle_s)
+    before = await client_bytes_sent(s)
+    cpu0 = cpu_seconds(s)
+    rounds = [await client_round(s) for _ in range(measure)]
+    cpu1 = cpu_seconds(s)
+    after = await client_bytes_sent(s)
+    for t in s.trainers.values():
+        await t.send({"op": "check"})
+    checks = [await t.expect("check") for t in s.trainers.values()]
+    secs = [r["seconds"] for r in rounds]
+    median = statistics.median(secs)
+    stages = {k: statistics.median(r["stages"][k] for r in rounds) for k in rounds[0]["stages"]}
+    per_site = {site: (after[site] - before[site]) / measure for site in SITES}
+    return {
+        "topology": s.topology,
+        "row": crow.name,
+        "elements": crow.elements,
+        "density": crow.density,
+        "median_s": median,
+        "min_s": min(secs),
+        "max_s": max(secs),
+        "rounds_s": secs,
+        "link_limit_s": limit,
+        "vs_link_limit": median / limit,
+        "wire_bytes_per_site": max(per_site.values()),
+        "ideal_bytes_per_site": ideal_bytes,
+        "wire_vs_ideal": max(per_site.values()) / ideal_bytes,
+        "stages_s": stages,
+        "stages_by_round_s": [r["stages"] for r in rounds],
+        "fused_codec": all(c["fused_codec"] for c in checks),
+        "rate_allocator": dict(s.allocator),  # what each gateway's allocator did by the end of the row
+        "cpu_s_per_round": {k: (cpu1[k] - cpu0[k]) / measure for k in cpu0},
+        # every site applied the same updates: the parameters are bit-identical everywhere
+        "correct_and_identical": len({c["digest"] for c in checks}) == 1,
+    }
+
+
+async def client_bytes_sent(s: Session) -> dict[str, int]:
+    """Each gateway's peer-link bytes, read over HTTP from the parent (the client trainers only train)."""
+    out = {}
+    for site in s.gateways:
+        i = SITES.index(site)
+        argv = s.emu.exec_argv(i, [sys.executable, "-c", _STATS_SNIPPET, str(METRICS_PORT)])
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+        data, _ = await proc.communicate()
+        got = json.loads(data or b"{}")
+        out[site] = int(got.get("bytes_sent", 0))
+        s.allocator[site] = got.get("allocator", {})
+    return out
+
+
+_STATS_SNIPPET = (
+    "import json, sys, urllib.request\n"
+    "u = f'http://127.0.0.1:{sys.argv[1]}/status'\n"
+    "st = json.loads(urllib.request.urlopen(u, timeout=10).read())\n"
+    "peers = {p: {k: v.get(k) for k in ('rate_bps', 'base_rate_bps', 'straggler', 'last_link_time_s')}"
+    " for p, v in st.get('peers', {}).items()}\n"
+    "print(json.dumps({'bytes_sent': st['counters']['bytes_sent'],"
+    " 'allocator': {**st.get('rates', {}), 'peers': peers}}))\n"
+)
 
 
 # -- main -----------------------------------------------------------------------------------------------
@@ -746,7 +870,16 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
         t_start = time.monotonic()
         direct = not args.no_direct
         async with session(
-            emu, work, topology, pace, args.profile, args.trace, direct, args.chunk_bytes, args.push_whole
+            emu,
+            work,
+            topology,
+            pace,
+            args.profile,
+            args.trace,
+            direct,
+            args.chunk_bytes,
+            args.push_whole,
+            rates=args.rates_on,
         ) as s:
             print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
@@ -772,6 +905,42 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
                 res["breakdown_s"] = breakdown(res, traces)
                 phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in res["breakdown_s"].items())
                 print(f"  {res['row']}: {phases}", flush=True)
+    crows = [c for c in client_rows(args.quick) if args.client_rows is None or c.name in args.client_rows]
+    for crow in crows if args.client else ():
+        t_start = time.monotonic()
+        prof = None if args.profile is None else args.profile / crow.name
+        if prof is not None:
+            prof.mkdir(parents=True, exist_ok=True)
+        async with session(
+            emu,
+            work,
+            "allpairs",
+            args.pace_bps or args.rate,
+            prof,
+            None,
+            not args.no_direct,
+            args.chunk_bytes,
+            client=crow,
+            rates=args.rates_on,
+        ) as s:
+            print(
+                f"  {crow.name}: gateways and client trainers up in {time.monotonic() - t_start:.1f} s",
+                flush=True,
+            )
+            measure = max(6, args.measure) * (3 if crow.density < 1 else 1)
+            warmup = max(2, args.warmup)
+            res = await run_client_row(s, crow, warmup, measure, args.rate, 10.0 if args.quick else 60.0)
+        out.append(res)
+        print(
+            f"  {'client':9s} {crow.name:17s} median {res['median_s']:.3f} s  "
+            f"limit {res['link_limit_s']:.3f} s  x{res['vs_link_limit']:.2f}  "
+            f"ok={res['correct_and_identical']}",
+            flush=True,
+        )
+        print(
+            "    stages ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in res["stages_s"].items()),
+            flush=True,
+        )
     return out
 
 
@@ -889,6 +1058,84 @@ def keys(results: list[dict[str, Any]], elements: int) -> dict[str, Any]:
     return out
 
 
+def client_table(results: list[dict[str, Any]]) -> str:
+    """The client rows: round against the limit, then the trainer's time by stage (site-averaged medians,
+    ms per round; stages in the link and worker threads overlap the training thread's)."""
+    from round_client import STAGE_ORDER
+
+    cols = [*STAGE_ORDER, "backward", "step"]
+    head = f"{'row':24s} {'median s':>9s} {'limit s':>8s} {'x limit':>8s} {'ok':>3s}  " + " ".join(
+        f"{c:>9s}" for c in cols
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        st = r["stages_s"]
+        lines.append(
+            f"{r['row']:24s} {r['median_s']:9.3f} {r['link_limit_s']:8.3f} {r['vs_link_limit']:8.2f} "
+            f"{'yes' if r['correct_and_identical'] else 'NO':>3s}  "
+            + " ".join(f"{st.get(c, float('nan')) * 1e3:9.1f}" for c in cols)
+        )
+    return "\n".join(lines)
+
+
+def merged(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (topology, row) over the ``--repeat`` repetitions: the median of their medians (and
+    of their stage times); the other fields are the last repetition's."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["topology"], r["row"]), []).append(r)
+    out = []
+    for reps in groups.values():
+        row = dict(reps[-1])
+        if len(reps) > 1:
+            row["rep_medians_s"] = [r["median_s"] for r in reps]
+            row["median_s"] = statistics.median(row["rep_medians_s"])
+            row["vs_link_limit"] = row["median_s"] / row["link_limit_s"]
+            row["correct_and_identical"] = all(r["correct_and_identical"] for r in reps)
+            if "stages_s" in row:
+                row["stages_s"] = {
+                    k: statistics.median(r["stages_s"][k] for r in reps) for k in row["stages_s"]
+                }
+        out.append(row)
+    return out
+
+
+def paired_ratios(results: list[dict[str, Any]]) -> list[float]:
+    """Client dense round over the gateway dense round of the same repetition (same elements)."""
+    out = []
+    for rep in sorted({r.get("rep", 0) for r in results}):
+        by = {r["row"]: r for r in results if r.get("rep", 0) == rep and r["topology"] == "allpairs"}
+        gw, cl = by.get("dense_fp16"), by.get("client_dense_fp16")
+        if gw is not None and cl is not None and gw["elements"] == cl["elements"]:
+            out.append(cl["median_s"] / gw["median_s"])
+    return out
+
+
+def client_keys(results: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
+    """The client's keys; the gateway round beside it is the dense fp16 all-pairs row of the same run."""
+    by = {r["row"]: r for r in results if r["topology"] == "allpairs"}
+    out: dict[str, Any] = {}
+    dense = by.get("client_dense_fp16")
+    if dense is not None:
+        out["client_dense_fp16_vs_link_limit"] = dense["vs_link_limit"]
+        gw = by.get("dense_fp16")
+        if gw is not None and gw["elements"] == dense["elements"]:
+            out["client_over_gateway_round"] = dense["median_s"] / gw["median_s"]
+    big = by.get("client_dense_fp16_25m")
+    if big is not None:
+        out["client_dense_fp16_vs_link_limit_25m"] = big["vs_link_limit"]
+    elif quick:
+        out["client_dense_fp16_vs_link_limit_25m"] = "full run only (25 M elements)"
+    sparse = by.get("client_sparse_1pct_fp16")
+    if sparse is not None:
+        out["client_sparse_round_vs_link_limit"] = sparse["vs_link_limit"]
+        out["client_sparse_round_s"] = sparse["median_s"]
+    out["client_stages_ms"] = {
+        r["row"]: {k: v * 1e3 for k, v in r["stages_s"].items()} for r in results if "stages_s" in r
+    }
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 M elements, fewer rounds (< 60 s)")
@@ -924,7 +1171,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="trainers push every layer as one Push (no streamed push in pieces; for A/B runs)",
     )
+    ap.add_argument(
+        "--client",
+        action="store_true",
+        help="also time rounds through the public client (wanrt.init + SparseOptimizer, backward + step)",
+    )
+    ap.add_argument(
+        "--client-rows",
+        nargs="+",
+        choices=[c.name for c in client_rows(False)],
+        help="with --client: only these client rows (default all)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run everything this many times in turn (gateway rows, then client rows); keys use the "
+        "median over the repetitions, client_over_gateway_round the median of the paired ratios",
+    )
+    ap.add_argument(
+        "--rates-on",
+        action="store_true",
+        help="[gateway.rates] enabled = true: the straggler rate allocator paces the links (default off)",
+    )
     ap.add_argument("--trainer", help=argparse.SUPPRESS)
+    ap.add_argument("--client-trainer", help=argparse.SUPPRESS)
+    ap.add_argument("--client-density", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--client-work", help=argparse.SUPPRESS)
     ap.add_argument("--gateway", help=argparse.SUPPRESS)
     ap.add_argument("--ready-file", help=argparse.SUPPRESS)
     ap.add_argument("--stats-file", help=argparse.SUPPRESS)
@@ -935,6 +1208,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.gateway:
         return gateway_main(args.gateway, args.ready_file, args.stats_file, args.trace_file)
+    if args.client_trainer:
+        from round_client import run as run_client
+
+        return run_client(
+            args.client_trainer,
+            args.site,
+            args.secret_file,
+            args.elements,
+            args.client_density,
+            "fp16",
+            args.client_work,
+        )
     if args.trainer:
         secret = Path(args.secret_file).read_bytes().strip()
         return asyncio.run(trainer_main(args.trainer, args.site, args.index, secret, args.push_whole))
@@ -968,14 +1253,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     keep = os.environ.get("WANRT_BENCH_KEEP")  # a directory: configs, logs and traces stay there
     tmp_ctx: Any = contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory(prefix="wbr")
     with tmp_ctx as tmp, Emulation(len(SITES), shape=Shape(rate_bps=args.rate)) as emu:
-        results = asyncio.run(bench(args, emu, Path(tmp)))
+        results = []
+        for rep in range(args.repeat):  # gateway rows, then client rows, again: load drifts hit both
+            for res in asyncio.run(bench(args, emu, Path(tmp))):
+                res["rep"] = rep
+                results.append(res)
     hm = hivemind_arm()
+    raw_results = results
+    results = merged(results)
+    gw_rows = [r for r in results if "stages_s" not in r]
+    cl_rows = [r for r in results if "stages_s" in r]
     print()
-    print(table(results))
+    print(table(gw_rows))
+    if cl_rows:
+        print()
+        print(client_table(cl_rows))
     print(hm)
-    k = keys(results, args.elements)
+    k = keys(gw_rows, args.elements)
+    if cl_rows:
+        k.update(client_keys(results, args.quick))
+        ratios = paired_ratios(raw_results)
+        if ratios:
+            k["client_over_gateway_round"] = statistics.median(ratios)
+            k["client_over_gateway_round_by_rep"] = ratios
     for name, value in k.items():
-        print(f"{name} = {value:.4g}")
+        if isinstance(value, float):
+            print(f"{name} = {value:.4g}")
+        elif not isinstance(value, dict):
+            print(f"{name}: {value}")
     if args.json:
         doc = {
             "config": {
@@ -990,7 +1295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "wall_s": time.monotonic() - t0,
             },
             "rows": results,
+            "rows_by_rep": raw_results if args.repeat > 1 else None,
             "hivemind": hm,
+            "rate_allocator_enabled": args.rates_on,
             **k,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,7 @@ class Context:
         self._batch_size: int | None = None
         self._batch_weight = 1.0
         self._scaled: dict[int, npt.NDArray[np.float32]] = {}  # leader worker: per-layer scaled gradients
+        self._avg_bufs: dict[int, npt.NDArray[np.float32]] = {}  # every rank: per-layer averaged updates
         # parameter resync (leader): updates held while a snapshot is on its way, the snapshot to install
         # at the next step, the last one installed (updates it holds are skipped), peers' questions
         self._resync_at: int | None = None
@@ -679,10 +681,8 @@ class Context:
             )
         if not ev.sites:
             raise RemoteProtocolError("update lists no contributing site", peer=self.gateway, layer=ev.layer)
-        p = ev.payload
-        if p.value_dtype != "fp32":
-            p = SparsePayload(p.layer, p.dense_len, p.block_size, p.indices, p.values_f32(), "fp32")
-        return SiteUpdate(ev.iteration, ev.layer, len(ev.sites), p)
+        # kept in its wire dtype: _apply widens it once, straight into the averaging buffer
+        return SiteUpdate(ev.iteration, ev.layer, len(ev.sites), ev.payload)
 
     def _apply(self, decision: SiteDecision) -> None:
         """Every rank: average each summed update over its contributing sites and apply it sparsely."""
@@ -694,16 +694,41 @@ class Context:
         with torch.no_grad():
             for u in decision.updates:
                 p = u.payload
-                avg = SparsePayload(
-                    p.layer,
-                    p.dense_len,
-                    p.block_size,
-                    p.indices,
-                    (p.values_f32() * np.float32(1.0 / u.n_sites)).astype(np.float32, copy=False),
-                    "fp32",
-                )
+                avg = SparsePayload(p.layer, p.dense_len, p.block_size, p.indices, self._averaged(u), "fp32")
                 self._optimizer.step(u.layer, self._params[u.layer].data.view(-1), avg)
         self._scheduled.extend(decision.config_changes)
+
+    def _averaged(self, u: SiteUpdate) -> npt.NDArray[np.float32]:
+        """The update's values as fp32 divided by its contributing sites, in a buffer kept per layer.
+
+        Why not ``values_f32() * (1 / n)``: that is two fresh layer-sized arrays per update (their page
+        faults, and NumPy's fp16 widening at ~1–2 ns per element: 10 ms for a 5 M-element dense update,
+        the largest part of a dense step's apply; docs/round_bench.md, "Through the client"). torch widens
+        fp16 with vector instructions, exactly (every fp16 is an fp32), and the fp32 product by
+        ``float32(1/n)`` is the very product NumPy computed, so the applied values are bit-identical.
+        """
+        p = u.payload
+        n = p.nnz
+        scale = np.float32(1.0 / u.n_sites)
+        if p.value_dtype == "fp32" and scale == np.float32(1.0):
+            return p.values  # one site, fp32: the values as they are (the optimizer only reads them)
+        buf = self._avg_bufs.get(u.layer)
+        if buf is None or buf.shape[0] < n:
+            buf = self._avg_bufs[u.layer] = np.empty(max(n, 1), dtype=np.float32)
+        out = buf[:n]
+        if p.value_dtype == "fp16":
+            if p.values.flags.writeable:
+                src = torch.from_numpy(p.values)
+            else:  # a received payload is a read-only view of the frame; torch only reads it here
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    src = torch.from_numpy(p.values)
+            torch.from_numpy(out).copy_(src)
+        else:
+            np.copyto(out, p.values_f32())
+        if scale != np.float32(1.0):
+            torch.from_numpy(out).mul_(float(scale))  # an fp32 tensor times an fp32-exact scalar: fp32
+        return out
 
     def _switch_config(self) -> None:
         due = [c for c in self._scheduled if c.effective_iteration <= self._iteration]

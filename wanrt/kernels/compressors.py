@@ -252,7 +252,7 @@ class ThresholdV(Compressor):
         count, nonfinite = k.select_above(x, st.v, self.block_size, sel.idx_buf, sel.sum_buf, add)
         if nonfinite:
             raise KernelError(f"gradient of layer {layer} contains NaN or infinite values", layer=layer)
-        if count == 0 or count > t.buffer:
+        if count < t.floor or count > t.buffer:  # too few to send the density, or past the buffer
             return self._exact(sel, x, k, t)
         ids = sel.idx_buf[:count]
         sums = sel.sum_buf[:count]

@@ -41,6 +41,11 @@ class CompressorConfig:
     #: candidate buffer in units of the aim; more passing blocks than this trigger one exact re-selection
     #: pass (a bounded, rare cost) instead of an unbounded buffer
     buffer_factor: float = 4.0
+    #: a step whose pass count falls below this fraction of k_block selects again, exactly (the second
+    #: pass of the safety net), so the payload carries the density the scheduler sized to the WAN (±25 %
+    #: by default) even when the block-sum tail is a cliff that no threshold predicted from the last step
+    #: can hit (error feedback on a steady gradient; docs/kernels.md, "Holding the density")
+    fill_floor: float = 0.75
     #: smallest multiplicative-decrease factor of v in one step (how fast v may fall when too few pass)
     md_floor: float = 0.5
     #: largest multiplicative-decrease factor (a decrease is always at least this strong)
@@ -64,6 +69,7 @@ class CompressorConfig:
     def __post_init__(self) -> None:
         check(0.0 <= self.headroom <= 4.0, "headroom", self.headroom, "must be in [0, 4]")
         check(1.0 <= self.cap_factor <= 16.0, "cap_factor", self.cap_factor, "must be in [1, 16]")
+        check(0.0 <= self.fill_floor <= 1.0, "fill_floor", self.fill_floor, "must be in [0, 1]")
         check(1.0 <= self.buffer_factor <= 64.0, "buffer_factor", self.buffer_factor, "must be in [1, 64]")
         check(0.0 < self.md_floor < 1.0, "md_floor", self.md_floor, "must be in (0, 1)")
         check(

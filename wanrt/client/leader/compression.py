@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wanrt.client.config import ClientConfig
+from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.kernels import Compressor, ErrorFeedback, make_compressor
 from wanrt.payload import SparsePayload, n_blocks
 
@@ -28,6 +29,8 @@ class LayerCompressor:
         self._density = config.density
         self._ef = ErrorFeedback() if config.error_feedback and config.compressing else None
         self._compressor: Compressor | None = self._make(config.density)
+        self._wire_dtype = config.wire_dtype
+        self._all_blocks: dict[int, npt.NDArray[np.int64]] = {}  # n_blocks -> arange (dense payloads)
 
     def _make(self, density: float) -> Compressor | None:
         if density >= 1.0:
@@ -57,8 +60,32 @@ class LayerCompressor:
 
     def compress(self, layer: int, grad: npt.NDArray[np.float32]) -> SparsePayload:
         if self._compressor is None:
-            blocks = np.arange(n_blocks(grad.shape[0], self._block_size), dtype=np.int64)
-            return SparsePayload.from_dense_blocks(layer, grad, blocks, self._block_size)
+            return self._dense(layer, grad)
         if self._ef is not None:
             return self._ef.compress(layer, grad, self._compressor)
         return self._compressor.compress(layer, grad)
+
+    def _dense(self, layer: int, grad: npt.NDArray[np.float32]) -> SparsePayload:
+        """Every block of ``grad``, cast to the wire dtype here, in the one pass that copies it.
+
+        Why here: gathering every block (``from_dense_blocks``) made a layer-sized fp32 copy that the
+        link's fp16/bf16 cast copied again right after (2–35 ms at 5–25 M elements, docs/round_bench.md,
+        "Through the client"); cast from the gradient itself, the payload is made in one pass and the link
+        sends it as it is. The payload owns its values (a link may keep it to re-send after a reconnect
+        while the caller's gradient memory is reused): the fp32 wire, the rare fp16 cast that falls back
+        to fp32 (a value would overflow) and a layer whose last block needs zero padding get a copy.
+        """
+        n = int(grad.shape[0])
+        nb = n_blocks(n, self._block_size)
+        blocks = self._all_blocks.get(nb)
+        if blocks is None:
+            blocks = self._all_blocks[nb] = np.arange(nb, dtype=np.int64)
+            blocks.flags.writeable = False  # shared by every dense payload of this layer size
+        if n % self._block_size:  # the last block is padded: a gathered copy, then the same cast
+            gathered = SparsePayload.from_dense_blocks(layer, grad, blocks, self._block_size)
+            return in_wire_dtype(gathered, self._wire_dtype)
+        view = SparsePayload(layer, n, self._block_size, blocks, grad, "fp32")
+        wire = in_wire_dtype(view, self._wire_dtype)
+        if wire is view:  # nothing was cast (fp32 wire, or an fp16 overflow): the payload's own copy
+            return SparsePayload(layer, n, self._block_size, blocks, grad.copy(), "fp32")
+        return wire
