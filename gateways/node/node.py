@@ -541,20 +541,38 @@ class GatewayNode:
         return info
 
     def _check_claims(self, peer: str, other: LinkInfo) -> None:
-        """A running gateway bounds the join iteration a peer's handshake may claim (reliability: a peer
-        holding the job secret still sends only what its place allows). A far ``join_at`` would move the
-        open-iteration window of every round here; an honest one is at most a few windows past the
-        frontiers both ends announce (the join rule puts it at max(frontiers) + 1 + a window margin).
-        The frontier itself is not bounded: a gateway that fell behind the job (restarted with an older
-        state file, or cut off) must still be able to link to sites far ahead of it."""
-        if self.engine is None or other.join_at is None:
+        """A running gateway bounds what a peer's handshake may claim by what *this* site knows, never by
+        the claim itself (DESIGN.md "Trust": a peer holding its own valid keys still sends only what its
+        place allows). The join rule puts a joiner at max(frontiers) + 1 + a window margin, or at its
+        announced ``join_at``: a claimed frontier or ``join_at`` far past this site's frontier would put a
+        site that is in no plan into the rounds of iteration 10⁶ and make every trainer here answer its
+        parameter request (security probe: frontier 999 987, ``join_at`` 10⁶ was accepted).
+
+        An honest peer is at most a few windows past this frontier while this site's live members can
+        finish rounds (every finished round had a quorum that overlaps them). Only a site that is cut off
+        (:meth:`RoundEngine.may_be_behind`) believes a peer far ahead: the job went on without it. A peer
+        *behind* this site is not bounded: a gateway that fell behind (restarted with an older state
+        file, or cut off) must still be able to link to sites far ahead of it."""
+        engine = self.engine
+        if engine is None:
             return
         w = self.cfg.rounds.window
-        limit = max(self.engine.frontier, other.frontier) + 4 * w + 1
+        slack = 4 * w + 1
+        known = engine.frontier
+        if other.frontier > known + slack and not engine.may_be_behind():
+            raise RemoteProtocolError(
+                f"site {peer} claims frontier {other.frontier}, but this site is at iteration {known} and "
+                f"the job cannot have gone further than {known + slack} without it; restart that gateway",
+                peer=peer,
+                value=other.frontier,
+            )
+        if other.join_at is None:
+            return
+        limit = max(known, other.frontier) + slack
         if other.join_at > limit:
             raise RemoteProtocolError(
                 f"site {peer} claims join_at {other.join_at} at frontier {other.frontier}, but this site is "
-                f"at iteration {self.engine.frontier} (at most {limit} is believed); restart its gateway",
+                f"at iteration {known} (at most {limit} is believed); restart its gateway",
                 peer=peer,
                 value=other.join_at,
             )
