@@ -28,6 +28,12 @@ def test_a_job_the_daemons_accept(tmp_path: Path) -> None:
     assert files.scheduler is not None
     sched = load_scheduler_config(files.scheduler)
     assert sched.sites == ("a", "b", "c") and sched.credentials().for_site("a") == ka.for_scheduler()
+    # every daemon serves /status on its own port, none taken by a link (issue 21: no hand edit needed)
+    ports = [sched.metrics_port, *(load_gateway_config(p).metrics_port for p in files.gateways.values())]
+    links = [7900, 7901, 7902, 7903]
+    assert 0 not in ports and len(set(ports + links)) == len(ports + links)
+    assert files.status_urls["a"] == f"http://127.0.0.1:{a.metrics_port}/status"
+    assert files.status_urls["scheduler"] == f"http://127.0.0.1:{sched.metrics_port}/status"
     assert files.secret is None
     private = [files.control_token, *files.trainer_secrets.values(), files.directory / "job.master"]
     for path in private + list((files.directory / "keys").glob("*.json")):
@@ -79,4 +85,5 @@ def test_cli_writes_and_prints_the_commands(tmp_path: Path, capsys: pytest.Captu
     assert main(["job", "init", "--sites", "a,b", "--dir", str(tmp_path / "j"), "--no-scheduler"]) == 0
     out = capsys.readouterr().out
     assert "wanrt gateway --config" in out and "wanrt scheduler" not in out
+    assert "/status" in out
     assert not (tmp_path / "j" / "job.toml").exists()
