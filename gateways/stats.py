@@ -70,6 +70,9 @@ class GatewayStats:
         #: per site, how many rounds in a row closed here without its contribution (a site whose gateway is
         #: up but whose trainer is not running, or too slow for every round): /status "missing_rounds"
         self.missing_streak: dict[str, int] = {}
+        #: sites whose contribution was in a round delivered here: a site that never took part is still
+        #: starting as far as the job is concerned (a model fault from it is fatal, node._on_site_fault)
+        self.contributed: set[str] = set()
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_ROUNDS)
 
     def round_closed(self, rc: RoundClosed) -> list[tuple[str, int]]:
@@ -82,6 +85,7 @@ class GatewayStats:
         warn: list[tuple[str, int]] = []
         if rc.delivered:
             present = site_names(rc.sites)
+            self.contributed.update(present)
             for site in list(self.missing_streak):
                 if site in present:
                     del self.missing_streak[site]

@@ -1012,9 +1012,11 @@ class GatewayNode:
                 self._warn_trainer(fault.site, "auth", fault.message, now)
             return
         live = {p for p, c in self._by_peer.items() if not c.ended}
-        if not self.faults.accept(
-            fault, from_peer=ch.peer, live_peers=live, fatal=not self.model.established
-        ):
+        # fatal while the job is starting *for that site*: this gateway has run no round yet, or none with
+        # that site's contribution (the sites that started first ran rounds without it, and would wait for
+        # it until their update deadline: issue 21, "one extra layer at site b" hung site a 120 s)
+        starting = not self.model.established or fault.site not in self.stats.contributed
+        if not self.faults.accept(fault, from_peer=ch.peer, live_peers=live, fatal=starting):
             return
         log.error("site %s reports: %s", fault.site, fault.message)
         for other in self._by_peer.values():
