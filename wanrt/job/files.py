@@ -16,7 +16,7 @@ from gateways.config import load_gateway_config
 from scheduler.daemon_config import load_scheduler_config
 from wanrt.demo.sites.config_files import toml_text
 from wanrt.errors import ConfigError
-from wanrt.keys import site_keys, write_keys_file, write_private
+from wanrt.keys import site_keys, trainer_key_file_text, write_keys_file, write_private
 
 __all__ = ["JobFiles", "write_job", "write_keys"]
 
@@ -145,6 +145,7 @@ def write_keys(
     per_site, sched = site_keys(master, job, sites)
     site_files = {s: write_keys_file(kdir / f"{s}.json", content) for s, content in per_site.items()}
     trainers = {
-        s: write_private(kdir / f"{s}.trainer", content["trainer"] + "\n") for s, content in per_site.items()
+        s: write_private(kdir / f"{s}.trainer", trainer_key_file_text(s, job, content["trainer"]))
+        for s, content in per_site.items()
     }
     return site_files, write_keys_file(kdir / "scheduler.json", sched), trainers
