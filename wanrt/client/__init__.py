@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         StepWithoutBackward,
     )
     from wanrt.client.optimizer import SparseOptimizer
+    from wanrt.client.unclosed import UnclosedContextWarning
 
 #: public name -> module that defines it
 EXPORTS: dict[str, str] = {
@@ -56,6 +57,7 @@ EXPORTS: dict[str, str] = {
     "ModelMismatch": "wanrt.client.errors",
     "SparseOptimizer": "wanrt.client.optimizer",
     "StepWithoutBackward": "wanrt.client.errors",
+    "UnclosedContextWarning": "wanrt.client.unclosed",
     "init": "wanrt.client.bootstrap",
 }
 
@@ -68,6 +70,7 @@ __all__ = [
     "ModelMismatch",
     "SparseOptimizer",
     "StepWithoutBackward",
+    "UnclosedContextWarning",
     "init",
 ]
 

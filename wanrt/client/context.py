@@ -67,6 +67,7 @@ from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
+from wanrt.client.unclosed import watch_unclosed
 from wanrt.errors import LocalProtocolError, RemoteProtocolError, RestartRequested, WanrtTimeout
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
 from wanrt.kernels.state_transfer import export_state, import_state, state_lengths
@@ -148,6 +149,8 @@ class Context:
         self._abandoned = False  # leader: a ResyncAbandoned arrived since the last step
         #: parameter snapshots installed on this rank (every rank counts the same)
         self.resyncs = 0
+        # a forgotten close() warns at exit, on the leader (wanrt/client/unclosed.py)
+        self._unwatch = watch_unclosed(self) if self.rank == 0 else None
 
     # -- what the user sees ------------------------------------------------------------------------------
 
@@ -782,6 +785,8 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        if self._unwatch is not None:
+            self._unwatch()
         try:
             if self._micro and self._broken is None:
                 log.warning(
@@ -804,6 +809,12 @@ class Context:
                 # a process group left to the interpreter's exit can abort it ("terminate called without
                 # an active exception", gloo's threads); one the user created stays theirs to end
                 dist.destroy_process_group()
+
+    @property
+    def unclosed_steps(self) -> int:
+        """Iterations trained by an open context that did not fail (0 once closed): what a forgotten
+        ``close()`` leaves unsettled (wanrt/client/unclosed.py)."""
+        return 0 if self._closed or self._broken is not None else self._iteration
 
     def __enter__(self) -> Context:
         return self
