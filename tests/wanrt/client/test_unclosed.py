@@ -17,10 +17,11 @@ import sys, torch, torch.distributed as dist
 import wanrt
 from sims.harness.fake_gateway import FakeGateway, run_in_thread
 
-gw = FakeGateway(f"unix://{sys.argv[1]}/gw.sock", sites=("a",), job="j", secret=b"0123456789abcdef-test-secret")
+KEY = b"0123456789abcdef-test-secret"
+gw = FakeGateway(f"unix://{sys.argv[1]}/gw.sock", sites=("a",), job="j", secret=KEY)
 with run_in_thread(gw):
     dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}/store", rank=0, world_size=1)
-    ctx = wanrt.init(gw.url, site="a", job="j", secret=b"0123456789abcdef-test-secret")
+    ctx = wanrt.init(gw.url, site="a", job="j", secret=KEY)
     model = torch.nn.Linear(4, 2)
     opt = wanrt.SparseOptimizer(model.named_parameters(), "sgd", lr=0.1, ctx=ctx)
     for _ in range(3):
