@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         print("wanrt demo: error: --ddp and --straggler are separate comparisons; give one", file=sys.stderr)
         return 1
     cfg = config_from_args(args)
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))
+    # absolute: the configs written under it are read by daemons relative to their own directory
+    out = (Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"wanrt demo: output in {out}", flush=True)
     if cfg.straggler is not None:
