@@ -377,7 +377,10 @@ class GatewayNode:
                     self._deliver(action)
                 elif isinstance(action, RoundClosed):
                     self._times_dirty = True
-                    for site, n in self.stats.round_closed(action):
+                    missing = self.stats.round_closed(action, now, self.cfg.absent_warn_after_s)
+                    if self.faults.warnings:
+                        self.faults.clear_warnings("trainer", set(self.stats.missing_streak))
+                    for site, n in missing:
                         log.warning(
                             "rounds complete without site %s (%d in a row): is its trainer running? "
                             "The job trains on without its data (x-order); /status shows missing_rounds",

@@ -137,22 +137,55 @@ async def test_a_site_whose_trainer_is_missing_is_reported(caplog: pytest.LogCap
 
     fast = RoundConfig(topology="star", round_deadline_s=0.2, suspect_after_s=20.0)
     with short_dir() as tmp:
-        configs = site_configs(tmp, "abc", rounds=fast, root="a")
+        # b never took part: warned about once missing for absent_warn_after_s (a normal start is not)
+        configs = site_configs(tmp, "abc", rounds=fast, root="a", absent_warn_after_s=0.3)
         async with running(configs) as cluster:
-            trainers = trainers_for(cluster, layers=1, iterations=5)
+            trainers = trainers_for(cluster, layers=1, iterations=8)
             del trainers["b"]  # b's gateway is up, its trainer never comes
             for t in trainers.values():
                 await t.connect()
             async with asyncio.timeout(30):
                 await asyncio.gather(*(t.run() for t in trainers.values()))
                 for t in trainers.values():
-                    await t.wait_all(5)
+                    await t.wait_all(8)
             a = cluster.daemons["a"]
             assert a.status()["missing_rounds"].get("b", 0) >= 3
             assert any("without site b" in r.getMessage() for r in caplog.records)
             for t in trainers.values():  # and every training site's trainer was told, not only the log
                 assert any(n.site == "b" and n.kind == "trainer" and not n.fatal for n in t.notices)
             for t in trainers.values():
+                await t.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_trainer_starting_late_at_a_normal_start_is_not_called_missing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 21: every normal start logged "rounds complete without site a (3 in a row): is its trainer
+    running?" because trainers are launched seconds apart."""
+    from sims.harness.daemon_cluster import trainers_for
+
+    fast = RoundConfig(topology="star", round_deadline_s=0.2, suspect_after_s=20.0)
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "abc", rounds=fast, root="a")
+        async with running(configs) as cluster:
+            trainers = trainers_for(cluster, layers=1, iterations=12)
+            late = trainers.pop("b")
+            for t in trainers.values():
+                await t.connect()
+            runs = [asyncio.create_task(t.run()) for t in trainers.values()]
+            a = cluster.daemons["a"]
+            await a.wait_for(lambda: a.status()["missing_rounds"].get("b", 0) >= 5)  # rounds without b
+            await late.connect()
+            runs.append(asyncio.create_task(late.run()))
+            async with asyncio.timeout(30):
+                await asyncio.gather(*runs)
+                for t in (*trainers.values(), late):
+                    await t.wait_all(12)
+            assert not any("without site b" in r.getMessage() for r in caplog.records)
+            assert not any(n.kind == "trainer" for t in trainers.values() for n in t.notices)
+            assert not a.status()["faults"] and "b" in a.stats.contributed
+            for t in (*trainers.values(), late):
                 await t.close()
 
 
