@@ -810,6 +810,21 @@ class Context:
                 # an active exception", gloo's threads); one the user created stays theirs to end
                 dist.destroy_process_group()
 
+    def leave_at_exit(self) -> None:
+        """The leader's non-collective part of :meth:`close`, for a context left open at interpreter exit
+        (wanrt/client/unclosed.py): finish the pushes handed to the worker, flush the link and say Bye, so
+        no other site waits for them. Every failure is swallowed: the process is exiting anyway."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._pipeline is not None:
+                self._pipeline.close()
+            if self._link is not None:
+                self._link.close(self._config.close_timeout_s)
+        except Exception as exc:  # at exit: nothing left to tell but the log
+            log.warning("leaving at exit: %s", exc)
+
     @property
     def unclosed_steps(self) -> int:
         """Iterations trained by an open context that did not fail (0 once closed): what a forgotten

@@ -17,8 +17,10 @@ import sys, torch, torch.distributed as dist
 import wanrt
 from sims.harness.fake_gateway import FakeGateway, run_in_thread
 
+import atexit
 KEY = b"0123456789abcdef-test-secret"
 gw = FakeGateway(f"unix://{sys.argv[1]}/gw.sock", sites=("a",), job="j", secret=KEY)
+atexit.register(lambda: print("pushes at exit", gw.pushes, flush=True))  # runs after wanrt's (LIFO)
 with run_in_thread(gw):
     dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}/store", rank=0, world_size=1)
     ctx = wanrt.init(gw.url, site="a", job="j", secret=KEY)
@@ -52,3 +54,5 @@ def test_exit_without_close_warns_with_the_consequence(tmp_path: Path, ending: s
     if warned:
         assert "site a exits after 3 iterations without ctx.close()" in proc.stderr
         assert "final parameters differ" in proc.stderr
+    # either way every push reached the gateway: no other site waits for this one's last iteration
+    assert "pushes at exit 6" in proc.stdout, proc.stdout  # 3 iterations x 2 layers
