@@ -141,6 +141,11 @@ class GatewayConfig:
     # neighbours in the round plan: parent and children in a tree, ring neighbours). Added for the
     # simulator's 1 000-site trees, where a mesh would be 500k links (issue 8 part 3; see docs/sim.md).
     links: Literal["all", "plan"] = "all"
+    # A site that has not contributed to any round here yet (its trainer is still starting: sites are
+    # launched seconds apart) is warned about ("rounds complete without site b ...") only once it has been
+    # missing for this long; a site that took part before, after 3 missed rounds in a row (issue 21: every
+    # normal start warned "is its trainer running?")
+    absent_warn_after_s: float = 30.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peers", _frozen_map(self.peers))
@@ -182,6 +187,7 @@ class GatewayConfig:
             check(0.0 < value <= upper, key, value, f"must be in (0, {upper:g}] seconds")
 
         positive("reconnect_initial_s", self.reconnect_initial_s, 600.0)
+        positive("absent_warn_after_s", self.absent_warn_after_s, 86400.0)
         positive("reconnect_max_s", self.reconnect_max_s, 3600.0)
         check(
             self.reconnect_max_s >= self.reconnect_initial_s,

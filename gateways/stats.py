@@ -70,11 +70,20 @@ class GatewayStats:
         #: per site, how many rounds in a row closed here without its contribution (a site whose gateway is
         #: up but whose trainer is not running, or too slow for every round): /status "missing_rounds"
         self.missing_streak: dict[str, int] = {}
+        #: sites whose contribution was in a round delivered here: a site that never took part is still
+        #: starting as far as the job is concerned (a model fault from it is fatal, node._on_site_fault)
+        self.contributed: set[str] = set()
+        #: per missing site, when its current run of missed rounds began (for sites that never contributed)
+        self.missing_since: dict[str, float] = {}
+        self._told_absent: set[str] = set()
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_ROUNDS)
 
-    def round_closed(self, rc: RoundClosed) -> list[tuple[str, int]]:
+    def round_closed(
+        self, rc: RoundClosed, now: float = 0.0, absent_grace_s: float = 0.0
+    ) -> list[tuple[str, int]]:
         """Count one closed round; returns the sites whose run of missed rounds just reached a length
-        worth a warning (3, then every 100)."""
+        worth a warning: 3, then every 100, for a site that contributed before; for one that never did
+        (its trainer may still be starting), once it has been missing ``absent_grace_s``, then every 100."""
         if rc.delivered:
             self.rounds_completed += 1
         else:
@@ -82,12 +91,19 @@ class GatewayStats:
         warn: list[tuple[str, int]] = []
         if rc.delivered:
             present = site_names(rc.sites)
+            self.contributed.update(present)
             for site in list(self.missing_streak):
                 if site in present:
                     del self.missing_streak[site]
+                    self.missing_since.pop(site, None)
             for site in rc.missing:
                 n = self.missing_streak[site] = self.missing_streak.get(site, 0) + 1
-                if n == 3 or n % 100 == 0:
+                since = self.missing_since.setdefault(site, now)
+                if site in self.contributed:
+                    if n == 3 or n % 100 == 0:
+                        warn.append((site, n))
+                elif now - since >= absent_grace_s and (site not in self._told_absent or n % 100 == 0):
+                    self._told_absent.add(site)
                     warn.append((site, n))
         self.late_contributions += count_older(rc.sites, rc.iteration)
         self.late_children += len(rc.late)

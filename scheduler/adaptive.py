@@ -164,6 +164,12 @@ class AdaptivePolicy:
         if now - prev[1] < GOODPUT_WINDOW_S:
             return
         self._bytes[site] = (sent, now)
+        if sent == prev[0]:
+            # an idle window (the job is paused, or not started) measures no goodput: observing 0 made the
+            # estimator refuse it and abort this gateway's link every window (issue 21: the idle scheduler
+            # link flapped every ~5 s with "goodput must be finite and > 0 (value=0.0)")
+            self._goodput.pop(site, None)
+            return
         self._goodput[site] = (sent - prev[0]) * 8.0 / (now - prev[1])
         if self.policy is not None and len(self._goodput) == len(self.sites):
             self.policy.observe_goodput(sum(self._goodput.values()) / len(self._goodput), now)

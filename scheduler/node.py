@@ -14,7 +14,10 @@ its own after it), so a restart never moves the job backwards.
 
 What decides the values is a :class:`DecisionPolicy` (StellaTrain §4.1's controller: throughput fit,
 bandwidth estimate, configuration search — :mod:`scheduler.control`); manual changes (``POST /config``)
-come in through :meth:`SchedulerNode.request` and travel the same two phases.
+come in through :meth:`SchedulerNode.request` and travel the same two phases. A manual value *holds*: the
+policy's later decisions keep it (and leave out its per-site variants ``key@site``) until the operator
+releases it (:meth:`SchedulerNode.release`); ``/status`` ``control`` says which is in force. Before, the
+adaptive policy silently replaced a manual change a few seconds later (issue 21).
 """
 
 from __future__ import annotations
@@ -154,6 +157,8 @@ class SchedulerNode:
         self.shards = ShardService(cfg.sharding)
         #: KILL_RESTART orders committed (AntDT §V-E3), newest last, for ``/status`` (bounded)
         self.restarts: deque[dict[str, Any]] = deque(maxlen=MAX_RESTARTS_KEPT)
+        #: values set by hand (``POST /config``) that the policy may not change until released
+        self.held: dict[str, Any] = {}
 
     # -- driving ---------------------------------------------------------------------------------------
 
@@ -186,8 +191,17 @@ class SchedulerNode:
             self._next_decide = now + self.cfg.decide_interval_s
             if self._ready():
                 values = self.policy.decide(now)
+                if values is not None:
+                    values = self._with_held(values)
                 if values is not None and (self.current is None or values != self.current.values):
                     self._want(values, "policy", now)
+
+    def _with_held(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The policy's values with every held manual value kept: a held ``key`` also drops the policy's
+        per-site ``key@site`` (the operator set it for every site)."""
+        out = {k: v for k, v in values.items() if k.split("@", 1)[0] not in self.held and k not in self.held}
+        out.update(self.held)
+        return out
 
     def _ready(self) -> bool:
         """Decide only once every connected gateway has told us where the job is (resume after restart)."""
@@ -328,6 +342,7 @@ class SchedulerNode:
             raise ConfigError(f"site_costs: {costs[:80]!r} names a site not in this job", key="site_costs")
         if unknown:
             raise ConfigError(f"{unknown[0]}: no such site in this job", key=unknown[0])
+        self.held.update(values)
         self._want(dict(values), "request", now)
         p = self.pending
         return {
@@ -335,7 +350,33 @@ class SchedulerNode:
             "decision": None if p is None else p.decision.id,
             "effective_iteration": None if p is None else p.decision.effective_iteration,
             "state": "preparing" if p is not None else "queued",
+            **self.control_status(),
         }
+
+    def release(self, keys: list[str] | None) -> dict[str, Any]:
+        """Hand held manual values back to the policy (``keys``: those; None: all); a key that is not
+        held is refused with the ones that are."""
+        names = list(self.held) if keys is None else keys
+        missing = [k for k in names if k not in self.held]
+        if missing:
+            raise ConfigError(
+                f"{missing[0]}: not held (held: {', '.join(sorted(self.held)) or 'none'})", key=missing[0]
+            )
+        for k in names:
+            del self.held[k]
+        log.info("manual values released: %s; %s", names, self.control_status()["mode"])
+        return {"released": names, **self.control_status()}
+
+    def control_status(self) -> dict[str, Any]:
+        """Which decides now: ``manual`` (values held: the policy decides only the others), ``adaptive``
+        (the policy), or ``fixed`` (no policy: settings change only by hand)."""
+        if self.held:
+            mode = "manual"
+        elif isinstance(self.policy, FixedPolicy):
+            mode = "fixed"
+        else:
+            mode = "adaptive"
+        return {"mode": mode, "held": dict(sorted(self.held.items()))}
 
     def _want(self, values: dict[str, Any], source: str, now: float) -> None:
         # a restart order is one-shot: it belongs to the decision that made it, never to the next one
@@ -453,6 +494,7 @@ class SchedulerNode:
             },
             "shards": self.shards.status(),
             "restarts": list(self.restarts),
+            "control": self.control_status(),
         }
 
 

@@ -33,10 +33,13 @@ from wanrt.errors import ConfigError
 
 __all__ = [
     "FORMAT",
+    "TRAINER_KEY_HEADER",
     "Credentials",
     "derive",
     "load_keys_file",
     "site_keys",
+    "trainer_key_file_text",
+    "trainer_key_owner",
     "write_keys_file",
     "write_private",
 ]
@@ -45,6 +48,25 @@ FORMAT: Final = "wanrt-keys-1"
 #: a keys file is small: read at most this much (a wrong path may name a huge file)
 MAX_KEYS_FILE_BYTES: Final = 1 << 20
 _HEX64: Final = re.compile(r"^[0-9a-f]{64}$")
+
+
+#: First line of a trainer secret file written by ``wanrt job init``: whose key it is, so that a trainer
+#: started with another site's key fails at ``wanrt.init`` naming that site, instead of a "wrong job
+#: secret" from the gateway (issue 21). The key itself is the file's last line.
+TRAINER_KEY_HEADER: Final = "# wanrt trainer key"
+_OWNER: Final = re.compile(r"^# wanrt trainer key site=(\S+) job=(\S+)")
+
+
+def trainer_key_file_text(site: str, job: str, key: str) -> str:
+    """The content of a site's trainer secret file: the owner line, then the key."""
+    return f"{TRAINER_KEY_HEADER} site={site} job={job} (give it to this site's trainers only)\n{key}\n"
+
+
+def trainer_key_owner(text: bytes) -> tuple[str, str] | None:
+    """(site, job) named by a trainer secret file's owner line; None for a bare secret (any file)."""
+    first = text.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    m = _OWNER.match(first)
+    return (m.group(1), m.group(2)) if m else None
 
 
 def derive(master: bytes, job: str, purpose: str, *sites: str) -> bytes:

@@ -79,6 +79,13 @@ class SiteFaults:
             self.warnings.popitem(last=False)
         return notice
 
+    def clear_warnings(self, kind: str, keep: set[str]) -> None:
+        """Drop the warnings of ``kind`` about sites not in ``keep``: a condition that ended (the site
+        contributes again) must not stay listed in /status (issue 21: "rounds complete without site a
+        (2300 in a row)" stayed under ``faults`` after it was over)."""
+        for key in [k for k in self.warnings if k[1] == kind and k[0] not in keep]:
+            del self.warnings[key]
+
     def replay(self) -> list[Notice]:
         """For a trainer that connects now: every recorded fault, then the recent warnings."""
         return [self.notice(f) for f, _ in self.faults.values()] + [n for n, _ in self.warnings.values()]

@@ -377,7 +377,10 @@ class GatewayNode:
                     self._deliver(action)
                 elif isinstance(action, RoundClosed):
                     self._times_dirty = True
-                    for site, n in self.stats.round_closed(action):
+                    missing = self.stats.round_closed(action, now, self.cfg.absent_warn_after_s)
+                    if self.faults.warnings:
+                        self.faults.clear_warnings("trainer", set(self.stats.missing_streak))
+                    for site, n in missing:
                         log.warning(
                             "rounds complete without site %s (%d in a row): is its trainer running? "
                             "The job trains on without its data (x-order); /status shows missing_rounds",
@@ -541,20 +544,38 @@ class GatewayNode:
         return info
 
     def _check_claims(self, peer: str, other: LinkInfo) -> None:
-        """A running gateway bounds the join iteration a peer's handshake may claim (reliability: a peer
-        holding the job secret still sends only what its place allows). A far ``join_at`` would move the
-        open-iteration window of every round here; an honest one is at most a few windows past the
-        frontiers both ends announce (the join rule puts it at max(frontiers) + 1 + a window margin).
-        The frontier itself is not bounded: a gateway that fell behind the job (restarted with an older
-        state file, or cut off) must still be able to link to sites far ahead of it."""
-        if self.engine is None or other.join_at is None:
+        """A running gateway bounds what a peer's handshake may claim by what *this* site knows, never by
+        the claim itself (DESIGN.md "Trust": a peer holding its own valid keys still sends only what its
+        place allows). The join rule puts a joiner at max(frontiers) + 1 + a window margin, or at its
+        announced ``join_at``: a claimed frontier or ``join_at`` far past this site's frontier would put a
+        site that is in no plan into the rounds of iteration 10⁶ and make every trainer here answer its
+        parameter request (security probe: frontier 999 987, ``join_at`` 10⁶ was accepted).
+
+        An honest peer is at most a few windows past this frontier while this site's live members can
+        finish rounds (every finished round had a quorum that overlaps them). Only a site that is cut off
+        (:meth:`RoundEngine.may_be_behind`) believes a peer far ahead: the job went on without it. A peer
+        *behind* this site is not bounded: a gateway that fell behind (restarted with an older state
+        file, or cut off) must still be able to link to sites far ahead of it."""
+        engine = self.engine
+        if engine is None:
             return
         w = self.cfg.rounds.window
-        limit = max(self.engine.frontier, other.frontier) + 4 * w + 1
+        slack = 4 * w + 1
+        known = engine.frontier
+        if other.frontier > known + slack and not engine.may_be_behind():
+            raise RemoteProtocolError(
+                f"site {peer} claims frontier {other.frontier}, but this site is at iteration {known} and "
+                f"the job cannot have gone further than {known + slack} without it; restart that gateway",
+                peer=peer,
+                value=other.frontier,
+            )
+        if other.join_at is None:
+            return
+        limit = max(known, other.frontier) + slack
         if other.join_at > limit:
             raise RemoteProtocolError(
                 f"site {peer} claims join_at {other.join_at} at frontier {other.frontier}, but this site is "
-                f"at iteration {self.engine.frontier} (at most {limit} is believed); restart its gateway",
+                f"at iteration {known} (at most {limit} is believed); restart its gateway",
                 peer=peer,
                 value=other.join_at,
             )
@@ -994,9 +1015,11 @@ class GatewayNode:
                 self._warn_trainer(fault.site, "auth", fault.message, now)
             return
         live = {p for p, c in self._by_peer.items() if not c.ended}
-        if not self.faults.accept(
-            fault, from_peer=ch.peer, live_peers=live, fatal=not self.model.established
-        ):
+        # fatal while the job is starting *for that site*: this gateway has run no round yet, or none with
+        # that site's contribution (the sites that started first ran rounds without it, and would wait for
+        # it until their update deadline: issue 21, "one extra layer at site b" hung site a 120 s)
+        starting = not self.model.established or fault.site not in self.stats.contributed
+        if not self.faults.accept(fault, from_peer=ch.peer, live_peers=live, fatal=starting):
             return
         log.error("site %s reports: %s", fault.site, fault.message)
         for other in self._by_peer.values():

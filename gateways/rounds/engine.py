@@ -413,6 +413,13 @@ class RoundEngine:
     def live(self) -> frozenset[str]:
         return frozenset(self._timeline.live)
 
+    def may_be_behind(self) -> bool:
+        """Whether the job may have finished rounds that this site never saw: the sites this site counts
+        live are too few to finish a round (it is cut off) and the others are enough without it. Otherwise
+        every finished round had a quorum that overlaps this site's live members, so no honest peer is
+        more than a few windows past this site's frontier (the join bound, :mod:`gateways.membership`)."""
+        return len(self._timeline.live) < self._quorum and len(self.sites) - 1 >= self._quorum
+
     def open_rounds(self) -> list[Key]:
         return sorted(self._rounds)
 

@@ -10,7 +10,11 @@ what :mod:`gateways.membership.joining` and :mod:`gateways.membership.job_model`
 the node so that this file stays an adapter. While the node has not joined the job yet, handshakes are
 serialised (:meth:`LinksOwner.handshake_gate`): a fresh gateway's first link fixes the iteration it joins
 at, and every later link must see that decision. Unauthenticated connections are capped: at most
-:data:`MAX_PREAUTH_PER_HOST` per remote host and :data:`MAX_PREAUTH_TOTAL` in all; more are closed at once.
+:data:`MAX_PREAUTH_PER_HOST` per remote host and :data:`MAX_PREAUTH_TOTAL` in all. When all slots are
+taken, a connection from a host holding fewer of them than the busiest host evicts that host's oldest
+handshake (fair share): a few hosts (8 × 8 filled every slot and blocked every rejoin, security probe of
+issue 21) cannot exhaust the listener while a peer from another address still gets in; only a flood from
+about as many hosts as there are slots can.
 (Known limit: before it has joined, a gateway still holds that gate while a peer that has not proved the
 secret yet answers its Welcome, for up to the handshake timeout.)
 
@@ -86,7 +90,7 @@ class PeerLinks:
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._serving: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
-        self._preauth: dict[str, int] = {}  # remote host -> handshakes in progress
+        self._preauth: dict[str, list[_Slot]] = {}  # remote host -> handshakes in progress, oldest first
 
     @property
     def url(self) -> str | None:
@@ -152,32 +156,52 @@ class PeerLinks:
 
     async def _accept(self, transport: Transport) -> None:
         """Listener handler: server side of the handshake, then serve the link."""
-        host = _host_of(transport.peer)
-        if (
-            self._preauth.get(host, 0) >= MAX_PREAUTH_PER_HOST
-            or sum(self._preauth.values()) >= MAX_PREAUTH_TOTAL
-        ):
+        slot = self._take_slot(_host_of(transport.peer))
+        if slot is None:
             self._owner.rejected(transport.peer, "too many unauthenticated connections; closed")
             with contextlib.suppress(TransportError, OSError):
                 await transport.close()
             return
-        self._preauth[host] = self._preauth.get(host, 0) + 1
         try:
-            link = await self._accept_handshake(transport)
+            link = await self._accept_handshake(transport, slot)
         finally:
-            left = self._preauth[host] - 1
-            if left:
-                self._preauth[host] = left
-            else:
-                del self._preauth[host]
+            self._release(slot)
         if link is not None:
             await self._serve(link)
 
-    async def _accept_handshake(self, transport: Transport) -> PeerLink | None:
+    def _take_slot(self, host: str) -> _Slot | None:
+        """A pre-authentication slot for a connection from ``host``, evicting the busiest host's oldest
+        handshake when every slot is taken and that host holds more than one more than ``host`` (None:
+        refused). See the module docstring."""
+        mine = len(self._preauth.get(host, ()))
+        if mine >= MAX_PREAUTH_PER_HOST:
+            return None
+        if sum(len(v) for v in self._preauth.values()) >= MAX_PREAUTH_TOTAL:
+            busiest = max(self._preauth, key=lambda h: len(self._preauth[h]))
+            if len(self._preauth[busiest]) <= mine + 1:
+                return None
+            victim = self._preauth[busiest][0]
+            self._release(victim)
+            victim.evict()
+        slot = _Slot(host)
+        self._preauth.setdefault(host, []).append(slot)
+        return slot
+
+    def _release(self, slot: _Slot) -> None:
+        pending = self._preauth.get(slot.host)
+        if pending is not None and slot in pending:
+            pending.remove(slot)
+            if not pending:
+                del self._preauth[slot.host]
+
+    async def _accept_handshake(self, transport: Transport, slot: _Slot) -> PeerLink | None:
         conn = self._connection("server", transport.peer)
         site: str | None = None
         try:
-            async with asyncio.timeout(self.cfg.timeouts.handshake):
+            async with asyncio.timeout(self.cfg.timeouts.handshake) as deadline:
+                slot.deadline = deadline
+                if slot.evicted:
+                    raise TimeoutError
                 hello = await next_event(conn, transport)
                 if not isinstance(hello, Hello):
                     raise TransportError("closed before its Hello", peer=transport.peer)
@@ -201,6 +225,7 @@ class PeerLinks:
                 auth = await next_event(conn, transport)
                 _expect_auth(auth, hello.site)
                 site = hello.site  # authenticated: from here on it is that site speaking
+                self._release(slot)  # no longer pre-authentication: never evicted from here on
                 async with self._owner.handshake_gate():
                     if self._owner.link_epoch() != epoch:
                         raise TransportError(
@@ -213,7 +238,12 @@ class PeerLinks:
             await abort_and_close(conn, transport, None, grace=self.cfg.timeouts.close)
             raise
         except TimeoutError:
-            self._owner.rejected(transport.peer, "handshake not finished in time")
+            why = (
+                "unauthenticated handshake evicted: every slot was taken and this host held the most"
+                if slot.evicted
+                else "handshake not finished in time"
+            )
+            self._owner.rejected(transport.peer, why)
             await abort_and_close(conn, transport, None, grace=self.cfg.timeouts.close)
         except (ProtocolError, AuthError) as exc:
             self._owner.rejected(
@@ -303,6 +333,21 @@ class PeerLinks:
     def serving(self) -> list[asyncio.Task[Any]]:
         """Tasks serving a link right now (an abrupt stop cancels them)."""
         return list(self._serving)
+
+
+class _Slot:
+    """One handshake in progress before authentication; ``evict`` ends it at once (its deadline fires)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.evicted = False
+        self.deadline: asyncio.Timeout | None = None
+
+    def evict(self) -> None:
+        self.evicted = True
+        if self.deadline is not None:
+            with contextlib.suppress(RuntimeError):  # its handshake is ending already
+                self.deadline.reschedule(asyncio.get_running_loop().time())
 
 
 def _host_of(peer: str) -> str:

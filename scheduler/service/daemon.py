@@ -305,6 +305,12 @@ class SchedulerDaemon:
         self._after()
         return out
 
+    def release(self, keys: list[str] | None) -> dict[str, Any]:
+        """``POST /config {"release": ...}``: held manual values go back to the policy."""
+        out = self.node.release(keys)
+        self._after()
+        return out
+
     def status(self) -> dict[str, Any]:
         return self.node.status(self._now())
 

@@ -1,6 +1,7 @@
 """The scheduler's local HTTP endpoint: ``GET /status``, ``GET /metrics``, ``POST /config``.
 
-``POST /config`` changes the job, so it needs the control token (``Authorization: Bearer <token>``, the
+``POST /config`` changes the job (``{"values": {...}}``: held until ``{"release": true | [keys]}``), so it
+needs the control token (``Authorization: Bearer <token>``, the
 content of ``control_token_file``; off when unset), JSON only, bounded in size and depth
 (:mod:`transports.http_control`).
 """
@@ -49,15 +50,30 @@ class SchedulerHttp(HttpEndpoint):
                 self._owner.control_token(), request.headers.get("Authorization", ""), request.content_type
             )
             body = parse_json_body(await request.read())
-            if not isinstance(body, dict) or not isinstance(body.get("values"), dict) or len(body) != 1:
-                raise ConfigError('body must be {"values": {...}}', key="values")
-            out = self._owner.request(body["values"])
+            if isinstance(body, dict) and len(body) == 1 and "release" in body:
+                out = self._owner.release(_release_keys(body["release"]))
+            elif isinstance(body, dict) and isinstance(body.get("values"), dict) and len(body) == 1:
+                out = self._owner.request(body["values"])
+            else:
+                raise ConfigError(
+                    'body must be {"values": {...}} (held until released) or {"release": true | [keys]}',
+                    key="values",
+                )
         except ControlRefused as exc:
             return _error(exc.status, exc.message)
         except ConfigError as exc:
             return _error(400, str(exc))
         log.info("configuration change requested over HTTP: %s", out)
         return web.json_response(out)
+
+
+def _release_keys(value: Any) -> list[str] | None:
+    """``true``: every held value; a list of key names: those."""
+    if value is True:
+        return None
+    if isinstance(value, list) and value and all(isinstance(k, str) for k in value):
+        return list(value)
+    raise ConfigError("release must be true or a list of held keys", key="release")
 
 
 def _error(status: int, reason: str) -> web.Response:

@@ -200,3 +200,33 @@ def test_trainer_config_updates_name_the_bad_key() -> None:
         with pytest.raises(ConfigError) as err:
             trainer_config_update(values, 1)
         assert err.value.fields["key"] == key
+
+
+def test_a_site_that_never_contributed_is_warned_about_only_after_the_start_grace() -> None:
+    """Issue 21: every normal start logged "rounds complete without site a (3 in a row): is its trainer
+    running?" (trainers are launched seconds apart). A site that never took part is only warned about
+    once it has been missing for the grace; one that did, after 3 rounds in a row as before."""
+    st = GatewayStats("a", ["b"])
+
+    Sites = tuple[str, ...]
+
+    def closed(it: int, now: float, present: Sites, missing: Sites) -> list[tuple[str, int]]:
+        return st.round_closed(
+            RoundClosed(it, 0, tuple((s, it) for s in present), missing, (), 0.1), now, absent_grace_s=30.0
+        )
+
+    assert [closed(i, float(i), ("a",), ("b",)) for i in range(10)] == [[]] * 10  # b still starting
+    assert closed(10, 31.0, ("a",), ("b",)) == [("b", 11)]  # missing 31 s: now worth saying
+    assert closed(11, 32.0, ("a",), ("b",)) == []  # said once
+    assert closed(12, 33.0, ("a", "b"), ()) == [] and "b" not in st.missing_streak
+    assert [closed(13 + i, 34.0 + i, ("a",), ("b",)) for i in range(3)] == [[], [], [("b", 3)]]
+
+
+def test_a_warning_about_a_site_that_contributes_again_leaves_status() -> None:
+    from gateways.membership.site_faults import SiteFaults
+
+    faults = SiteFaults("a")
+    assert faults.warn("b", "trainer", "rounds complete without site b (2300 in a row)", 0.0) is not None
+    assert faults.warn("c", "auth", "a trainer of site c failed to authenticate", 0.0) is not None
+    faults.clear_warnings("trainer", keep={"d"})
+    assert [(f["site"], f["kind"]) for f in faults.status()] == [("c", "auth")]

@@ -83,3 +83,15 @@ def test_before_any_decision_the_policy_reads_what_the_trainers_report_running()
     assert policy.policy is not None
     assert policy.policy._effect_at(0) is not None
     assert policy.policy._effect_at(0).density == pytest.approx(0.02)  # type: ignore[union-attr]
+
+
+def test_an_idle_job_reports_no_goodput_and_keeps_its_link() -> None:
+    """Issue 21: while the job was idle the bytes counters stood still, the goodput of the window was 0,
+    and the estimator's refusal (RemoteProtocolError) aborted each gateway's link every ~5 s."""
+    policy = AdaptivePolicy(("a", "b"), SchedulerConfig(), PowerLawConvergence())
+    now = 0.0
+    for _ in range(40):  # 40 s with the same counters: nothing sent
+        now += 1.0
+        for site in "ab":
+            policy.observe(site, _report(site, 3, now, batch=8, compute=0.01, wall=0.2, sent=5e5), now)
+    assert policy._goodput == {}

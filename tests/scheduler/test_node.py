@@ -167,3 +167,35 @@ def test_config_names_the_bad_key() -> None:
     assert exc.value.fields.get("key") == "announce_margin"
     with pytest.raises(ConfigError):
         _cfg(sites=("a", "a"))
+
+
+def _commit_pending(node: SchedulerNode, now: float) -> None:
+    prep = _announces(node)
+    assert prep and {m.phase for _, m in prep} == {"prepare"}
+    for site, m in prep:
+        node.on_message(site, AnnounceReply(m.decision, True, 0), now)
+    node.pop_actions()
+
+
+def test_a_manual_value_holds_against_the_policy_until_released() -> None:
+    """Issue 21: a manual POST /config was accepted and silently replaced by the adaptive policy 3 s
+    later. It holds now (the policy decides only the other keys), /status says so, and a release hands
+    the key back."""
+    policy = Policy()
+    node = SchedulerNode(_cfg(decide_interval_s=1.0), 0.0, policy=policy)
+    _up(node, {"a": 10, "b": 10, "c": 10})
+    assert node.status(0.0)["control"] == {"mode": "adaptive", "held": {}}
+    out = node.request({"density": 0.2}, 0.5)
+    assert out["mode"] == "manual" and out["held"] == {"density": 0.2}
+    _commit_pending(node, 0.6)
+    policy.next = {"density": 0.01, "density@b": 0.02, "staleness": 0}
+    node.tick(1.0)
+    _commit_pending(node, 1.1)
+    assert node.current is not None and node.current.values == {"density": 0.2, "staleness": 0}
+    assert node.status(1.2)["control"] == {"mode": "manual", "held": {"density": 0.2}}
+    with pytest.raises(ConfigError, match="staleness: not held"):
+        node.release(["staleness"])
+    assert node.release(None) == {"released": ["density"], "mode": "adaptive", "held": {}}
+    node.tick(2.0)
+    _commit_pending(node, 2.1)
+    assert node.current.values == {"density": 0.01, "density@b": 0.02, "staleness": 0}

@@ -10,6 +10,7 @@ import pytest
 from gateways.config import load_gateway_config
 from scheduler.daemon_config import load_scheduler_config
 from wanrt.cli import main
+from wanrt.client.bootstrap import read_secret
 from wanrt.errors import ConfigError
 from wanrt.job.files import write_job
 
@@ -24,10 +25,16 @@ def test_a_job_the_daemons_accept(tmp_path: Path) -> None:
     assert ka.for_peer("c") == kc.for_peer("a")  # the pair's key, held by both ends
     assert ka.for_peer("b") != kc.for_peer("b")  # c cannot prove a's pair key with b
     assert ka.for_trainer() not in (ka.for_peer("b"), ka.for_peer("c"), kc.for_trainer())
-    assert files.trainer_secrets["a"].read_bytes().strip() == ka.for_trainer()
+    assert read_secret(files.trainer_secrets["a"], site="a", job="run-1") == ka.for_trainer()
     assert files.scheduler is not None
     sched = load_scheduler_config(files.scheduler)
     assert sched.sites == ("a", "b", "c") and sched.credentials().for_site("a") == ka.for_scheduler()
+    # every daemon serves /status on its own port, none taken by a link (issue 21: no hand edit needed)
+    ports = [sched.metrics_port, *(load_gateway_config(p).metrics_port for p in files.gateways.values())]
+    links = [7900, 7901, 7902, 7903]
+    assert 0 not in ports and len(set(ports + links)) == len(ports + links)
+    assert files.status_urls["a"] == f"http://127.0.0.1:{a.metrics_port}/status"
+    assert files.status_urls["scheduler"] == f"http://127.0.0.1:{sched.metrics_port}/status"
     assert files.secret is None
     private = [files.control_token, *files.trainer_secrets.values(), files.directory / "job.master"]
     for path in private + list((files.directory / "keys").glob("*.json")):
@@ -79,4 +86,18 @@ def test_cli_writes_and_prints_the_commands(tmp_path: Path, capsys: pytest.Captu
     assert main(["job", "init", "--sites", "a,b", "--dir", str(tmp_path / "j"), "--no-scheduler"]) == 0
     out = capsys.readouterr().out
     assert "wanrt gateway --config" in out and "wanrt scheduler" not in out
+    assert "/status" in out
     assert not (tmp_path / "j" / "job.toml").exists()
+
+
+def test_another_sites_trainer_key_is_refused_naming_its_site(tmp_path: Path) -> None:
+    """Issue 21: site b's key at site a's trainer said "wrong job secret" (from the gateway, late)."""
+    files = write_job(tmp_path / "j", job="run-1", sites=["a", "b"], base_port=7970)
+    with pytest.raises(ConfigError, match="this key belongs to site b, and this trainer is site a") as exc:
+        read_secret(files.trainer_secrets["b"], site="a", job="run-1")
+    assert exc.value.fields.get("key") == "secret_file"
+    with pytest.raises(ConfigError, match="belongs to job 'run-1', not 'other'"):
+        read_secret(files.trainer_secrets["a"], site="a", job="other")
+    bare = tmp_path / "bare.key"  # a secret without the owner line: any site, as before
+    bare.write_text("0123456789abcdef0123456789abcdef\n")
+    assert read_secret(bare, site="a", job="run-1") == b"0123456789abcdef0123456789abcdef"

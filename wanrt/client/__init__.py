@@ -19,7 +19,8 @@ Public names (also on :mod:`wanrt`: ``init``, ``SparseOptimizer``, ``Context``, 
   ``ClientConfig.dense_baseline()`` is what DDP would send.
 * The mistakes a trainer can make, each with a hint (:mod:`~wanrt.client.errors`):
   :class:`GatewayUnreachable`, :class:`ModelMismatch`, :class:`DistributedNotInitialized`,
-  :class:`StepWithoutBackward`, :class:`LeaderFailed`.
+  :class:`StepWithoutBackward`, :class:`LeaderFailed`; and a warning at exit for a context never closed,
+  :class:`UnclosedContextWarning` (:mod:`~wanrt.client.unclosed`).
 
 Internals, by who runs them: :mod:`wanrt.client.site` (among the ranks of a site), :mod:`wanrt.client.leader`
 (the site leader only), :mod:`wanrt.client.link` (the leader's connection to its gateway).
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         StepWithoutBackward,
     )
     from wanrt.client.optimizer import SparseOptimizer
+    from wanrt.client.unclosed import UnclosedContextWarning
 
 #: public name -> module that defines it
 EXPORTS: dict[str, str] = {
@@ -56,6 +58,7 @@ EXPORTS: dict[str, str] = {
     "ModelMismatch": "wanrt.client.errors",
     "SparseOptimizer": "wanrt.client.optimizer",
     "StepWithoutBackward": "wanrt.client.errors",
+    "UnclosedContextWarning": "wanrt.client.unclosed",
     "init": "wanrt.client.bootstrap",
 }
 
@@ -68,6 +71,7 @@ __all__ = [
     "ModelMismatch",
     "SparseOptimizer",
     "StepWithoutBackward",
+    "UnclosedContextWarning",
     "init",
 ]
 

@@ -18,6 +18,7 @@ from wanrt.client.context import Context
 from wanrt.client.link.api import LinkFactory
 from wanrt.client.site.process_group import comm_device, ensure_process_group
 from wanrt.errors import ConfigError
+from wanrt.keys import trainer_key_owner
 
 __all__ = ["init", "read_secret"]
 
@@ -25,8 +26,13 @@ __all__ = ["init", "read_secret"]
 MAX_SECRET_FILE_BYTES = 4096
 
 
-def read_secret(path: str | os.PathLike[str]) -> bytes:
-    """The job secret: the file's bytes without surrounding whitespace (an editor's trailing newline)."""
+def read_secret(path: str | os.PathLike[str], *, site: str | None = None, job: str | None = None) -> bytes:
+    """The job secret: the file's bytes without surrounding whitespace (an editor's trailing newline).
+
+    A trainer key file written by ``wanrt job init`` starts with a line naming its site and job
+    (:func:`wanrt.keys.trainer_key_owner`): the key is its last line, and given ``site``/``job`` a key of
+    another site or job is refused here, naming whose it is (issue 21: a trainer started with site b's key
+    at site a learnt only "wrong job secret", from the gateway)."""
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -36,11 +42,29 @@ def read_secret(path: str | os.PathLike[str]) -> bytes:
                 key="secret_file",
                 path=str(p),
             )
-        secret = p.read_bytes().strip()
+        raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(
             f"cannot read the job secret file {p}: {exc.strerror}", key="secret_file", path=str(p)
         ) from None
+    owner = trainer_key_owner(raw)
+    if owner is not None:
+        owner_site, owner_job = owner
+        if site is not None and owner_site != site:
+            raise ConfigError(
+                f"secret file {p}: this key belongs to site {owner_site}, and this trainer is site {site}; "
+                f"pass site {site}'s trainer key (keys/{site}.trainer of the job directory)",
+                key="secret_file",
+                path=str(p),
+            )
+        if job is not None and owner_job != job:
+            raise ConfigError(
+                f"secret file {p}: this key belongs to job {owner_job!r}, not {job!r}",
+                key="secret_file",
+                path=str(p),
+            )
+        raw = raw.strip().rsplit(b"\n", 1)[-1]
+    secret = raw.strip()
     if not secret:
         raise ConfigError(f"secret file {p} is empty", key="secret_file", path=str(p))
     return secret
@@ -77,7 +101,7 @@ def init(
     rank = dist.get_rank(group)
     key: bytes | None = None
     if rank == 0:
-        key = secret if secret is not None else read_secret(secret_file)  # type: ignore[arg-type]
+        key = secret if secret is not None else read_secret(secret_file, site=site, job=job)  # type: ignore[arg-type]
     if link_factory is None:
         from wanrt.client.link.gateway_link import open_gateway_link
 

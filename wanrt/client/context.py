@@ -68,6 +68,7 @@ from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
+from wanrt.client.unclosed import watch_unclosed
 from wanrt.errors import LocalProtocolError, RemoteProtocolError, RestartRequested, WanrtTimeout
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
 from wanrt.kernels.state_transfer import export_state, import_state, state_lengths
@@ -150,6 +151,8 @@ class Context:
         self._abandoned = False  # leader: a ResyncAbandoned arrived since the last step
         #: parameter snapshots installed on this rank (every rank counts the same)
         self.resyncs = 0
+        # a forgotten close() warns at exit, on the leader (wanrt/client/unclosed.py)
+        self._unwatch = watch_unclosed(self) if self.rank == 0 else None
 
     # -- what the user sees ------------------------------------------------------------------------------
 
@@ -818,6 +821,8 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        if self._unwatch is not None:
+            self._unwatch()
         try:
             if self._micro and self._broken is None:
                 log.warning(
@@ -840,6 +845,27 @@ class Context:
                 # a process group left to the interpreter's exit can abort it ("terminate called without
                 # an active exception", gloo's threads); one the user created stays theirs to end
                 dist.destroy_process_group()
+
+    def leave_at_exit(self) -> None:
+        """The leader's non-collective part of :meth:`close`, for a context left open at interpreter exit
+        (wanrt/client/unclosed.py): finish the pushes handed to the worker, flush the link and say Bye, so
+        no other site waits for them. Every failure is swallowed: the process is exiting anyway."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._pipeline is not None:
+                self._pipeline.close()
+            if self._link is not None:
+                self._link.close(self._config.close_timeout_s)
+        except Exception as exc:  # at exit: nothing left to tell but the log
+            log.warning("leaving at exit: %s", exc)
+
+    @property
+    def unclosed_steps(self) -> int:
+        """Iterations trained by an open context that did not fail (0 once closed): what a forgotten
+        ``close()`` leaves unsettled (wanrt/client/unclosed.py)."""
+        return 0 if self._closed or self._broken is not None else self._iteration
 
     def __enter__(self) -> Context:
         return self

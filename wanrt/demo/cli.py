@@ -159,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))
+    # absolute: the configs written under it are read by daemons relative to their own directory
+    out = (Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="wanrt-demo-out-"))).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"wanrt demo: output in {out}", flush=True)
     if cfg.straggler is not None:

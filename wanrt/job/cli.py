@@ -69,4 +69,7 @@ def run(args: argparse.Namespace) -> int:
             f"  torchrun --nproc-per-node 2 --master-port {29500 + i} train.py --site {site} "
             f"--gateway {url} --job {args.job} --secret-file {files.trainer_secrets[site]}"
         )
+    print("watch it:")
+    for name, url in files.status_urls.items():
+        print(f"  curl {url}    # {name}")
     return 0

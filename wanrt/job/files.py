@@ -16,7 +16,7 @@ from gateways.config import load_gateway_config
 from scheduler.daemon_config import load_scheduler_config
 from wanrt.demo.sites.config_files import toml_text
 from wanrt.errors import ConfigError
-from wanrt.keys import site_keys, write_keys_file, write_private
+from wanrt.keys import site_keys, trainer_key_file_text, write_keys_file, write_private
 
 __all__ = ["JobFiles", "write_job", "write_keys"]
 
@@ -34,6 +34,9 @@ class JobFiles:
     scheduler: Path | None
     #: site -> the secret file its trainers pass (wanrt.init(secret_file=...))
     trainer_secrets: dict[str, Path]
+    #: daemon -> its /status URL ("scheduler" and each site): every daemon gets a metrics port, so
+    #: ``curl .../status`` works without editing a file (issue 21)
+    status_urls: dict[str, str]
 
 
 def write_job(
@@ -58,7 +61,7 @@ def write_job(
         raise ConfigError("job names are letters, digits, _ . - (max 63)", key="job", value=job)
     if len(sites) < 1 or len(set(sites)) != len(sites) or not all(_NAME.match(s) for s in sites):
         raise ConfigError("sites must be distinct names of letters, digits, _ . -", key="sites", value=sites)
-    if not 1024 <= base_port <= 65535 - len(sites) - 2:
+    if not 1024 <= base_port <= 65535 - 2 * len(sites) - 2:
         raise ConfigError("base port out of range", key="base_port", value=base_port)
     directory.mkdir(parents=True, exist_ok=True)
     secret: Path | None = None
@@ -74,6 +77,10 @@ def write_job(
     token = write_private(directory / "control.token", secrets.token_hex(24) + "\n")
     ports = {s: base_port + i for i, s in enumerate(sorted(sites))}
     scheduler_url = f"tcp://{host}:{base_port + len(sites)}"
+    # ports: the gateways' links, the scheduler, then the metrics (/status) of the scheduler and each site
+    sched_metrics = base_port + len(sites) + 1
+    metrics = {s: sched_metrics + 1 + i for i, s in enumerate(sorted(sites))}
+    status_urls: dict[str, str] = {}
     gateways: dict[str, Path] = {}
     trainer_urls: dict[str, str] = {}
     for site in sorted(sites):
@@ -86,6 +93,7 @@ def write_job(
             "trainer_listen": trainer_url,
             "control_token_file": token.name,
             "state_file": f"state-{site}.json",  # gateways restarted together resume the job
+            "metrics_port": metrics[site],
         }
         if with_scheduler:
             gateway["scheduler"] = scheduler_url
@@ -99,6 +107,7 @@ def write_job(
         load_gateway_config(path)  # the daemon's own validation
         gateways[site] = path
         trainer_urls[site] = trainer_url
+        status_urls[site] = f"http://{host}:{metrics[site]}/status"
     sched: Path | None = None
     if with_scheduler:
         sched = directory / "job.toml"
@@ -111,12 +120,14 @@ def write_job(
                         **sched_credential,
                         "listen": scheduler_url,
                         "control_token_file": token.name,
+                        "metrics_port": sched_metrics,
                     }
                 }
             )
         )
         load_scheduler_config(sched)
-    return JobFiles(directory, secret, token, gateways, trainer_urls, sched, trainer_secrets)
+        status_urls = {"scheduler": f"http://{host}:{sched_metrics}/status", **status_urls}
+    return JobFiles(directory, secret, token, gateways, trainer_urls, sched, trainer_secrets, status_urls)
 
 
 def write_keys(
@@ -134,6 +145,7 @@ def write_keys(
     per_site, sched = site_keys(master, job, sites)
     site_files = {s: write_keys_file(kdir / f"{s}.json", content) for s, content in per_site.items()}
     trainers = {
-        s: write_private(kdir / f"{s}.trainer", content["trainer"] + "\n") for s, content in per_site.items()
+        s: write_private(kdir / f"{s}.trainer", trainer_key_file_text(s, job, content["trainer"]))
+        for s, content in per_site.items()
     }
     return site_files, write_keys_file(kdir / "scheduler.json", sched), trainers

@@ -197,6 +197,19 @@ class Connection:
         return self._reassembler.pending if self._reassembler is not None else 0
 
     @property
+    def held_bytes(self) -> int:
+        """Receive buffers this connection holds (partial frame, unread chunks, chunked items)."""
+        reassembling = self._reassembler.reserved_bytes if self._reassembler is not None else 0
+        return self._reader.held_bytes + reassembling
+
+    def release_buffers(self) -> None:
+        """Free every receive buffer at once; called when the connection ends (EOF, an error, an abort),
+        so a closed link's memory is given back at close, not when the last reference goes."""
+        self._reader.discard()
+        if self._reassembler is not None:
+            self._reassembler.clear()
+
+    @property
     def unread_bytes(self) -> int:
         """Bytes received but not yet cut into frames: right after a message is handed out, the bytes
         received less these is the stream position of its last byte (a receiver's per-message arrival
@@ -351,6 +364,8 @@ class Connection:
         self._aborted = True
         if self.state is not State.ERROR:
             self.state = self._table.get((self.side, self.state, msg.TYPE), State.CLOSED)
+        if self.state in (State.ERROR, State.CLOSED):  # nothing more will be read
+            self.release_buffers()
         return frame
 
     def _stamp(self) -> int:
@@ -430,6 +445,7 @@ class Connection:
                 if self._reader.mid_frame:
                     raise RemoteProtocolError("connection closed in the middle of a frame", peer=self._peer())
                 self.state = self._table[(self.their_side, self.state, EOF)]
+                self.release_buffers()
                 return ConnectionClosed(clean=self.close_reason is not None, reason=self._reason_text())
             cls = self._by_type.get(frame.msg_type)
             assert cls is not None  # _admit refused unknown types
@@ -575,8 +591,7 @@ class Connection:
     def _fail(self, exc: BaseException) -> None:
         self.state = State.ERROR
         self.error = exc
-        if self._reassembler is not None:
-            self._reassembler.clear()
+        self.release_buffers()
 
     def _reason_text(self) -> str:
         r = self.close_reason

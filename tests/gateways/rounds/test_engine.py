@@ -706,3 +706,18 @@ def test_allpairs_whole_part_must_be_well_formed() -> None:
     with pytest.raises(RemoteProtocolError):
         e.peer_message("a", RoundMsg("segment", 0, 8, pid, p, (("a", 0),), 1, -1), now=0.0)
     assert e.peer_message("a", RoundMsg("segment", 0, 8, pid, p, (("a", 0),), 0, -1), now=0.0) == []
+
+
+def test_may_be_behind_only_when_cut_off_and_the_others_have_a_quorum() -> None:
+    """The join bound (node._check_claims) believes a peer far ahead only when the job could have gone on
+    without this site: with 2 sites never (a majority of 2 needs both), with 3 only once both others are
+    lost here."""
+    two = RoundEngine("a", ["a", "b"])
+    two.peer_lost("b", 0.0)
+    assert not two.may_be_behind()
+    three = RoundEngine("a", ["a", "b", "c"])
+    assert not three.may_be_behind()
+    three.peer_lost("b", 0.0)
+    assert not three.may_be_behind()  # a and c still make a majority: nothing finished without a
+    three.peer_lost("c", 0.0)
+    assert three.may_be_behind()

@@ -186,6 +186,43 @@ async def test_a_site_that_never_comes_is_declared_lost_when_a_round_needs_it(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("join_at", [None, 1_000_000])
+async def test_a_claimed_far_frontier_does_not_lift_the_join_bound(join_at: int | None) -> None:
+    """Security probe (issue 21): a member with its own valid keys claiming frontier 999 987 (and join_at
+    10⁶, or no join_at: the join rule then puts it at its frontier + 1 + a window) was accepted and listed
+    live. The bound is this site's own frontier, not the claim."""
+    from gateways.membership.joining import LinkInfo, rounds_digest
+    from sims.harness.daemon_cluster import trainers_for
+
+    class FarPeer(FakePeer):
+        def info(self) -> dict[str, Any]:
+            info = LinkInfo(frontier=999_987, fresh=False, join_at=join_at).to_info()
+            info["rounds"] = rounds_digest(self.rounds)
+            return info
+
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=ROUNDS)
+        async with running(configs) as cluster:
+            trainers = trainers_for(cluster, layers=1, iterations=3)
+            for t in trainers.values():
+                await t.connect()
+            await asyncio.gather(*(t.run() for t in trainers.values()))
+            for t in trainers.values():
+                await t.wait_all(3)
+                await t.close()
+            await cluster.kill("a")
+            b = cluster.daemons["b"]
+            await b.wait_for(lambda: b.status()["peers"]["a"]["state"] != "up")
+            frontier = b.engine.frontier
+            _conn, transport = await FarPeer("a", JOB, SECRET.encode(), ROUNDS).handshake(configs["b"].listen)
+            assert await read_until_closed(transport)
+            await b.wait_for(lambda: "claims frontier 999987" in b.status()["peers"]["a"]["reason"])
+            assert b.engine.frontier == frontier and "a" not in b.engine.live
+            assert b.status()["live"] == ["b"]
+            await cluster.stop_all()
+
+
+@pytest.mark.timeout(60)
 async def test_a_peer_claiming_a_far_join_iteration_is_refused_and_moves_nothing() -> None:
     """Reliability item 8: after announcing ``join_at`` 500 a peer holding the secret could open the window
     far ahead and finalise rounds hundreds of iterations ahead of the job."""

@@ -140,3 +140,32 @@ async def test_a_trainer_with_a_wrong_secret_at_one_site_is_a_warning_at_the_oth
             assert "failed to authenticate" in notice.message and not trainer.errors
             await trainer.close()
             await cluster.stop_all()
+
+
+@pytest.mark.timeout(60)
+async def test_a_site_that_ran_rounds_alone_is_stopped_by_a_late_site_with_another_model() -> None:
+    """Issue 21: site a started first and pushed (its gateway's model is then "established"); b's
+    trainer came seconds later with one extra layer. b got ModelMismatch, a hung 120 s: b's fault was only
+    a warning at a. b never took part in a round: the job is still starting for it, so the fault is fatal
+    at a too."""
+    from sims.harness.daemon_trainer import signature_info
+
+    with short_dir() as tmp:
+        configs = site_configs(tmp, "ab", rounds=ROUNDS)
+        async with running(configs) as cluster:
+            a = trainers_for(cluster, layers=2, iterations=3, info=signature_info(2))["a"]
+            await a.connect()
+            run_a = asyncio.create_task(a.run())
+            gw_a = cluster.daemons["a"]
+            await gw_a.wait_for(lambda: gw_a.model.established)  # a pushed: the job "runs" at a
+            assert "b" not in gw_a.stats.contributed
+            b = trainers_for(cluster, layers=3, iterations=3, info=signature_info(3))["b"]
+            await b.connect()
+            async with asyncio.timeout(PROMPT_S):
+                await a.wait(lambda: any(n.kind == "model" and n.fatal for n in a.notices))
+            assert any(n.site == "b" for n in a.notices if n.kind == "model")
+            run_a.cancel()
+            await asyncio.gather(run_a, return_exceptions=True)
+            await a.close()
+            await b.close()
+            await cluster.stop_all()

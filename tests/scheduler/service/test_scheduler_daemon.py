@@ -127,4 +127,12 @@ async def test_http_config_needs_the_token_json_and_sane_values() -> None:
             async with http.post(url, json={"values": {"density": 0.1}}, headers=good) as r:
                 assert r.status == 200 and (await r.json())["values"] == {"density": 0.1}
             async with http.get(f"{base}/status") as r:
-                assert (await r.json())["job"] == JOB
+                status = await r.json()
+                assert status["job"] == JOB
+                assert status["control"] == {"mode": "manual", "held": {"density": 0.1}}  # held, and said
+            async with http.post(url, json={"release": ["staleness"]}, headers=good) as r:
+                assert r.status == 400 and "not held" in (await r.json())["error"]
+            async with http.post(url, json={"release": True}, headers=good) as r:
+                assert r.status == 200 and (await r.json())["released"] == ["density"]
+            async with http.get(f"{base}/status") as r:
+                assert (await r.json())["control"]["held"] == {}

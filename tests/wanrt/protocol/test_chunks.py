@@ -170,3 +170,29 @@ def test_relay_mode_hands_chunks_to_the_application() -> None:
     r = Reassembler()
     items = [r.add(c) for c in got]
     assert items[:-1] == [None] * (len(items) - 1) and items[-1] is not None
+
+
+def _frame_head(pair_client: Connection, msg: Message) -> bytes:
+    """The first bytes of a framed message: enough for the receiver to allocate the whole frame."""
+    return b"".join(bytes(v) for v in pair_client.send_parts(msg))
+
+
+@pytest.mark.parametrize("how", ["eof", "abort"])
+def test_a_connection_that_ends_frees_its_partial_frame_and_items_at_once(how: str) -> None:
+    """Security probe (issue 21): a peer that announces a big frame and drops the link kept that buffer
+    alive until the connection object was collected (RSS 1.1-1.4 GB under a frame-and-drop loop). The
+    buffers go when the connection ends, whatever still refers to it."""
+    pair = authenticated_pair()
+    p = SparsePayload.from_dense_blocks(0, np.ones(50_000, np.float32), np.arange(3000), 16)
+    first = chunked(pair.client, Push(JOB, 1, 0, 0, "a", p), item_id=3, chunk_bytes=4096)[0]
+    pair.c2s(pair.client.send_parts(first))  # an unfinished chunked item
+    frame = _frame_head(pair.client, Push(JOB, 2, 0, 0, "a", p))
+    feed(pair.server, frame[: len(frame) // 2])  # and half a frame
+    assert pair.server.held_bytes >= len(frame) // 2 + 40_000
+    if how == "eof":
+        with pytest.raises(RemoteProtocolError, match="middle of a frame"):
+            feed(pair.server, b"")
+    else:
+        pair.server.abort(RemoteProtocolError("bye"))
+    assert pair.server.held_bytes == 0
+    assert pair.server.pending_chunked_items == 0

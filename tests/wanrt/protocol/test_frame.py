@@ -179,3 +179,19 @@ def test_admit_hook_sees_the_header_before_the_body_arrives() -> None:
     assert reader.next_frame(seen.append) is None
     assert len(seen) == 1 and seen[0].body_len == 1000 and seen[0].msg_type == 0x10
     assert blob[:4] == MAGIC
+
+
+def test_an_announced_frame_costs_what_arrived_not_what_was_announced() -> None:
+    """Security probe (issue 21): a 256 MiB frame announced, 1 MiB sent, then the link dropped, every
+    0.7 s, kept the gateway at 1.1-1.4 GB. The buffer grows with the bytes that arrive."""
+    from wanrt.protocol.frame import FrameReader, encode_frame
+    from wanrt.protocol.limits import MAX_FRAME_BYTES
+
+    head = bytearray(b"".join(bytes(v) for v in encode_frame(1, 0x10, {"k": 1}, [b"x" * 8])))[:-8]
+    struct.pack_into("!I", head, 16, MAX_FRAME_BYTES - len(head))  # body_len: a 256 MiB frame
+    reader = FrameReader()
+    reader.feed(bytes(head) + bytes(1 << 20))
+    assert reader.next_frame(lambda fixed: None) is None  # admitted, incomplete
+    assert reader.held_bytes < 2 << 20  # ~1 MiB held, not 256 MiB
+    reader.discard()
+    assert reader.held_bytes == 0

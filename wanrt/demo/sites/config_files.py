@@ -162,6 +162,10 @@ def write_run_files(
     ``trace_file`` (if given) drives both directions of every link of the last site. With
     ``scheduler_url`` every gateway dials that scheduler and reports every ``cfg.telemetry_interval_s``.
     """
+    # every path a TOML names is written absolute: the daemons read a relative one relative to the file
+    # (issue 21: `wanrt demo --out demo-out` looked for demo-out/dense/demo-out/dense/fluctuating-site.csv)
+    run_dir, sock_dir, secret_file = run_dir.resolve(), sock_dir.resolve(), secret_file.resolve()
+    trace_file = None if trace_file is None else trace_file.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     sock_dir.mkdir(parents=True, exist_ok=True)
     names = site_names(cfg.sites)
@@ -235,6 +239,7 @@ def write_scheduler_files(
     sub-tables of ``[scheduler.stragglers]`` (``{"detection": {...}, "batch": {...}}``) for the
     ``stragglers`` policy.
     """
+    run_dir, sock_dir, secret_file = run_dir.resolve(), sock_dir.resolve(), secret_file.resolve()  # as above
     run_dir.mkdir(parents=True, exist_ok=True)
     sock_dir.mkdir(parents=True, exist_ok=True)
     files = SchedulerFiles(

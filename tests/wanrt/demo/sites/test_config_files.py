@@ -132,3 +132,27 @@ def test_the_trace_a_run_saw_starts_where_the_gateway_had_got_to(tmp_path: Path)
     assert trace_in_run(trace, 0.0, 1.5) == [(0.0, 100e6)]
     once = BandwidthTrace.from_pairs([(0.0, 100e6), (5.0, 30e6)])
     assert trace_in_run(once, 1.0, 100.0) == [(0.0, 100e6), (4.0, 30e6)]
+
+
+def test_relative_paths_are_written_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: `wanrt demo --out demo-out` failed with "trace file not found:
+    .../demo-out/dense/demo-out/dense/fluctuating-site.csv": a relative path written into a TOML is read
+    relative to that TOML's directory."""
+    monkeypatch.chdir(tmp_path)
+    cfg = DemoConfig(sites=2)
+    run = Path("demo-out") / "dense"
+    run.mkdir(parents=True)
+    fluctuating_trace(cfg).save(run / "fluctuating-site.csv")
+    files = write_run_files(
+        cfg,
+        job="j",
+        run_dir=run,
+        sock_dir=Path("socks"),
+        secret_file=write_secret(run / "job.secret"),
+        trace_file=run / "fluctuating-site.csv",
+    )
+    for f in files:
+        gw = load_gateway_config(f.config)  # the trace file is found
+        traces = [s.trace for s in gw.shaping.values() if s.trace is not None]
+        assert traces == [str(tmp_path / "demo-out" / "dense" / "fluctuating-site.csv")]
+        assert gw.credentials().for_trainer()  # and the secret
