@@ -40,6 +40,11 @@ ARM_LABELS: Final = {
 }
 
 
+#: a loss spike counts after this iteration: the first iterations' loss may rise while the weights leave
+#: their initialisation, which is no instability
+SPIKE_AFTER: Final = 20
+
+
 @dataclass(frozen=True)
 class CurvePoint:
     """The training-split loss after ``iteration`` steps, ``t`` seconds after the run's start."""
@@ -143,6 +148,20 @@ class RunResult:
         return self.tta_s is not None
 
     @property
+    def loss_spike_ratio(self) -> float | None:
+        """The largest training-split loss after iteration :data:`SPIKE_AFTER` over the lowest loss seen
+        before it (1 or less: the loss never rose above its best so far). A loss spike is what a user reads
+        as instability (sparse + error feedback + staleness, docs/client.md); None without two points."""
+        lowest = math.inf
+        worst: float | None = None
+        for p in self.curve:
+            if p.iteration > SPIKE_AFTER and math.isfinite(lowest) and lowest > 0:
+                ratio = p.loss / lowest if math.isfinite(p.loss) else math.inf
+                worst = ratio if worst is None else max(worst, ratio)
+            lowest = min(lowest, p.loss)
+        return worst
+
+    @property
     def initial_loss(self) -> float:
         return self.curve[0].loss if self.curve else math.nan
 
@@ -161,6 +180,7 @@ class RunResult:
         out["reached_target"] = self.reached
         out["final_settings"] = self.final_settings
         out["decisions_committed"] = len(self.commits)
+        out["loss_spike_ratio"] = self.loss_spike_ratio
         return out
 
 
@@ -270,6 +290,7 @@ class Comparison:
             "adaptive_bytes_ratio": self.adaptive_bytes_ratio,
             "adaptive_bytes_per_iter_ratio": self.adaptive_bytes_per_iter_ratio,
             "adaptive_iters_to_target_ratio": self.adaptive_iters_to_target_ratio,
+            "loss_spike_ratio": {r.mode: r.loss_spike_ratio for r in self.arms},
             "dense": self.dense.to_json(),
             "wanrt": self.wanrt.to_json(),
             "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
@@ -369,6 +390,11 @@ def format_table(c: Comparison) -> str:
             "final train loss",
             lambda r: f"{r.final_loss:.4f}",
             (_x(c.final_loss_ratio, ""),) + (() if two else (_x(c.adaptive_final_loss_ratio, ""),)),
+        ),
+        row(
+            "loss spike (max / best before)",
+            lambda r: "—" if r.loss_spike_ratio is None else f"{r.loss_spike_ratio:.2f}",
+            ("",) * (1 if two else 2),
         ),
         row("held-out accuracy", lambda r: f"{100 * r.final_accuracy:.1f} %", ("",) * (1 if two else 2)),
         row("identical final models", same, ("",) * (1 if two else 2)),

@@ -161,3 +161,16 @@ def test_the_plot_maps_decisions_to_the_time_their_iteration_began(tmp_path: Pat
     fixed = result("wanrt", tta=20.0, its=120, train_s=20.0, sent=10_000, loss=0.09)
     png = plot_loss_vs_time(compare(dense, fixed, adaptive), tmp_path / "p.png", title="t")
     assert png.stat().st_size > 10_000
+
+
+def test_loss_spike_ratio_is_the_worst_rise_after_iteration_20_over_the_best_before_it() -> None:
+    losses = [(0, 2.3), (10, 2.5), (20, 0.6), (25, 0.5), (30, 1.0), (35, 0.2), (40, 0.25)]
+    curve = tuple(CurvePoint(float(i), i, loss, 0.5) for i, loss in losses)
+    spiky = dataclasses.replace(result("wanrt", tta=None, its=40, train_s=4.0, sent=1, loss=0.25), curve=curve)
+    # the rise 2.3 -> 2.5 at iteration 10 is leaving the initialisation, not counted; 1.0 / 0.5 is the worst
+    assert spiky.loss_spike_ratio == pytest.approx(2.0)
+    calm = result("dense", tta=None, its=40, train_s=4.0, sent=1, loss=0.2)
+    assert calm.loss_spike_ratio == pytest.approx(0.2 / 2.3)  # never above its best: below 1
+    data = compare(calm, spiky).to_json()
+    assert data["loss_spike_ratio"] == {"dense": pytest.approx(0.2 / 2.3), "wanrt": pytest.approx(2.0)}
+    assert "loss spike" in format_table(compare(calm, spiky))
