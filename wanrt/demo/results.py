@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,8 @@ ARM_LABELS: Final = {
 #: a loss spike counts after this iteration: the first iterations' loss may rise while the weights leave
 #: their initialisation, which is no instability
 SPIKE_AFTER: Final = 20
+#: seconds after a step of the fluctuating link's trace that ``bw_tracking_error`` leaves out
+TRACKING_SETTLE_S: Final = 2.0
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,29 @@ class RunResult:
         return worst
 
     @property
+    def bw_tracking_error(self) -> float | None:
+        """The median over the scheduler's decide ticks of |estimate − true rate| / true rate of the
+        fluctuating link (``link_trace``), leaving out the :data:`TRACKING_SETTLE_S` after the start and after
+        each step of the trace (an estimate needs samples of the new rate first). None without a trace or
+        without a tick outside those spans (a trace that steps every 2 s or faster has none)."""
+        trace = self.link_trace
+        if not trace:
+            return None
+        # the start counts as a step: the estimate begins at the configured prior, which says nothing
+        steps = [trace[0][0]] + [
+            t for (t, b), (_, before) in zip(trace[1:], trace, strict=False) if b != before
+        ]
+        errors = []
+        for d in self.decisions:
+            est = d.bandwidth_estimate_bps
+            if d.kind != "tick" or est is None or any(0 <= d.t - t < TRACKING_SETTLE_S for t in steps):
+                continue
+            rate = next((bps for t, bps in reversed(trace) if t <= d.t), trace[0][1])
+            if rate > 0:
+                errors.append(abs(est - rate) / rate)
+        return float(statistics.median(errors)) if errors else None
+
+    @property
     def initial_loss(self) -> float:
         return self.curve[0].loss if self.curve else math.nan
 
@@ -181,6 +207,7 @@ class RunResult:
         out["final_settings"] = self.final_settings
         out["decisions_committed"] = len(self.commits)
         out["loss_spike_ratio"] = self.loss_spike_ratio
+        out["bw_tracking_error"] = self.bw_tracking_error
         return out
 
 
@@ -291,6 +318,7 @@ class Comparison:
             "adaptive_bytes_per_iter_ratio": self.adaptive_bytes_per_iter_ratio,
             "adaptive_iters_to_target_ratio": self.adaptive_iters_to_target_ratio,
             "loss_spike_ratio": {r.mode: r.loss_spike_ratio for r in self.arms},
+            "bw_tracking_error": None if self.adaptive is None else self.adaptive.bw_tracking_error,
             "dense": self.dense.to_json(),
             "wanrt": self.wanrt.to_json(),
             "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
@@ -333,6 +361,14 @@ def _settings(r: RunResult) -> str:
     else:
         batch = str(st.get("batch", "?"))
     return f"{density:.3g}, {batch}" if isinstance(density, (int, float)) else batch
+
+
+def _tracking(r: RunResult) -> str:
+    """The adaptive arm's ``bw_tracking_error`` for the table (a median of relative errors)."""
+    e = r.bw_tracking_error
+    if e is None:
+        return "n/a" if not r.link_trace else f"n/a (no tick {TRACKING_SETTLE_S:g} s after a step)"
+    return f"{100 * e:.0f} % (median)"
 
 
 def format_table(c: Comparison) -> str:
@@ -404,6 +440,13 @@ def format_table(c: Comparison) -> str:
     else:
         head = ("", *(ARM_LABELS[r.mode] for r in arms), "fixed vs dense", "adaptive vs dense")
         rows.append(row("density, batch / rank (end)", _settings, ("", "")))
+        rows.append(
+            row(
+                "bandwidth estimate error",
+                lambda r: _tracking(r) if r is a else "—",
+                ("", ""),
+            )
+        )
         rows.append(
             row(
                 "scheduler decisions",
