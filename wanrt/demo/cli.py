@@ -38,6 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rtt", help=f"round-trip time between sites, e.g. 40ms (default {DEFAULT.rtt_s * 1e3:g}ms)"
     )
     p.add_argument(
+        "--dense-budget",
+        dest="dense_budget",
+        help="stop the dense arm after this much training, e.g. 60s; its speedup is then a lower bound "
+        f"(default {DEFAULT.dense_budget_s:g}s, 0: none)",
+    )
+    p.add_argument(
         "--fluctuating",
         action=argparse.BooleanOptionalAction,
         default=None,

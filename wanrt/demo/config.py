@@ -118,6 +118,10 @@ class DemoConfig:
     #: stop a run after this many seconds of training even before the target (0: only the target and
     #: ``max_iters`` stop it); benchmarks that follow a bandwidth trace for a fixed time use it
     max_train_s: float = 0.0
+    #: the dense arm stops after this many seconds of training even before the target (0: no budget), and
+    #: the table reports its speedup as a lower bound ("≥ N×": dense would have needed longer): on a link
+    #: where the dense exchange is many times the compute it would otherwise run for many minutes
+    dense_budget_s: float = 0.0
     #: ``--straggler``: slow one site's trainers (wanrt/demo/straggler.py); the demo then compares the run
     #: with the scheduler's straggler mitigation off (``wanrt``) and on (``mitigated``)
     straggler: StragglerSpec | None = None
@@ -188,6 +192,9 @@ class DemoConfig:
             "must be in [0, 10]",
         )
         check(0.0 <= self.max_train_s <= 86_400, "max_train_s", self.max_train_s, "0 (off) .. 86400 s")
+        check(
+            0.0 <= self.dense_budget_s <= 86_400, "dense_budget_s", self.dense_budget_s, "0 (off) .. 86400 s"
+        )
         if self.straggler is not None:
             names = site_names(self.sites)
             check(self.straggler.site in names, "straggler", str(self.straggler), f"a site of {names}")
@@ -239,6 +246,7 @@ FLAG_OF: Final = {
     "ranks": "--ranks",
     "bandwidth_bps": "--bandwidth",
     "rtt_s": "--rtt",
+    "dense_budget_s": "--dense-budget",
     "fluctuating": "--fluctuating",
     "model_hidden": "--model-hidden",
     "topology": "--topology",
@@ -283,8 +291,10 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         changes["bandwidth_bps"] = parse_rate(str(args.bandwidth), key="--bandwidth")
     if getattr(args, "rtt", None) is not None:
         changes["rtt_s"] = parse_duration(str(args.rtt), key="--rtt")
+    if getattr(args, "dense_budget", None) is not None:
+        changes["dense_budget_s"] = parse_duration(str(args.dense_budget), key="--dense-budget")
     for name in FLAG_OF:
-        if name in ("bandwidth_bps", "rtt_s", "straggler"):
+        if name in ("bandwidth_bps", "rtt_s", "dense_budget_s", "straggler"):
             continue
         value = getattr(args, name, None)
         if value is not None:

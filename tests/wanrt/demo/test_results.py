@@ -191,3 +191,21 @@ def test_bw_tracking_error_is_the_median_relative_error_outside_two_seconds_afte
     assert dataclasses.replace(r, link_trace=every_2s).bw_tracking_error is None
     assert base.bw_tracking_error is None  # no trace, no key
     assert compare(base, base, r).to_json()["bw_tracking_error"] == pytest.approx(0.1)
+
+
+def test_a_dense_arm_stopped_at_its_budget_gives_a_labelled_lower_bound() -> None:
+    dense = dataclasses.replace(
+        result("dense", tta=None, its=30, train_s=61.0, sent=10**9, loss=0.9), budget_s=60.0
+    )
+    wanrt = result("wanrt", tta=20.0, its=150, train_s=20.0, sent=10**7, loss=0.1)
+    adaptive = result("adaptive", tta=10.0, its=150, train_s=10.0, sent=10**7, loss=0.1)
+    c = compare(dense, wanrt, adaptive)
+    assert c.tta_speedup is None  # dense never reached the target: no exact ratio
+    assert c.tta_speedup_at_least == pytest.approx(61.0 / 20.0)
+    assert c.adaptive_tta_speedup_at_least == pytest.approx(6.1)
+    table = format_table(c)
+    assert "≥ 3.05× faster (lower bound)" in table and "stopped at its budget" in table
+    data = c.to_json()
+    assert data["tta_speedup_at_least"] == pytest.approx(3.05) and data["dense"]["budget_s"] == 60.0
+    # a dense arm that reached its target (or had no budget) gives no bound
+    assert compare(dataclasses.replace(dense, budget_s=None), wanrt).tta_speedup_at_least is None
