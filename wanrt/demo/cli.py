@@ -44,6 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT.dense_budget_s:g}s, 0: none)",
     )
     p.add_argument(
+        "--trace-step",
+        dest="trace_step",
+        help=f"how long the fluctuating link holds each rate, e.g. 5s (default {DEFAULT.trace_step_s:g}s)",
+    )
+    p.add_argument(
         "--fluctuating",
         action=argparse.BooleanOptionalAction,
         default=None,

@@ -247,6 +247,7 @@ FLAG_OF: Final = {
     "bandwidth_bps": "--bandwidth",
     "rtt_s": "--rtt",
     "dense_budget_s": "--dense-budget",
+    "trace_step_s": "--trace-step",
     "fluctuating": "--fluctuating",
     "model_hidden": "--model-hidden",
     "topology": "--topology",
@@ -291,10 +292,12 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         changes["bandwidth_bps"] = parse_rate(str(args.bandwidth), key="--bandwidth")
     if getattr(args, "rtt", None) is not None:
         changes["rtt_s"] = parse_duration(str(args.rtt), key="--rtt")
+    if getattr(args, "trace_step", None) is not None:
+        changes["trace_step_s"] = parse_duration(str(args.trace_step), key="--trace-step")
     if getattr(args, "dense_budget", None) is not None:
         changes["dense_budget_s"] = parse_duration(str(args.dense_budget), key="--dense-budget")
     for name in FLAG_OF:
-        if name in ("bandwidth_bps", "rtt_s", "dense_budget_s", "straggler"):
+        if name in ("bandwidth_bps", "rtt_s", "dense_budget_s", "trace_step_s", "straggler"):
             continue
         value = getattr(args, name, None)
         if value is not None:
