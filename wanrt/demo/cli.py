@@ -208,7 +208,14 @@ def run(args: argparse.Namespace) -> int:
         write_json(Path(args.json), data)
     print(f"results: {out / 'results.json'}" + (f" and {args.json}" if args.json else ""))
     for r in c.arms:
-        if not r.reached:
+        if not r.reached and r.budget_s is not None:
+            print(
+                f"note: the {r.mode} run stopped at its --dense-budget of {r.budget_s:g} s after "
+                f"{r.iterations} iterations, before reaching loss {cfg.target_loss:g} (final "
+                f"{r.final_loss:.3f}): its speedup is a lower bound",
+                file=sys.stderr,
+            )
+        elif not r.reached:
             print(
                 f"note: the {r.mode} run stopped at --max-iters {r.iterations} before reaching loss "
                 f"{cfg.target_loss:g} (final {r.final_loss:.3f}); raise --max-iters or the target",
