@@ -75,6 +75,8 @@ class DecisionPoint:
     values: Mapping[str, Any] | None
     bandwidth_estimate_bps: float | None
     bandwidth_step: str | None = None
+    #: a commit's reason (``bandwidth_change``, ``warmup_stage``, ``initial``, ``periodic``, ...)
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

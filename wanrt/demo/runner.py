@@ -592,6 +592,7 @@ def _decision_point(rec: Mapping[str, Any], t_go: float) -> DecisionPoint:
     decision, effective = num("decision"), num("effective_iteration")
     values = rec.get("values")
     step = rec.get("bandwidth_step")
+    reason = rec.get("reason")
     return DecisionPoint(
         t=(num("monotonic") or t_go) - t_go,
         kind=str(rec.get("kind", "")),
@@ -600,4 +601,5 @@ def _decision_point(rec: Mapping[str, Any], t_go: float) -> DecisionPoint:
         values=dict(values) if isinstance(values, Mapping) else None,
         bandwidth_estimate_bps=num("bandwidth_estimate_bps"),
         bandwidth_step=None if step is None else str(step),
+        reason=str(reason) if isinstance(reason, str) and reason else None,
     )

@@ -209,3 +209,27 @@ def test_a_dense_arm_stopped_at_its_budget_gives_a_labelled_lower_bound() -> Non
     assert data["tta_speedup_at_least"] == pytest.approx(3.05) and data["dense"]["budget_s"] == 60.0
     # a dense arm that reached its target (or had no budget) gives no bound
     assert compare(dataclasses.replace(dense, budget_s=None), wanrt).tta_speedup_at_least is None
+
+
+def test_a_decisions_line_carries_its_reason_to_the_result_and_the_plot(tmp_path: Path) -> None:
+    from wanrt.demo.plot import plot_loss_vs_time
+    from wanrt.demo.runner import _decision_point
+
+    line = {
+        "kind": "commit",
+        "monotonic": 12.5,
+        "decision": 3,
+        "effective_iteration": 40,
+        "values": {"density": 0.005},
+        "bandwidth_estimate_bps": 27e6,
+        "reason": "bandwidth_change",
+        "plan": {"bandwidth_bps": 27e6},
+    }
+    d = _decision_point(line, t_go=10.0)
+    assert (d.t, d.reason, d.values) == (2.5, "bandwidth_change", {"density": 0.005})
+    assert _decision_point({**line, "reason": None}, t_go=10.0).reason is None  # an old file's line
+    base = _adaptive(16.0, 110, 16.0, 40_000)
+    adaptive = dataclasses.replace(base, decisions=(*base.decisions, d), final_batch={})
+    dense = result("dense", tta=60.0, its=100, train_s=60.0, sent=1_000_000, loss=0.1)
+    fixed = result("wanrt", tta=20.0, its=120, train_s=20.0, sent=10_000, loss=0.09)
+    assert plot_loss_vs_time(compare(dense, fixed, adaptive), tmp_path / "p.png", title="t").is_file()
