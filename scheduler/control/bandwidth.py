@@ -324,13 +324,18 @@ class BandwidthEstimator:
             if need is not None and need < cfg.bw_raise_min_utilisation * before:
                 kind, new = "hold", before
             elif paced:
-                if not censored or self._since_probe < self._probe_every:
+                # an outstanding probe is judged after the base spacing (its samples' return time); only
+                # the start of a probe from a measured rate waits the backed-off spacing
+                wait = cfg.bw_probe_every if self._probe_from is not None else self._probe_every
+                if not censored or self._since_probe < wait:
                     kind, new = "hold", before  # the samples of the last plan are not back yet
                 else:
                     if self._probe_from is not None:
                         # the probe's plan ran its samples' time and no link backlogged: the link carried
-                        # it, so the probed rate is the new lower bound, and the next probe starts there
+                        # it (a success: the spacing is the base again), the probed rate is the new lower
+                        # bound, and the next probe starts there at once
                         self._measured, self._probe_from = before, None
+                        self._probe_every = cfg.bw_probe_every
                     kind = "raise"
                     self._points.clear()
                     # not capped by the prior: this raise is measured before the next one

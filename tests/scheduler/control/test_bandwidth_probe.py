@@ -83,3 +83,23 @@ def test_probe_knobs_are_validated() -> None:
     ):
         with pytest.raises(ConfigError):
             dataclasses.replace(SchedulerConfig(), **bad)  # type: ignore[arg-type]
+
+
+def test_a_probe_the_link_carried_resets_a_backed_off_spacing() -> None:
+    # a link measured steady for a while (two failed probes: spacing 16), then it rises: the first probe
+    # still waits 16 ticks, but once that probe is carried without backlog the next one comes 4 ticks later
+    e = _est(bw_probe_every=4, bw_probe_every_max=32, bw_probe_gain=2.0)
+    e.apply_delivery(30 * M, now=0.0)
+    now = 0.0
+    for _ in range(2):  # two probes, each measured back at 30: failed
+        while True:
+            now += 1
+            if _hidden_tick(e, now=now) == "raise":
+                break
+        e.apply_delivery(30 * M, now=now + 0.5)
+    assert e.probe_every == 16
+    kinds = [_hidden_tick(e, now=now + 1 + i) for i in range(16)]
+    assert kinds == ["hold"] * 15 + ["raise"] and e.estimate_bps == pytest.approx(60 * M)
+    kinds = [_hidden_tick(e, now=now + 17 + i) for i in range(4)]
+    assert kinds == ["hold"] * 3 + ["raise"] and e.estimate_bps == pytest.approx(120 * M)
+    assert e.probe_every == 4
