@@ -201,18 +201,6 @@ class BandwidthEstimator:
             self._probe_every = cfg.bw_probe_every
         self._measured = rate
 
-    @staticmethod
-    def _offered(bytes_per_iteration: float | None, iteration_s: float) -> float:
-        """The rate the running plan offered its links: a payload per iteration, bit/s (0 unknown)."""
-        return 0.0 if bytes_per_iteration is None else 8.0 * bytes_per_iteration / iteration_s
-
-    def _carried(self, bytes_per_iteration: float | None, iteration_s: float) -> bool:
-        """Whether an unmeasured probe's plan offered more than the rate the probe started from (by half
-        the probe's gain): only then does "no link backlogged" mean the link has more."""
-        assert self._probe_from is not None
-        need = self._probe_from * (1.0 + (self.cfg.bw_probe_gain - 1.0) / 2.0)
-        return self._offered(bytes_per_iteration, iteration_s) >= need
-
     def _fit(self, nbytes: float, comm: float) -> float | None:
         """Seconds per byte of the exchange, from a least-squares line comm = a + slope·bytes over the recent
         lowering observations (None while they hold fewer than two payload sizes)."""
@@ -341,26 +329,12 @@ class BandwidthEstimator:
                 wait = cfg.bw_probe_every if self._probe_from is not None else self._probe_every
                 if not censored or self._since_probe < wait:
                     kind, new = "hold", before  # the samples of the last plan are not back yet
-                elif self._probe_from is not None and not self._carried(bytes_per_iteration, iteration_s):
-                    # the probe's plan ran its samples' time without a backlog, but it offered no more than
-                    # the rate the probe started from (the plan's payload did not grow with the estimate):
-                    # that says nothing above it. Back to what was shown, and probe less often
-                    kind, new = (
-                        "lower",
-                        max(self._probe_from, self._offered(bytes_per_iteration, iteration_s)),
-                    )
-                    self._measured, self._probe_from = new, None
-                    self._probe_every = min(2 * self._probe_every, cfg.bw_probe_every_max)
-                    self._since_probe = 0
                 else:
                     if self._probe_from is not None:
-                        # the probe's plan offered more than the rate it started from and no link
-                        # backlogged: the link carried it (a success: the spacing is the base again); what
-                        # it offered is the new lower bound, and the next probe starts at once
-                        self._measured = max(
-                            self._probe_from, self._offered(bytes_per_iteration, iteration_s)
-                        )
-                        self._probe_from = None
+                        # the probe's plan ran its samples' time and no link backlogged: the link carried
+                        # it (a success: the spacing is the base again), the probed rate is the new lower
+                        # bound, and the next probe starts there at once
+                        self._measured, self._probe_from = before, None
                         self._probe_every = cfg.bw_probe_every
                     kind = "raise"
                     self._points.clear()
