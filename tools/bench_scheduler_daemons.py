@@ -61,6 +61,9 @@ UPDATES_AFTER_STEP = 10
 HIGH_BPS, LOW_BPS = 100e6, 30e6
 #: the warm-up is off for the link measurements (see the module docstring)
 NO_WARMUP = {"warmup_iterations": 0}
+#: the step run's prior (``bw_initial_bps``), above both rates: with the prior at the high rate the idle
+#: rule's raises stop at it, and a return to 100 Mbit/s read 100 whether or not it was measured (issue 25)
+STEP_PRIOR_BPS = 200e6
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,8 @@ def run_step(demo: Demo, plan: DaemonPlan) -> RunResult:
     """The step trace 100 → 30 → 100 Mbit/s on the last site's links (measurement 2)."""
     trace = step_trace(plan.step_s)
     step_links = dataclasses.replace(plan.link, bandwidth_bps=HIGH_BPS, max_train_s=3 * plan.step_s)
-    return demo.run("adaptive", label="bw-step", links=step_links, trace=trace, scheduler_control=NO_WARMUP)
+    control = {**NO_WARMUP, "bw_initial_bps": STEP_PRIOR_BPS}
+    return demo.run("adaptive", label="bw-step", links=step_links, trace=trace, scheduler_control=control)
 
 
 def step_part(stepped: RunResult) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from wanrt.demo.config import DEFAULT, QUICK, DemoConfig
+from wanrt.demo.config import QUICK, DemoConfig
 from wanrt.demo.straggler import StragglerSpec
 from wanrt.demo.straggler_results import StragglerComparison
 
@@ -26,7 +26,7 @@ __all__ = ["emulated_straggler"]
 def _config(quick: bool, seed: int) -> DemoConfig:
     """Quick: the demo's ``--quick`` size (2 sites × 1 rank), site b slowed. Full: the default demo
     (3 sites × 2 ranks), site c slowed. Intensity 0.8 as AntDT's headline experiments (§VII-B1)."""
-    base = QUICK if quick else DEFAULT
+    base = QUICK if quick else DemoConfig()  # the pre-issue-25 default (width 512) its numbers describe
     site = "b" if quick else "c"
     return dataclasses.replace(
         base,

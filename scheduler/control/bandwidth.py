@@ -98,6 +98,12 @@ class BandwidthEstimator:
         self._goodput: tuple[float, float] | None = None  # (bps, time)
         self._link_rate: tuple[float, float] | None = None  # (bps, time): the slowest link while sending
         self._points: list[tuple[float, float]] = []  # (bytes per iteration, exchange s) while lowering
+        # paced probing (``bw_probe_every``): the links' last delivery rate, ticks since the last probe,
+        # the current spacing, and the measured rate the outstanding probe started from
+        self._measured: float | None = None
+        self._since_probe = 0
+        self._probe_every = self.cfg.bw_probe_every
+        self._probe_from: float | None = None
 
     @property
     def estimate_bps(self) -> float:
@@ -163,6 +169,7 @@ class BandwidthEstimator:
         if not (math.isfinite(rate_bps) and rate_bps > 0 and math.isfinite(now)):
             raise RemoteProtocolError("delivery rate must be finite and > 0", value=rate_bps)
         target = min(max(rate_bps, self.cfg.bw_min_bps), self.cfg.bw_max_bps)
+        self._measured_probe(target)
         before = self._estimate
         if math.isclose(target, before, rel_tol=1e-9):
             return None
@@ -172,6 +179,27 @@ class BandwidthEstimator:
         self._points.clear()
         kind: StepKind = "raise" if target > before else "lower"
         return BandwidthStep(kind, before, target, rate_bps, "link_delivery")
+
+    @property
+    def probe_every(self) -> int:
+        """Decide ticks the next paced probe waits for (``bw_probe_every`` doubled per failed probe)."""
+        return self._probe_every
+
+    def _measured_probe(self, rate: float) -> None:
+        """A delivery measurement: judge the outstanding probe (the link showed less than half the probe's
+        gain over the rate it started from: it failed, wait twice as long for the next), or notice the link
+        moved (a quarter or more from the last measurement: probe at the base spacing again)."""
+        cfg = self.cfg
+        if self._probe_from is not None:
+            failed = rate < self._probe_from * (1.0 + (cfg.bw_probe_gain - 1.0) / 2.0)
+            self._probe_every = (
+                min(2 * self._probe_every, cfg.bw_probe_every_max) if failed else cfg.bw_probe_every
+            )
+            self._probe_from = None
+            self._since_probe = 0  # the next probe starts from this measurement
+        elif self._measured is not None and abs(rate / self._measured - 1.0) > 0.25:
+            self._probe_every = cfg.bw_probe_every
+        self._measured = rate
 
     def _fit(self, nbytes: float, comm: float) -> float | None:
         """Seconds per byte of the exchange, from a least-squares line comm = a + slope·bytes over the recent
@@ -202,6 +230,7 @@ class BandwidthEstimator:
         now: float,
         lower_only: bool = False,
         latency_s: float = 0.0,
+        censored: bool = True,
     ) -> BandwidthStep:
         """One decision's worth of telemetry in (the critical rank's idle and times), the new estimate out.
 
@@ -209,6 +238,8 @@ class BandwidthEstimator:
         ``lower_only``: the telemetry is of a plan already being replaced; only a lowering is taken from it
         (it is set from the measured rate, so taking it again is idempotent — a raise compounds, it is not).
         ``latency_s``: the exchange's fixed cost L (module docstring; 0: the paper's rule).
+        ``censored``: no link's delivery rate was measured for this tick (no link backlogged); with paced
+        probing on, only then does a raise probe (a measured tick's estimate is the delivery rate).
         """
         vals = (idle, iteration_s, compute_s, now)
         if not all(math.isfinite(v) for v in vals) or iteration_s <= 0 or compute_s < 0:
@@ -224,6 +255,9 @@ class BandwidthEstimator:
             raise RemoteProtocolError("latency must be finite and >= 0", value=latency_s)
         idle = min(max(idle, 0.0), 1.0)
         before = self._estimate
+        self._since_probe += 1
+        # paced probing applies once the links measured the link (apply_delivery): then a raise is a probe
+        paced = cfg.bw_probe_every > 0 and self._measured is not None and cfg.link_delivery
         exposed = idle >= cfg.bw_idle_threshold
         byte_time: float | None = None  # the exchange's time net of the latency, when that is measurable
         # with the latency on, the idle rule's raises stop at the configured prior (a raise is a probe, not
@@ -289,6 +323,25 @@ class BandwidthEstimator:
                 evidence = need
             if need is not None and need < cfg.bw_raise_min_utilisation * before:
                 kind, new = "hold", before
+            elif paced:
+                # an outstanding probe is judged after the base spacing (its samples' return time); only
+                # the start of a probe from a measured rate waits the backed-off spacing
+                wait = cfg.bw_probe_every if self._probe_from is not None else self._probe_every
+                if not censored or self._since_probe < wait:
+                    kind, new = "hold", before  # the samples of the last plan are not back yet
+                else:
+                    if self._probe_from is not None:
+                        # the probe's plan ran its samples' time and no link backlogged: the link carried
+                        # it (a success: the spacing is the base again), the probed rate is the new lower
+                        # bound, and the next probe starts there at once
+                        self._measured, self._probe_from = before, None
+                        self._probe_every = cfg.bw_probe_every
+                    kind = "raise"
+                    self._points.clear()
+                    # not capped by the prior: this raise is measured before the next one
+                    new = min(before * cfg.bw_probe_gain, cfg.bw_max_bps)
+                    self._probe_from = self._measured
+                    self._since_probe = 0
             elif self._hold > 0:
                 kind, new = "hold", before
                 self._hold -= 1

@@ -67,6 +67,18 @@ class SchedulerConfig:
     bw_raise_hold: int = 2
     #: the largest single lowering (to 20 % of the estimate): one noisy idle sample cannot crash the estimate
     bw_lower_max: float = 0.8
+    #: paced probing once the links' delivery rate has measured the link (BBR's ProbeBW: one probe per round
+    #: of samples, not a slow-start). While no link backlogs (its tails cross too fast to time: censored),
+    #: a raise multiplies the estimate by ``bw_probe_gain`` and then holds for ``bw_probe_every`` decide
+    #: ticks, the time a plan takes to come into force and its samples to come back (announce margin plus
+    #: telemetry: ~4 ticks measured in the real-daemon step run). A probe the links then measure at less
+    #: than ``bw_probe_gain`` × the rate before it failed (the link had no more): the next one waits twice as
+    #: long, up to ``bw_probe_every_max`` ticks, so a link that stays censored is not probed every few ticks.
+    #: Without pacing (``bw_probe_every`` 0) the slow-start above raised every tick, outran the samples and
+    #: overshot to the prior (an upward step read 200 Mbit/s on a 100 Mbit/s link at its 10th tick)
+    bw_probe_every: int = 4
+    bw_probe_every_max: int = 32
+    bw_probe_gain: float = 2.0
     #: lowering observations fitted as exchange = latency + bytes / bandwidth (0: the paper's rule alone,
     #: the default). When payloads change but exchange time does not, the idle is latency or CPU, not
     #: bandwidth: with a window the estimate holds or moves up instead of spiralling down on a latency-
@@ -251,6 +263,20 @@ class SchedulerConfig:
             "must be an integer in 0..100",
         )
         check(0 < self.bw_lower_max < 1, "bw_lower_max", self.bw_lower_max, "must be in (0, 1)")
+        check(
+            isinstance(self.bw_probe_every, int) and 0 <= self.bw_probe_every <= 1000,
+            "bw_probe_every",
+            self.bw_probe_every,
+            "must be an integer in 0..1000 (0: no pacing)",
+        )
+        check(
+            isinstance(self.bw_probe_every_max, int)
+            and self.bw_probe_every <= self.bw_probe_every_max <= 10_000,
+            "bw_probe_every_max",
+            self.bw_probe_every_max,
+            "must be an integer in bw_probe_every..10000",
+        )
+        check(1 < self.bw_probe_gain <= 10, "bw_probe_gain", self.bw_probe_gain, "must be in (1, 10]")
         check(0 <= self.bw_fit_window <= 64, "bw_fit_window", self.bw_fit_window, "must be in [0, 64]")
         check(
             0 <= self.bw_raise_min_utilisation <= 1,

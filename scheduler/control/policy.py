@@ -136,6 +136,7 @@ class SchedulerPolicy:
         self.last_observation: dict[str, float] | None = None
         self._fed = 0  # windows fed to the estimator
         self._delivery_seen = False  # a link has reported its delivery while backlogged
+        self._censored = True  # no link's delivery rate was measured at this tick (paced probing)
 
     # -- telemetry in --------------------------------------------------------------------------------------
     def observe_rank(
@@ -340,6 +341,7 @@ class SchedulerPolicy:
             now=now,
             lower_only=lower_only,
             latency_s=latency,
+            censored=self._censored,
         )
         if not (lower_only and step.kind == "hold"):
             self.last_bandwidth_step = step
@@ -362,6 +364,7 @@ class SchedulerPolicy:
             self.bandwidth.observe_link_rate(floor, now)
         delivery = self.links.delivery_bps(now) if self.cfg.link_delivery else None
         self._delivery_seen = self._delivery_seen or delivery is not None
+        self._censored = delivery is None
         self._update_bandwidth(now, probing=delivery is None and self._delivery_seen)
         self._apply_link_floor(floor, now)
         if delivery is not None:

@@ -119,6 +119,17 @@ class DecisionsFile:
         }
         if kind != "tick" and cur is not None:
             rec["values"] = dict(cur.values)
+            made = getattr(controller, "last_decision", None)
+            if made is not None:
+                # why this plan (a bandwidth change, the warm-up's next stage, ...) and what it was made
+                # for: the plot's bottom panel and a user reading the file see the reason beside the values
+                rec["reason"] = str(getattr(made, "reason", ""))
+                rec["plan"] = {
+                    "bandwidth_bps": getattr(made, "bandwidth_bps", None),
+                    "target_density": getattr(made, "target_density", None),
+                    "predicted_compute_s": getattr(made, "predicted_compute_s", None),
+                    "predicted_exchange_s": getattr(made, "predicted_exchange_s", None),
+                }
         step = getattr(controller, "last_bandwidth_step", None)
         if step is not None and step is not self._last_step:
             self._last_step = step
@@ -312,7 +323,23 @@ class SchedulerDaemon:
         return out
 
     def status(self) -> dict[str, Any]:
-        return self.node.status(self._now())
+        st = self.node.status(self._now())
+        # what the adaptive policy believes and why it planned what it did (absent for other policies)
+        controller = getattr(self._policy, "policy", None)
+        estimate = getattr(controller, "bandwidth_estimate_bps", None)
+        if isinstance(estimate, (int, float)) and math.isfinite(estimate):
+            st["bandwidth_estimate_bps"] = float(estimate)
+        made = getattr(controller, "last_decision", None)
+        if made is not None:
+            st["last_plan"] = {
+                "reason": str(getattr(made, "reason", "")),
+                "bandwidth_bps": getattr(made, "bandwidth_bps", None),
+                "density": getattr(made, "density", None),
+                "target_density": getattr(made, "target_density", None),
+                "predicted_compute_s": getattr(made, "predicted_compute_s", None),
+                "predicted_exchange_s": getattr(made, "predicted_exchange_s", None),
+            }
+        return st
 
     def metrics_text(self) -> str:
         st = self.status()

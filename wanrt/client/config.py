@@ -38,6 +38,10 @@ class ClientConfig:
     error_feedback: bool = True
     #: how many iterations a layer's update may lag (0 = synchronous, 1 = StellaTrain's partial staleness)
     staleness: int = 1
+    #: with staleness, take each gradient at the weights the in-flight updates are about to produce,
+    #: estimated by the site's own payloads (SpecTrain's weight prediction; SGD only): without it the
+    #: one-step delay halves SGD's stable learning rate and the loss spikes (docs/client.md)
+    weight_prediction: bool = True
     #: local micro-steps per WAN iteration (ElasticBSP §4: a worker's iterations between two barriers):
     #: the first k−1 ``step()`` calls only accumulate gradients (no exchange, no parameter change,
     #: ``zero_grad()`` keeps them), the k-th pushes the site's mean over the k micro-steps once. 1 = one

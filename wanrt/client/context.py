@@ -65,9 +65,10 @@ from wanrt.client.link.signature import LayerSignature
 if TYPE_CHECKING:
     from wanrt.client.shard_sampler import ShardSampler
 from wanrt.client.site.broadcast import SiteChannel
-from wanrt.client.site.decision import ConfigChange, SiteDecision, SiteUpdate
+from wanrt.client.site.decision import OWN_IN_FLIGHT, ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
+from wanrt.client.site.prediction import WeightPrediction
 from wanrt.client.unclosed import watch_unclosed
 from wanrt.errors import LocalProtocolError, RemoteProtocolError, RestartRequested, WanrtTimeout
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
@@ -132,6 +133,10 @@ class Context:
         self._batch_weight = 1.0
         self._scaled: dict[int, npt.NDArray[np.float32]] = {}  # leader worker: per-layer scaled gradients
         self._avg_bufs: dict[int, npt.NDArray[np.float32]] = {}  # every rank: per-layer averaged updates
+        # leader: the site's own payloads by (iteration, layer) until their job update is applied; every
+        # rank: the parameters moved to the predicted point between steps (wanrt.client.site.prediction)
+        self._own: dict[tuple[int, int], SparsePayload] = {}
+        self._prediction = WeightPrediction()
         # parameter resync (leader): updates held while a snapshot is on its way, the snapshot to install
         # at the next step, the last one installed (updates it holds are skipped), peers' questions
         self._resync_at: int | None = None
@@ -326,6 +331,7 @@ class Context:
             # GPU-resident path: reduce wait, residual and selection on a side stream; only the selection
             # crosses to the host (wanrt/client/leader/device_path.py, docs/client.md "On a GPU")
             payload = self._compressor.compress_tensor(layer, grad, work, float(self._site_scale()))
+            self._own[(iteration, layer)] = payload  # weight prediction, as on the host path below
             self._link.push(iteration, layer, payload)
             return
         if work is not None:
@@ -340,7 +346,9 @@ class Context:
         flat = grad.detach().reshape(-1).to("cpu", torch.float32).numpy()
         # the site's mean gradient, weighted by the site's share of the job's samples (unequal batch sizes)
         # (changed only at the end of a step, after the step's pushes were drained: see _switch_config)
-        self._link.push(iteration, layer, self._compressor.compress(layer, self._site_mean(layer, flat)))
+        payload = self._compressor.compress(layer, self._site_mean(layer, flat))
+        self._own[(iteration, layer)] = payload  # read by _decide after the pipeline drained
+        self._link.push(iteration, layer, payload)
 
     def _site_mean(self, layer: int, flat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Leader worker thread: the site's gradient sum scaled to the site's weighted mean.
@@ -401,7 +409,11 @@ class Context:
             self._reducer.remove()
             raise
         if self.is_leader:
-            self._serve_params()
+            self._serve_params()  # the job's parameters, before the prediction moves them
+        if decision.predict:
+            self._prediction.predict(
+                self._params, [u.payload for u in decision.predict], self._optimizer.effective_lr
+            )
         self._report(self._iteration)
         self._iteration += 1
         self._switch_config()
@@ -518,9 +530,26 @@ class Context:
             updates = [u for u in updates if snap.wants(u.iteration, u.layer)]
         updates.sort(key=lambda u: (u.iteration, u.layer))
         discarded = self._discarding and not final  # a close's exchange ends no pushed iteration
+        predict = self._in_flight(final=final, holding=self._resync_at is not None or bool(self._held))
         if not final:
             self._next_discarding(t, snapshot=snapshot)
-        return SiteDecision(updates, changes, snapshot=snapshot, discarded=discarded)
+        return SiteDecision(updates, changes, snapshot=snapshot, discarded=discarded, predict=predict)
+
+    def _in_flight(self, *, final: bool, holding: bool) -> list[SiteUpdate]:
+        """Leader: the site's own payloads whose job update is still outstanding, for weight prediction.
+
+        None when the config turns it off, for optimizers whose step is not ``−lr·u`` (SGD's), at a close,
+        and while a parameter resync holds updates or discards pushes (the own payloads then do not say
+        where the job goes)."""
+        assert self._tracker is not None
+        outstanding = self._tracker.unapplied()
+        self._own = {k: v for k, v in self._own.items() if k in outstanding}
+        kind = getattr(self._optimizer, "kind", None)
+        if final or holding or self._discarding or not self._config.weight_prediction or kind != "sgd":
+            return []
+        return [
+            SiteUpdate(it, layer, OWN_IN_FLIGHT, self._own[(it, layer)]) for it, layer in sorted(self._own)
+        ]
 
     def _next_discarding(self, t: int, *, snapshot: bool) -> None:
         """Leader, between steps (the pipeline drained): count iteration ``t`` if it was pushed empty and
@@ -690,6 +719,7 @@ class Context:
     def _apply(self, decision: SiteDecision) -> None:
         """Every rank: average each summed update over its contributing sites and apply it sparsely."""
         assert self._optimizer is not None
+        self._prediction.restore(self._params)  # the job's parameters, exactly, before its updates
         self.last_step_discarded = decision.discarded
         self.discarded_steps += int(decision.discarded)
         if decision.snapshot:
@@ -823,6 +853,7 @@ class Context:
         self._closed = True
         if self._unwatch is not None:
             self._unwatch()
+        self._prediction.restore(self._params)  # also after a failed step: leave the job's parameters
         try:
             if self._micro and self._broken is None:
                 log.warning(

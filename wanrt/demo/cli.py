@@ -38,6 +38,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rtt", help=f"round-trip time between sites, e.g. 40ms (default {DEFAULT.rtt_s * 1e3:g}ms)"
     )
     p.add_argument(
+        "--dense-budget",
+        dest="dense_budget",
+        help="stop the dense arm after this much training, e.g. 60s; its speedup is then a lower bound "
+        f"(default {DEFAULT.dense_budget_s:g}s, 0: none)",
+    )
+    p.add_argument(
+        "--trace-step",
+        dest="trace_step",
+        help=f"how long the fluctuating link holds each rate, e.g. 5s (default {DEFAULT.trace_step_s:g}s)",
+    )
+    p.add_argument(
         "--fluctuating",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -211,7 +222,14 @@ def run(args: argparse.Namespace) -> int:
         write_json(Path(args.json), data)
     print(f"results: {out / 'results.json'}" + (f" and {args.json}" if args.json else ""))
     for r in c.arms:
-        if not r.reached:
+        if not r.reached and r.budget_s is not None:
+            print(
+                f"note: the {r.mode} run stopped at its --dense-budget of {r.budget_s:g} s after "
+                f"{r.iterations} iterations, before reaching loss {cfg.target_loss:g} (final "
+                f"{r.final_loss:.3f}): its speedup is a lower bound",
+                file=sys.stderr,
+            )
+        elif not r.reached:
             print(
                 f"note: the {r.mode} run stopped at --max-iters {r.iterations} before reaching loss "
                 f"{cfg.target_loss:g} (final {r.final_loss:.3f}); raise --max-iters or the target",

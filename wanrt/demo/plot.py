@@ -22,6 +22,14 @@ from wanrt.demo.results import ARM_LABELS, Comparison, RunResult
 __all__ = ["plot_loss_vs_time", "settings_over_time"]
 
 COLORS = {"dense": "tab:gray", "wanrt": "tab:blue", "adaptive": "tab:green"}
+#: short words for the scheduler's decision reasons (scheduler.control.decision.DecisionReason)
+REASON_LABELS = {
+    "initial": "first plan",
+    "bandwidth_change": "bandwidth moved",
+    "latency_change": "latency moved",
+    "periodic": "periodic",
+    "warmup_stage": "warm-up stage",
+}
 SITE_COLORS = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "k", "tab:red")
 
 
@@ -152,5 +160,20 @@ def _plot_settings(ax: Any, a: RunResult, *, fixed_density: Any = None) -> None:
         )
     right.set_ylabel("batch / rank")
     right.set_ylim(bottom=0)
+    # each committed decision's reason, at the time it was decided, with the bandwidth it was planned for
+    for d in a.commits:
+        if d.reason and 0.0 <= d.t <= end:
+            bw = "" if d.bandwidth_estimate_bps is None else f" @ {d.bandwidth_estimate_bps / 1e6:.0f}M"
+            label = REASON_LABELS.get(d.reason, d.reason) + bw
+            ax.annotate(
+                label,
+                (d.t, 0.02),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                fontsize=6,
+                color="dimgray",
+                va="bottom",
+                ha="right",
+            )
     ax.legend(lines, [ln.get_label() for ln in lines], fontsize=8, loc="upper right")
     ax.set_title("adaptive run: settings in force (from each decision's effective iteration)", fontsize=9)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,13 @@ ARM_LABELS: Final = {
     "adaptive": "wanrt adaptive",
     "mitigated": "stragglers mitigated",
 }
+
+
+#: a loss spike counts after this iteration: the first iterations' loss may rise while the weights leave
+#: their initialisation, which is no instability
+SPIKE_AFTER: Final = 20
+#: seconds after a step of the fluctuating link's trace that ``bw_tracking_error`` leaves out
+TRACKING_SETTLE_S: Final = 2.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class DecisionPoint:
     values: Mapping[str, Any] | None
     bandwidth_estimate_bps: float | None
     bandwidth_step: str | None = None
+    #: a commit's reason (``bandwidth_change``, ``warmup_stage``, ``initial``, ``periodic``, ...)
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,9 @@ class RunResult:
     decisions: tuple[DecisionPoint, ...] = ()
     #: the fluctuating link's rate as (seconds since the start, bit/s) steps, from the trace the demo wrote
     link_trace: tuple[tuple[float, float], ...] = ()
+    #: the time budget (s) that stopped this run before the target (the dense arm's ``dense_budget_s``);
+    #: None: it reached the target or stopped for another reason
+    budget_s: float | None = None
 
     @property
     def iters_per_s(self) -> float:
@@ -143,6 +156,43 @@ class RunResult:
         return self.tta_s is not None
 
     @property
+    def loss_spike_ratio(self) -> float | None:
+        """The largest training-split loss after iteration :data:`SPIKE_AFTER` over the lowest loss seen
+        before it (1 or less: the loss never rose above its best so far). A loss spike is what a user reads
+        as instability (sparse + error feedback + staleness, docs/client.md); None without two points."""
+        lowest = math.inf
+        worst: float | None = None
+        for p in self.curve:
+            if p.iteration > SPIKE_AFTER and math.isfinite(lowest) and lowest > 0:
+                ratio = p.loss / lowest if math.isfinite(p.loss) else math.inf
+                worst = ratio if worst is None else max(worst, ratio)
+            lowest = min(lowest, p.loss)
+        return worst
+
+    @property
+    def bw_tracking_error(self) -> float | None:
+        """The median over the scheduler's decide ticks of |estimate − true rate| / true rate of the
+        fluctuating link (``link_trace``), leaving out the :data:`TRACKING_SETTLE_S` after the start and after
+        each step of the trace (an estimate needs samples of the new rate first). None without a trace or
+        without a tick outside those spans (a trace that steps every 2 s or faster has none)."""
+        trace = self.link_trace
+        if not trace:
+            return None
+        # the start counts as a step: the estimate begins at the configured prior, which says nothing
+        steps = [trace[0][0]] + [
+            t for (t, b), (_, before) in zip(trace[1:], trace, strict=False) if b != before
+        ]
+        errors = []
+        for d in self.decisions:
+            est = d.bandwidth_estimate_bps
+            if d.kind != "tick" or est is None or any(0 <= d.t - t < TRACKING_SETTLE_S for t in steps):
+                continue
+            rate = next((bps for t, bps in reversed(trace) if t <= d.t), trace[0][1])
+            if rate > 0:
+                errors.append(abs(est - rate) / rate)
+        return float(statistics.median(errors)) if errors else None
+
+    @property
     def initial_loss(self) -> float:
         return self.curve[0].loss if self.curve else math.nan
 
@@ -161,6 +211,8 @@ class RunResult:
         out["reached_target"] = self.reached
         out["final_settings"] = self.final_settings
         out["decisions_committed"] = len(self.commits)
+        out["loss_spike_ratio"] = self.loss_spike_ratio
+        out["bw_tracking_error"] = self.bw_tracking_error
         return out
 
 
@@ -190,6 +242,17 @@ class Comparison:
     @property
     def tta_speedup(self) -> float | None:
         return _ratio(self.dense.tta_s, self.wanrt.tta_s)
+
+    @property
+    def tta_speedup_at_least(self) -> float | None:
+        """With dense stopped unfinished at its budget: its training time over wanrt's time to target, a
+        lower bound on ``tta_speedup`` (dense needed longer than it ran). None otherwise."""
+        return _lower_bound(self.dense, self.wanrt)
+
+    @property
+    def adaptive_tta_speedup_at_least(self) -> float | None:
+        """As :attr:`tta_speedup_at_least`, for the adaptive arm."""
+        return None if self.adaptive is None else _lower_bound(self.dense, self.adaptive)
 
     @property
     def iter_speedup(self) -> float | None:
@@ -257,6 +320,8 @@ class Comparison:
     def to_json(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
             "tta_speedup": self.tta_speedup,
+            "tta_speedup_at_least": self.tta_speedup_at_least,
+            "adaptive_tta_speedup_at_least": self.adaptive_tta_speedup_at_least,
             "iter_speedup": self.iter_speedup,
             "final_loss_ratio": self.final_loss_ratio,
             "bytes_ratio": self.bytes_ratio,
@@ -270,12 +335,20 @@ class Comparison:
             "adaptive_bytes_ratio": self.adaptive_bytes_ratio,
             "adaptive_bytes_per_iter_ratio": self.adaptive_bytes_per_iter_ratio,
             "adaptive_iters_to_target_ratio": self.adaptive_iters_to_target_ratio,
+            "loss_spike_ratio": {r.mode: r.loss_spike_ratio for r in self.arms},
+            "bw_tracking_error": None if self.adaptive is None else self.adaptive.bw_tracking_error,
             "dense": self.dense.to_json(),
             "wanrt": self.wanrt.to_json(),
             "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
         }
         out.update(extra or {})
         return out
+
+
+def _lower_bound(dense: RunResult, other: RunResult) -> float | None:
+    if dense.budget_s is None or dense.reached:
+        return None
+    return _ratio(dense.train_s, other.tta_s)
 
 
 def _bytes_per_iter_ratio(dense: RunResult, other: RunResult) -> float | None:
@@ -314,13 +387,30 @@ def _settings(r: RunResult) -> str:
     return f"{density:.3g}, {batch}" if isinstance(density, (int, float)) else batch
 
 
+def _tracking(r: RunResult) -> str:
+    """The adaptive arm's ``bw_tracking_error`` for the table (a median of relative errors)."""
+    e = r.bw_tracking_error
+    if e is None:
+        return "n/a" if not r.link_trace else f"n/a (no tick {TRACKING_SETTLE_S:g} s after a step)"
+    return f"{100 * e:.0f} % (median)"
+
+
 def format_table(c: Comparison) -> str:
     """The side-by-side summary the demo prints: a column per arm, ratios against dense, and with the
     scheduler's arm a last row comparing it with the fixed one."""
     d, a = c.dense, c.adaptive
 
     def tta(r: RunResult) -> str:
-        return f"{r.tta_s:.1f} s" if r.tta_s is not None else f"not reached ({r.iterations} it)"
+        if r.tta_s is not None:
+            return f"{r.tta_s:.1f} s"
+        if r.budget_s is not None:
+            return f"> {r.train_s:.0f} s (stopped at its budget, {r.iterations} it)"
+        return f"not reached ({r.iterations} it)"
+
+    def faster(exact: float | None, at_least: float | None) -> str:
+        if exact is None and at_least is not None:
+            return f"≥ {at_least:.2f}× faster (lower bound)"
+        return _x(exact, "faster")
 
     def its(r: RunResult) -> str:
         return str(r.iters_to_target) if r.iters_to_target is not None else "—"
@@ -341,7 +431,8 @@ def format_table(c: Comparison) -> str:
         row(
             f"time to loss ≤ {d.target_loss:g}",
             tta,
-            (_x(c.tta_speedup, "faster"),) + (() if two else (_x(c.adaptive_tta_speedup, "faster"),)),
+            (faster(c.tta_speedup, c.tta_speedup_at_least),)
+            + (() if two else (faster(c.adaptive_tta_speedup, c.adaptive_tta_speedup_at_least),)),
         ),
         row(
             "iterations to target",
@@ -370,6 +461,11 @@ def format_table(c: Comparison) -> str:
             lambda r: f"{r.final_loss:.4f}",
             (_x(c.final_loss_ratio, ""),) + (() if two else (_x(c.adaptive_final_loss_ratio, ""),)),
         ),
+        row(
+            "loss spike (max / best before)",
+            lambda r: "—" if r.loss_spike_ratio is None else f"{r.loss_spike_ratio:.2f}",
+            ("",) * (1 if two else 2),
+        ),
         row("held-out accuracy", lambda r: f"{100 * r.final_accuracy:.1f} %", ("",) * (1 if two else 2)),
         row("identical final models", same, ("",) * (1 if two else 2)),
     ]
@@ -378,6 +474,13 @@ def format_table(c: Comparison) -> str:
     else:
         head = ("", *(ARM_LABELS[r.mode] for r in arms), "fixed vs dense", "adaptive vs dense")
         rows.append(row("density, batch / rank (end)", _settings, ("", "")))
+        rows.append(
+            row(
+                "bandwidth estimate error",
+                lambda r: _tracking(r) if r is a else "—",
+                ("", ""),
+            )
+        )
         rows.append(
             row(
                 "scheduler decisions",

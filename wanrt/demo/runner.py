@@ -134,6 +134,8 @@ class _RunState:
     tta_s: float | None = None
     iters_to_target: int | None = None
     stop_at: int | None = None
+    #: the run was stopped by ``max_train_s`` before it reached the target
+    budget_stop: bool = False
     finished: dict[tuple[int, int], Finished] = field(default_factory=dict)
 
 
@@ -331,6 +333,9 @@ class Demo:
         if changed:
             raise ValueError(f"links= may not change the trainers' settings: {', '.join(changed)}")
         label = label or mode
+        if mode == "dense" and cfg.dense_budget_s > 0:
+            budget = cfg.dense_budget_s if cfg.max_train_s <= 0 else min(cfg.max_train_s, cfg.dense_budget_s)
+            cfg = dataclasses.replace(cfg, max_train_s=budget)
         slot = ALL_MODES.index(mode)
         job = f"wanrt-demo-{mode}"
         run_dir, sock_dir = self.out_dir / label, self._sock_dir / label
@@ -448,6 +453,7 @@ class Demo:
                 s.steps.append((msg.iteration, msg.t - s.t_go))
             if s.cfg.max_train_s > 0 and s.stop_at is None and msg.t - s.t_go >= s.cfg.max_train_s:
                 s.stop_at = self._stops.stop_soon(s.slot)
+                s.budget_stop = True
                 if bar is not None:
                     bar.total = s.stop_at
             if bar is not None and len(s.site_iteration) == self.cfg.sites:
@@ -519,6 +525,7 @@ class Demo:
             samples=sum(f.samples for f in fin),
             decisions=tuple(_decision_point(rec, s.t_go) for rec in decisions),
             link_trace=link_trace,
+            budget_s=s.cfg.max_train_s if s.budget_stop and s.tta_s is None else None,
         )
 
     # -- supervision ---------------------------------------------------------------------------------
@@ -586,6 +593,7 @@ def _decision_point(rec: Mapping[str, Any], t_go: float) -> DecisionPoint:
     decision, effective = num("decision"), num("effective_iteration")
     values = rec.get("values")
     step = rec.get("bandwidth_step")
+    reason = rec.get("reason")
     return DecisionPoint(
         t=(num("monotonic") or t_go) - t_go,
         kind=str(rec.get("kind", "")),
@@ -594,4 +602,5 @@ def _decision_point(rec: Mapping[str, Any], t_go: float) -> DecisionPoint:
         values=dict(values) if isinstance(values, Mapping) else None,
         bandwidth_estimate_bps=num("bandwidth_estimate_bps"),
         bandwidth_step=None if step is None else str(step),
+        reason=str(reason) if isinstance(reason, str) and reason else None,
     )

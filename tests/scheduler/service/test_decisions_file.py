@@ -144,3 +144,27 @@ def test_a_tick_says_what_the_estimator_was_fed_once_per_update(tmp_path: Path) 
     first, second = _lines(path)
     assert first["observed"] == seen
     assert "observed" not in second
+
+
+def test_a_commit_line_says_why_the_plan_was_made_and_for_what(tmp_path: Path) -> None:
+    from scheduler.control.decision import Decision
+
+    path = tmp_path / "decisions.jsonl"
+    node = _committed_node()
+    policy = _Adaptive()
+    policy.policy = _Controller()
+    made = Decision(0.005, 0.005, (0, 1), (32, 32), 1, 3.0, "bandwidth_change", 27e6, 0.06, 0.05)
+    policy.policy.last_decision = made  # type: ignore[attr-defined]
+    f = DecisionsFile(path)
+    f.write(node, policy, "commit")
+    f.write(node, policy, "tick")
+    f.close()
+    commit, tick = _lines(path)
+    assert commit["reason"] == "bandwidth_change"
+    assert commit["plan"] == {
+        "bandwidth_bps": 27e6,
+        "target_density": 0.005,
+        "predicted_compute_s": 0.06,
+        "predicted_exchange_s": 0.05,
+    }
+    assert "reason" not in tick  # a tick is no decision

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,8 @@ def test_partial_staleness_applies_arrived_layers_fresh_and_late_ones_one_step_l
     secret_file: Path,
 ) -> None:
     # layer ids follow named_parameters(): 0 = a, 1 = b. a's update comes back late, b's before the step ends
-    model, opt, link = make(secret_file, {0: "late", 1: "instant"}, DENSE_STALE)
+    config = dataclasses.replace(DENSE_STALE, weight_prediction=False)
+    model, opt, link = make(secret_file, {0: "late", 1: "instant"}, config)
     sum_c, sum_d = torch.zeros(20), torch.zeros(36)
     for t in range(4):
         c, d = coeffs(t)
@@ -74,6 +76,30 @@ def test_partial_staleness_applies_arrived_layers_fresh_and_late_ones_one_step_l
     torch.testing.assert_close(model.a.detach(), -sum_c)
     assert link.closed
     assert [(it, layer) for it, layer, _ in link.pushed][:2] == [(0, 1), (0, 0)]  # last layer first
+
+
+def test_weight_prediction_moves_a_late_layer_by_the_own_payload_and_back_exactly(secret_file: Path) -> None:
+    # one site: its own payload IS the job's update, so between steps the late layer sits exactly where the
+    # stale update will put it (the delay is gone), and the job's parameters after close() are bit for bit
+    # those of the same run without prediction
+    ends = []
+    for predicting in (True, False):
+        config = dataclasses.replace(DENSE_STALE, weight_prediction=predicting)
+        model, opt, _ = make(secret_file, {0: "late", 1: "instant"}, config)
+        sum_c, sum_d = torch.zeros(20), torch.zeros(36)
+        for t in range(4):
+            c, d = coeffs(t)
+            model.loss(c, d).backward()
+            opt.step()
+            opt.zero_grad()
+            sum_c += c
+            sum_d += d
+            torch.testing.assert_close(model.b.detach(), -sum_d)  # fresh: nothing in flight to predict
+            torch.testing.assert_close(model.a.detach(), -sum_c if predicting else -(sum_c - c))
+        opt.ctx.close()
+        torch.testing.assert_close(model.a.detach(), -sum_c)
+        ends.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
 
 
 def test_staleness_zero_waits_for_late_updates(secret_file: Path) -> None:

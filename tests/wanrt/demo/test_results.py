@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wanrt.demo.results import CurvePoint, RunResult, compare, format_table, write_json
+from wanrt.demo.results import CurvePoint, DecisionPoint, RunResult, compare, format_table, write_json
 
 
 def result(mode: str, *, tta: float | None, its: int, train_s: float, sent: int, loss: float) -> RunResult:
@@ -161,3 +161,75 @@ def test_the_plot_maps_decisions_to_the_time_their_iteration_began(tmp_path: Pat
     fixed = result("wanrt", tta=20.0, its=120, train_s=20.0, sent=10_000, loss=0.09)
     png = plot_loss_vs_time(compare(dense, fixed, adaptive), tmp_path / "p.png", title="t")
     assert png.stat().st_size > 10_000
+
+
+def test_loss_spike_ratio_is_the_worst_rise_after_iteration_20_over_the_best_before_it() -> None:
+    losses = [(0, 2.3), (10, 2.5), (20, 0.6), (25, 0.5), (30, 1.0), (35, 0.2), (40, 0.25)]
+    curve = tuple(CurvePoint(float(i), i, loss, 0.5) for i, loss in losses)
+    spiky = dataclasses.replace(
+        result("wanrt", tta=None, its=40, train_s=4.0, sent=1, loss=0.25), curve=curve
+    )
+    # the rise 2.3 -> 2.5 at iteration 10 is leaving the initialisation, not counted; 1.0 / 0.5 is the worst
+    assert spiky.loss_spike_ratio == pytest.approx(2.0)
+    calm = result("dense", tta=None, its=40, train_s=4.0, sent=1, loss=0.2)
+    assert calm.loss_spike_ratio == pytest.approx(0.2 / 2.3)  # never above its best: below 1
+    data = compare(calm, spiky).to_json()
+    assert data["loss_spike_ratio"] == {"dense": pytest.approx(0.2 / 2.3), "wanrt": pytest.approx(2.0)}
+    assert "loss spike" in format_table(compare(calm, spiky))
+
+
+def test_bw_tracking_error_is_the_median_relative_error_outside_two_seconds_after_each_step() -> None:
+    trace = ((0.0, 100e6), (5.0, 30e6), (10.0, 30e6))  # the last row repeats a rate: no step
+    ticks = [(1.0, 100e6), (3.0, 90e6), (4.0, 80e6), (6.0, 100e6), (8.0, 36e6), (9.0, 33e6), (11.0, 30e6)]
+    decisions = tuple(DecisionPoint(t, "tick", None, None, None, est) for t, est in ticks)
+    base = result("adaptive", tta=None, its=10, train_s=12.0, sent=1, loss=0.3)
+    r = dataclasses.replace(base, decisions=decisions, link_trace=trace)
+    # ticks at 1 s (the start's prior) and 6 s (inside 2 s after the step) are left out:
+    # errors 0.1, 0.2, 0.2, 0.1, 0.0 -> median 0.1
+    assert r.bw_tracking_error == pytest.approx(0.1)
+    every_2s = tuple((2.0 * i, 50e6 if i % 2 else 100e6) for i in range(7))  # the demo's 2 s holds
+    assert dataclasses.replace(r, link_trace=every_2s).bw_tracking_error is None
+    assert base.bw_tracking_error is None  # no trace, no key
+    assert compare(base, base, r).to_json()["bw_tracking_error"] == pytest.approx(0.1)
+
+
+def test_a_dense_arm_stopped_at_its_budget_gives_a_labelled_lower_bound() -> None:
+    dense = dataclasses.replace(
+        result("dense", tta=None, its=30, train_s=61.0, sent=10**9, loss=0.9), budget_s=60.0
+    )
+    wanrt = result("wanrt", tta=20.0, its=150, train_s=20.0, sent=10**7, loss=0.1)
+    adaptive = result("adaptive", tta=10.0, its=150, train_s=10.0, sent=10**7, loss=0.1)
+    c = compare(dense, wanrt, adaptive)
+    assert c.tta_speedup is None  # dense never reached the target: no exact ratio
+    assert c.tta_speedup_at_least == pytest.approx(61.0 / 20.0)
+    assert c.adaptive_tta_speedup_at_least == pytest.approx(6.1)
+    table = format_table(c)
+    assert "≥ 3.05× faster (lower bound)" in table and "stopped at its budget" in table
+    data = c.to_json()
+    assert data["tta_speedup_at_least"] == pytest.approx(3.05) and data["dense"]["budget_s"] == 60.0
+    # a dense arm that reached its target (or had no budget) gives no bound
+    assert compare(dataclasses.replace(dense, budget_s=None), wanrt).tta_speedup_at_least is None
+
+
+def test_a_decisions_line_carries_its_reason_to_the_result_and_the_plot(tmp_path: Path) -> None:
+    from wanrt.demo.plot import plot_loss_vs_time
+    from wanrt.demo.runner import _decision_point
+
+    line = {
+        "kind": "commit",
+        "monotonic": 12.5,
+        "decision": 3,
+        "effective_iteration": 40,
+        "values": {"density": 0.005},
+        "bandwidth_estimate_bps": 27e6,
+        "reason": "bandwidth_change",
+        "plan": {"bandwidth_bps": 27e6},
+    }
+    d = _decision_point(line, t_go=10.0)
+    assert (d.t, d.reason, d.values) == (2.5, "bandwidth_change", {"density": 0.005})
+    assert _decision_point({**line, "reason": None}, t_go=10.0).reason is None  # an old file's line
+    base = _adaptive(16.0, 110, 16.0, 40_000)
+    adaptive = dataclasses.replace(base, decisions=(*base.decisions, d), final_batch={})
+    dense = result("dense", tta=60.0, its=100, train_s=60.0, sent=1_000_000, loss=0.1)
+    fixed = result("wanrt", tta=20.0, its=120, train_s=20.0, sent=10_000, loss=0.09)
+    assert plot_loss_vs_time(compare(dense, fixed, adaptive), tmp_path / "p.png", title="t").is_file()

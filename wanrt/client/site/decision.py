@@ -27,6 +27,7 @@ __all__ = [
     "CONFIG_FIELDS",
     "HEADER_LEN",
     "MAGIC",
+    "OWN_IN_FLIGHT",
     "UPDATE_FIELDS",
     "ConfigChange",
     "SiteDecision",
@@ -39,6 +40,8 @@ __all__ = [
 MAGIC: Final = 0x57414E52  # "WANR": a rank that joined the wrong collective sequence fails loudly
 HEADER_LEN: Final = 8
 UPDATE_FIELDS: Final = 6  # iteration, layer, dense_len, block_size, nnz_blocks, n_sites
+#: ``n_sites`` of a row that is the site's own in-flight payload (``SiteDecision.predict``), not a job update
+OWN_IN_FLIGHT: Final = 0
 #: effective_iteration, density bits (NaN = unchanged), batch_size, staleness (-1), batch_weight bits (NaN),
 #: restart rank (-1 = none), local_steps (-1 = unchanged), lr_scale bits (NaN = unchanged)
 CONFIG_FIELDS: Final = 8
@@ -89,13 +92,19 @@ class SiteDecision:
     #: the iteration that just ended was pushed empty (a parameter snapshot was pending): its samples
     #: contributed nothing, so every rank counts it and a shard sampler does not report them
     discarded: bool = False
+    #: the site's own payloads still in flight (pushed, their job update not applied yet): every rank moves
+    #: its parameters by them until the next step (wanrt.client.site.prediction). On the wire they are update
+    #: rows with ``n_sites`` 0, which no job update can have
+    predict: list[SiteUpdate] = field(default_factory=list)
 
 
 def encode(
     decision: SiteDecision,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]:
     """Flatten a decision into (header, body, values)."""
-    ups = decision.updates
+    ups = decision.updates + [
+        SiteUpdate(u.iteration, u.layer, OWN_IN_FLIGHT, u.payload) for u in decision.predict
+    ]
     meta = np.array(
         [
             (u.iteration, u.layer, u.payload.dense_len, u.payload.block_size, u.payload.nnz_blocks, u.n_sites)
@@ -180,12 +189,13 @@ def decode_body(
     pos = n_up * UPDATE_FIELDS
     vpos = 0
     updates: list[SiteUpdate] = []
+    predict: list[SiteUpdate] = []
     for it, layer, dense_len, bs, nnz, n_sites in (tuple(int(x) for x in row) for row in meta):
         if nnz < 0 or bs < 1 or pos + nnz > n_up * UPDATE_FIELDS + n_idx or vpos + nnz * bs > n_val:
             raise MalformedPayload("site broadcast: update sizes disagree with the header", layer=layer)
         p = SparsePayload(layer, dense_len, bs, body[pos : pos + nnz].copy(), values[vpos : vpos + nnz * bs])
         p.validate()
-        updates.append(SiteUpdate(it, layer, n_sites, p))
+        (predict if n_sites == OWN_IN_FLIGHT else updates).append(SiteUpdate(it, layer, n_sites, p))
         pos += nnz
         vpos += nnz * bs
     if pos != n_up * UPDATE_FIELDS + n_idx or vpos != n_val:
@@ -214,4 +224,6 @@ def decode_body(
         kind, _, message = text.partition("\0")
         error = (kind, message)
     flags = int(header[7])
-    return SiteDecision(updates, changes, error, snapshot=bool(flags & 1), discarded=bool(flags & 2))
+    return SiteDecision(
+        updates, changes, error, snapshot=bool(flags & 1), discarded=bool(flags & 2), predict=predict
+    )

@@ -80,3 +80,16 @@ def test_torn_body_is_rejected_not_scattered() -> None:
     body[sm.UPDATE_FIELDS + 1] = 99  # a block index beyond the layer
     with pytest.raises(MalformedPayload):
         sm.decode_body(header, body, values)
+
+
+def test_own_in_flight_payloads_travel_apart_from_the_job_updates() -> None:
+    # the rows with n_sites 0 are the site's own payloads for weight prediction; they must come back as
+    # predict, never as a job update (which would divide by zero sites and be applied)
+    job = sm.SiteUpdate(3, 0, 2, payload(0, 40, [0, 2], 16, 1))
+    own = [sm.SiteUpdate(4, 0, sm.OWN_IN_FLIGHT, payload(0, 40, [1], 16, 2))]
+    own.append(sm.SiteUpdate(4, 1, sm.OWN_IN_FLIGHT, payload(1, 7, [0], 4, 3)))
+    out = roundtrip(sm.SiteDecision([job], predict=own))
+    assert [(u.iteration, u.layer, u.n_sites) for u in out.updates] == [(3, 0, 2)]
+    assert [(u.iteration, u.layer) for u in out.predict] == [(4, 0), (4, 1)]
+    for a, b in zip(own, out.predict, strict=True):
+        np.testing.assert_array_equal(a.payload.to_dense(), b.payload.to_dense())
