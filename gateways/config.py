@@ -137,6 +137,10 @@ class GatewayConfig:
     # instead of starting it anew at iteration 0 (gateways/service/state_file.py); unset: not kept
     state_file: str | None = None
     non_finite: str = "reject_link"
+    # how long after this site's trainer died (its connection ended without Bye, or went silent) the
+    # gateway starts pushing empty contributions for it, so the other sites train on without it (a
+    # reconnect of the same run comes back sooner; gateways/node/trainer_runs.py)
+    trainer_gone_grace_s: float = 2.0
     # Which peers this gateway expects a link to: "all" (a full mesh, the default) or "plan" (only its
     # neighbours in the round plan: parent and children in a tree, ring neighbours). Added for the
     # simulator's 1 000-site trees, where a mesh would be 500k links (issue 8 part 3; see docs/sim.md).
@@ -192,6 +196,7 @@ class GatewayConfig:
         check(1.0 <= self.reconnect_factor <= 10.0, "reconnect_factor", self.reconnect_factor, "in [1, 10]")
         positive("shutdown_deadline_s", self.shutdown_deadline_s, 3600.0)
         positive("telemetry_interval_s", self.telemetry_interval_s, 3600.0)
+        positive("trainer_gone_grace_s", self.trainer_gone_grace_s, 3600.0)
         check(
             self.non_finite in ("reject_link", "drop_payload"),
             "non_finite",

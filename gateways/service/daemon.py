@@ -462,8 +462,8 @@ class GatewayDaemon:
         """What this site's trainer proves with (its own key with per-site keys, not a gateway's)."""
         return self._creds.for_trainer()
 
-    def trainer_welcome_info(self) -> dict[str, Any]:
-        return self.node.trainer_welcome_info()
+    def trainer_welcome_info(self, hello: dict[str, Any]) -> dict[str, Any]:
+        return self.node.trainer_welcome_info(hello)
 
     def trainer_auth_failed(self, reason: str) -> None:
         self.node.trainer_auth_failed(reason, self._now())
@@ -486,9 +486,9 @@ class GatewayDaemon:
         self.node.trainer_connected(sid)
         self._after()
 
-    def trainer_disconnected(self, session: TrainerSession, reason: str) -> None:
+    def trainer_disconnected(self, session: TrainerSession, reason: str, *, clean: bool) -> None:
         self._sessions.pop(session.session_id, None)
-        self.node.trainer_disconnected(session.session_id, reason)
+        self.node.trainer_disconnected(session.session_id, reason, clean=clean, now=self._now())
         self._after()
         log.info("trainer %s disconnected: %s", session.peer, reason)
 

@@ -79,6 +79,10 @@ log = logging.getLogger(__name__)
 
 #: layers per model the leader will describe to its ranks (bounds the signature broadcast)
 MAX_LAYERS = 1 << 20
+#: how long wanrt.init asks again while the gateway still sees an earlier trainer of this site connected:
+#: a torchrun restart after a crash can come before that connection's end (at most the gateway's
+#: heartbeat silence, 3 x 5 s by default) reaches it
+PROBE_RETRY_S = 20.0
 
 
 class Context:
@@ -96,6 +100,7 @@ class Context:
         link_factory: LinkFactory,
         device: torch.device,
         owns_group: bool = False,
+        resume_at: int | None = None,
     ) -> None:
         self.gateway = gateway
         self.site = site
@@ -125,6 +130,7 @@ class Context:
         self._closed = False
         self._broken: BaseException | None = None
         self._run = os.urandom(8).hex()  # this training run, as the gateway tells runs apart
+        self._resume_at = resume_at  # the checkpoint's iteration this run resumes from (None: none)
         self._timer = StepTimer()  # leader: compute / idle per iteration for the scheduler
         self._batch_size: int | None = None
         self._batch_weight = 1.0
@@ -229,6 +235,37 @@ class Context:
             source, dataset_len, rank=0, stripe=(self.rank, self.world_size), relay=relay, **options
         )
 
+    def check_gateway(self, *, probe: bool) -> None:
+        """Collective (``wanrt.init``): the leader probes its gateway (:mod:`wanrt.client.link.probe`) and
+        tells every rank the outcome, so a run the gateway will not serve fails at once on every rank."""
+        failure: BaseException | None = None
+        if self.is_leader and probe:
+            from wanrt.client.link.probe import probe_gateway
+
+            assert self._secret is not None
+            try:
+                probe_gateway(
+                    self.gateway,
+                    site=self.site,
+                    job=self.job,
+                    secret=self._secret,
+                    run=self._run,
+                    resume_at=self._resume_at,
+                    timeout_s=self._config.connect_timeout_s,
+                    retry_s=PROBE_RETRY_S,
+                )
+            except Exception as exc:
+                failure = exc
+        try:
+            if self.is_leader:
+                self._send_decision(SiteDecision(), failure)
+            else:
+                self._recv_decision()
+        except BaseException:
+            if self._owns_group and dist.is_initialized():
+                dist.destroy_process_group()  # as close() would (gloo's threads at exit)
+            raise
+
     # -- binding the model -------------------------------------------------------------------------------
 
     def attach(self, named_params: Sequence[tuple[str, torch.Tensor]], optimizer: KernelOptimizer) -> None:
@@ -266,6 +303,7 @@ class Context:
                     self._config,
                     run=self._run,
                     state_lengths=self._state_lengths,
+                    resume_at=self._resume_at,
                     reconnect=ReconnectPolicy.lasting(self._config.reconnect_s),
                 )
                 self._link = self._link_factory(spec)

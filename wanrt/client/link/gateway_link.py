@@ -38,7 +38,7 @@ import numpy as np
 from transports import Timeouts, Transport, connect
 from transports.connection_io import next_event
 from wanrt.client.config import ClientConfig
-from wanrt.client.errors import GatewayUnreachable, ModelMismatch
+from wanrt.client.errors import GatewayUnreachable, ModelMismatch, RunRefused
 from wanrt.client.link.api import (
     LinkEvent,
     LinkSpec,
@@ -465,8 +465,13 @@ class GatewayLink:
                 info = spec.signature.info()
                 if spec.run:
                     info["run"] = spec.run
+                if spec.resume_at is not None:
+                    info["resume_at"] = spec.resume_at
                 await transport.send([conn.hello(info=info)])
                 welcome = await self._handshake_reply()
+                refused = welcome.info.get("refused")
+                if isinstance(refused, str):  # another run is served there (gateways.node.trainer_runs)
+                    raise RunRefused(spec.url, refused)
                 diff = compare_info(spec.signature, dict(welcome.info))
                 self._push_cut = push_cut_hint(welcome.info)
                 if diff is not None:
