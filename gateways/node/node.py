@@ -186,6 +186,7 @@ class GatewayNode:
         #: the run this gateway serves and what it does while that run's trainer is dead
         self.runs = TrainerRuns(cfg.trainer_gone_grace_s)
         self._filling = False  # empty pushes for a dead trainer are being made (no re-entry)
+        self._delivered_max = -1  # the newest iteration a round result was delivered for here
         self._config_update: ConfigUpdate | None = None
         self._scheduler_up = False
         self._next_report: float | None = None
@@ -436,15 +437,13 @@ class GatewayNode:
                 )
                 for ch in self._by_peer.values():
                     ch.send_control(fault)
-            while True:
-                due = self.runs.fill(now, engine.frontier, ledger.pushed_layers())
-                if not due:
-                    break
-                for it, layer, (dense_len, block_size) in due:
-                    empty = SparsePayload.empty(layer, dense_len, block_size)
-                    verdict = ledger.on_push(it, layer, empty)
-                    if verdict.push is not None:
-                        self._apply(engine.local_push(*verdict.push, now), now)
+            for it, layer, (dense_len, block_size) in self.runs.fill(
+                now, self._delivered_max, ledger.pushed_layers()
+            ):
+                empty = SparsePayload.empty(layer, dense_len, block_size)
+                verdict = ledger.on_push(it, layer, empty)
+                if verdict.push is not None:
+                    self._apply(engine.local_push(*verdict.push, now), now)
         finally:
             self._filling = False
 
@@ -475,6 +474,7 @@ class GatewayNode:
             log.debug("round %s of layer %d has no payload at all; nothing to deliver", d.iteration, d.layer)
             return
         self.ledger.answer(d.iteration, d.layer)
+        self._delivered_max = max(self._delivered_max, d.iteration)
         sites = distinct_sites(d.sites) or (self.site,)
         self._to_trainer(Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites))
         self.stats.aggregates_delivered += 1
@@ -1040,7 +1040,8 @@ class GatewayNode:
             if fault.site == ch.peer:
                 if fault.kind == "trainer_gone":
                     log.warning("site %s reports: %s", fault.site, fault.message)
-                self._warn_trainer(fault.site, fault.kind.removeprefix("trainer_"), fault.message, now)
+                kind = "auth" if fault.kind == "trainer_auth" else "trainer"  # Notice kinds
+                self._warn_trainer(fault.site, kind, fault.message, now)
             return
         live = {p for p, c in self._by_peer.items() if not c.ended}
         if not self.faults.accept(

@@ -34,6 +34,11 @@ __all__ = ["RunVerdict", "TrainerRuns", "resume_at_of"]
 #: frontier moves at most ``window`` past the site's last push, so one call normally fills 1-2)
 MAX_FILL_PER_CALL = 64
 
+#: how far past the newest delivered result the empty pushes go: the round the other sites' trainers wait
+#: for under staleness 1 (each later result moves it on, so a larger staleness only goes one round per
+#: result instead of several)
+AHEAD = 2
+
 RunState = Literal["none", "connected", "finished", "gone"]
 
 
@@ -169,13 +174,15 @@ class TrainerRuns:
         return True
 
     def fill(
-        self, now: float, frontier: int, layers: Mapping[int, tuple[int, tuple[int, int] | None]]
+        self, now: float, delivered: int, layers: Mapping[int, tuple[int, tuple[int, int] | None]]
     ) -> list[tuple[int, int, tuple[int, int]]]:
         """(iteration, layer, (dense_len, block_size)) of the empty pushes due now for a dead trainer:
-        every layer up to ``frontier + 1`` (the round the others wait for), below an offered restart."""
+        every layer up to ``delivered + AHEAD`` (``delivered``: the newest round result here; under
+        staleness 1 the other sites' trainers wait for at most that round), below an offered restart.
+        Each result delivered moves it on by one, so the rounds go on in step with the other sites."""
         if not self.proxying(now):
             return []
-        high = frontier + 1
+        high = delivered + AHEAD
         if self.offered is not None:
             high = min(high, self.offered - 1)
         out = []
