@@ -141,6 +141,10 @@ class GatewayConfig:
     # gateway starts pushing empty contributions for it, so the other sites train on without it (a
     # reconnect of the same run comes back sooner; gateways/node/trainer_runs.py)
     trainer_gone_grace_s: float = 2.0
+    # the iteration of the trainers' checkpoint a stopped job resumes from (`wanrt gateway --resume-at N`,
+    # the same N at every gateway): a fresh gateway starts the job there instead of at 0 or at its
+    # state_file's frontier (docs/client.md, "Checkpoint and resume"); 0 or more than rounds.window
+    resume_at: int | None = None
     # Which peers this gateway expects a link to: "all" (a full mesh, the default) or "plan" (only its
     # neighbours in the round plan: parent and children in a tree, ring neighbours). Added for the
     # simulator's 1 000-site trees, where a mesh would be 500k links (issue 8 part 3; see docs/sim.md).
@@ -197,6 +201,14 @@ class GatewayConfig:
         positive("shutdown_deadline_s", self.shutdown_deadline_s, 3600.0)
         positive("telemetry_interval_s", self.telemetry_interval_s, 3600.0)
         positive("trainer_gone_grace_s", self.trainer_gone_grace_s, 3600.0)
+        if self.resume_at is not None:
+            check(
+                type(self.resume_at) is int
+                and (self.resume_at == 0 or self.rounds.window < self.resume_at < 1 << 62),
+                "resume_at",
+                self.resume_at,
+                f"an iteration: 0, or more than rounds.window ({self.rounds.window})",
+            )
         check(
             self.non_finite in ("reject_link", "drop_payload"),
             "non_finite",

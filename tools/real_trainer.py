@@ -9,8 +9,9 @@ small character-level MLP language model with Adam (the public client: ``wanrt.i
 Every iteration appends one JSON line to ``--log`` (wall time, iteration, loss, whether its gradients were
 left out, resyncs installed), so the soak measures from the trainer's own records when a restarted site
 contributes again and how the loss moved. At the end it writes ``--out`` with a digest of the parameters
-(every site of a job must end with the same digest). ``--save-at N --checkpoint PATH`` saves
-``model.state_dict()`` and ``opt.state_dict()`` after iteration N and stops (``ctx.close()``);
+(every site of a job must end with the same digest). ``--save-at N --checkpoint PATH`` stops at
+iteration N (``ctx.close()``, which applies every outstanding update) and saves ``model.state_dict()`` and
+``opt.state_dict()``;
 ``--resume PATH`` loads them before training (docs/client.md, *Checkpoint and resume*).
 """
 
@@ -94,22 +95,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", type=Path, help="load model and optimizer state from this checkpoint")
     ap.add_argument("--extra-layer", action="store_true")
     ap.add_argument("--deadline-s", type=float, default=120.0)
+    ap.add_argument("--staleness", type=int, default=1)
     args = ap.parse_args(argv)
 
-    config = ClientConfig(density=args.density, staleness=1, update_deadline_s=args.deadline_s)
+    config = ClientConfig(density=args.density, staleness=args.staleness, update_deadline_s=args.deadline_s)
+    ckpt = torch.load(args.resume, weights_only=False) if args.resume is not None else None
     t0 = time.time()
-    ctx = wanrt.init(args.gateway, secret_file=args.secret_file, site=args.site, job=args.job, config=config)
+    ctx = wanrt.init(
+        args.gateway,
+        secret_file=args.secret_file,
+        site=args.site,
+        job=args.job,
+        config=config,
+        resume_at=None if ckpt is None else ckpt["optimizer"]["iteration"],
+    )
     init_s = time.time() - t0
     model = build_model(args.extra_layer)
     opt = wanrt.SparseOptimizer(model.named_parameters(), "adam", lr=args.lr, ctx=ctx)
-    if args.resume is not None:
-        ckpt = torch.load(args.resume, weights_only=False)
+    if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
     data = text()
     log = args.log.open("a") if args.log is not None else None
     first = ctx.iteration
-    while ctx.iteration < args.steps:
+    stop = args.save_at if args.save_at > 0 else args.steps
+    while ctx.iteration < stop:
         it = ctx.iteration
         x, y = batch(data, args.site, ctx.rank, it, args.batch)
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -120,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             rec = {
                 "t": time.time(),
                 "it": it,
-                "loss": round(float(loss), 5),
+                "loss": round(float(loss.detach()), 5),
                 "discarded": ctx.last_step_discarded,
                 "resyncs": ctx.resyncs,
                 "pid": os.getpid(),
@@ -129,10 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             log.flush()
         if args.compute_s:
             time.sleep(args.compute_s)  # stands for a larger model's compute (the soak's pace)
-        if it == args.save_at and args.checkpoint is not None:
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, args.checkpoint)
-            break
-    ctx.close()
+    ctx.close()  # applies every outstanding update: the checkpoint below holds them
+    if args.save_at > 0 and args.checkpoint is not None:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, args.checkpoint)
     if args.out is not None:
         result = {
             "site": args.site,

@@ -617,6 +617,8 @@ class GatewayNode:
         it together. A cold start (no state file: frontier -1 at both ends) is never held up."""
         if self.engine is not None or not (mine.fresh and other.fresh):
             return None
+        if self.cfg.resume_at is not None:
+            return None  # the whole job resumes from its trainers' checkpoint: every gateway starts there
         if max(mine.frontier, other.frontier) < 0 or now >= self._fresh_wait_until:
             return None
         return (
@@ -1120,7 +1122,13 @@ class GatewayNode:
         frontier = -1 if self.engine is None else self.engine.frontier
         served = self.stats.trainer_pushes > 0
         return self.runs.verdict(
-            info.get("run"), resume_at_of(info), self._next_trainer_push(), frontier, served=served
+            info.get("run"),
+            resume_at_of(info),
+            None if self.ledger is None else self._next_trainer_push(),
+            frontier,
+            served=served,
+            resync_pending=self.resync.need is not None,
+            reconnect=info.get("reconnect") is True,
         )
 
     def _run_problem(self, info: dict[str, Any]) -> str | None:

@@ -79,12 +79,35 @@ class TrainerRuns:
     # -- the verdict ------------------------------------------------------------------------------------
 
     def verdict(
-        self, run: Any, resume_at: int | None, next_push: int, frontier: int, *, served: bool = True
+        self,
+        run: Any,
+        resume_at: int | None,
+        next_push: int | None,
+        frontier: int,
+        *,
+        served: bool = True,
+        resync_pending: bool = False,
+        reconnect: bool = False,
     ) -> RunVerdict:
-        """Pure: what a trainer of ``run`` gets (no state changes; :meth:`admit` makes them). ``served``:
-        this gateway counted a push of some run (before that, a new run simply takes over)."""
+        """Pure: what a trainer of ``run`` gets (no state changes; :meth:`admit` makes them).
+        ``next_push``: this site's next iteration (None: the gateway has not joined the job yet);
+        ``served``: this gateway counted a push of some run (before that, a new run simply takes over);
+        ``reconnect``: the trainer's link comes back (after this gateway restarted, say), not a new one."""
         if not isinstance(run, str) or not run:
             return RunVerdict("same")  # a client that does not say its run: nothing to compare
+        if next_push is None:
+            if resume_at is not None:
+                return RunVerdict("first", "this gateway has not joined the job yet", retry=True)
+            next_push = 0
+        fresh_start = self.run is None and not served and resume_at is None and not reconnect
+        if fresh_start and next_push > 0 and not resync_pending:
+            return RunVerdict(
+                "first",
+                f"these gateways resume the job at iteration {next_push} (their state files), and no site "
+                "has its parameters: resume the trainers from their checkpoint (wanrt.init(..., "
+                "resume_at=N) with the gateways started with --resume-at N), or start the job anew "
+                "(stop the gateways, delete their state files)",
+            )
         if not served and self.state != "connected" and resume_at is None:
             return RunVerdict("first")
         if self.run is None or run == self.run:

@@ -159,6 +159,12 @@ class GatewayDaemon:
             self.node.resume_frontier = self._saved_frontier = load_frontier(
                 self.cfg.state_file, job=self.job, site=self.site
             )
+        if self.cfg.resume_at is not None:
+            # the frontier that makes the fresh gateways' join rule (max frontier + 1 + window) start the
+            # job exactly at the checkpoint's iteration (gateways.membership.joining.join_iteration)
+            at = self.cfg.resume_at
+            self.node.resume_frontier = at - 1 - self.cfg.rounds.window if at else -1
+            log.info("resuming the job at iteration %d (the trainers' checkpoint)", at)
         await asyncio.to_thread(warm_up_codec)  # never inside the first round (see codec_warmup)
         try:
             trainer_url = parse_url(self.cfg.trainer_listen).url

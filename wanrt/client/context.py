@@ -67,7 +67,13 @@ from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
-from wanrt.errors import LocalProtocolError, RemoteProtocolError, RestartRequested, WanrtTimeout
+from wanrt.errors import (
+    ConfigError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    RestartRequested,
+    WanrtTimeout,
+)
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
 from wanrt.kernels.state_transfer import export_state, import_state, state_lengths
 from wanrt.payload import SparsePayload
@@ -83,6 +89,8 @@ MAX_LAYERS = 1 << 20
 #: a torchrun restart after a crash can come before that connection's end (at most the gateway's
 #: heartbeat silence, 3 x 5 s by default) reaches it
 PROBE_RETRY_S = 20.0
+#: what SparseOptimizer.state_dict() says it is (load_state_dict refuses anything else)
+CHECKPOINT_FORMAT = "wanrt-sparse-optimizer-1"
 
 
 class Context:
@@ -311,6 +319,8 @@ class Context:
                 self._iteration = start if type(start) is int and start > 0 else 0
                 if self._iteration:  # restart_from: the gateway resyncs this process's parameters
                     self._begin_discarding(self._iteration)
+                elif self._resume_at is not None:  # the checkpoint's iteration (opt.load_state_dict)
+                    self._iteration = self._resume_at
             except Exception as exc:
                 failure = exc
             # the iteration this site starts at travels to the ranks as the first decision's one change
@@ -322,10 +332,13 @@ class Context:
         else:
             first = self._recv_decision()
             self._iteration = first.config_changes[0].effective_iteration if first.config_changes else 0
-        if self._iteration:
+        if self._resume_at is not None and self._iteration == self._resume_at:
+            log.info("resuming the job from a checkpoint of iteration %d", self._iteration)
+        elif self._iteration:
             log.warning(
-                "this trainer replaces one the scheduler restarted: starting at the job's iteration %d "
-                "(the job's parameters follow by a parameter resync)",
+                "this trainer replaces one that stopped (it crashed, or the scheduler restarted it): "
+                "starting at the job's iteration %d (the job's parameters and optimizer state follow by a "
+                "parameter resync)",
                 self._iteration,
             )
         self._reducer = LayerReducer(
@@ -807,6 +820,92 @@ class Context:
             iteration=iteration,
             site=self.site,
         )
+
+    # -- checkpoint and resume ---------------------------------------------------------------------------
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """What ``SparseOptimizer.state_dict()`` returns: the optimizer kernel's per-parameter state and
+        your ``lr``, the live ``lr_scale``, density, staleness, local steps and batch weight in force, the
+        iteration, and (site leader) the error-feedback residuals and compressor thresholds. Take it where
+        no update is in flight — after ``ctx.close()`` (which applies every outstanding update), or at
+        staleness 0 between steps — so a run resumed from it continues exactly where this one stopped."""
+        if self._optimizer is None:
+            raise LocalProtocolError("no optimizer bound to this context yet")
+        if self._micro:
+            raise LocalProtocolError(
+                f"state_dict() between the micro-steps of iteration {self._iteration}",
+                hint="checkpoint after the last micro-step of a WAN iteration",
+            )
+        if self._discarding or self._resync_at is not None or self._incoming is not None:
+            raise LocalProtocolError(
+                "state_dict() while this site waits for the job's parameters (a parameter resync)",
+                hint="checkpoint at another site, or a few steps later",
+            )
+        in_flight = [] if self._closed or self._tracker is None else self._tracker.outstanding()
+        if in_flight:
+            it, layer = in_flight[0]
+            raise LocalProtocolError(
+                f"state_dict() with {len(in_flight)} updates in flight (iteration {it} layer {layer}): a run "
+                "resumed from it would miss them",
+                hint="call ctx.close() first (it applies every outstanding update), or use staleness 0",
+            )
+        cfg = self._config
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "iteration": self._iteration,
+            "kernel": self._optimizer.state_dict(),
+            "lr_scale": self._optimizer.lr_scale,
+            "settings": {
+                "density": cfg.density,
+                "staleness": cfg.staleness,
+                "local_steps": cfg.local_steps,
+                "batch_weight": self._batch_weight,
+            },
+            "compression": None if self._compressor is None else self._compressor.state_dict(),
+        }
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """``SparseOptimizer.load_state_dict()``: restore :meth:`optimizer_state`'s output. The run must
+        continue at the checkpoint's iteration (``wanrt.init(..., resume_at=state["iteration"])``: the
+        gateways let it in only there), before its first step."""
+        if self._optimizer is None:
+            raise LocalProtocolError("no optimizer bound to this context yet")
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ConfigError(
+                "not a wanrt SparseOptimizer state_dict (format "
+                f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r})",
+                key="state_dict",
+            )
+        it = state.get("iteration")
+        if type(it) is not int or it != self._iteration:
+            raise ConfigError(
+                f"this checkpoint is of iteration {it}, but this run continues at iteration "
+                f"{self._iteration}: pass resume_at={it} to wanrt.init to resume from it",
+                key="resume_at",
+                value=it,
+            )
+        if self._began_training():
+            raise LocalProtocolError("load_state_dict() after training began: load before the first step")
+        settings = state.get("settings")
+        if not isinstance(settings, dict):
+            raise ConfigError("the checkpoint lacks its 'settings' table", key="state_dict")
+        self._optimizer.load_state_dict(state["kernel"])
+        self._optimizer.lr_scale = float(state.get("lr_scale", 1.0))
+        self._config = self._config.with_changes(
+            density=settings["density"], staleness=settings["staleness"], local_steps=settings["local_steps"]
+        )
+        self._batch_weight = float(settings["batch_weight"])
+        if self._compressor is not None:
+            self._compressor.set_density(self._config.density)
+            comp = state.get("compression")
+            if isinstance(comp, dict):
+                self._compressor.load_state_dict(comp)
+        if self._reducer is not None:
+            self._reducer.hold = self._config.local_steps > 1
+
+    def _began_training(self) -> bool:
+        start = self._resume_at if self._resume_at is not None else 0
+        return self._iteration != start or self._micro != 0
 
     # -- shutdown ----------------------------------------------------------------------------------------
 

@@ -392,7 +392,7 @@ class GatewayLink:
                 return
             await asyncio.sleep(delay)
             try:
-                welcome = await self._connect()
+                welcome = await self._connect(reconnect=True)
                 break
             except (TransportError, WanrtTimeout, OSError) as exc:
                 log.debug("gateway %s: reconnect failed: %s", self.spec.url, exc)
@@ -450,8 +450,9 @@ class GatewayLink:
             self.start_iteration = start
         self._start_tasks()
 
-    async def _connect(self) -> Welcome:
-        """Dial and authenticate (a first connection or a reconnect)."""
+    async def _connect(self, *, reconnect: bool = False) -> Welcome:
+        """Dial and authenticate (a first connection or a reconnect: the Hello says which, so a restarted
+        gateway takes a reconnect of the run it served for what it is)."""
         spec = self.spec
         try:
             transport = await connect(spec.url, timeouts=self._timeouts)
@@ -467,6 +468,8 @@ class GatewayLink:
                     info["run"] = spec.run
                 if spec.resume_at is not None:
                     info["resume_at"] = spec.resume_at
+                if reconnect:
+                    info["reconnect"] = True
                 await transport.send([conn.hello(info=info)])
                 welcome = await self._handshake_reply()
                 refused = welcome.info.get("refused")
