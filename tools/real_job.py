@@ -55,6 +55,9 @@ class RealJob:
     root: Path
     sites: tuple[str, ...] = ("a", "b")
     scheduler: bool = False
+    #: run each gateway as tools.chaos_real_gateway (the daemon plus a rounds log per site) instead of
+    #: ``wanrt gateway``
+    rounds_logs: bool = False
     job: str = field(default_factory=lambda: f"rj{os.getpid()}x{random.randrange(1 << 20)}")
     gateways: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     trainers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -93,12 +96,15 @@ class RealJob:
     def start_gateway(self, site: str, *extra: str, wait_s: float = 30.0) -> None:
         ready = self.root / f"gw-{site}.ready"
         ready.unlink(missing_ok=True)
+        entry = ["tools.chaos_real_gateway"] if self.rounds_logs else ["wanrt", "gateway"]
         cmd = [
-            sys.executable, "-m", "wanrt", "gateway", "--config", str(self.root / "job" / f"gw-{site}.toml"),
+            sys.executable, "-m", *entry, "--config", str(self.root / "job" / f"gw-{site}.toml"),
             "--ready-file", str(ready), *extra,
         ]  # fmt: skip
+        if self.rounds_logs:
+            cmd += ["--rounds-log", str(self.root / f"rounds-{site}.jsonl")]
         self.gateways[site] = subprocess.Popen(
-            cmd, cwd=self.root / "job", env=self.env, stdout=self._log(f"gw-{site}"), stderr=subprocess.STDOUT
+            cmd, cwd=self.root / "job", env=dict(self.env, PYTHONPATH=str(REPO)), stdout=self._log(f"gw-{site}"), stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + wait_s
         while not ready.exists():

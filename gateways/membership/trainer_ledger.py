@@ -160,6 +160,12 @@ class TrainerLedger:
         for a dead trainer continue (gateways.node.trainer_runs)."""
         return {layer: (max(st.last_pushed, self.join_at - 1), st.shape) for layer, st in self._layers.items()}
 
+    def covers(self, iteration: int, layer: int) -> tuple[int, ...]:
+        """The earlier pushes of ``layer`` folded into the push of ``iteration`` (resent pushes no peer
+        had counted: they count under that push's id; the chaos soak's accounting follows them)."""
+        st = self._layers.get(layer)
+        return () if st is None else st.pending.get(iteration, ())
+
     def forget_aggregates(self) -> None:
         """Drop the results kept for a trainer run that died: its restart gets the job's parameters by a
         resync instead, and starts after every one of them."""

@@ -726,6 +726,8 @@ class GatewayNode:
             at = join_iteration(mine, other, margin=margin)
             log.info("gateway %s rejoins the job at iteration %d", peer, at)
             self._apply(self.engine.peer_joined(peer, now, at), now)
+            if other.fresh:  # restarted: it will never settle the rounds it missed (RoundEngine docs)
+                self._apply(self.engine.fresh_peer_joined(peer, at, now), now)
         for msg in self._backlog.pop(peer, []):
             ch.send_round(msg)
         self._resync_out(self.resync.retry(self._resync_candidates(), now))
