@@ -1086,7 +1086,7 @@ class GatewayNode:
                 info["refused"] = verdict.problem[:900]
                 info["retry"] = verdict.retry
             elif verdict.kind == "replace":
-                start = self._next_trainer_push()
+                start = self._replacement_start()
                 self.runs.offered = start  # the empty pushes for the dead trainer stay below it
         if start is not None:  # read only by a replacement trainer's first connection
             info[RESTART_FROM_KEY] = start
@@ -1150,7 +1150,7 @@ class GatewayNode:
             return None
         if verdict.problem is None:
             if verdict.kind == "replace":
-                start = self._next_trainer_push()
+                start = self._replacement_start()
                 log.warning(
                     "a new trainer run replaces run %s, whose trainer died (%s): it starts at iteration %d "
                     "and fetches the job's parameters and optimizer state from another site",
@@ -1584,6 +1584,12 @@ class GatewayNode:
         if self._trainer is not None:
             self._out.append(ToTrainer(self._trainer, msg))
         return msg
+
+    def _replacement_start(self) -> int:
+        """Where the restart of a dead trainer starts: after its last push, and after every round whose
+        result was delivered here meanwhile (rounds may finish without this site, x-order, before the
+        empty pushes start; those results went to no trainer, so the new one must not wait for them)."""
+        return max(self._next_trainer_push(), self._delivered_max + 1)
 
     def _next_trainer_push(self) -> int:
         """The first iteration the trainer has pushed no layer of (0 before any push)."""
