@@ -28,6 +28,7 @@ be merged into it; docs/chaos.md):
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import signal
@@ -112,7 +113,9 @@ class _Soak:
     def wait_all(self, iteration: int, timeout_s: float = 120.0) -> bool:
         return all(self.job.wait_iteration(s, iteration, timeout_s) for s in self.job.sites)
 
-    def counting_again(self, site: str, since: float, after_it: int, timeout_s: float = 90.0) -> dict[str, Any] | None:
+    def counting_again(
+        self, site: str, since: float, after_it: int, timeout_s: float = 90.0
+    ) -> dict[str, Any] | None:
         """The site's first record after ``since``, past iteration ``after_it`` + 1, of a step whose
         gradients count (not discarded) after its last discarded one, once three more counted steps
         followed it (so a discard run that had not begun yet is not missed)."""
@@ -129,9 +132,9 @@ class _Soak:
     def stall(self, site: str, t0: float, t1: float) -> float:
         """The longest gap between two iterations of ``site`` within [t0, t1], minus its median gap."""
         ts = [r["t"] for r in self.job.records(site)]
-        gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(ts)]
         median = statistics.median(gaps) if gaps else 0.0
-        inside = [b - a for a, b in zip(ts, ts[1:], strict=False) if b >= t0 and a <= t1]
+        inside = [b - a for a, b in itertools.pairwise(ts) if b >= t0 and a <= t1]
         return max(0.0, max(inside, default=0.0) - median)
 
     def loss_mean(self, first: int, last: int) -> float | None:

@@ -685,7 +685,8 @@ def real_clients_main(args: argparse.Namespace) -> int:
     if args.rounds is not None:
         plan = dataclasses.replace(plan, rounds_of_events=args.rounds)
     load = os.getloadavg()[0]
-    print(f"chaos soak, real clients: 2 sites, seed {plan.seed}, {'quick' if args.quick else 'full'}, load {load:.2f}")
+    mode = "quick" if args.quick else "full"
+    print(f"chaos soak, real clients: 2 sites, seed {plan.seed}, {mode}, load {load:.2f}", flush=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="wanrt-real-soak-") as tmp:
         result = run_real(plan, Path(tmp), quick=bool(args.quick))

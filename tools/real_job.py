@@ -90,8 +90,9 @@ class RealJob:
 
     def start_scheduler(self) -> None:
         cmd = [sys.executable, "-m", "wanrt", "scheduler", "--config", str(self.root / "job" / "job.toml")]
-        self._sched = subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=self._log("scheduler"),
-                                       stderr=subprocess.STDOUT)
+        self._sched = subprocess.Popen(
+            cmd, cwd=self.root, env=self.env, stdout=self._log("scheduler"), stderr=subprocess.STDOUT
+        )
 
     def start_gateway(self, site: str, *extra: str, wait_s: float = 30.0) -> None:
         ready = self.root / f"gw-{site}.ready"
@@ -104,7 +105,7 @@ class RealJob:
         if self.rounds_logs:
             cmd += ["--rounds-log", str(self.root / f"rounds-{site}.jsonl")]
         self.gateways[site] = subprocess.Popen(
-            cmd, cwd=self.root / "job", env=dict(self.env, PYTHONPATH=str(REPO)), stdout=self._log(f"gw-{site}"), stderr=subprocess.STDOUT
+            cmd, cwd=self.root / "job", env=self.env, stdout=self._log(f"gw-{site}"), stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + wait_s
         while not ready.exists():

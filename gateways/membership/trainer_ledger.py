@@ -158,7 +158,9 @@ class TrainerLedger:
     def pushed_layers(self) -> dict[int, tuple[int, tuple[int, int] | None]]:
         """Per layer pushed so far: (last iteration pushed, (dense_len, block_size)) — where empty pushes
         for a dead trainer continue (gateways.node.trainer_runs)."""
-        return {layer: (max(st.last_pushed, self.join_at - 1), st.shape) for layer, st in self._layers.items()}
+        return {
+            layer: (max(st.last_pushed, self.join_at - 1), st.shape) for layer, st in self._layers.items()
+        }
 
     def covers(self, iteration: int, layer: int) -> tuple[int, ...]:
         """The earlier pushes of ``layer`` folded into the push of ``iteration`` (resent pushes no peer

@@ -9,8 +9,8 @@ listener is up, with the actual bound addresses; ``--stats-file`` at shutdown (g
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import asyncio
+import dataclasses
 import json
 import logging
 import signal

@@ -65,7 +65,9 @@ def _run(job: RealJob, *args: str, checkpoints: dict[str, Path] | None = None) -
     return out
 
 
-def test_a_job_stopped_at_n_and_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(tmp_path: Path) -> None:
+def test_a_job_stopped_at_n_and_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(
+    tmp_path: Path,
+) -> None:
     common = ["--staleness", "0", "--steps", str(STEPS)]
     with RealJob(tmp_path / "full") as job:
         job.start_gateways()

@@ -53,7 +53,9 @@ async def _probe_once(
                 ) from None
     except TimeoutError:
         raise WanrtTimeout(
-            f"handshake with gateway {url} took longer than {timeout_s} s", phase="handshake", seconds=timeout_s
+            f"handshake with gateway {url} took longer than {timeout_s} s",
+            phase="handshake",
+            seconds=timeout_s,
         ) from None
     finally:
         with contextlib.suppress(Exception):
