@@ -502,7 +502,7 @@ class GatewayNode:
 
     def _to_trainer(self, msg: Aggregate) -> None:
         assert self.ledger is not None
-        if self._trainer is None and self.runs.state == "gone":
+        if self._trainer is None and self.runs.empties_started:
             return  # a result of the empty pushes made for a dead trainer: nobody of that run will ask
         self.ledger.retain(msg)
         if self._trainer is not None:

@@ -189,6 +189,11 @@ class TrainerRuns:
     def proxying(self, now: float) -> bool:
         return self.state == "gone" and self.gone_since is not None and now >= self.gone_since + self.grace_s
 
+    @property
+    def empties_started(self) -> bool:
+        """The empty pushes for the dead trainer began (before that, results are kept for a reconnect)."""
+        return self.state == "gone" and self._told
+
     def start_told(self) -> bool:
         """True once per absence: the caller logs and tells the other sites that the proxy started."""
         if self._told:
