@@ -148,10 +148,10 @@ class TrainerRuns:
             )
         return RunVerdict(
             "refused",
-            f"this gateway already served run {old} of job, which finished here at iteration "
-            f"{self.stopped_at} (its trainer closed): a new run needs fresh gateways (restart `wanrt "
-            "gateway` at every site, deleting their state files) or another job name; to continue that "
-            "run, resume from its checkpoint (wanrt.init(..., resume_at=N), docs/client.md)",
+            f"this gateway already served another training run (run {old}), which finished here at "
+            f"iteration {self.stopped_at} (its trainer closed): a new run needs fresh gateways (restart "
+            "`wanrt gateway` at every site, deleting their state files) or another job name; to continue "
+            "that run, resume from its checkpoint (wanrt.init(..., resume_at=N), docs/client.md)",
         )
 
     def admit(self, run: Any, verdict: RunVerdict) -> None:
