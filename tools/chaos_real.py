@@ -19,9 +19,9 @@ be merged into it; docs/chaos.md):
   counts (its snapshot installed, its gradients in the rounds again), minus the time the soak kept it down;
 * ``healthy_site_stall_s`` — worst, over every event, of the other site's longest gap between two
   iterations while the event lasted, minus its median gap;
-* ``gateway_restart_loss_jump`` — worst, over gateway restarts, of the mean loss (both sites) over the
-  ``LOSS_WINDOW`` iterations after the restarted site counts again, over the mean of the
-  ``LOSS_WINDOW`` before the kill;
+* ``gateway_restart_loss_jump`` — worst, over gateway restarts, of the mean held-out loss (a fixed batch,
+  both sites) over the ``LOSS_WINDOW`` iterations after the restarted site counts again, over the mean of
+  the ``LOSS_WINDOW`` before the kill;
 * ``foreign_run_refused`` / ``foreign_run_refused_s`` — the second run was refused at ``wanrt.init``
   (RunRefused, one traceback), and how long it took.
 """
@@ -138,7 +138,8 @@ class _Soak:
         return max(0.0, max(inside, default=0.0) - median)
 
     def loss_mean(self, first: int, last: int) -> float | None:
-        vals = [r["loss"] for s in self.job.sites for r in self.job.records(s) if first <= r["it"] <= last]
+        """Mean held-out loss (a fixed batch: a function of the parameters alone) over both sites."""
+        vals = [r["eval"] for s in self.job.sites for r in self.job.records(s) if first <= r["it"] <= last]
         return statistics.fmean(vals) if vals else None
 
     def trainer_event(self, row: EventRow, down_s: float) -> None:

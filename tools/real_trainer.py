@@ -6,12 +6,12 @@ exactly as a user's ``torchrun`` restart would; nothing here reaches into wanrt'
 small character-level MLP language model with Adam (the public client: ``wanrt.init``,
 ``wanrt.SparseOptimizer``), each site reading its own shard of a fixed synthetic text.
 
-Every iteration appends one JSON line to ``--log`` (wall time, iteration, loss, whether its gradients were
-left out, resyncs installed), so the soak measures from the trainer's own records when a restarted site
-contributes again and how the loss moved. At the end it writes ``--out`` with a digest of the parameters
-(every site of a job must end with the same digest). ``--save-at N --checkpoint PATH`` stops at
-iteration N (``ctx.close()``, which applies every outstanding update) and saves ``model.state_dict()`` and
-``opt.state_dict()``;
+Every iteration appends one JSON line to ``--log`` (wall time, iteration, the batch's loss, the loss on a
+fixed held-out batch, whether its gradients were left out, resyncs installed), so the soak measures from
+the trainer's own records when a restarted site contributes again and how the loss moved. At the end it
+writes ``--out`` with a digest of the parameters (every site of a job must end with the same digest).
+``--save-at N --checkpoint PATH`` stops at iteration N (``ctx.close()``, which applies every outstanding
+update) and saves ``model.state_dict()`` and ``opt.state_dict()``;
 ``--resume PATH`` loads them before training (docs/client.md, *Checkpoint and resume*).
 """
 
@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
     data = text()
+    # a fixed held-out batch, the same at every site: its loss is a function of the parameters alone, so
+    # the soak can compare the loss before and after a fault without the batches' noise
+    ex, ey = batch(data, "eval", 0, 0, 256)
     log = args.log.open("a") if args.log is not None else None
     first = ctx.iteration
     stop = args.save_at if args.save_at > 0 else args.steps
@@ -127,10 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         opt.step()
         opt.zero_grad()
         if log is not None:
+            with torch.no_grad():
+                held_out = float(torch.nn.functional.cross_entropy(model(ex), ey))
             rec = {
                 "t": time.time(),
                 "it": it,
                 "loss": round(float(loss.detach()), 5),
+                "eval": round(held_out, 5),
                 "discarded": ctx.last_step_discarded,
                 "resyncs": ctx.resyncs,
                 "pid": os.getpid(),
