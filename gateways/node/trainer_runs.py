@@ -16,9 +16,9 @@ happen to the run this gateway serves, and each asks for a different answer to t
 
 While the site's trainer is dead the job must not wait for it: after ``grace_s`` (a reconnect of the same
 run would come back sooner) the gateway pushes an *empty* contribution for this site for every layer up
-to the iteration after the newest it has seen — the very push a trainer makes while its resync is pending
-(docs/resync_discard.md) — so every round completes at every site, the site's data is simply left out,
-and the parameters of all sites stay identical. It never pushes the iteration a replacement has been
+to two iterations past the newest result delivered here — the very push a trainer makes while its resync
+is pending (docs/resync_discard.md) — so every round completes at every site, the site's data is simply
+left out, and the parameters of all sites stay identical. It never pushes the iteration a replacement has been
 offered (``restart_from``), so the replacement's first push is the site's next one.
 """
 
