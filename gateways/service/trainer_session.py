@@ -254,6 +254,9 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
             )
 
 
+#: silence after which a trainer connection is taken for dead: three of the client's 5 s heartbeats
+TRAINER_SILENT_S = 15.0
+
 #: _handshake's answer for ``wanrt.init``'s probe (a Hello with ``probe``: the client only reads the
 #: Welcome — the gateway's proof and whether its run may train here — and closes)
 _PROBED = "probe"
@@ -285,7 +288,10 @@ async def _handshake(owner: TrainerOwner, conn: Connection, transport: Transport
 
 async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
     conn, transport = session.conn, session.transport
-    silent = owner.timeouts.peer_lost_after  # the client beats every heartbeat_interval from its own thread
+    # the client beats every 5 s (transports.Timeouts' default: its link's own setting, not this gateway's)
+    # from its link thread, whatever its training loop does; a gateway with shorter peer heartbeats must
+    # not take a healthy trainer for dead
+    silent = max(owner.timeouts.peer_lost_after, TRAINER_SILENT_S)
     while True:
         try:
             async with asyncio.timeout(silent):
