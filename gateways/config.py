@@ -137,6 +137,14 @@ class GatewayConfig:
     # instead of starting it anew at iteration 0 (gateways/service/state_file.py); unset: not kept
     state_file: str | None = None
     non_finite: str = "reject_link"
+    # how long after this site's trainer died (its connection ended without Bye, or went silent) the
+    # gateway starts pushing empty contributions for it, so the other sites train on without it (a
+    # reconnect of the same run comes back sooner; gateways/node/trainer_runs.py)
+    trainer_gone_grace_s: float = 2.0
+    # the iteration of the trainers' checkpoint a stopped job resumes from (`wanrt gateway --resume-at N`,
+    # the same N at every gateway): a fresh gateway starts the job there instead of at 0 or at its
+    # state_file's frontier (docs/client.md, "Checkpoint and resume"); 0 or more than rounds.window
+    resume_at: int | None = None
     # Which peers this gateway expects a link to: "all" (a full mesh, the default) or "plan" (only its
     # neighbours in the round plan: parent and children in a tree, ring neighbours). Added for the
     # simulator's 1 000-site trees, where a mesh would be 500k links (issue 8 part 3; see docs/sim.md).
@@ -198,6 +206,15 @@ class GatewayConfig:
         check(1.0 <= self.reconnect_factor <= 10.0, "reconnect_factor", self.reconnect_factor, "in [1, 10]")
         positive("shutdown_deadline_s", self.shutdown_deadline_s, 3600.0)
         positive("telemetry_interval_s", self.telemetry_interval_s, 3600.0)
+        positive("trainer_gone_grace_s", self.trainer_gone_grace_s, 3600.0)
+        if self.resume_at is not None:
+            check(
+                type(self.resume_at) is int
+                and (self.resume_at == 0 or self.rounds.window < self.resume_at < 1 << 62),
+                "resume_at",
+                self.resume_at,
+                f"an iteration: 0, or more than rounds.window ({self.rounds.window})",
+            )
         check(
             self.non_finite in ("reject_link", "drop_payload"),
             "non_finite",

@@ -80,6 +80,10 @@ def soak_configs(
             timeouts=SOAK_TIMEOUTS,
             shaping={p: PeerShape(rate_bps, delay_s=delay_s) for p in peers},
             state_file=str(sock_dir / f"state-{s}.json"),
+            # the stand-in trainers' "trainer_kill" is a reconnect of the same run that re-sends its
+            # unacknowledged pushes (a trainer that checkpoints them); empty pushes made for it meanwhile
+            # would take those pushes' places. A crash of a real trainer is a new run (tools/chaos_real.py)
+            trainer_gone_grace_s=60.0,
         )
         if s == control_site:
             out[s] = dataclasses.replace(out[s], metrics_port=free_port(), control_token_file=str(token))

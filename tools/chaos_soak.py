@@ -673,6 +673,39 @@ def _name_site(record: logging.LogRecord) -> bool:
     return True
 
 
+def real_clients_main(args: argparse.Namespace) -> int:
+    """``--real-clients``: tools/chaos_real.py's soak; the same table-and-JSON report as the other mode."""
+    import tempfile
+
+    from tools.chaos_real import REAL_TARGETS, full_real_plan, quick_real_plan
+    from tools.chaos_real import meets as real_meets
+    from tools.chaos_real import run as run_real
+
+    plan = quick_real_plan(args.seed) if args.quick else full_real_plan(args.seed)
+    if args.rounds is not None:
+        plan = dataclasses.replace(plan, rounds_of_events=args.rounds)
+    load = os.getloadavg()[0]
+    mode = "quick" if args.quick else "full"
+    print(f"chaos soak, real clients: 2 sites, seed {plan.seed}, {mode}, load {load:.2f}", flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="wanrt-real-soak-") as tmp:
+        result = run_real(plan, Path(tmp), quick=bool(args.quick))
+    result["load_start"] = round(load, 2)
+    result["load_end"] = round(os.getloadavg()[0], 2)
+    result["elapsed_s"] = round(time.perf_counter() - started, 1)
+    print()
+    print(f"{'key':<34} {'value':>10}  target   ok")
+    for key, (op, target) in REAL_TARGETS.items():
+        value = result[key]
+        print(f"{key:<34} {value!s:>10}  {op} {target:<5} {'yes' if real_meets(key, value) else 'NO'}")
+    for key in ("pushes", "result_conflicts", "gateway_restart_back_s", "discarded_steps_worst",
+                "foreign_run_refused_s", "events_never_recovered", "elapsed_s", "load_end"):  # fmt: skip
+        print(f"{key:<34} {result[key]!s:>10}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2, sort_keys=True))
+    return 0 if all(real_meets(k, result[k]) for k in REAL_TARGETS) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the same soak, fewer events (< 60 s)")
@@ -691,7 +724,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="allocator readings after every event and gc counts (no tracemalloc: the run's speed is kept)",
     )
+    ap.add_argument(
+        "--real-clients",
+        action="store_true",
+        help="two sites whose trainers use the public client (torch): trainer and gateway kills (issue 21)",
+    )
     args = ap.parse_args(argv)
+    if args.real_clients:
+        return real_clients_main(args)
     os.environ.setdefault("WANRT_KERNELS", "numpy")
     level = logging.INFO if args.verbose else logging.ERROR
     logging.basicConfig(level=level, format="%(levelname)s [%(site)s] %(name)s: %(message)s")

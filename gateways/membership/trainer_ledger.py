@@ -155,6 +155,24 @@ class TrainerLedger:
         last = max((st.last_pushed for st in self._layers.values()), default=-1)
         return max(last + 1, self.join_at)
 
+    def pushed_layers(self) -> dict[int, tuple[int, tuple[int, int] | None]]:
+        """Per layer pushed so far: (last iteration pushed, (dense_len, block_size)) — where empty pushes
+        for a dead trainer continue (gateways.node.trainer_runs)."""
+        return {
+            layer: (max(st.last_pushed, self.join_at - 1), st.shape) for layer, st in self._layers.items()
+        }
+
+    def covers(self, iteration: int, layer: int) -> tuple[int, ...]:
+        """The earlier pushes of ``layer`` folded into the push of ``iteration`` (resent pushes no peer
+        had counted: they count under that push's id; the chaos soak's accounting follows them)."""
+        st = self._layers.get(layer)
+        return () if st is None else st.pending.get(iteration, ())
+
+    def forget_aggregates(self) -> None:
+        """Drop the results kept for a trainer run that died: its restart gets the job's parameters by a
+        resync instead, and starts after every one of them."""
+        self._aggregates.clear()
+
     def fresh(self, iteration: int, layer: int) -> bool:
         """Would :meth:`on_push` hand this push to the round engine unchanged (a new iteration, nothing
         to fold into it)? Only then may pieces of a streamed push go ahead of it

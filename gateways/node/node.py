@@ -45,6 +45,7 @@ from gateways.node.push_stream import PushStreams
 from gateways.node.resync import ParamResync, ToPeer, ToSiteTrainer
 from gateways.node.shard_relay import ShardRelay
 from gateways.node.trainer_restart import TrainerRestart
+from gateways.node.trainer_runs import RunVerdict, TrainerRuns, resume_at_of
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.ids import distinct_sites
 from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
@@ -182,7 +183,10 @@ class GatewayNode:
         self._trainer: int | None = None  # the current trainer session
         self._streams = PushStreams()  # its streamed pushes being put together
         self._trainer_model: ModelSignature | None = None
-        self._trainer_run: str | None = None
+        #: the run this gateway serves and what it does while that run's trainer is dead
+        self.runs = TrainerRuns(cfg.trainer_gone_grace_s)
+        self._filling = False  # empty pushes for a dead trainer are being made (no re-entry)
+        self._delivered_max = -1  # the newest iteration a round result was delivered for here
         self._config_update: ConfigUpdate | None = None
         self._scheduler_up = False
         self._next_report: float | None = None
@@ -266,6 +270,9 @@ class GatewayNode:
         retry = self.resync.retry_at
         if retry is not None and (best is None or retry < best):
             best = retry
+        gone = self.runs.due()
+        if gone is not None and (best is None or gone < best):
+            best = gone
         if self.engine is not None:
             e = self.engine.next_deadline()
             if e is not None and (best is None or e < best):
@@ -311,6 +318,8 @@ class GatewayNode:
             self._out.append(ToScheduler(self.telemetry(now)))
         if self.resync.retry_at is not None and now >= self.resync.retry_at:
             self._resync_out(self.resync.retry(self._resync_candidates(), now))
+        if self.runs.state == "gone" and self._trainer is None:
+            self._fill_for_dead_trainer(now)
         self._observe_link_times(now)
 
     # ------------------------------------------------------------------------------------------------
@@ -405,6 +414,41 @@ class GatewayNode:
             for key in [k for k in self._unshared if k not in waiting]:
                 self._send_push_acks(self._unshared.pop(key))  # sent to nobody: nobody to wait for
         self._observe_link_times(now)
+        if self.runs.state == "gone" and self._trainer is None:
+            self._fill_for_dead_trainer(now)
+
+    def _fill_for_dead_trainer(self, now: float) -> None:
+        """This site's trainer died: push an empty contribution for it up to the round the others wait
+        for (gateways.node.trainer_runs), so the job trains on without its data instead of stalling."""
+        engine, ledger = self.engine, self.ledger
+        if self._filling or engine is None or ledger is None or not self.runs.proxying(now):
+            return
+        self._filling = True
+        try:
+            if self.runs.start_told():
+                log.warning(
+                    "the trainer of this site is gone (%s): rounds go on without this site's data (empty "
+                    "contributions) until a trainer of this site starts again (it rejoins at the job's "
+                    "iteration and fetches the job's parameters)",
+                    self.runs.gone_reason,
+                )
+                fault = SiteFault(
+                    self.site,
+                    "trainer_gone",
+                    f"the trainer of site {self.site} is gone ({self.runs.gone_reason[:160]}); the job "
+                    f"trains on without site {self.site}'s data until it restarts",
+                )
+                for ch in self._by_peer.values():
+                    ch.send_control(fault)
+            for it, layer, (dense_len, block_size) in self.runs.fill(
+                now, self._delivered_max, ledger.pushed_layers()
+            ):
+                empty = SparsePayload.empty(layer, dense_len, block_size)
+                verdict = ledger.on_push(it, layer, empty)
+                if verdict.push is not None:
+                    self._apply(engine.local_push(*verdict.push, now), now)
+        finally:
+            self._filling = False
 
     def _send_round(self, peer: str, msg: RoundMsg, now: float) -> None:
         ch = self._by_peer.get(peer)
@@ -433,6 +477,7 @@ class GatewayNode:
             log.debug("round %s of layer %d has no payload at all; nothing to deliver", d.iteration, d.layer)
             return
         self.ledger.answer(d.iteration, d.layer)
+        self._delivered_max = max(self._delivered_max, d.iteration)
         sites = distinct_sites(d.sites) or (self.site,)
         self._to_trainer(Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites))
         self.stats.aggregates_delivered += 1
@@ -460,6 +505,8 @@ class GatewayNode:
 
     def _to_trainer(self, msg: Aggregate) -> None:
         assert self.ledger is not None
+        if self._trainer is None and self.runs.empties_started:
+            return  # a result of the empty pushes made for a dead trainer: nobody of that run will ask
         self.ledger.retain(msg)
         if self._trainer is not None:
             self._out.append(ToTrainer(self._trainer, msg))
@@ -591,6 +638,8 @@ class GatewayNode:
         it together. A cold start (no state file: frontier -1 at both ends) is never held up."""
         if self.engine is not None or not (mine.fresh and other.fresh):
             return None
+        if self.cfg.resume_at is not None:
+            return None  # the whole job resumes from its trainers' checkpoint: every gateway starts there
         if max(mine.frontier, other.frontier) < 0 or now >= self._fresh_wait_until:
             return None
         return (
@@ -698,6 +747,8 @@ class GatewayNode:
             at = join_iteration(mine, other, margin=margin)
             log.info("gateway %s rejoins the job at iteration %d", peer, at)
             self._apply(self.engine.peer_joined(peer, now, at), now)
+            if other.fresh:  # restarted: it will never settle the rounds it missed (RoundEngine docs)
+                self._apply(self.engine.fresh_peer_joined(peer, at, now), now)
         for msg in self._backlog.pop(peer, []):
             ch.send_round(msg)
         self._resync_out(self.resync.retry(self._resync_candidates(), now))
@@ -1010,9 +1061,12 @@ class GatewayNode:
             ch.send_control(fault)
 
     def _on_site_fault(self, ch: PeerChannel, fault: SiteFault, now: float) -> None:
-        if fault.kind == "trainer_auth":  # a warning, and only from that site itself (no relays)
+        if fault.kind in ("trainer_auth", "trainer_gone"):  # warnings, only from that site itself
             if fault.site == ch.peer:
-                self._warn_trainer(fault.site, "auth", fault.message, now)
+                if fault.kind == "trainer_gone":
+                    log.warning("site %s reports: %s", fault.site, fault.message)
+                kind = "auth" if fault.kind == "trainer_auth" else "trainer"  # Notice kinds
+                self._warn_trainer(fault.site, kind, fault.message, now)
             return
         live = {p for p, c in self._by_peer.items() if not c.ended}
         # fatal while the job is starting *for that site*: this gateway has run no round yet, or none with
@@ -1037,7 +1091,11 @@ class GatewayNode:
     # the trainer
     # ------------------------------------------------------------------------------------------------
 
-    def trainer_welcome_info(self) -> dict[str, Any]:
+    def trainer_welcome_info(self, hello: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The Welcome's info for a trainer whose Hello said ``hello``: the job's model, where the job is,
+        and, for a run this gateway will not serve, ``refused`` (why) and ``retry`` — so the client raises
+        at ``wanrt.init`` with that one message (the decision is made again after the trainer
+        authenticated: :meth:`trainer_model_problem`); for the restart of a dead run, ``restart_from``."""
         info = self.model.info()
         info["frontier"] = -1 if self.engine is None else self.engine.frontier
         info["join_at"] = -1 if self.join_at is None else self.join_at
@@ -1045,6 +1103,14 @@ class GatewayNode:
         if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
             info[PUSH_CUT_KEY] = push_cut_value(len(self.sites), rc.allpairs_chunk_bytes)  # streamed pushes
         start = self.restart.start_at(self._next_trainer_push())
+        if hello is not None:
+            verdict = self._run_verdict(hello)
+            if verdict.problem is not None:
+                info["refused"] = verdict.problem[:900]
+                info["retry"] = verdict.retry
+            elif verdict.kind == "replace":
+                start = self._replacement_start()
+                self.runs.offered = start  # the empty pushes for the dead trainer stay below it
         if start is not None:  # read only by a replacement trainer's first connection
             info[RESTART_FROM_KEY] = start
         return info
@@ -1052,7 +1118,7 @@ class GatewayNode:
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
         """Why this trainer may not train here (None: fine): another run is being served, or its model is
         not the job's (its signature may be adopted)."""
-        problem = self._run_problem(info.get("run"))
+        problem = self._run_problem(info)
         if problem is not None:
             return problem
         try:
@@ -1077,32 +1143,57 @@ class GatewayNode:
         self._trainer_model = sig
         return None
 
-    def _run_problem(self, run: Any) -> str | None:
-        """A trainer of a new run (another ``wanrt.init``) against a gateway that already counted pushes of
-        an earlier run would have its pushes taken for that run's re-sends and hang: refuse it, saying
-        what to do. A reconnect of the same run, or a first run, is fine."""
-        if not isinstance(run, str) or not run:
-            return None  # a client that does not say its run: nothing to compare
-        if self._trainer_run is None or run == self._trainer_run:
-            self._trainer_run = run
-            return None
+    def _run_verdict(self, info: dict[str, Any]) -> RunVerdict:
+        frontier = -1 if self.engine is None else self.engine.frontier
         served = self.stats.trainer_pushes > 0
-        if not served:
-            self._trainer_run = run
-            return None
+        return self.runs.verdict(
+            info.get("run"),
+            resume_at_of(info),
+            None if self.ledger is None else self._next_trainer_push(),
+            frontier,
+            served=served,
+            resync_pending=self.resync.need is not None,
+            reconnect=info.get("reconnect") is True,
+        )
+
+    def _run_problem(self, info: dict[str, Any]) -> str | None:
+        """Which run may train here (gateways.node.trainer_runs): a reconnect of the run served, the first
+        run, the restart of a run whose trainer died (it starts at the site's next iteration and fetches
+        the job's parameters and optimizer state), a checkpoint resumed where this site stopped, or the
+        process the scheduler restarted (KILL_RESTART); anything else is another run: refused, saying
+        what to do (its pushes would be taken for the old run's re-sends and hang)."""
+        run = info.get("run")
+        verdict = self._run_verdict(info)
         start = self.restart.start_at(self._next_trainer_push())
-        if start is not None and self.restart.admit():
+        if verdict.kind in ("replace", "refused") and start is not None and self.restart.admit():
             # the process the scheduler restarted (KILL_RESTART): the new one takes over where the old
             # one stopped (its Welcome said so) and fetches the job's parameters
-            self._trainer_run = run
+            self.runs.admit(run, RunVerdict("replace"))
             self._resync_out(self.resync.start(start))
             return None
-        frontier = -1 if self.engine is None else self.engine.frontier
-        return (
-            f"this gateway already serves another training run (run {self._trainer_run}, job at iteration "
-            f"{frontier}); a new run needs fresh gateways: restart `wanrt gateway` at every site, or start "
-            "the new run under another job name"
-        )
+        if verdict.problem is None:
+            if verdict.kind == "replace":
+                start = self._replacement_start()
+                log.warning(
+                    "a new trainer run replaces run %s, whose trainer died (%s): it starts at iteration %d "
+                    "and fetches the job's parameters and optimizer state from another site",
+                    self.runs.run,
+                    self.runs.gone_reason,
+                    start,
+                )
+                if self.ledger is not None:
+                    self.ledger.forget_aggregates()  # the dead run's; the resync snapshot holds them
+                self._resync_out(self.resync.start(start))
+            elif verdict.kind == "resume":
+                log.warning(
+                    "a new trainer run resumes the job from its checkpoint of iteration %d (run %s "
+                    "stopped there)",
+                    self.runs.stopped_at,
+                    self.runs.run,
+                )
+            self.runs.admit(run, verdict)
+            return None
+        return verdict.problem
 
     def trainer_connected(self, session: int) -> None:
         """Trainer session ``session`` passed its handshake; it replaces any earlier one."""
@@ -1111,6 +1202,7 @@ class GatewayNode:
             log.warning("a new trainer connection replaces an earlier one")
             self._out.append(RefuseTrainer(old, "replaced by a new connection of this site's trainer"))
         self._trainer = session
+        self.runs.connected()
         self._streams.clear()  # the old session's unfinished pushes are never counted
         self.stats.trainer_connections += 1
         # a pending resync first: the trainer must hold every result it gets from now on (one applied
@@ -1124,9 +1216,15 @@ class GatewayNode:
         for notice in self.faults.replay():
             self._out.append(ToTrainer(session, notice))
 
-    def trainer_disconnected(self, session: int, reason: str) -> None:
+    def trainer_disconnected(
+        self, session: int, reason: str, *, clean: bool = False, now: float | None = None
+    ) -> None:
+        """The trainer session ended: ``clean`` when its ``close()`` said Bye (the run finished here), else
+        it died (gateways.node.trainer_runs: after a grace the gateway pushes empty contributions for it,
+        and the next run is its restart)."""
         if self._trainer == session:
             self._trainer = None
+            self.runs.left(clean=clean, reason=reason, next_push=self._next_trainer_push(), now=now or 0.0)
             self._streams.clear()
             self._to_scheduler(self._shards.trainer_left(reason, self._scheduler_up))  # DOING → TODO
             self._resync_out(self.resync.trainer_left())
@@ -1510,6 +1608,12 @@ class GatewayNode:
             self._out.append(ToTrainer(self._trainer, msg))
         return msg
 
+    def _replacement_start(self) -> int:
+        """Where the restart of a dead trainer starts: after its last push, and after every round whose
+        result was delivered here meanwhile (rounds may finish without this site, x-order, before the
+        empty pushes start; those results went to no trainer, so the new one must not wait for them)."""
+        return max(self._next_trainer_push(), self._delivered_max + 1)
+
     def _next_trainer_push(self) -> int:
         """The first iteration the trainer has pushed no layer of (0 before any push)."""
         return 0 if self.ledger is None else self.ledger.next_push()
@@ -1557,6 +1661,7 @@ class GatewayNode:
             },
             "faults": self.faults.status(),
             "resync": {"need": self.resync.need, **asdict(self.resync.stats)},
+            "trainer_run": self.runs.status(),
             "restart": {
                 "order": None if self.restart.order is None else asdict(self.restart.order),
                 "replaced": self.restart.replaced,

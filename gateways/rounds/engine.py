@@ -369,6 +369,28 @@ class RoundEngine:
         self._replan(now, out)
         return out
 
+    def fresh_peer_joined(self, peer: str, join_at: int, now: float) -> list[Action]:
+        """After :meth:`peer_joined` for a peer that restarted with no memory of its rounds (a fresh
+        gateway): the rounds before ``join_at`` this site could not finish for want of a quorum wait for
+        an ``outcome`` of that peer that never comes — a fresh engine counted nothing and sends none — so
+        they aged out only after ``max_lag`` iterations, while the trainers waited for them (issue 21: a
+        two-site job, whose survivor alone is no majority, stalled ~60 s after one gateway restarted).
+        Settle them now as such an outcome would: nothing of this site counted there, so its
+        contributions are carried into the rounds from ``join_at`` and counted once; the restarted site's
+        trainers fetch the job's parameters (a resync), so what its old process applied does not matter."""
+        del peer  # every quorum-less round waits for the same missing majority
+        out: list[Action] = []
+        layers: set[int] = set()
+        for key in sorted(self._rounds):
+            r = self._rounds.get(key)
+            if r is not None and r.iteration < join_at and not self._has_quorum(r.plan):
+                layers.add(r.layer)
+                self._settle(r, set(), 0, now, out)
+        for layer in sorted(layers):
+            self._done_below[layer] = max(self._done_below.get(layer, -1), join_at)
+            self._flush(layer, now, out)
+        return out
+
     def known_join(self, peer: str, iteration: int) -> None:
         """The membership part of a join: ``peer`` takes part from ``iteration`` on. :meth:`peer_joined`
         adds the re-plan and the outcomes; a gateway calls this alone, before any round is open, for a join

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import signal
@@ -36,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stats-file", metavar="PATH", help="write the final counters here (JSON) at shutdown"
+    )
+    parser.add_argument(
+        "--resume-at",
+        type=int,
+        metavar="N",
+        help="resume a stopped job at iteration N, its trainers' checkpoint (the same N at every gateway)",
     )
     add_log_level(parser)
 
@@ -64,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         cfg = load_gateway_config(args.config)
+        if getattr(args, "resume_at", None) is not None:
+            cfg = dataclasses.replace(cfg, resume_at=args.resume_at)
     except ConfigError as exc:
         print(f"wanrt gateway: configuration error: {exc}", file=sys.stderr)
         return 2

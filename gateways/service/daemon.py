@@ -159,6 +159,12 @@ class GatewayDaemon:
             self.node.resume_frontier = self._saved_frontier = load_frontier(
                 self.cfg.state_file, job=self.job, site=self.site
             )
+        if self.cfg.resume_at is not None:
+            # the frontier that makes the fresh gateways' join rule (max frontier + 1 + window) start the
+            # job exactly at the checkpoint's iteration (gateways.membership.joining.join_iteration)
+            at = self.cfg.resume_at
+            self.node.resume_frontier = at - 1 - self.cfg.rounds.window if at else -1
+            log.info("resuming the job at iteration %d (the trainers' checkpoint)", at)
         await asyncio.to_thread(warm_up_codec)  # never inside the first round (see codec_warmup)
         try:
             trainer_url = parse_url(self.cfg.trainer_listen).url
@@ -462,8 +468,8 @@ class GatewayDaemon:
         """What this site's trainer proves with (its own key with per-site keys, not a gateway's)."""
         return self._creds.for_trainer()
 
-    def trainer_welcome_info(self) -> dict[str, Any]:
-        return self.node.trainer_welcome_info()
+    def trainer_welcome_info(self, hello: dict[str, Any]) -> dict[str, Any]:
+        return self.node.trainer_welcome_info(hello)
 
     def trainer_auth_failed(self, reason: str) -> None:
         self.node.trainer_auth_failed(reason, self._now())
@@ -486,9 +492,9 @@ class GatewayDaemon:
         self.node.trainer_connected(sid)
         self._after()
 
-    def trainer_disconnected(self, session: TrainerSession, reason: str) -> None:
+    def trainer_disconnected(self, session: TrainerSession, reason: str, *, clean: bool) -> None:
         self._sessions.pop(session.session_id, None)
-        self.node.trainer_disconnected(session.session_id, reason)
+        self.node.trainer_disconnected(session.session_id, reason, clean=clean, now=self._now())
         self._after()
         log.info("trainer %s disconnected: %s", session.peer, reason)
 

@@ -67,7 +67,10 @@ class TrainerOwner(Protocol):
     site: str
     job: str
 
-    def trainer_welcome_info(self) -> dict[str, Any]: ...
+    def trainer_welcome_info(self, hello: dict[str, Any]) -> dict[str, Any]:
+        """The Welcome's info for a trainer whose Hello said ``hello`` (``refused`` when its run may not
+        train here: the client raises at ``wanrt.init``)."""
+        ...
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
         """Why this trainer's model is not the job's (None: fine; its signature may be adopted)."""
@@ -83,7 +86,9 @@ class TrainerOwner(Protocol):
 
     def trainer_connected(self, session: TrainerSession) -> None: ...
 
-    def trainer_disconnected(self, session: TrainerSession, reason: str) -> None: ...
+    def trainer_disconnected(self, session: TrainerSession, reason: str, *, clean: bool) -> None:
+        """The session ended; ``clean``: the trainer said Bye (its run finished here), else it died."""
+        ...
 
     async def trainer_push(self, session: TrainerSession, push: Push) -> None: ...
 
@@ -124,6 +129,7 @@ class TrainerSession:
         self._drained.set()
         self._bye_sent = False
         self._refusal: str | None = None
+        self.said_bye = False  # the trainer closed its run (close()): it did not die
 
     def send(self, msg: Message) -> None:
         """Queue a frame for the trainer (Aggregate, Ack, ConfigUpdate, Bye)."""
@@ -184,6 +190,9 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
     try:
         async with asyncio.timeout(timeouts.handshake):
             problem = await _handshake(owner, conn, transport)
+        if problem is _PROBED:
+            await abort_and_close(conn, transport, None, grace=timeouts.close)
+            return
     except asyncio.CancelledError:
         await abort_and_close(conn, transport, None, grace=timeouts.close)
         raise
@@ -232,7 +241,7 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
         for task in (reader, writer):
             task.cancel()
         await asyncio.gather(reader, writer, return_exceptions=True)
-        owner.trainer_disconnected(session, reason)
+        owner.trainer_disconnected(session, reason, clean=session.said_bye)
         if error is None and session.bye_sent:
             with contextlib.suppress(TransportError, OSError):
                 await transport.close()  # a clean end: Bye said
@@ -243,6 +252,14 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
                 error if isinstance(error, (ProtocolError, AuthError)) else None,
                 grace=timeouts.close,
             )
+
+
+#: silence after which a trainer connection is taken for dead: three of the client's 5 s heartbeats
+TRAINER_SILENT_S = 15.0
+
+#: _handshake's answer for ``wanrt.init``'s probe (a Hello with ``probe``: the client only reads the
+#: Welcome — the gateway's proof and whether its run may train here — and closes)
+_PROBED = "probe"
 
 
 async def _handshake(owner: TrainerOwner, conn: Connection, transport: Transport) -> str | None:
@@ -257,8 +274,11 @@ async def _handshake(owner: TrainerOwner, conn: Connection, transport: Transport
         )
         await transport.send([conn.reject(ErrorCode.AUTH, why)])
         raise AuthError(why, peer=transport.peer)
-    await transport.send([conn.accept(owner.trainer_welcome_info())])
+    hello = dict(conn.peer_info)
+    await transport.send([conn.accept(owner.trainer_welcome_info(hello))])
     event = await next_event(conn, transport)
+    if hello.get("probe") and isinstance(event, (ConnectionClosed, Error)):
+        return _PROBED
     if isinstance(event, Error) and event.code == ErrorCode.AUTH:  # our proof did not match its secret
         raise AuthError(f"the trainer does not share this job's secret: {event.message}", peer=transport.peer)
     if not isinstance(event, Auth):
@@ -268,8 +288,16 @@ async def _handshake(owner: TrainerOwner, conn: Connection, transport: Transport
 
 async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
     conn, transport = session.conn, session.transport
+    # the client beats every 5 s (transports.Timeouts' default: its link's own setting, not this gateway's)
+    # from its link thread, whatever its training loop does; a gateway with shorter peer heartbeats must
+    # not take a healthy trainer for dead
+    silent = max(owner.timeouts.peer_lost_after, TRAINER_SILENT_S)
     while True:
-        event = await next_event(conn, transport)
+        try:
+            async with asyncio.timeout(silent):
+                event = await next_event(conn, transport)
+        except TimeoutError:
+            return f"trainer silent for {silent:g} s (no heartbeat): taken for dead"
         if isinstance(event, Push) and not isinstance(event, Aggregate):
             await owner.trainer_push(session, event)  # checked by the node (job, site, values)
         elif isinstance(event, PushPiece):
@@ -285,6 +313,7 @@ async def _read(owner: TrainerOwner, session: TrainerSession) -> str:
         elif isinstance(event, Heartbeat):
             continue
         elif isinstance(event, Bye):
+            session.said_bye = True
             session.send(Bye("served"))
             await session.wait_drained()
             return f"trainer said bye: {event.reason or 'no reason'}"

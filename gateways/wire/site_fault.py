@@ -26,8 +26,9 @@ __all__ = ["FAULT_KINDS", "SiteFault"]
 
 #: Faults that travel between gateways (see the module docstring): ``model`` (may stop trainers at
 #: start-up) and ``trainer_auth`` (a trainer failed to authenticate at its own gateway: only ever a warning,
-#: since an unauthenticated connection caused it, and only believed from that site's own link).
-FAULT_KINDS = ("model", "trainer_auth")
+#: since an unauthenticated connection caused it, and only believed from that site's own link) and
+#: ``trainer_gone`` (its trainer died: the job trains on without its data; a warning, from its own link).
+FAULT_KINDS = ("model", "trainer_auth", "trainer_gone")
 
 
 @dataclass(frozen=True, slots=True)

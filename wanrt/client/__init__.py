@@ -19,8 +19,8 @@ Public names (also on :mod:`wanrt`: ``init``, ``SparseOptimizer``, ``Context``, 
   ``ClientConfig.dense_baseline()`` is what DDP would send.
 * The mistakes a trainer can make, each with a hint (:mod:`~wanrt.client.errors`):
   :class:`GatewayUnreachable`, :class:`ModelMismatch`, :class:`DistributedNotInitialized`,
-  :class:`StepWithoutBackward`, :class:`LeaderFailed`; and a warning at exit for a context never closed,
-  :class:`UnclosedContextWarning` (:mod:`~wanrt.client.unclosed`).
+  :class:`StepWithoutBackward`, :class:`LeaderFailed`, :class:`RunRefused`; and a warning at exit for a
+  context never closed, :class:`UnclosedContextWarning` (:mod:`~wanrt.client.unclosed`).
 
 Internals, by who runs them: :mod:`wanrt.client.site` (among the ranks of a site), :mod:`wanrt.client.leader`
 (the site leader only), :mod:`wanrt.client.link` (the leader's connection to its gateway).
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         GatewayUnreachable,
         LeaderFailed,
         ModelMismatch,
+        RunRefused,
         StepWithoutBackward,
     )
     from wanrt.client.optimizer import SparseOptimizer
@@ -56,6 +57,7 @@ EXPORTS: dict[str, str] = {
     "GatewayUnreachable": "wanrt.client.errors",
     "LeaderFailed": "wanrt.client.errors",
     "ModelMismatch": "wanrt.client.errors",
+    "RunRefused": "wanrt.client.errors",
     "SparseOptimizer": "wanrt.client.optimizer",
     "StepWithoutBackward": "wanrt.client.errors",
     "UnclosedContextWarning": "wanrt.client.unclosed",
@@ -69,6 +71,7 @@ __all__ = [
     "GatewayUnreachable",
     "LeaderFailed",
     "ModelMismatch",
+    "RunRefused",
     "SparseOptimizer",
     "StepWithoutBackward",
     "UnclosedContextWarning",

@@ -80,6 +80,7 @@ def init(
     config: ClientConfig | None = None,
     group: dist.ProcessGroup | None = None,
     link_factory: LinkFactory | None = None,
+    resume_at: int | None = None,
 ) -> Context:
     """Create this process's wanrt context (call on every rank of every site, before building the optimizer).
 
@@ -87,7 +88,16 @@ def init(
     and ``job`` name this site and the job (the same job name and secret at every site). ``group`` is the
     site's process group; by default torch.distributed's default group, initialised from torchrun's
     environment variables if nobody did yet. ``link_factory`` replaces the network link (tests).
+    ``resume_at`` is the iteration of the checkpoint this run resumes from (``opt.state_dict()
+    ["iteration"]``; docs/client.md, "Checkpoint and resume"): the gateways let it in only where the job
+    stopped, and training continues there.
+
+    The site leader looks at its gateway at once (:mod:`wanrt.client.link.probe`): an unreachable
+    gateway, a wrong key, or gateways that serve another run of the job are refused here, on every rank,
+    with one message, before a model is built.
     """
+    if resume_at is not None and (type(resume_at) is not int or resume_at < 0):
+        raise ConfigError("resume_at must be an iteration (an int >= 0)", key="resume_at", value=resume_at)
     if not site:
         raise ConfigError("site name must not be empty", key="site")
     if not job:
@@ -102,11 +112,12 @@ def init(
     key: bytes | None = None
     if rank == 0:
         key = secret if secret is not None else read_secret(secret_file, site=site, job=job)  # type: ignore[arg-type]
+    real = link_factory is None
     if link_factory is None:
         from wanrt.client.link.gateway_link import open_gateway_link
 
         link_factory = open_gateway_link
-    return Context(
+    ctx = Context(
         gateway=gateway,
         site=site,
         job=job,
@@ -116,4 +127,7 @@ def init(
         link_factory=link_factory,
         device=comm_device(group),
         owns_group=created and group is None,
+        resume_at=resume_at,
     )
+    ctx.check_gateway(probe=real)
+    return ctx

@@ -70,7 +70,13 @@ from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
 from wanrt.client.site.prediction import WeightPrediction
 from wanrt.client.unclosed import watch_unclosed
-from wanrt.errors import LocalProtocolError, RemoteProtocolError, RestartRequested, WanrtTimeout
+from wanrt.errors import (
+    ConfigError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    RestartRequested,
+    WanrtTimeout,
+)
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
 from wanrt.kernels.state_transfer import export_state, import_state, state_lengths
 from wanrt.payload import SparsePayload
@@ -82,6 +88,12 @@ log = logging.getLogger(__name__)
 
 #: layers per model the leader will describe to its ranks (bounds the signature broadcast)
 MAX_LAYERS = 1 << 20
+#: how long wanrt.init asks again while the gateway still sees an earlier trainer of this site connected:
+#: a torchrun restart after a crash can come before that connection's end (at most the gateway's
+#: heartbeat silence, 3 x 5 s by default) reaches it
+PROBE_RETRY_S = 20.0
+#: what SparseOptimizer.state_dict() says it is (load_state_dict refuses anything else)
+CHECKPOINT_FORMAT = "wanrt-sparse-optimizer-1"
 
 
 class Context:
@@ -99,6 +111,7 @@ class Context:
         link_factory: LinkFactory,
         device: torch.device,
         owns_group: bool = False,
+        resume_at: int | None = None,
     ) -> None:
         self.gateway = gateway
         self.site = site
@@ -128,6 +141,7 @@ class Context:
         self._closed = False
         self._broken: BaseException | None = None
         self._run = os.urandom(8).hex()  # this training run, as the gateway tells runs apart
+        self._resume_at = resume_at  # the checkpoint's iteration this run resumes from (None: none)
         self._timer = StepTimer()  # leader: compute / idle per iteration for the scheduler
         self._batch_size: int | None = None
         self._batch_weight = 1.0
@@ -239,6 +253,37 @@ class Context:
             source, dataset_len, rank=0, stripe=(self.rank, self.world_size), relay=relay, **options
         )
 
+    def check_gateway(self, *, probe: bool) -> None:
+        """Collective (``wanrt.init``): the leader probes its gateway (:mod:`wanrt.client.link.probe`) and
+        tells every rank the outcome, so a run the gateway will not serve fails at once on every rank."""
+        failure: BaseException | None = None
+        if self.is_leader and probe:
+            from wanrt.client.link.probe import probe_gateway
+
+            assert self._secret is not None
+            try:
+                probe_gateway(
+                    self.gateway,
+                    site=self.site,
+                    job=self.job,
+                    secret=self._secret,
+                    run=self._run,
+                    resume_at=self._resume_at,
+                    timeout_s=self._config.connect_timeout_s,
+                    retry_s=PROBE_RETRY_S,
+                )
+            except Exception as exc:
+                failure = exc
+        try:
+            if self.is_leader:
+                self._send_decision(SiteDecision(), failure)
+            else:
+                self._recv_decision()
+        except BaseException:
+            if self._owns_group and dist.is_initialized():
+                dist.destroy_process_group()  # as close() would (gloo's threads at exit)
+            raise
+
     # -- binding the model -------------------------------------------------------------------------------
 
     def attach(self, named_params: Sequence[tuple[str, torch.Tensor]], optimizer: KernelOptimizer) -> None:
@@ -276,6 +321,7 @@ class Context:
                     self._config,
                     run=self._run,
                     state_lengths=self._state_lengths,
+                    resume_at=self._resume_at,
                     reconnect=ReconnectPolicy.lasting(self._config.reconnect_s),
                 )
                 self._link = self._link_factory(spec)
@@ -283,6 +329,8 @@ class Context:
                 self._iteration = start if type(start) is int and start > 0 else 0
                 if self._iteration:  # restart_from: the gateway resyncs this process's parameters
                     self._begin_discarding(self._iteration)
+                elif self._resume_at is not None:  # the checkpoint's iteration (opt.load_state_dict)
+                    self._iteration = self._resume_at
             except Exception as exc:
                 failure = exc
             # the iteration this site starts at travels to the ranks as the first decision's one change
@@ -294,10 +342,13 @@ class Context:
         else:
             first = self._recv_decision()
             self._iteration = first.config_changes[0].effective_iteration if first.config_changes else 0
-        if self._iteration:
+        if self._resume_at is not None and self._iteration == self._resume_at:
+            log.info("resuming the job from a checkpoint of iteration %d", self._iteration)
+        elif self._iteration:
             log.warning(
-                "this trainer replaces one the scheduler restarted: starting at the job's iteration %d "
-                "(the job's parameters follow by a parameter resync)",
+                "this trainer replaces one that stopped (it crashed, or the scheduler restarted it): "
+                "starting at the job's iteration %d (the job's parameters and optimizer state follow by a "
+                "parameter resync)",
                 self._iteration,
             )
         self._reducer = LayerReducer(
@@ -838,6 +889,92 @@ class Context:
             iteration=iteration,
             site=self.site,
         )
+
+    # -- checkpoint and resume ---------------------------------------------------------------------------
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """What ``SparseOptimizer.state_dict()`` returns: the optimizer kernel's per-parameter state and
+        your ``lr``, the live ``lr_scale``, density, staleness, local steps and batch weight in force, the
+        iteration, and (site leader) the error-feedback residuals and compressor thresholds. Take it where
+        no update is in flight — after ``ctx.close()`` (which applies every outstanding update), or at
+        staleness 0 between steps — so a run resumed from it continues exactly where this one stopped."""
+        if self._optimizer is None:
+            raise LocalProtocolError("no optimizer bound to this context yet")
+        if self._micro:
+            raise LocalProtocolError(
+                f"state_dict() between the micro-steps of iteration {self._iteration}",
+                hint="checkpoint after the last micro-step of a WAN iteration",
+            )
+        if self._discarding or self._resync_at is not None or self._incoming is not None:
+            raise LocalProtocolError(
+                "state_dict() while this site waits for the job's parameters (a parameter resync)",
+                hint="checkpoint at another site, or a few steps later",
+            )
+        in_flight = [] if self._closed or self._tracker is None else self._tracker.outstanding()
+        if in_flight:
+            it, layer = in_flight[0]
+            raise LocalProtocolError(
+                f"state_dict() with {len(in_flight)} updates in flight (iteration {it} layer {layer}): a run "
+                "resumed from it would miss them",
+                hint="call ctx.close() first (it applies every outstanding update), or use staleness 0",
+            )
+        cfg = self._config
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "iteration": self._iteration,
+            "kernel": self._optimizer.state_dict(),
+            "lr_scale": self._optimizer.lr_scale,
+            "settings": {
+                "density": cfg.density,
+                "staleness": cfg.staleness,
+                "local_steps": cfg.local_steps,
+                "batch_weight": self._batch_weight,
+            },
+            "compression": None if self._compressor is None else self._compressor.state_dict(),
+        }
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """``SparseOptimizer.load_state_dict()``: restore :meth:`optimizer_state`'s output. The run must
+        continue at the checkpoint's iteration (``wanrt.init(..., resume_at=state["iteration"])``: the
+        gateways let it in only there), before its first step."""
+        if self._optimizer is None:
+            raise LocalProtocolError("no optimizer bound to this context yet")
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ConfigError(
+                "not a wanrt SparseOptimizer state_dict (format "
+                f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r})",
+                key="state_dict",
+            )
+        it = state.get("iteration")
+        if type(it) is not int or it != self._iteration:
+            raise ConfigError(
+                f"this checkpoint is of iteration {it}, but this run continues at iteration "
+                f"{self._iteration}: pass resume_at={it} to wanrt.init to resume from it",
+                key="resume_at",
+                value=it,
+            )
+        if self._began_training():
+            raise LocalProtocolError("load_state_dict() after training began: load before the first step")
+        settings = state.get("settings")
+        if not isinstance(settings, dict):
+            raise ConfigError("the checkpoint lacks its 'settings' table", key="state_dict")
+        self._optimizer.load_state_dict(state["kernel"])
+        self._optimizer.lr_scale = float(state.get("lr_scale", 1.0))
+        self._config = self._config.with_changes(
+            density=settings["density"], staleness=settings["staleness"], local_steps=settings["local_steps"]
+        )
+        self._batch_weight = float(settings["batch_weight"])
+        if self._compressor is not None:
+            self._compressor.set_density(self._config.density)
+            comp = state.get("compression")
+            if isinstance(comp, dict):
+                self._compressor.load_state_dict(comp)
+        if self._reducer is not None:
+            self._reducer.hold = self._config.local_steps > 1
+
+    def _began_training(self) -> bool:
+        start = self._resume_at if self._resume_at is not None else 0
+        return self._iteration != start or self._micro != 0
 
     # -- shutdown ----------------------------------------------------------------------------------------
 

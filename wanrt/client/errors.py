@@ -16,6 +16,7 @@ __all__ = [
     "GatewayUnreachable",
     "LeaderFailed",
     "ModelMismatch",
+    "RunRefused",
     "SiteFailed",
     "StepWithoutBackward",
 ]
@@ -92,3 +93,18 @@ class SiteFailed(WanrtError):
             kind=kind,
             hint=f"fix site {site} (see its gateway's log) and restart the job",
         )
+
+
+class RunRefused(ConfigError):
+    """The site's gateway serves another training run of this job and will not serve this one (raised by
+    ``wanrt.init``, before anything trains): a run that finished there (its trainers closed), or one
+    whose trainer is still connected. The restart of a run whose trainer *died* is not refused: it rejoins
+    (docs/client.md, "When a trainer crashes")."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        ConfigError.__init__(self, f"gateway {url} refused this run: {reason}", key="run")
+        self.fields["hint"] = (
+            "restart the gateways for a new run, or resume the old one from its checkpoint "
+            "(wanrt.init(..., resume_at=N))"
+        )
+        self.hint = self.fields["hint"]

@@ -83,6 +83,19 @@ class SparseOptimizer:
         """What the next update applies: ``lr × lr_scale``."""
         return self._kernel.effective_lr
 
+    def state_dict(self) -> dict[str, Any]:
+        """A checkpoint of everything the optimizer adds to the model's parameters: per-parameter state
+        (momentum; Adam's moments and step counters), ``lr`` and the live ``lr_scale``, the settings in
+        force, the iteration, and on the site leader the error-feedback residuals and the compressor's
+        thresholds. Take it after ``ctx.close()`` (or at staleness 0 between steps); save it beside
+        ``model.state_dict()`` (docs/client.md, "Checkpoint and resume")."""
+        return self.ctx.optimizer_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` before the first step of a run started with
+        ``wanrt.init(..., resume_at=state["iteration"])``."""
+        self.ctx.load_optimizer_state(state)
+
     def step(self) -> None:
         """End the iteration: apply the global updates due now (see :meth:`Context.step`)."""
         self.ctx.step()

@@ -44,17 +44,15 @@ def test_no_process_group_and_no_torchrun_env(monkeypatch: pytest.MonkeyPatch, s
 class TestWithOneRank:
     def test_gateway_unreachable_names_the_url(self, tmp_path: Path, secret_file: Path) -> None:
         url = f"unix://{tmp_path}/no-gateway-here.sock"
-        ctx = wanrt.init(url, site="a", job="j", secret_file=secret_file)
-        with pytest.raises(GatewayUnreachable) as info:
-            SparseOptimizer(model(), "sgd", lr=0.1, ctx=ctx)
+        with pytest.raises(GatewayUnreachable) as info:  # at init: before a model is built
+            wanrt.init(url, site="a", job="j", secret_file=secret_file)
         assert url in str(info.value) and "wanrt gateway" in str(info.value)
 
     def test_wrong_secret(self, gateway: FakeGateway, tmp_path: Path) -> None:
         wrong = tmp_path / "wrong.key"
         wrong.write_text("not-the-job-secret-at-all\n")
-        ctx = wanrt.init(gateway.url, site="a", job="j", secret_file=wrong)
         with pytest.raises(wanrt.AuthError, match="does not share this job's secret"):
-            SparseOptimizer(model(), "sgd", lr=0.1, ctx=ctx)
+            wanrt.init(gateway.url, site="a", job="j", secret_file=wrong)
 
     def test_model_differing_from_another_sites(self, gateway: FakeGateway, secret_file: Path) -> None:
         m = model()
@@ -72,7 +70,7 @@ class TestWithOneRank:
         with pytest.raises(wanrt.ConfigError, match="cannot read the job secret file"):
             wanrt.init("unix:///x.sock", site="a", job="j", secret_file=tmp_path / "absent.key")
 
-    def test_params_that_are_not_tensors(self, secret_file: Path) -> None:
-        ctx = wanrt.init("unix:///x.sock", site="a", job="j", secret_file=secret_file)
+    def test_params_that_are_not_tensors(self, gateway: FakeGateway, secret_file: Path) -> None:
+        ctx = wanrt.init(gateway.url, site="a", job="j", secret_file=secret_file)
         with pytest.raises(wanrt.ConfigError, match="not a tensor"):
             SparseOptimizer([1.0], "sgd", lr=0.1, ctx=ctx)  # type: ignore[list-item]

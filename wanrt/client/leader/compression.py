@@ -9,6 +9,8 @@ configuration.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -57,6 +59,26 @@ class LayerCompressor:
         the gradients it came from). The AIMD thresholds stay: they track magnitudes, not a direction."""
         if self._ef is not None:
             self._ef.reset()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The residuals and the compressor's per-layer thresholds, for a checkpoint: without them a
+        resumed run selects other blocks than an uninterrupted one would (and loses what the residuals
+        held back)."""
+        return {
+            "density": self._density,
+            "error_feedback": None if self._ef is None else self._ef.state_dict(),
+            "compressor": None if self._compressor is None else self._compressor.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ef, comp = state.get("error_feedback"), state.get("compressor")
+        if self._ef is not None:
+            if isinstance(ef, dict):
+                self._ef.load_state_dict(ef)
+            else:
+                self._ef.reset()
+        if self._compressor is not None and isinstance(comp, dict):
+            self._compressor.load_state_dict(comp)
 
     def compress(self, layer: int, grad: npt.NDArray[np.float32]) -> SparsePayload:
         if self._compressor is None:

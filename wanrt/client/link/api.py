@@ -91,6 +91,9 @@ class LinkSpec:
     #: lengths of the optimizer's state arrays (:func:`wanrt.kernels.state_transfer.state_lengths`): a
     #: parameter resync fetches them with the parameters
     state_lengths: tuple[int, ...] = ()
+    #: the iteration of the checkpoint this run resumes from (None: not a resume); the gateway lets a
+    #: resume in only where the job stopped at this site (gateways.node.trainer_runs)
+    resume_at: int | None = None
     #: reconnecting to a gateway that was lost (restarted): wanrt.client.link.reconnect
     reconnect: ReconnectPolicy = field(default_factory=ReconnectPolicy)
 

@@ -38,7 +38,7 @@ import numpy as np
 from transports import Timeouts, Transport, connect
 from transports.connection_io import next_event
 from wanrt.client.config import ClientConfig
-from wanrt.client.errors import GatewayUnreachable, ModelMismatch
+from wanrt.client.errors import GatewayUnreachable, ModelMismatch, RunRefused
 from wanrt.client.link.api import (
     LinkEvent,
     LinkSpec,
@@ -392,7 +392,7 @@ class GatewayLink:
                 return
             await asyncio.sleep(delay)
             try:
-                welcome = await self._connect()
+                welcome = await self._connect(reconnect=True)
                 break
             except (TransportError, WanrtTimeout, OSError) as exc:
                 log.debug("gateway %s: reconnect failed: %s", self.spec.url, exc)
@@ -450,8 +450,9 @@ class GatewayLink:
             self.start_iteration = start
         self._start_tasks()
 
-    async def _connect(self) -> Welcome:
-        """Dial and authenticate (a first connection or a reconnect)."""
+    async def _connect(self, *, reconnect: bool = False) -> Welcome:
+        """Dial and authenticate (a first connection or a reconnect: the Hello says which, so a restarted
+        gateway takes a reconnect of the run it served for what it is)."""
         spec = self.spec
         try:
             transport = await connect(spec.url, timeouts=self._timeouts)
@@ -465,8 +466,15 @@ class GatewayLink:
                 info = spec.signature.info()
                 if spec.run:
                     info["run"] = spec.run
+                if spec.resume_at is not None:
+                    info["resume_at"] = spec.resume_at
+                if reconnect:
+                    info["reconnect"] = True
                 await transport.send([conn.hello(info=info)])
                 welcome = await self._handshake_reply()
+                refused = welcome.info.get("refused")
+                if isinstance(refused, str):  # another run is served there (gateways.node.trainer_runs)
+                    raise RunRefused(spec.url, refused)
                 diff = compare_info(spec.signature, dict(welcome.info))
                 self._push_cut = push_cut_hint(welcome.info)
                 if diff is not None:
