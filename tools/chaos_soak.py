@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 if __package__ in (None, ""):  # `python tools/chaos_soak.py` from the worktree root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -690,6 +690,8 @@ def real_clients_main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="wanrt-real-soak-") as tmp:
         result = run_real(plan, Path(tmp), quick=bool(args.quick))
+    if not args.no_probes:
+        _merge_probes(result)
     result["load_start"] = round(load, 2)
     result["load_end"] = round(os.getloadavg()[0], 2)
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
@@ -698,12 +700,50 @@ def real_clients_main(args: argparse.Namespace) -> int:
     for key, (op, target) in REAL_TARGETS.items():
         value = result[key]
         print(f"{key:<34} {value!s:>10}  {op} {target:<5} {'yes' if real_meets(key, value) else 'NO'}")
+    probes_ok = True
+    if not args.no_probes:
+        for key, (how, want) in PROBE_TARGETS.items():
+            ok = _probe_meets(key, result[key])
+            probes_ok = probes_ok and ok
+            print(f"{key:<34} {result[key]!s:>10}  {how} {want!s:<5} {'yes' if ok else 'NO'}")
     for key in ("pushes", "result_conflicts", "gateway_restart_back_s", "discarded_steps_worst",
                 "foreign_run_refused_s", "events_never_recovered", "elapsed_s", "load_end"):  # fmt: skip
         print(f"{key:<34} {result[key]!s:>10}")
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2, sort_keys=True))
-    return 0 if all(real_meets(k, result[k]) for k in REAL_TARGETS) else 1
+    return 0 if probes_ok and all(real_meets(k, result[k]) for k in REAL_TARGETS) else 1
+
+
+#: tools/chaos_probes.py's keys in the real-client report: key -> (comparison, target)
+PROBE_TARGETS: dict[str, tuple[str, object]] = {
+    "mistakes_failing_fast": ("==", "all"),
+    "forged_join_accepted": ("==", 0),
+    "preauth_flood_blocks_rejoin": ("==", 0),
+    "closed_link_buffer_mb": ("<=", 64.0),
+}
+
+
+def _probe_meets(key: str, value: object) -> bool:
+    op, target = PROBE_TARGETS[key]
+    if op == "==":
+        return value == target
+    return isinstance(value, int | float) and isinstance(target, int | float) and value <= target
+
+
+def _merge_probes(result: dict[str, Any]) -> None:
+    """The users' mistakes and the three attacks (tools/chaos_probes.py, real daemons of their own job) in
+    the soak's report. The soak's own mistake, a second run against the job's gateways, joins the mistakes:
+    it fails fast when ``wanrt.init`` refused it with one traceback within chaos_probes.FAST_S."""
+    from tools.chaos_probes import FAST_S, run_probes
+
+    probes = run_probes()
+    said = probes["mistakes_failing_fast"]
+    failed = [] if said == "all" else [str(name) for name in cast(list[object], said)]
+    if not (result["foreign_run_refused"] == 1 and result["foreign_run_refused_s"] <= FAST_S):
+        failed.append("foreign_run")
+    probes["mistakes_failing_fast"] = failed or "all"
+    probes["probes_elapsed_s"] = probes.pop("elapsed_s")
+    result.update(probes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -728,6 +768,11 @@ def main(argv: list[str] | None = None) -> int:
         "--real-clients",
         action="store_true",
         help="two sites whose trainers use the public client (torch): trainer and gateway kills (issue 21)",
+    )
+    ap.add_argument(
+        "--no-probes",
+        action="store_true",
+        help="with --real-clients: leave out tools/chaos_probes.py (users' mistakes, three attacks; ~30 s)",
     )
     args = ap.parse_args(argv)
     if args.real_clients:
