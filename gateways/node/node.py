@@ -1105,10 +1105,13 @@ class GatewayNode:
         start = self.restart.start_at(self._next_trainer_push())
         if hello is not None:
             verdict = self._run_verdict(hello)
-            if verdict.problem is not None:
+            # the process the scheduler restarted (KILL_RESTART) is let in by the order whatever the old
+            # run's state (its close() said Bye: "finished"), as _run_problem decides after the handshake
+            ordered = start is not None and verdict.kind in ("replace", "refused")
+            if verdict.problem is not None and not ordered:
                 info["refused"] = verdict.problem[:900]
                 info["retry"] = verdict.retry
-            elif verdict.kind == "replace":
+            elif verdict.kind == "replace" and not ordered:
                 start = self._replacement_start()
                 self.runs.offered = start  # the empty pushes for the dead trainer stay below it
         if start is not None:  # read only by a replacement trainer's first connection
