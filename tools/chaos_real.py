@@ -227,6 +227,9 @@ def account(root: Path, sites: tuple[str, ...], upto: int) -> dict[str, int]:
                 for old in rec.get("covers", ()):
                     folded[(site, old, rec["layer"])] = (site, rec["it"], rec["layer"])
             elif rec["k"] == "deliver":
+                # a push's own line may name no covers: its result was delivered while the gateway took it
+                for it, old in rec.get("covers", ()):
+                    folded[(site, old, rec["layer"])] = (site, it, rec["layer"])
                 ids = tuple(sorted((s, i) for s, i in rec["ids"]))
                 if key in results and results[key] != ids:
                     conflicts += 1

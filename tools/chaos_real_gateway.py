@@ -4,7 +4,8 @@ Why a wrapper and not a gateway option: the accounting is the soak's business. W
 separate processes (tools/real_trainer.py), the soak cannot see a round's contribution ids in memory as
 the protocol stand-ins' soak does; this entry point appends one JSON line per trainer push the gateway
 took (``{"k": "push", "it", "layer", "covers"}``: ``covers`` are earlier resent pushes folded into it)
-and per result it delivered (``{"k": "deliver", "it", "layer", "ids": [[site, iteration], ...]}``) to
+and per result it delivered (``{"k": "deliver", "it", "layer", "ids": [[site, iteration], ...], "covers":
+[[iteration, folded iteration], ...]}``: this site's pushes counted there and the resent ones folded into them) to
 ``--rounds-log``, so the soak can check that every push a gateway
 took is counted in exactly one result (:func:`tools.chaos_real.account`). Everything else is
 ``wanrt gateway``: the same config, ``--ready-file``, ``--resume-at``, signals.
@@ -41,8 +42,17 @@ class LoggedGateway(GatewayDaemon):
     def _logged_action(self, action: Action) -> None:
         if isinstance(action, Deliver):
             ids = [[s, i] for s, i in action.sites]
+            # the resent pushes folded into this site's counted push, read now: on_action sees the Deliver
+            # before the ledger's on_deliver forgets them, and a result can be delivered inside the very
+            # trainer_push that took the carrier (the peers' partials already here), before the push's
+            # own line below is written — its "covers" is then empty (issue 21: pushes_lost 100, full run)
+            ledger = self.node.ledger
+            covers = [] if ledger is None else [
+                [i, old] for s, i in action.sites if s == self.cfg.site
+                for old in ledger.covers(i, action.layer)
+            ]  # fmt: skip
             self._rounds_log.write(json.dumps({"k": "deliver", "it": action.iteration, "layer": action.layer,
-                                               "ids": ids}) + "\n")  # fmt: skip
+                                               "ids": ids, "covers": covers}) + "\n")  # fmt: skip
 
     async def trainer_push(self, session: TrainerSession, push: Push) -> None:
         await super().trainer_push(session, push)

@@ -45,6 +45,29 @@ def test_account_follows_folded_pushes_and_finds_lost_and_doubled_ones(tmp_path:
     assert acc == {"pushes": 6, "pushes_lost": 1, "pushes_double_counted": 1, "result_conflicts": 1}
 
 
+def test_account_follows_pushes_folded_into_a_push_whose_result_came_at_once(tmp_path: Path) -> None:
+    """Issue 21's pushes_lost 100: after a gateway restart, the trainer's pushes below the new gateway's
+    join iteration are folded into its next push, whose result is often delivered inside the very call
+    that took it (the peer's contribution was already there), so the push's own line names no covers; the
+    gateway's deliver line names them (``covers``: [carrier iteration, folded iteration])."""
+    _write(
+        tmp_path / "rounds-a.jsonl",
+        [
+            {"k": "push", "it": 1, "layer": 0, "covers": []},  # taken by the killed gateway
+            {"k": "push", "it": 2, "layer": 0, "covers": []},  # resent to the restarted one (join_at 3)
+            {"k": "deliver", "it": 3, "layer": 0, "ids": [["a", 3], ["b", 1], ["b", 2], ["b", 3]],
+             "covers": [[3, 1], [3, 2]]},  # fmt: skip
+            {"k": "push", "it": 3, "layer": 0, "covers": []},  # logged after its result: pending is gone
+        ],
+    )
+    _write(
+        tmp_path / "rounds-b.jsonl",
+        [{"k": "deliver", "it": 3, "layer": 0, "ids": [["a", 3], ["b", 1], ["b", 2], ["b", 3]]}],
+    )
+    acc = account(tmp_path, ("a", "b"), upto=8)
+    assert acc == {"pushes": 3, "pushes_lost": 0, "pushes_double_counted": 0, "result_conflicts": 0}
+
+
 @pytest.mark.slow
 def test_a_small_real_client_soak_meets_the_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chaos_real, "EVENTS", ("trainer_restart", "gateway_kill"))
