@@ -4,10 +4,10 @@ Why a wrapper and not a gateway option: the accounting is the soak's business. W
 separate processes (tools/real_trainer.py), the soak cannot see a round's contribution ids in memory as
 the protocol stand-ins' soak does; this entry point appends one JSON line per trainer push the gateway
 took (``{"k": "push", "it", "layer", "covers"}``: ``covers`` are earlier resent pushes folded into it)
-and per result it delivered (``{"k": "deliver", "it", "layer", "ids": [[site, iteration], ...], "covers":
-[[iteration, folded iteration], ...]}``: this site's pushes counted there and the resent ones folded into them) to
-``--rounds-log``, so the soak can check that every push a gateway
-took is counted in exactly one result (:func:`tools.chaos_real.account`). Everything else is
+and per result it delivered (``{"k": "deliver", "it", "layer", "ids": [[site, iteration], ...],
+"covers": [[iteration, folded iteration], ...]}``: this site's pushes it counts and what was folded into
+them) to ``--rounds-log``, so the soak can check that every push a gateway took is counted in exactly
+one result (:func:`tools.chaos_real.account`). Everything else is
 ``wanrt gateway``: the same config, ``--ready-file``, ``--resume-at``, signals.
 """
 
