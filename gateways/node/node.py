@@ -41,6 +41,7 @@ from gateways.membership.trainer_ledger import TrainerLedger
 from gateways.node.actions import CloseLink, NodeAction, RefuseTrainer, ToScheduler, ToTrainer, Wake
 from gateways.node.peer_channel import PeerChannel, SendOut
 from gateways.node.plan_values import plan_problem, plan_spec
+from gateways.node.probe_link import ask_for_trains, on_probe_message, probe_telemetry
 from gateways.node.push_stream import PushStreams
 from gateways.node.resync import ParamResync, ToPeer, ToSiteTrainer
 from gateways.node.shard_relay import ShardRelay
@@ -53,10 +54,12 @@ from gateways.rounds.topology import PlanSpec, build_plan
 from gateways.sending.edf_queue import make_send_queue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
+from gateways.sending.probe_trains import ProbeTrains
 from gateways.sending.rate_allocator import RateAllocator
 from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import GatewayStats, peer_view, render_prometheus
 from gateways.wire.config_update import trainer_config_update
+from gateways.wire.probe_train import ProbeRequest, ProbeTrain
 from gateways.wire.round_frames import JobModel, RoundData, RoundTag
 from gateways.wire.site_fault import SiteFault
 from scheduler.wire import Announce, AnnounceReply, SiteShardGrant, site_values
@@ -152,6 +155,7 @@ class GatewayNode:
         self.link_times = LinkTimes(settle=cfg.rounds.window + 1, delivery=cfg.delivery)
         #: per peer, the peer → us link's tail-dispersion samples (gateways/sending/rx_dispersion.py)
         self.rx_rates: dict[str, RxDispersion] = {}
+        self.probes = ProbeTrains(cfg.delivery)  # timed probe trains (gateways/node/probe_link.py)
         self._channels: dict[int, PeerChannel] = {}
         #: channels that may have bytes to write: each queued frame adds its channel (PeerChannel.outbox),
         #: pop_actions keeps the ones still pending; every other channel has nothing to write
@@ -316,6 +320,7 @@ class GatewayNode:
         if self._next_report is not None and now >= self._next_report:
             self._next_report = now + self.cfg.telemetry_interval_s
             self._out.append(ToScheduler(self.telemetry(now)))
+            ask_for_trains(self.probes, self._by_peer, now)
         if self.resync.retry_at is not None and now >= self.resync.retry_at:
             self._resync_out(self.resync.retry(self._resync_candidates(), now))
         if self.runs.state == "gone" and self._trainer is None:
@@ -813,6 +818,8 @@ class GatewayNode:
             self._offer_model(sig, event.info.get("model_established") is True, source=ch)
         elif isinstance(event, SiteFault):
             self._on_site_fault(ch, event, now)
+        elif isinstance(event, (ProbeRequest, ProbeTrain)):
+            on_probe_message(self.probes, ch, event, now)
         elif isinstance(event, (ParamRequest, ParamAnnounce, ParamChunk, ParamRefuse)):
             self._resync_peer(ch, event, now)
         elif isinstance(event, Bye):
@@ -1563,6 +1570,7 @@ class GatewayNode:
                 m[f"link.{peer}.rx_s"] = rx.rx_s
                 m[f"link.{peer}.rx_n"] = float(rx.samples)
                 m[f"link.{peer}.rx_fast"] = float(rx.fast)
+            probe_telemetry(self.probes, peer, m, MAX_TELEMETRY_KEYS - len(m))
         excess = len(m) - MAX_TELEMETRY_KEYS
         if excess > 0:  # a big plan and many links: per-rank times go first, the fastest ranks' first
             ranks = sorted((k for k in m if k.startswith("trainer.rank.")), key=lambda k: (m[k], k))

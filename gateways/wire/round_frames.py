@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Final, Self
 
 from gateways.rounds.ids import MAX_ROUND_IDS, ContribIds, as_ids, decode_ids, distinct_sites, encode_ids
 from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
+from gateways.wire.probe_train import ProbeRequest, ProbeTrain
 from gateways.wire.site_fault import SiteFault
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from wanrt.payload import SparsePayload
@@ -290,8 +291,11 @@ class JobModel(Message):
         )
 
 
-#: The protocol spoken between gateways: the core messages plus the two above and a site's fault.
-GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(RoundTag, RoundData, JobModel, SiteFault)
+#: The protocol spoken between gateways: the core messages plus the two above, a site's fault and the
+#: timed probe trains (gateways/wire/probe_train.py).
+GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(
+    RoundTag, RoundData, JobModel, SiteFault, ProbeRequest, ProbeTrain
+)
 
 
 def _tag_args(msg: RoundMsg, seq: int) -> dict[str, Any]:

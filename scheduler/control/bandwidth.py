@@ -329,16 +329,20 @@ class BandwidthEstimator:
                 wait = cfg.bw_probe_every if self._probe_from is not None else self._probe_every
                 if not censored or self._since_probe < wait:
                     kind, new = "hold", before  # the samples of the last plan are not back yet
+                elif self._probe_from is not None:
+                    # the probe's plan ran its samples' time and nothing measured it (no link backlogged,
+                    # no timed train): no evidence that the link carried it. It is undone — back to the
+                    # rate it started from — and the next waits twice as long. Counting it as carried let
+                    # each such probe start the next from itself, and with a plan whose payload stopped
+                    # growing the estimate ran away (10-20 Gbit/s on a 100 Mbit/s link, docs/scheduler.md)
+                    kind, new = "lower", min(before, self._probe_from)
+                    self._probe_every = min(2 * self._probe_every, cfg.bw_probe_every_max)
+                    self._probe_from = None
+                    self._since_probe = 0
                 else:
-                    if self._probe_from is not None:
-                        # the probe's plan ran its samples' time and no link backlogged: the link carried
-                        # it (a success: the spacing is the base again), the probed rate is the new lower
-                        # bound, and the next probe starts there at once
-                        self._measured, self._probe_from = before, None
-                        self._probe_every = cfg.bw_probe_every
                     kind = "raise"
                     self._points.clear()
-                    # not capped by the prior: this raise is measured before the next one
+                    # not capped by the prior: this raise is measured (or undone) before the next one
                     new = min(before * cfg.bw_probe_gain, cfg.bw_max_bps)
                     self._probe_from = self._measured
                     self._since_probe = 0

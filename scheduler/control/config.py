@@ -138,6 +138,11 @@ class SchedulerConfig:
     #: after the 30 Mbit/s step, five reallocations had paced the root's healthy link at 0.85^5 of
     #: 100 Mbit/s and it read 47-58 Mbit/s
     link_paced_share: float = 0.8
+    #: the gateways' timed probe trains (``link.<sender>.probe_bytes|probe_s`` from the receiver,
+    #: gateways/sending/probe_trains.py): a link's probe rate is the best train window within this age (a
+    #: train is asked for once a second at most; a receiver that stalled reads one train slow) and sets
+    #: the link's rate unless the receiver's tails measured it more recently. 0: trains are ignored
+    link_probe_max_age_s: float = 1.5
     #: the exchange's latency (ours; 0: off, the paper's model): estimator observations the fixed part L of
     #: an exchange ``L + bytes / B`` is measured over (:mod:`scheduler.control.latency`). The paper's
     #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
@@ -323,6 +328,12 @@ class SchedulerConfig:
             "link_paced_share",
             self.link_paced_share,
             "must be in (0, 10] (above 1: never)",
+        )
+        check(
+            0 <= self.link_probe_max_age_s <= 3600,
+            "link_probe_max_age_s",
+            self.link_probe_max_age_s,
+            "must be in [0, 3600] s",
         )
         check(
             0 < self.link_rx_max_age_s <= 3600,
