@@ -27,6 +27,7 @@ from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import LinkCounters
+from gateways.wire.probe_train import ProbeTrain
 from gateways.wire.round_frames import (
     SEQ_MODULUS,
     AckWindow,
@@ -268,7 +269,13 @@ class PeerChannel:
             rx = self.rx
             if rx is not None and not isinstance(event, (Ack, Heartbeat, ConnectionClosed)):
                 end = rx.total - self.conn.unread_bytes
-                rx.message(end, end - self._rx_mark)
+                size = end - self._rx_mark
+                if isinstance(event, ProbeTrain):
+                    # a train goes at the lowest priority, so round messages often end inside it and
+                    # move the mark: its extent is at least its own bytes (the bytes between are the
+                    # link's too, so its tail still reads the rate)
+                    size = max(size, event.nbytes)
+                rx.message(end, size)
                 self._rx_mark = end
             yield event
 

@@ -17,11 +17,12 @@ paced by the bottleneck. A train whose tail was still too short to time proves t
 Measured trains are never counted as anything but what they measured: there is no "carried without a
 measurement" (the runaway of docs/scheduler.md).
 
-**When.** Only where the job's own traffic leaves the link unmeasured: per incoming link, once every
-``probe_interval_s``, unless the messages of that interval gave at least one measured tail and no more
-fast tails than measured ones (then the scheduler's censored median of the receiver's tails already has a
-rate, scheduler/control/link_rx.py). One train outstanding per link; a request unanswered after four
-intervals (a reconnect) is given up.
+**When.** Only where the plan uses the link and its own traffic leaves it unmeasured: per incoming link,
+once every ``probe_interval_s``, if that interval brought at least ``rx_min_bytes`` of the job's messages
+(a link the plan does not use — heartbeats only — is not its bottleneck, and is not probed), unless those
+messages gave at least one measured tail and no more fast tails than measured ones (then the scheduler's
+censored median of the receiver's tails already has a rate, scheduler/control/link_rx.py). One train
+outstanding per link; a request unanswered after four intervals (a reconnect) is given up.
 
 **Cost.** A timed train occupies the link ``2·gain·f·rx_min_tail_s`` ≈ 75 ms at the rate it was sized for,
 once a second at most: under 8 % of an otherwise idle link, and nothing where the plan's own messages are
@@ -61,6 +62,8 @@ class _Link:
     fast0: int = 0
     own: int = 0  # ... and how many of the tails since then were trains' (not the job's messages)
     own_fast: int = 0
+    total0: int = 0  # the bytes read on the link at the start of the interval, and the trains' among them
+    own_bytes: int = 0
     outstanding: tuple[int, int, float] | None = None  # (seq, bytes, asked at)
 
 
@@ -89,7 +92,7 @@ class ProbeTrains:
             return None
         st = self._links.get(peer)
         if st is None:
-            st = self._links[peer] = _Link(cfg.probe_initial_bps, now, rx.samples, rx.fast)
+            st = self._links[peer] = _Link(cfg.probe_initial_bps, now, rx.samples, rx.fast, total0=rx.total)
             return None  # the link just came up: its first interval of traffic decides
         if st.outstanding is not None:
             if now - st.outstanding[2] < 4 * cfg.probe_interval_s:
@@ -99,7 +102,11 @@ class ProbeTrains:
             return None
         measured = rx.samples - st.samples0 - st.own
         fast = rx.fast - st.fast0 - st.own_fast
+        job_bytes = rx.total - st.total0 - st.own_bytes
         st.samples0, st.fast0, st.own, st.own_fast, st.last_probe_at = rx.samples, rx.fast, 0, 0, now
+        st.total0, st.own_bytes = rx.total, 0
+        if job_bytes < cfg.rx_min_bytes:
+            return None  # the plan does not use this link (heartbeats only): not its bottleneck
         if measured >= 1 and fast <= measured:
             if rx.last is not None and rx.last[1] > 0:
                 st.rate_bps = 8.0 * rx.last[0] / rx.last[1]  # the next train is sized from it
@@ -117,6 +124,8 @@ class ProbeTrains:
         half-way read had left the ring). A train we did not ask for (or a stale one) still counts if it
         was timed: its tail is a measurement like any other."""
         st = self._links.get(peer)
+        if st is not None:
+            st.own_bytes += nbytes
         if sample is not None and sample[1] > 0:
             self.probe_bytes[peer] = self.probe_bytes.get(peer, 0) + sample[0]
             self.probe_s[peer] = self.probe_s.get(peer, 0.0) + sample[1]

@@ -4,6 +4,7 @@ the peer sends it, and the receiver's tail dispersion times it; the rate reaches
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gateways.config import GatewayConfig
@@ -11,6 +12,8 @@ from gateways.node import GatewayNode
 from gateways.node.actions import ToScheduler
 from gateways.sending.probe_trains import train_bytes
 from tests.gateways.node.node_mesh import SECRET, NodeMesh
+from wanrt.payload import SparsePayload
+from wanrt.protocol import Push
 
 RATE = 40e6  # bit/s: the emulated link from a to b
 SEG = 1448
@@ -69,12 +72,22 @@ def test_a_receiver_reporting_to_a_scheduler_asks_for_a_train_and_times_the_link
     b = mesh.nodes["b"]
     cfg = b.cfg.delivery
     b.scheduler_connected(mesh.now)
+    for s in "ab":
+        mesh.nodes[s].trainer_connected(1)
+    # the job's messages: 130 kB payloads, whose 65 kB tails cross a 40 Mbit/s link in 13 ms, under the
+    # 20 ms a tail needs to be timed: every one is "fast", the link is unmeasured without a train
+    payload = SparsePayload.from_dense_blocks(0, np.ones(32768, np.float32), np.arange(2048), 16)
     t0 = mesh.now
-    while mesh.now < t0 + 3.5:  # ticks at the telemetry interval; the job sends nothing large
+    it = 0
+    while mesh.now < t0 + 3.5:  # ticks at the telemetry interval
         mesh.now += 0.25
+        for s in "ab":
+            mesh.nodes[s].trainer_push(1, Push("j", it, 0, 0, s, payload), mesh.now)
+        it += 1
         for node in mesh.nodes.values():
             node.tick(mesh.now)
         mesh.pump()
+    assert b.rx_rates["a"].fast >= 3  # most of the job's messages were not timed
     assert b.probes.trains >= 1  # asked for, sent by a, timed by b
     assert mesh.nodes["a"].probes.trains == 0  # a reports to no scheduler: it asks for nothing
     got = [r for r in mesh.reports if "link.a.probe_bytes" in r]

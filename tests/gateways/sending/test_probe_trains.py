@@ -73,34 +73,43 @@ def _link(cfg: DeliveryConfig = CFG) -> tuple[ProbeTrains, RxDispersion]:
 def test_a_link_whose_messages_were_not_timed_is_probed_once_per_interval() -> None:
     probes, rx = _link()
     rx.fast += 5  # the job's messages all crossed too fast to time
+    rx.total += 500_000
     due = probes.due("a", rx, 1.0)
     assert due is not None and due[1] == train_bytes(CFG.probe_initial_bps, CFG)
     assert probes.due("a", rx, 2.5) is None  # one train outstanding per link
     probes.train("a", due[0], due[1], (due[1] // 2, 0.5), False, 2.6)  # timed: 8·S/2 / 0.5 s
     assert (probes.trains, probes.probe_bytes["a"], probes.probe_s["a"]) == (1, due[1] // 2, 0.5)
     rx.samples += 1  # the train's own tail counts in the receiver's counters, but is not the job's
-    nxt = probes.due("a", rx, 3.0)
+    rx.total += due[1]
+    assert probes.due("a", rx, 3.0) is None  # only the train's bytes came: the plan left the link
+    rx.total += 500_000
+    nxt = probes.due("a", rx, 4.0)
     assert nxt is not None  # the job's traffic still timed nothing
     assert nxt[1] == train_bytes(8 * (due[1] // 2) / 0.5, CFG)  # sized from what the train measured
 
 
 def test_no_train_while_the_jobs_own_messages_are_timed() -> None:
     probes, rx = _link()
-    rx.samples, rx.fast, rx.last = 3, 1, (100_000, 0.03)
+    rx.samples, rx.fast, rx.last, rx.total = 3, 1, (100_000, 0.03), 600_000
     assert probes.due("a", rx, 1.0) is None
     rx.fast += 4  # now mostly too fast: the scheduler's censored median would say "fast"
+    rx.total += 600_000
     assert probes.due("a", rx, 2.0) is not None
 
 
 def test_a_too_fast_train_grows_the_next_and_an_unanswered_one_is_asked_again() -> None:
     probes, rx = _link()
+    rx.total += 300_000
     first = probes.due("a", rx, 1.0)
     assert first is not None
     probes.train("a", first[0], first[1], None, True, 1.2)  # its tail crossed too fast to time
+    rx.total += first[1]
     assert probes.trains == 0 and probes.fast_trains == 1 and "a" not in probes.probe_bytes
+    rx.total += 300_000
     second = probes.due("a", rx, 2.0)
     assert second is not None and second[1] >= 1.8 * first[1]
     assert probes.due("a", rx, 3.0) is None  # outstanding
+    rx.total += 300_000
     third = probes.due("a", rx, 2.0 + 4 * CFG.probe_interval_s)  # never answered: asked again
     assert third is not None and third[0] != second[0]
 
