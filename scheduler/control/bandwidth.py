@@ -55,6 +55,13 @@ idle; and if the bytes' predicted time is under ``latency_min_byte_share`` of L,
 the latency's jitter, and a latency-bound iteration says nothing about B. Without this, the 40 ms round
 trip of the demo's tree read as a 2–12 Mbit/s link on 20–100 Mbit/s links (docs/demo.md).
 
+**Paced probing** (ours, BBR's ProbeBW; ``bw_probe_every``, ``bw_probe_gain``): once a delivery rate has
+measured the link, a raise while no link is measured (``censored``) is a probe — the estimate times the gain,
+held for ``bw_probe_every`` ticks until the raised plan's samples can return. A probe is only ever kept by a
+measurement (:meth:`BandwidthEstimator.apply_delivery`); one that nothing measured is undone and the next
+waits twice as long. What measures a link the plan's payload cannot is the gateways' timed probe trains
+(gateways/sending/probe_trains.py), which reach :meth:`apply_delivery` through the links' rates.
+
 Sans-IO: observations carry ``now``; nothing here reads a clock.
 """
 

@@ -30,6 +30,7 @@ from its broadcasts, so a failure on the leader stops the whole site with a mess
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -975,6 +976,12 @@ class Context:
     def _began_training(self) -> bool:
         start = self._resume_at if self._resume_at is not None else 0
         return self._iteration != start or self._micro != 0
+
+    def job_parameters(self) -> contextlib.AbstractContextManager[None]:
+        """Within ``with ctx.job_parameters():`` the model holds the job's parameters (identical at every
+        site), not the weight-predicted point it holds between steps (wanrt/client/site/prediction.py): for
+        evaluating or checkpointing between two ``step()`` calls. Leaves the predicted point as it was."""
+        return self._prediction.suspended(self._params)
 
     # -- shutdown ----------------------------------------------------------------------------------------
 
