@@ -33,6 +33,8 @@ SANS_IO = (
     "gateways/config.py",
     "gateways/stats.py",
     "wanrt/protocol",
+    "wanrt/codec",
+    "wanrt/kernels",
     "scheduler",
     "sims",
 )
@@ -44,8 +46,13 @@ EXCLUDED = (
     "sims/protocol_trainer.py",  # a trainer stand-in on a real transport, for daemon tests and the soak
     "sims/harness",  # fake gateway, daemon cluster, kill-restart scenario: for tests and tools
     "scheduler/service",
-    "scheduler/profile/cli.py",
     "wanrt/protocol/fuzz.py",
+    # the kernel-path choosers build each path once under a lock, and the codec compiles its fused kernels
+    # in a background thread so that a gateway's event loop never stalls on numba (docs/kernels.md)
+    "wanrt/kernels/backend.py",
+    "wanrt/codec/kernel_choice.py",
+    "wanrt/kernels/cupy_kernels.py",  # a lock around the per-device kernel cache
+    "wanrt/kernels/warmup.py",  # times the start-up compile so that the trainer can log it
 )
 
 

@@ -58,8 +58,8 @@ from scheduler.control.throughput import ThroughputFit
 from scheduler.control.toy_sim import run_toy_loop
 from scheduler.profile.bayesopt import run_profile
 from scheduler.profile.config import QUICK, ProfileConfig
-from scheduler.profile.probe import DigitsProbe
 from scheduler.profile.surrogate import ConvergenceProfile
+from wanrt.demo.digits_probe import DigitsProbe
 
 VIT_PARAMS = 88_000_000
 TABLE2_VIT = {"RTX 4090": (28.0, 300.0), "RTX 2080 Ti": (20.0, 99.0)}

@@ -24,8 +24,8 @@ import numpy as np
 
 from gateways.config import GatewayConfig, PeerShape
 from gateways.membership.trainer_ledger import LedgerStats
+from gateways.rounds.actions import Action, Deliver
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import Action, Deliver
 from gateways.service.daemon import GatewayDaemon
 from transports import ShapedTransport, Timeouts
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gateways.rounds.actions import Action, Send
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Action, Send
 from sims.exact_payloads import make_payload
 
 

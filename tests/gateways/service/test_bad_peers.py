@@ -13,7 +13,6 @@ import pytest
 
 from gateways.rounds.config import RoundConfig
 from gateways.service.daemon import GatewayDaemon
-from gateways.wire.round_frames import RoundTag
 from sims.harness.daemon_cluster import (
     JOB,
     SECRET,
@@ -27,6 +26,7 @@ from sims.harness.daemon_trainer import FakeTrainer
 from tests.gateways.service.daemon_fakes import FakePeer, oversized_header, read_until_closed
 from transports import Timeouts, connect
 from wanrt.errors import RemoteProtocolError
+from wanrt.protocol.peer.round_frames import RoundTag
 
 ROUNDS = RoundConfig(topology="star", round_deadline_s=20.0, suspect_after_s=20.0)
 

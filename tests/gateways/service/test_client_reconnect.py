@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import ContribId
 from sims.exact_payloads import layer_shape, make_payload
 from sims.harness.daemon_cluster import (
     JOB,
@@ -31,6 +30,7 @@ from wanrt.client.link.api import LinkSpec, UpdateArrived
 from wanrt.client.link.gateway_link import GatewayLink, open_gateway_link
 from wanrt.client.link.reconnect import ReconnectPolicy
 from wanrt.client.link.signature import LayerSignature
+from wanrt.protocol.peer.round_msg import ContribId
 
 ITERATIONS = 40
 LAYERS = 3

@@ -71,7 +71,7 @@ async def test_rounds_a_lost_peer_opened_for_bogus_layers_are_freed() -> None:
     lost they hold nothing and are freed (they stayed allocated until the job ended)."""
     import dataclasses
 
-    from gateways.wire.round_frames import RoundTag
+    from wanrt.protocol.peer.round_frames import RoundTag
 
     with short_dir() as tmp:
         configs = {"b": dataclasses.replace(site_configs(tmp, "ab", rounds=ROUNDS)["b"], root="b")}

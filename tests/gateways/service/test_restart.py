@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import ContribId
 from sims.harness.daemon_cluster import (
     add_held,
     dense_sum,
@@ -22,6 +21,7 @@ from sims.harness.daemon_cluster import (
     trainers_for,
 )
 from tests.gateways.harness import layer_shape
+from wanrt.protocol.peer.round_msg import ContribId
 
 ITERATIONS = 60
 LAYERS = 4
