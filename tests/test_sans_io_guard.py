@@ -37,14 +37,15 @@ SANS_IO = (
     "wanrt/kernels",
     "scheduler",
     "sims",
+    # test fixtures that model the client's exact sums and resync: sans-IO like the client logic they mirror
+    "tools/harness/exact_params.py",
+    "tools/harness/exact_payloads.py",
 )
 
 #: Inside those, the I/O adapters and command-line front ends (they drive the sans-IO objects).
 EXCLUDED = (
     "sims/netns",
     "sims/cli.py",
-    "sims/protocol_trainer.py",  # a trainer stand-in on a real transport, for daemon tests and the soak
-    "sims/harness",  # fake gateway, daemon cluster, kill-restart scenario: for tests and tools
     "scheduler/service",
     "wanrt/protocol/fuzz.py",
     # the kernel-path choosers build each path once under a lock, and the codec compiles its fused kernels

@@ -26,7 +26,7 @@ from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.topology import PlanSpec
 from sims.des.loop import EventLoop
-from sims.exact_payloads import layer_shape, make_payload
+from tools.harness.exact_payloads import layer_shape, make_payload
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload
 from wanrt.protocol.peer.round_msg import ContribId, RoundMsg

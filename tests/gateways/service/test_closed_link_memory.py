@@ -9,8 +9,8 @@ import gc
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs
 from tests.gateways.service.daemon_fakes import FakePeer
+from tools.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs
 from wanrt.protocol import Chunk
 from wanrt.protocol.limits import MAX_FRAME_BYTES
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import (
+from tests.gateways.harness import layer_shape
+from tools.harness.daemon_cluster import (
     add_held,
     dense_sum,
     running,
@@ -20,7 +21,6 @@ from sims.harness.daemon_cluster import (
     site_configs,
     trainers_for,
 )
-from tests.gateways.harness import layer_shape
 from wanrt.protocol.peer.round_msg import ContribId
 
 ITERATIONS = 60
