@@ -12,7 +12,7 @@ from gateways.sending.edf_queue import EdfQueue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.stats import LinkCounters
-from tests.gateways.wire.gateway_pair import gateway_pair
+from tests.wanrt.protocol.peer.gateway_pair import gateway_pair
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Connection, Push
 from wanrt.protocol.frame import FrameReader, parse_fixed_header

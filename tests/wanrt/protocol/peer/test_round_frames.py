@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from tests.gateways.harness import make_payload
-from tests.gateways.wire.gateway_pair import gateway_pair
+from tests.wanrt.protocol.peer.gateway_pair import gateway_pair
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from wanrt.protocol import Aggregate, Connection, Hello, Push, split_frame
 from wanrt.protocol.events import NEED_DATA
