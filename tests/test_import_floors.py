@@ -22,6 +22,9 @@ package has to be placed on a floor before it can be imported at all.
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,6 +203,23 @@ def test_the_allowlist_holds_only_live_violations() -> None:
     }
     stale = sorted((set(PERMANENT) | set(ALLOWED_FOR_NOW)) - found)
     assert not stale, f"allowlist entries that no longer occur (remove them): {stale}"
+
+
+def test_the_ground_floor_loads_nothing_above_it_at_run_time() -> None:
+    """The source check cannot see ``importlib`` or a package's ``__init__`` run as a side effect; so import
+    every ground-floor module in a fresh interpreter and look at what got loaded."""
+    ground = sorted(m for m in find_modules(ROOT, PACKAGES) if (room_of(m) or (-1, ""))[0] == 0)
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {ground!r}: importlib.import_module(m)\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    roots = {prefix.split(".")[0] for prefix, _, _ in ROOMS}
+    above = sorted(m for m in json.loads(out) if m.split(".")[0] in roots and (room_of(m) or (0, ""))[0] > 0)
+    assert not above, f"importing the ground floor loaded modules from above it: {above}"
 
 
 def _write(root: Path, files: Mapping[str, str]) -> None:
