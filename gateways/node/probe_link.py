@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from gateways.node.peer_channel import PeerChannel
 from gateways.sending.probe_trains import ProbeTrains
-from gateways.wire.probe_train import PROBE_PRIORITY, ProbeRequest, ProbeTrain
+from wanrt.protocol.peer.probe_train import PROBE_PRIORITY, ProbeRequest, ProbeTrain
 
 __all__ = ["ask_for_trains", "on_probe_message", "probe_telemetry"]
 

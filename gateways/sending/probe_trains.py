@@ -1,4 +1,6 @@
-"""When to ask a peer for a timed probe train, and how large (issue 25; wire: gateways/wire/probe_train.py).
+"""When to ask a peer for a timed probe train, and how large (issue 25).
+
+The wire messages are in :mod:`wanrt.protocol.peer.probe_train`.
 
 **The maths.** The receiver times a message by its tail (gateways/sending/rx_dispersion.py: the bytes after
 the read that carried its half-way byte, over the time to its last byte; packet-train dispersion, Dovrolis,

@@ -10,8 +10,8 @@ import pytest
 from gateways.sending.config import DeliveryConfig
 from gateways.sending.probe_trains import ProbeTrains, fast_bound_bps, train_bytes
 from gateways.sending.rx_dispersion import RxDispersion
-from gateways.wire.probe_train import MAX_PROBE_BYTES, ProbeRequest, ProbeTrain
 from wanrt.errors import ConfigError, LocalProtocolError
+from wanrt.protocol.peer.probe_train import MAX_PROBE_BYTES, ProbeRequest, ProbeTrain
 
 M = 1e6
 SEG = 1448

@@ -1,4 +1,4 @@
-"""How a round-engine message (:class:`~gateways.rounds.messages.RoundMsg`) travels between two gateways.
+"""How a round-engine message (:class:`~wanrt.protocol.peer.round_msg.RoundMsg`) travels between two gateways.
 
 The protocol's ``Push`` / ``Aggregate`` carry a layer's payload, but the round engine needs more than they
 hold: the message ``kind`` (partial, extra, segment, segment_final, final, outcome), the ``plan_id`` it was
@@ -8,7 +8,8 @@ say. So each RoundMsg becomes:
 
 * a :class:`RoundTag` (extension type 0x80) with everything except the payload, and ``seq``, a per-link
   sequence number; its contribution ids travel as one buffer in the compact form of
-  :mod:`gateways.rounds.ids` (the header's ``ids`` is their count), encoded once per id set and decoded
+  :mod:`wanrt.protocol.peer.contrib_ids` (the header's ``ids`` is their count), encoded once per id set and
+  decoded
   once per distinct blob — a 1 000-site result names 1 000 ids, and per-id work at every gateway made a
   round O(N²) (the older form, a header map ``{site: [iteration, ...]}``, is still accepted);
 * when the RoundMsg has a payload, right after it on the same link a ``Push`` whose ``round`` field equals
@@ -36,10 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Self
 
-from gateways.rounds.ids import MAX_ROUND_IDS, ContribIds, as_ids, decode_ids, distinct_sites, encode_ids
-from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
-from gateways.wire.probe_train import ProbeRequest, ProbeTrain
-from gateways.wire.site_fault import SiteFault
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from wanrt.payload import SparsePayload
 from wanrt.protocol.checks import check_count, check_names, check_scalar_map, check_uint
@@ -53,6 +50,17 @@ from wanrt.protocol.messages import (
     payload_from_wire,
     payload_wire_form,
 )
+from wanrt.protocol.peer.contrib_ids import (
+    MAX_ROUND_IDS,
+    ContribIds,
+    as_ids,
+    decode_ids,
+    distinct_sites,
+    encode_ids,
+)
+from wanrt.protocol.peer.probe_train import ProbeRequest, ProbeTrain
+from wanrt.protocol.peer.round_msg import MSG_KINDS, ContribId, RoundMsg
+from wanrt.protocol.peer.site_fault import SiteFault
 from wanrt.protocol.registry import CORE_REGISTRY
 
 __all__ = [
@@ -169,7 +177,8 @@ class RoundTag(Message):
         )
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        # the ids travel as one buffer (gateways.rounds.ids: "<it>=<site>,...;..."), the header says how
+        # the ids travel as one buffer (wanrt.protocol.peer.contrib_ids: "<it>=<site>,...;..."), the header
+        # says how
         # many there are; the buffer is encoded once per id set, however many links it goes to
         header = {name: getattr(self, name) for name in field_names(type(self))}
         header["ids"] = len(self.ids)
@@ -292,7 +301,7 @@ class JobModel(Message):
 
 
 #: The protocol spoken between gateways: the core messages plus the two above, a site's fault and the
-#: timed probe trains (gateways/wire/probe_train.py).
+#: timed probe trains (wanrt/protocol/peer/probe_train.py).
 GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(
     RoundTag, RoundData, JobModel, SiteFault, ProbeRequest, ProbeTrain
 )
