@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from transports import Timeouts, Transport
 from transports.connection_io import abort_and_close, next_event
+from transports.connection_serving import ConnectionEnd, serve_connection
 from wanrt.errors import (
     AuthError,
     ProtocolError,
@@ -224,34 +225,24 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
         return
     session = TrainerSession(conn, transport, timeouts)
     owner.trainer_connected(session)
-    reason = "ended"
-    error: BaseException | None = None
-    writer = asyncio.get_running_loop().create_task(session.writer(), name=f"trainer writer {transport.peer}")
-    reader = asyncio.get_running_loop().create_task(_read(owner, session), name=f"trainer {transport.peer}")
-    try:
-        done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-        task = reader if reader in done else writer  # the reader says why the trainer left
-        error = task.exception()
-        reason = task.result() if error is None else str(error)
-        if isinstance(error, WanrtError):
-            log.warning("trainer %s: connection closed: %s", transport.peer, error)
-        elif error is not None:
-            log.error("trainer %s: internal error, connection closed", transport.peer, exc_info=error)
-    finally:
-        for task in (reader, writer):
-            task.cancel()
-        await asyncio.gather(reader, writer, return_exceptions=True)
-        owner.trainer_disconnected(session, reason, clean=session.said_bye)
-        if error is None and session.bye_sent:
-            with contextlib.suppress(TransportError, OSError):
-                await transport.close()  # a clean end: Bye said
-        else:
-            await abort_and_close(
-                conn,
-                transport,
-                error if isinstance(error, (ProtocolError, AuthError)) else None,
-                grace=timeouts.close,
-            )
+
+    def ended(end: ConnectionEnd) -> None:
+        if isinstance(end.error, WanrtError):
+            log.warning("trainer %s: connection closed: %s", transport.peer, end.error)
+        elif end.error is not None:
+            log.error("trainer %s: internal error, connection closed", transport.peer, exc_info=end.error)
+        end.clean = end.error is None and session.bye_sent  # a clean end: Bye said
+        owner.trainer_disconnected(session, end.reason, clean=session.said_bye)
+
+    await serve_connection(
+        conn,
+        transport,
+        reader=_read(owner, session),  # the reader says why the trainer left
+        writer=session.writer(),
+        name=f"trainer {transport.peer}",
+        grace=timeouts.close,
+        on_end=ended,
+    )
 
 
 #: silence after which a trainer connection is taken for dead: three of the client's 5 s heartbeats

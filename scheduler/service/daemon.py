@@ -32,6 +32,7 @@ from scheduler.sharding.state_file import read_state, write_state
 from scheduler.wire import SCHEDULER_REGISTRY
 from transports import Listener, Transport, listen, parse_url
 from transports.connection_io import abort_and_close, next_event
+from transports.connection_serving import ConnectionEnd, serve_connection
 from wanrt.errors import AuthError, ConfigError, ProtocolError, TransportError, WanrtTimeout
 from wanrt.protocol import (
     Auth,
@@ -418,30 +419,22 @@ class SchedulerDaemon:
         await self._serve(session)
 
     async def _serve(self, session: _Session) -> None:
-        loop = asyncio.get_running_loop()
-        reader = loop.create_task(self._read(session), name=f"read {session.site}")
-        writer = loop.create_task(session.writer(), name=f"write {session.site}")
-        error: BaseException | None = None
-        try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            task = reader if reader in done else writer
-            error = task.exception()
-            reason = task.result() if error is None else str(error)
-        finally:
-            for t in (reader, writer):
-                t.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
+        def ended(end: ConnectionEnd) -> None:
             if self._sessions.get(session.site) is session:
                 del self._sessions[session.site]
                 self.node.gateway_down(session.site, self._now())
                 self._after()
-            await abort_and_close(
-                session.conn,
-                session.transport,
-                error if isinstance(error, (ProtocolError, AuthError)) else None,
-                grace=self.cfg.timeouts.close,
-            )
-        log.info("gateway %s disconnected: %s", session.site, reason)
+
+        end = await serve_connection(
+            session.conn,
+            session.transport,
+            reader=self._read(session),
+            writer=session.writer(),
+            name=session.site,
+            grace=self.cfg.timeouts.close,
+            on_end=ended,
+        )
+        log.info("gateway %s disconnected: %s", session.site, end.reason)
 
     async def _read(self, session: _Session) -> str:
         while True:
