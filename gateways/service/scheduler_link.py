@@ -15,9 +15,10 @@ from collections.abc import Callable
 from gateways.config import GatewayConfig
 from scheduler.wire import SCHEDULER_REGISTRY
 from transports import Transport, connect, parse_url
-from transports.connection_io import abort_and_close, next_event
+from transports.connection_io import next_event
 from transports.connection_serving import ConnectionEnd, serve_connection
-from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, TransportError, WanrtTimeout
+from transports.handshake_boundary import HandshakeFailure, handshake_boundary
+from wanrt.errors import AuthError, RemoteProtocolError, TransportError, WanrtTimeout
 from wanrt.protocol import Bye, Connection, ConnectionClosed, Error, Heartbeat, Message, Reject, Role, Welcome
 
 __all__ = ["SchedulerLink"]
@@ -92,18 +93,22 @@ class SchedulerLink:
             registry=SCHEDULER_REGISTRY,
             peer="scheduler",
         )
-        try:
-            async with asyncio.timeout(cfg.timeouts.handshake):
-                await transport.send([conn.hello({})])
-                welcome = await next_event(conn, transport)
-                if isinstance(welcome, Reject):
-                    raise RemoteProtocolError(f"the scheduler refused this gateway: {welcome.reason}")
-                if not isinstance(welcome, Welcome) or welcome.role is not Role.SCHEDULER:
-                    raise AuthError(f"{self.url} is not the job's scheduler", peer="scheduler")
-                await transport.send([conn.authenticate()])
-        except (TimeoutError, ProtocolError, AuthError, TransportError, WanrtTimeout) as exc:
-            log.warning("scheduler at %s: handshake failed: %s", self.url, exc)
-            await abort_and_close(conn, transport, exc if isinstance(exc, ProtocolError) else None, grace=1.0)
+
+        def failed(f: HandshakeFailure) -> None:
+            log.warning("scheduler at %s: handshake failed: %s", self.url, f)
+
+        async with (
+            handshake_boundary(conn, transport, grace=1.0, on_failure=failed) as handshake,
+            asyncio.timeout(cfg.timeouts.handshake),
+        ):
+            await transport.send([conn.hello({})])
+            welcome = await next_event(conn, transport)
+            if isinstance(welcome, Reject):
+                raise RemoteProtocolError(f"the scheduler refused this gateway: {welcome.reason}")
+            if not isinstance(welcome, Welcome) or welcome.role is not Role.SCHEDULER:
+                raise AuthError(f"{self.url} is not the job's scheduler", peer="scheduler")
+            await transport.send([conn.authenticate()])
+        if handshake.failed:
             return None
         self.connected = True
         self._out.clear()

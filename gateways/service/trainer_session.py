@@ -24,13 +24,12 @@ from typing import Any, Protocol
 from transports import Timeouts, Transport
 from transports.connection_io import abort_and_close, next_event
 from transports.connection_serving import ConnectionEnd, serve_connection
+from transports.handshake_boundary import HandshakeFailure, handshake_boundary
 from wanrt.errors import (
     AuthError,
-    ProtocolError,
     RemoteProtocolError,
     TransportError,
     WanrtError,
-    WanrtTimeout,
 )
 from wanrt.protocol import (
     Ack,
@@ -188,29 +187,28 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
         Role.GATEWAY, owner.site, owner.job, owner.secret(), side="server", peer=f"trainer@{transport.peer}"
     )
     timeouts = owner.timeouts
-    try:
-        async with asyncio.timeout(timeouts.handshake):
-            problem = await _handshake(owner, conn, transport)
-        if problem is _PROBED:
-            await abort_and_close(conn, transport, None, grace=timeouts.close)
-            return
-    except asyncio.CancelledError:
-        await abort_and_close(conn, transport, None, grace=timeouts.close)
-        raise
-    except TimeoutError:
-        log.warning(
-            "trainer %s: handshake not finished within %g s; closed", transport.peer, timeouts.handshake
-        )
-        await abort_and_close(conn, transport, None, grace=timeouts.close)
+
+    def failed(f: HandshakeFailure) -> None:
+        if f.kind == "timeout":
+            log.warning(
+                "trainer %s: handshake not finished within %g s; closed", transport.peer, timeouts.handshake
+            )
+        elif f.kind == "refused":
+            log.warning("trainer %s rejected: %s", transport.peer, f)
+            if f.auth:
+                owner.trainer_auth_failed(str(f))
+        else:
+            log.info("trainer %s: connection failed during the handshake: %s", transport.peer, f)
+
+    problem: str | None = None
+    async with (
+        handshake_boundary(conn, transport, grace=timeouts.close, on_failure=failed) as handshake,
+        asyncio.timeout(timeouts.handshake),
+    ):
+        problem = await _handshake(owner, conn, transport)
+    if handshake.failed:
         return
-    except (ProtocolError, AuthError) as exc:
-        log.warning("trainer %s rejected: %s", transport.peer, exc)
-        if isinstance(exc, AuthError):
-            owner.trainer_auth_failed(str(exc))
-        await abort_and_close(conn, transport, exc, grace=timeouts.close)
-        return
-    except (TransportError, WanrtTimeout) as exc:
-        log.info("trainer %s: connection failed during the handshake: %s", transport.peer, exc)
+    if problem is _PROBED:
         await abort_and_close(conn, transport, None, grace=timeouts.close)
         return
     if problem is not None:
