@@ -14,9 +14,10 @@ engine. The rest is composed of parts split by whom they talk to, each owning it
   the rate the :class:`~gateways.sending.rate_allocator.RateAllocator` sets from
   :mod:`gateways.sending.link_times`; heartbeats; what waits for a peer without a link, at most
   :data:`MAX_BACKLOG` messages);
-* this site's trainer — :class:`~gateways.node.trainer_side.TrainerSide` (its session, which run may
-  train here, its pushes, and what it is owed: results, empty answers and acks, with
-  :mod:`gateways.membership.trainer_ledger` and :mod:`gateways.node.held_acks`);
+* this site's trainer — :class:`~gateways.node.trainer_side.TrainerSide` (its session, its pushes, and
+  what it is owed: results, empty answers and acks, with :mod:`gateways.membership.trainer_ledger` and
+  :mod:`gateways.node.held_acks`) and :class:`~gateways.node.trainer_admission.TrainerAdmission` (which
+  run may train here, what the Welcome says);
 * the scheduler — :class:`~gateways.node.scheduler_side.SchedulerSide` (the two phases of its decisions,
   the trainers' configuration updates and their effective iteration, the reports' timing);
 * :class:`~gateways.node.model_agreement.ModelAgreement` (which model is the job's; site faults) and
@@ -57,6 +58,7 @@ from gateways.node.resync import ParamResync
 from gateways.node.resync_routes import ResyncRoutes
 from gateways.node.scheduler_side import SchedulerSide
 from gateways.node.shard_relay import ShardRelay
+from gateways.node.trainer_admission import TrainerAdmission
 from gateways.node.trainer_restart import TrainerRestart
 from gateways.node.trainer_runs import TrainerRuns
 from gateways.node.trainer_side import TrainerSide
@@ -158,6 +160,14 @@ class GatewayNode:
             stats=self.stats,
             model=self.model,
             mesh=self.mesh,
+            runs=self.runs,
+        )
+        self.trainer_admission = TrainerAdmission(
+            cfg,
+            self,
+            self.trainer,
+            stats=self.stats,
+            model=self.model,
             runs=self.runs,
             restart=self.restart,
             resync=self.resync,
@@ -512,13 +522,13 @@ class GatewayNode:
         self.agreement.trainer_auth_failed(reason, now)
 
     def trainer_welcome_info(self, hello: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The Welcome's info for a trainer whose Hello said ``hello`` (:meth:`TrainerSide.welcome_info`)."""
-        return self.trainer.welcome_info(hello)
+        """The Welcome's info for a trainer whose Hello said ``hello`` (see :class:`TrainerAdmission`)."""
+        return self.trainer_admission.welcome_info(hello)
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:
         """Why this trainer may not train here (None: fine): another run is being served, or its model is
         not the job's (its signature may be adopted)."""
-        problem = self.trainer.run_problem(info)
+        problem = self.trainer_admission.run_problem(info)
         if problem is not None:
             return problem
         try:

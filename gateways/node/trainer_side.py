@@ -1,18 +1,20 @@
-"""This site's trainer as the gateway node sees it: which session is current, what goes to it, which run
-may train here, and what its handshake, pushes and measurements must say.
+"""This site's trainer as the gateway node sees it: which session is current, what goes to it, what its
+pushes and measurements must say, and what it is owed.
 
 :class:`TrainerSide` owns the trainer session's state (the current session, its streamed pushes being put
-together, the model it presented, the leader's latest measurements) and the admission of a trainer run
-(:mod:`gateways.node.trainer_runs` decides; the Welcome's ``info`` and the check after the handshake apply
-it). What a push *does* — counted by the ledger, handed to the round engine — is the node's decision
-(:meth:`GatewayNode.trainer_push`); this part reads the node's state through :class:`TrainerHost`.
+together, the model it presented, the leader's latest measurements) and the trainer's side of the rounds:
+its pushes counted by :mod:`gateways.membership.trainer_ledger` and handed to the round engine (through
+:meth:`TrainerHost.apply`, the node's), and what the trainer is owed for them — every round's result or an
+empty answer, and an ack once a push is counted somewhere safe (:mod:`gateways.node.held_acks`), also
+while its trainer is dead (empty contributions, :mod:`gateways.node.trainer_runs`). Which run may train
+here is :mod:`gateways.node.trainer_admission`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Protocol
+from typing import Protocol
 
 from gateways.config import GatewayConfig
 from gateways.membership.job_model import JobModelState, ModelSignature
@@ -21,20 +23,16 @@ from gateways.node.actions import NodeAction, RefuseTrainer, ToTrainer
 from gateways.node.held_acks import Acks, HeldAcks
 from gateways.node.peer_mesh import PeerMesh
 from gateways.node.push_stream import PushStreams
-from gateways.node.resync import ParamResync
-from gateways.node.trainer_restart import TrainerRestart
-from gateways.node.trainer_runs import RunVerdict, TrainerRuns, resume_at_of
+from gateways.node.trainer_runs import TrainerRuns
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.ids import distinct_sites
 from gateways.rounds.messages import Action, Deliver
 from gateways.stats import GatewayStats
 from gateways.wire.site_fault import SiteFault
 from wanrt.errors import LocalProtocolError, RemoteProtocolError
-from wanrt.live_settings import RESTART_FROM_KEY
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Aggregate, Message, Push, PushPiece, Telemetry
 from wanrt.protocol.limits import MAX_RANK
-from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
 from wanrt.rank_telemetry import parse_rank_times
 
 __all__ = ["TrainerHost", "TrainerSide"]
@@ -43,19 +41,14 @@ log = logging.getLogger("gateways.node")
 
 
 class TrainerHost(Protocol):
-    """What the trainer side reads of the node, and what it asks of it: a resync from ``iteration``,
-    the round engine's actions carried out, a payload with NaN/Inf judged."""
+    """What the trainer side reads of the node, and what it asks of it: the round engine's actions carried
+    out, a payload with NaN/Inf judged."""
 
     @property
     def engine(self) -> RoundEngine | None: ...
 
     @property
     def ledger(self) -> TrainerLedger | None: ...
-
-    @property
-    def join_at(self) -> int | None: ...
-
-    def start_resync(self, iteration: int) -> None: ...
 
     def apply(self, actions: list[Action], now: float) -> None:
         """Carry out round-engine actions."""
@@ -78,8 +71,6 @@ class TrainerSide:
         model: JobModelState,
         mesh: PeerMesh,
         runs: TrainerRuns,
-        restart: TrainerRestart,
-        resync: ParamResync,
     ) -> None:
         self.cfg = cfg
         self.site = cfg.site
@@ -90,8 +81,6 @@ class TrainerSide:
         self._model = model
         self._mesh = mesh
         self.runs = runs
-        self.restart = restart
-        self.resync = resync
         self.session: int | None = None  # the current trainer session
         self.streams = PushStreams()  # its streamed pushes being put together
         #: the model the current trainer presented in its handshake
@@ -332,89 +321,3 @@ class TrainerSide:
                     self._host.apply(engine.local_push(*verdict.push, now), now)
         finally:
             self._filling = False
-
-    # -- which run may train here (gateways.node.trainer_runs) ---------------------------------------
-
-    def welcome_info(self, hello: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The Welcome's info for a trainer whose Hello said ``hello``: the job's model, where the job is,
-        and, for a run this gateway will not serve, ``refused`` (why) and ``retry`` — so the client raises
-        at ``wanrt.init`` with that one message (the decision is made again after the trainer
-        authenticated: :meth:`run_problem`); for the restart of a dead run, ``restart_from``."""
-        engine = self._host.engine
-        join_at = self._host.join_at
-        info = self._model.info()
-        info["frontier"] = -1 if engine is None else engine.frontier
-        info["join_at"] = -1 if join_at is None else join_at
-        rc = self.cfg.rounds
-        if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
-            n_sites = len({self.site, *self.cfg.peers})
-            info[PUSH_CUT_KEY] = push_cut_value(n_sites, rc.allpairs_chunk_bytes)  # streamed pushes
-        start = self.restart.start_at(self.next_push())
-        if hello is not None:
-            verdict = self._run_verdict(hello)
-            # the process the scheduler restarted (KILL_RESTART) is let in by the order whatever the old
-            # run's state (its close() said Bye: "finished"), as run_problem decides after the handshake
-            ordered = start is not None and verdict.kind in ("replace", "refused")
-            if verdict.problem is not None and not ordered:
-                info["refused"] = verdict.problem[:900]
-                info["retry"] = verdict.retry
-            elif verdict.kind == "replace" and not ordered:
-                start = self.replacement_start()
-                self.runs.offered = start  # the empty pushes for the dead trainer stay below it
-        if start is not None:  # read only by a replacement trainer's first connection
-            info[RESTART_FROM_KEY] = start
-        return info
-
-    def _run_verdict(self, info: dict[str, Any]) -> RunVerdict:
-        engine = self._host.engine
-        frontier = -1 if engine is None else engine.frontier
-        served = self._stats.trainer_pushes > 0
-        return self.runs.verdict(
-            info.get("run"),
-            resume_at_of(info),
-            None if self._host.ledger is None else self.next_push(),
-            frontier,
-            served=served,
-            resync_pending=self.resync.need is not None,
-            reconnect=info.get("reconnect") is True,
-        )
-
-    def run_problem(self, info: dict[str, Any]) -> str | None:
-        """Which run may train here (gateways.node.trainer_runs): a reconnect of the run served, the first
-        run, the restart of a run whose trainer died (it starts at the site's next iteration and fetches
-        the job's parameters and optimizer state), a checkpoint resumed where this site stopped, or the
-        process the scheduler restarted (KILL_RESTART); anything else is another run: refused, saying
-        what to do (its pushes would be taken for the old run's re-sends and hang)."""
-        run = info.get("run")
-        verdict = self._run_verdict(info)
-        start = self.restart.start_at(self.next_push())
-        if verdict.kind in ("replace", "refused") and start is not None and self.restart.admit():
-            # the process the scheduler restarted (KILL_RESTART): the new one takes over where the old
-            # one stopped (its Welcome said so) and fetches the job's parameters
-            self.runs.admit(run, RunVerdict("replace"))
-            self._host.start_resync(start)
-            return None
-        if verdict.problem is None:
-            if verdict.kind == "replace":
-                start = self.replacement_start()
-                log.warning(
-                    "a new trainer run replaces run %s, whose trainer died (%s): it starts at iteration %d "
-                    "and fetches the job's parameters and optimizer state from another site",
-                    self.runs.run,
-                    self.runs.gone_reason,
-                    start,
-                )
-                ledger = self._host.ledger
-                if ledger is not None:
-                    ledger.forget_aggregates()  # the dead run's; the resync snapshot holds them
-                self._host.start_resync(start)
-            elif verdict.kind == "resume":
-                log.warning(
-                    "a new trainer run resumes the job from its checkpoint of iteration %d (run %s "
-                    "stopped there)",
-                    self.runs.stopped_at,
-                    self.runs.run,
-                )
-            self.runs.admit(run, verdict)
-            return None
-        return verdict.problem
