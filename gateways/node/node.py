@@ -1,9 +1,10 @@
 """One site's gateway as a sans-IO object: events in, with the time as an argument; actions out.
 
 The h11 ``Connection`` idea at gateway scale. :class:`GatewayNode` takes every call of its driver and owns
-the decisions that change the job: it creates the round engine when this site joins, applies the engine's
-actions (:meth:`GatewayNode.apply`), declares peers lost, hands pushes and peers' round messages to the
-engine. The rest is composed of parts split by whom they talk to, each owning its own state:
+the decisions that change the job: it creates the round engine when this site joins (or lets a peer
+rejoin), applies the engine's actions (:meth:`GatewayNode.apply`: round messages to peers, results to
+the trainer), declares peers lost, and says what a peer's round message does (acks it settles, a site
+that fell behind). The rest is composed of parts split by whom they talk to, each owning its state:
 
 * :class:`~gateways.rounds.engine.RoundEngine` — every WAN round (what to send to whom, when a round is
   finished, what is carried);
@@ -26,13 +27,18 @@ engine. The rest is composed of parts split by whom they talk to, each owning it
 * :class:`~gateways.node.reports.NodeReports` — telemetry, ``/status``, ``/metrics``, rendered from the
   node's state.
 
-A part reads the node through a small ``Protocol`` of its module (``PeerHost``, ``TrainerHost``, ...) and
-asks it for a decision only through the methods listed there; what the parts send is appended to the
-node's one action list. Whoever drives the node — :class:`~gateways.service.daemon.GatewayDaemon` over
-sockets and an event loop, or the simulator in :mod:`sims` on virtual time — feeds it received bytes and
-trainer messages, asks it what to write on each link (:meth:`GatewayNode.poll_link`), carries out
-:meth:`GatewayNode.pop_actions`, and calls :meth:`GatewayNode.tick` at :meth:`GatewayNode.next_deadline`.
-Because both drivers run this same object, a simulated gateway makes exactly the decisions a real one makes.
+A part reads the node through a small ``Protocol`` of its module (``PeerHost``, ``TrainerHost``,
+``RunHost``, ``SchedulerHost``, ``AdmissionHost``, ``ResyncHost``) and asks it for a decision only through
+the methods listed there (:meth:`GatewayNode.peer_linked`, :meth:`GatewayNode.peer_round`,
+:meth:`GatewayNode.declare_lost`, :meth:`GatewayNode.apply`, ...: for the parts, not for drivers); the
+others get the parts they talk to; the reports read the node whole and change nothing. What the parts
+send is appended to the node's one action list.
+
+Whoever drives the node — :class:`~gateways.service.daemon.GatewayDaemon` over sockets and an event loop,
+or the simulator in :mod:`sims` on virtual time — feeds it received bytes and trainer messages, asks it
+what to write on each link (:meth:`GatewayNode.poll_link`), carries out :meth:`GatewayNode.pop_actions`,
+and calls :meth:`GatewayNode.tick` at :meth:`GatewayNode.next_deadline`. Because both drivers run this
+same object, a simulated gateway makes exactly the decisions a real one makes.
 """
 
 from __future__ import annotations
