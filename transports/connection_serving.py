@@ -10,7 +10,8 @@ and no task or transport outlives it, whatever ended it (the peer, our side, a f
 
 What a connection *means* stays with its owner, through the hooks: ``settle`` may change the verdict once
 the first task finished (a link the node closed keeps the node's reason), ``on_end`` is told the verdict
-after both tasks are gone and before the transport is closed.
+after both tasks are gone and before the transport is closed — also when serving was cancelled — and may
+still say how to close (``clean`` once our Bye was sent, ``dropped`` once the connection was aborted).
 """
 
 from __future__ import annotations
