@@ -20,9 +20,9 @@ from gateways.node.peer_channel import PeerChannel
 from gateways.node.peer_mesh import PeerMesh
 from gateways.node.trainer_side import TrainerSide
 from gateways.stats import GatewayStats
-from gateways.wire.round_frames import JobModel
-from gateways.wire.site_fault import SiteFault
 from wanrt.protocol import Notice
+from wanrt.protocol.peer.round_frames import JobModel
+from wanrt.protocol.peer.site_fault import SiteFault
 
 __all__ = ["ModelAgreement"]
 

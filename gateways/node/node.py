@@ -68,14 +68,13 @@ from gateways.node.trainer_admission import TrainerAdmission
 from gateways.node.trainer_restart import TrainerRestart
 from gateways.node.trainer_runs import TrainerRuns
 from gateways.node.trainer_side import TrainerSide
+from gateways.rounds.actions import Action, Deliver, PeerSuspect, RoundClosed, Send
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec, build_plan
 from gateways.sending.edf_queue import make_send_queue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.rate_allocator import RateAllocator
 from gateways.stats import GatewayStats
-from gateways.wire.round_frames import RoundTag
 from wanrt.errors import (
     LocalProtocolError,
     MalformedPayload,
@@ -100,6 +99,8 @@ from wanrt.protocol import (
     ShardRequest,
     Telemetry,
 )
+from wanrt.protocol.peer.round_frames import RoundTag
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 __all__ = ["MAX_BACKLOG", "GatewayNode"]
 

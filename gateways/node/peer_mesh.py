@@ -17,7 +17,6 @@ from typing import Final
 from gateways.config import GatewayConfig
 from gateways.node.actions import Wake
 from gateways.node.peer_channel import PeerChannel, SendOut
-from gateways.rounds.messages import RoundMsg
 from gateways.sending.edf_queue import SendQueue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
@@ -25,6 +24,7 @@ from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import GatewayStats
 from wanrt.errors import WanrtTimeout
 from wanrt.protocol import Connection, Message
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 __all__ = ["MAX_BACKLOG", "PeerMesh"]
 

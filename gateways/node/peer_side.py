@@ -23,11 +23,8 @@ from gateways.node.peer_channel import PeerChannel
 from gateways.node.peer_mesh import MAX_BACKLOG, PeerMesh
 from gateways.node.resync_routes import ResyncRoutes
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import RoundMsg
 from gateways.sending.rate_allocator import RateAllocator
 from gateways.stats import GatewayStats
-from gateways.wire.round_frames import JobModel, RoundData, RoundTag
-from gateways.wire.site_fault import SiteFault
 from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, WanrtError
 from wanrt.protocol import (
     Ack,
@@ -44,6 +41,9 @@ from wanrt.protocol import (
     ParamRequest,
     Push,
 )
+from wanrt.protocol.peer.round_frames import JobModel, RoundData, RoundTag
+from wanrt.protocol.peer.round_msg import RoundMsg
+from wanrt.protocol.peer.site_fault import SiteFault
 
 __all__ = ["PeerHost", "PeerSide"]
 

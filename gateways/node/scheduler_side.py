@@ -1,11 +1,11 @@
 """The job's scheduler as the gateway node sees it: the two phases of its decisions, the configuration
 updates they carry to this site's trainer, and the link's reports.
 
-A decision (:mod:`scheduler.wire` ``Announce``) is prepared at every gateway before any commits it: a
-prepare is refused when its plan cannot apply here or its iteration may already be running (so a commit is
-never half-applied), a commit adopts the plan from the decision's own iteration at every gateway (STAR
-§IV-B) and forwards the trainer settings, effective at that iteration or, when the commit came late, as soon
-as possible. Telemetry goes to the scheduler every ``telemetry_interval_s`` (rendered by
+A decision (``Announce``, :mod:`wanrt.protocol.scheduler.messages`) is prepared at every gateway before any
+commits it: a prepare is refused when its plan cannot apply here or its iteration may already be running
+(so a commit is never half-applied), a commit adopts the plan from the decision's own iteration at every
+gateway (STAR §IV-B) and forwards the trainer settings, effective at that iteration or, when the commit
+came late, as soon as possible. Telemetry goes to the scheduler every ``telemetry_interval_s`` (rendered by
 :mod:`gateways.node.reports`); shard traffic passes through :mod:`gateways.node.shard_relay`.
 :class:`SchedulerSide` changes the running plan only through :meth:`SchedulerHost.set_plan`, the node's.
 """
@@ -24,10 +24,10 @@ from gateways.node.trainer_side import TrainerSide
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.topology import PlanSpec
 from gateways.wire.config_update import trainer_config_update
-from scheduler.wire import Announce, AnnounceReply, SiteShardGrant, site_values
 from wanrt.errors import ConfigError, RemoteProtocolError
 from wanrt.live_settings import PLAN_KEYS, RESTART_KEY, split_plan_values
 from wanrt.protocol import ConfigUpdate, Message
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply, SiteShardGrant, site_values
 
 __all__ = ["SchedulerHost", "SchedulerSide"]
 

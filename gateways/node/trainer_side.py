@@ -24,15 +24,15 @@ from gateways.node.held_acks import Acks, HeldAcks
 from gateways.node.peer_mesh import PeerMesh
 from gateways.node.push_stream import PushStreams
 from gateways.node.trainer_runs import TrainerRuns
+from gateways.rounds.actions import Action, Deliver
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.ids import distinct_sites
-from gateways.rounds.messages import Action, Deliver
 from gateways.stats import GatewayStats
-from gateways.wire.site_fault import SiteFault
 from wanrt.errors import LocalProtocolError, RemoteProtocolError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Aggregate, Message, Push, PushPiece, Telemetry
 from wanrt.protocol.limits import MAX_RANK
+from wanrt.protocol.peer.contrib_ids import distinct_sites
+from wanrt.protocol.peer.site_fault import SiteFault
 from wanrt.rank_telemetry import parse_rank_times
 
 __all__ = ["TrainerHost", "TrainerSide"]

@@ -13,13 +13,13 @@ from collections import deque
 from collections.abc import Callable
 
 from gateways.config import GatewayConfig
-from scheduler.wire import SCHEDULER_REGISTRY
 from transports import Transport, connect, parse_url
 from transports.connection_io import next_event
 from transports.connection_serving import ConnectionEnd, serve_connection
 from transports.handshake_boundary import HandshakeFailure, handshake_boundary
 from wanrt.errors import AuthError, RemoteProtocolError, TransportError, WanrtTimeout
 from wanrt.protocol import Bye, Connection, ConnectionClosed, Error, Heartbeat, Message, Reject, Role, Welcome
+from wanrt.protocol.scheduler.messages import SCHEDULER_REGISTRY
 
 __all__ = ["SchedulerLink"]
 
