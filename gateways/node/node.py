@@ -60,6 +60,7 @@ from gateways.wire.config_update import trainer_config_update
 from gateways.wire.round_frames import JobModel, RoundData, RoundTag
 from gateways.wire.site_fault import SiteFault
 from scheduler.wire import Announce, AnnounceReply, SiteShardGrant, site_values
+from wanrt.codec.negotiation import VALUE_CODINGS_KEY, offered_codings
 from wanrt.errors import (
     AuthError,
     ConfigError,
@@ -1099,6 +1100,7 @@ class GatewayNode:
         info = self.model.info()
         info["frontier"] = -1 if self.engine is None else self.engine.frontier
         info["join_at"] = -1 if self.join_at is None else self.join_at
+        info[VALUE_CODINGS_KEY] = offered_codings()  # low-bit values this gateway decodes (issue 23)
         rc = self.cfg.rounds
         if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
             info[PUSH_CUT_KEY] = push_cut_value(len(self.sites), rc.allpairs_chunk_bytes)  # streamed pushes
