@@ -98,7 +98,7 @@ def test_bytes_per_selected_element_at_one_percent_meet_issue_23() -> None:
     p = SparsePayload(0, 25_000_000, 16, idx, (rng.standard_normal(idx.size * 16) * 1e-3).astype(np.float32))
     per = {}
     for coding, target in (("int8", 1.15), ("int4", 0.65), ("int2", 0.40)):
-        meta, buffers = encode_payload(quantise_payload(p, coding))
+        _, buffers = encode_payload(quantise_payload(p, coding))
         per[coding] = sum(len(b) for b in buffers) / p.nnz
         assert per[coding] <= target, (coding, per[coding])
     assert per["int8"] - per["int4"] == pytest.approx(0.5, abs=1e-4)
@@ -201,7 +201,8 @@ def test_decoder_refuses_inconsistent_buffers() -> None:
     with pytest.raises(MalformedPayload, match="exponent"):
         decode_payload(meta, [_mutated(values, 3, 0x7F), index])
     # 2-bit codes of an odd count: the unused lanes of the last byte must be zero
-    odd = quantise_payload(SparsePayload(0, 5, 1, np.arange(5, dtype=np.int64), np.ones(5, np.float32)), "int2")
+    five = SparsePayload(0, 5, 1, np.arange(5, dtype=np.int64), np.ones(5, np.float32))
+    odd = quantise_payload(five, "int2")
     m2, (v2, i2) = _encoded(odd)
     with pytest.raises(MalformedPayload, match="beyond the last value"):
         decode_payload(m2, [_mutated(v2, len(v2) - 1, v2[-1] | 0xC0), i2])

@@ -49,7 +49,9 @@ def test_one_step_sent_plus_residual_is_the_gradient(coding: str) -> None:
     steps=st.integers(1, 12),
     seed=st.integers(0, 2**31),
 )
-def test_no_gradient_mass_is_lost_over_steps(coding: str, density: float, n: int, steps: int, seed: int) -> None:
+def test_no_gradient_mass_is_lost_over_steps(
+    coding: str, density: float, n: int, steps: int, seed: int
+) -> None:
     """The error-feedback invariant of tests/wanrt/kernels/test_error_feedback.py, through the codec, for
     sparse payloads (the compressor's residual) and dense ones (the coder's own residual)."""
     rng = np.random.default_rng(seed)
@@ -64,10 +66,8 @@ def test_no_gradient_mass_is_lost_over_steps(coding: str, density: float, n: int
         p = lc.compress(3, g)
         p.validate()
         total_sent += _sent_after_the_wire(p)
-    if density < 1.0:
-        residual = lc._ef.residual(3)  # type: ignore[union-attr]
-    else:
-        residual = lc._coder._dense[3][:n]  # type: ignore[union-attr]
+    sparse = density < 1.0
+    residual = lc._ef.residual(3) if sparse else lc._coder._dense[3][:n]  # type: ignore[union-attr]
     assert residual is not None
     # two fp32 roundings (the residual's update and the error's subtraction) per step
     atol = magnitude * steps * 2.0**-22 + 1e-30
