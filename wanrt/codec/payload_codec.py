@@ -10,7 +10,7 @@ Meta (all ints or str)::
 
     {"fmt": 1, "layer": int, "dense_len": int, "block_size": int,
      "dtype": "fp32"|"fp16"|"bf16"|"int8"|"int4"|"int2", "count": <selected blocks>,
-     "index": "run"|"u32"|"d16"|"varint"|"bitmap"}
+     "index": "run"|"u32"|"d16"|"varint"|"bitmap"|"rice"}
 
 The low-bit ``dtype``s (``wanrt.codec.lowbit``) carry codes and per-group scales in the values buffer;
 they decode to an fp32 payload with the codes attached (``coded``), so a gateway that relays it unchanged
@@ -32,12 +32,14 @@ import numpy as np
 import numpy.typing as npt
 
 from wanrt.codec.index_encodings import (
+    DEFAULT_CHOICES,
     INDEX_ENCODINGS,
     IndexEncoding,
     choose_encoding,
     decode_indices,
     encode_indices,
     encoded_sizes,
+    gap_sum_of,
     is_run,
 )
 from wanrt.codec.kernel_choice import codec_kernels
@@ -98,15 +100,15 @@ def encode_payload(
     ok, max_gap, varint_bytes = kernels.gap_stats(p.indices, nb)
     if not ok:
         _refuse(p, "indices not strictly increasing inside the layer")
-    sizes = encoded_sizes(p.nnz_blocks, nb, max_gap, varint_bytes, is_run(p.indices))
+    sizes = encoded_sizes(p.nnz_blocks, nb, max_gap, varint_bytes, is_run(p.indices), gap_sum_of(p.indices))
+    lowbit = _lowbit_form(p, dtype, coded)
     if index_encoding is None:
-        encoding = choose_encoding(sizes)
+        encoding = choose_encoding(sizes, INDEX_ENCODINGS if lowbit is not None else DEFAULT_CHOICES)
     elif index_encoding in sizes:
         encoding = index_encoding
     else:
         raise LocalProtocolError("index encoding unknown or unable to hold these", value=index_encoding)
     index = encode_indices(p.indices, nb, encoding, kernels, sizes)
-    lowbit = _lowbit_form(p, dtype, coded)
     if lowbit is not None:
         values, sent_dtype = pack(lowbit), lowbit.coding
     else:  # a float dtype, or values a low-bit coding cannot hold (not finite): p's own dtype then
