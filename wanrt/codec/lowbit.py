@@ -125,6 +125,11 @@ def _steps(exponent: int, scales: npt.NDArray[np.uint8]) -> npt.NDArray[np.float
     return s.astype(np.float32, copy=False)
 
 
+def _grid(exponent: int, k: npt.NDArray[np.int32]) -> npt.NDArray[np.float64]:
+    """The grid step of code ``k`` (0..255, 255 included as if it were a step), as float64."""
+    return np.ldexp(_FRAC[k % _GRID], (exponent - k // _GRID).astype(np.int32)).astype(np.float64)
+
+
 def _grouped(x: npt.NDArray[np.float32], scale_block: int) -> npt.NDArray[np.float32]:
     """``x`` as (groups, scale_block), the last group zero-padded (a copy only when padding is needed)."""
     g = -(-x.shape[0] // scale_block)
@@ -156,14 +161,15 @@ def quantise(x: npt.NDArray[np.float32], coding: str, scale_block: int) -> Lowbi
     exponent = max(exponent, MIN_EXPONENT)
     with np.errstate(divide="ignore"):
         k = np.floor(_GRID * (exponent - np.log2(need)))
-    k = np.minimum(np.nan_to_num(k, nan=ZERO_GROUP, posinf=ZERO_GROUP), ZERO_GROUP)
-    scales = np.maximum(k, 0).astype(np.uint8)
-    # log2 is rounded: where the step came out below the need, take the next larger one (k - 1)
+    k = np.clip(np.nan_to_num(k, nan=ZERO_GROUP, posinf=ZERO_GROUP), 0, ZERO_GROUP).astype(np.int32)
+    # log2 is rounded: make k exactly the largest code whose fp32 step still holds the group (255 = none
+    # of the real steps is needed: a zero group), by comparing against the very steps the decoder uses
+    k[(_grid(exponent, k) < need) & (k > 0)] -= 1
+    up = np.minimum(k + 1, ZERO_GROUP)
+    k[(k < ZERO_GROUP) & (_grid(exponent, up) >= need)] += 1
+    k[need == 0] = ZERO_GROUP
+    scales = k.astype(np.uint8)
     steps = _steps(exponent, scales)
-    short = (steps.astype(np.float64) < need) & (scales != ZERO_GROUP) & (scales > 0)
-    if short.any():
-        scales[short] -= 1
-        steps = _steps(exponent, scales)
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     safe = np.where(steps > 0, steps, np.float32(1))
     c = np.floor(grouped.astype(np.float64) / safe[:, None].astype(np.float64))

@@ -104,6 +104,28 @@ def test_bytes_per_selected_element_at_one_percent_meet_issue_23() -> None:
     assert per["int8"] - per["int4"] == pytest.approx(0.5, abs=1e-4)
 
 
+@settings(deadline=None, max_examples=100)
+@given(
+    coding=st.sampled_from(VALUE_CODINGS),
+    scale=st.sampled_from([1e-30, 1e-6, 1.0, 1e20]),
+    seed=st.integers(0, 2**31),
+)
+def test_the_scale_code_is_canonical(coding: str, scale: float, seed: int) -> None:
+    """Each group's code is the largest whose step holds it (or 255): the same on every host and path."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(160) * rng.choice([1.0, 1e-3, 1e-12], size=160) * scale).astype(np.float32)
+    lv = quantise(x, coding, 16)
+    assert lv is not None
+    need = np.abs(x.astype(np.float64)).reshape(-1, 16).max(axis=1) / (2 ** (CODING_BITS[coding] - 1) - 0.5)
+    k = lv.scales.astype(np.int64)
+    step = np.ldexp(_FRAC[k % 8].astype(np.float64), lv.exponent - k // 8)
+    nxt = np.ldexp(_FRAC[(k + 1) % 8].astype(np.float64), lv.exponent - (k + 1) // 8)
+    real = lv.scales != ZERO_GROUP
+    assert np.all(step[real] >= need[real])
+    assert np.all(nxt[real] < need[real])  # (code 255's step counts as a step: below it, a zero group)
+    assert np.all(need[~real] <= np.ldexp(np.float64(_FRAC[7]), lv.exponent - 31))
+
+
 def test_zero_and_tiny_groups_are_zero_groups() -> None:
     x = np.zeros(48, np.float32)
     x[16:32] = 1.0
