@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sims.harness.fake_gateway import FakeGateway, run_in_thread
+from tools.harness.fake_gateway import FakeGateway, run_in_thread
 from wanrt.client.config import ClientConfig
 from wanrt.client.leader.compression import LayerCompressor
 from wanrt.client.link.api import LinkSpec, UpdateArrived
