@@ -46,6 +46,7 @@ from wanrt.codec import decode_payload, encode_payload
 from wanrt.codec.index_encodings import encoded_sizes_of
 from wanrt.codec.kernel_choice import codec_kernels
 from wanrt.codec.lowbit import CODING_BITS, VALUE_CODINGS, dequantise, quantise, quantise_payload
+from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.payload import SparsePayload, n_blocks
 
 TARGETS = {"int8": 1.15, "int4": 0.65, "int2": 0.40}
@@ -289,7 +290,7 @@ def train_to_target(
             for layer, prm in enumerate(params):
                 assert prm.grad is not None
                 g = prm.grad.detach().reshape(-1).numpy().astype(np.float32, copy=True)
-                payload = comps[s].compress(layer, g)
+                payload = in_wire_dtype(comps[s].compress(layer, g), wire)  # the link's cast (float wires)
                 meta, buffers = encode_payload(payload)
                 wire_bytes += sum(len(b) for b in buffers)
                 selected += payload.nnz
