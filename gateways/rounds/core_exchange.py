@@ -33,11 +33,11 @@ from gateways.rounds.checks import check_allpairs_message, check_ring_message
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.forward_bound import ForwardBound
 from gateways.rounds.layer_formats import LayerFormats
-from gateways.rounds.messages import ContribId, RoundMsg
 from gateways.rounds.ring import ring_result, ring_start, ring_steps, take_segment_result, take_segment_step
 from gateways.rounds.state import EngineStats, OpenRound
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = ["CoreExchange", "Sends"]
 

@@ -64,6 +64,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 
+from gateways.rounds.actions import Action, Deliver, RoundClosed, Send
 from gateways.rounds.aggregate import aggregate
 from gateways.rounds.config import MAX_LAYERS, RoundConfig
 from gateways.rounds.core_exchange import CoreExchange, Sends
@@ -71,9 +72,7 @@ from gateways.rounds.finished import FinishedRounds, Owned
 from gateways.rounds.forward_bound import ForwardBound
 from gateways.rounds.gather_rule import GatherRule
 from gateways.rounds.held_messages import HeldMessages
-from gateways.rounds.ids import intern_sites, missing_members
 from gateways.rounds.layer_formats import LayerFormats
-from gateways.rounds.messages import Action, ContribId, Deliver, RoundClosed, RoundMsg, Send
 from gateways.rounds.own_ledger import OwnLedger
 from gateways.rounds.peer_inputs import PeerInputs
 from gateways.rounds.rejoin_outcomes import RejoinOutcomes
@@ -84,6 +83,8 @@ from gateways.rounds.topology import Plan, PlanSpec
 from wanrt.config import check
 from wanrt.errors import LocalProtocolError, MalformedPayload, RemoteProtocolError
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.contrib_ids import intern_sites, missing_members
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = ["TRAINER", "RoundEngine"]
 

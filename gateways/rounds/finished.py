@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import ContribId, RoundMsg
 from gateways.rounds.state import EngineStats
 from gateways.rounds.topology import Plan
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = ["FinishedRounds", "Owned"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from gateways.rounds.messages import RoundMsg
 from gateways.rounds.state import EngineStats
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 __all__ = ["HeldMessages"]
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from gateways.rounds.messages import RoundMsg
 from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.errors import MalformedPayload
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 __all__ = ["LayerFormats"]
 

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from gateways.rounds.aggregate import aggregate
 from gateways.rounds.finished import FinishedRounds, Owned
 from gateways.rounds.forward_bound import ForwardBound
-from gateways.rounds.ids import id_pairs
-from gateways.rounds.messages import ContribId, RoundMsg
 from gateways.rounds.state import Carry, EngineStats, OpenRound, merge_ids
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.contrib_ids import id_pairs
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = ["OwnLedger"]
 

@@ -18,9 +18,9 @@ from gateways.rounds.aggregate import aggregate
 from gateways.rounds.checks import check_message
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.layer_formats import LayerFormats
-from gateways.rounds.messages import RoundMsg
 from gateways.rounds.state import EngineStats, OpenRound, merge_ids
 from wanrt.errors import LocalProtocolError, RemoteProtocolError
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 __all__ = ["PeerInputs"]
 

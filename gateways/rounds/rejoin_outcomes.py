@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.counted_log import CountedLog
-from gateways.rounds.messages import ContribId, RoundMsg
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = ["RejoinOutcomes"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Mapping
 
-from gateways.rounds.messages import PeerSuspect
+from gateways.rounds.actions import PeerSuspect
 from gateways.rounds.state import OpenRound
 
 __all__ = ["Key", "RoundTimers"]
@@ -25,7 +25,7 @@ class RoundTimers:
 
     Beside the gather deadline the engine computes, a round that waits on a peer (``wait_peer``: the
     parent's result, the ring's predecessor, an all-pairs member) is due once that peer was silent for
-    ``suspect_after_s``: the engine then reports it (:class:`~gateways.rounds.messages.PeerSuspect`) and the
+    ``suspect_after_s``: the engine then reports it (:class:`~gateways.rounds.actions.PeerSuspect`) and the
     daemon may declare it lost, which re-runs the round without it."""
 
     def __init__(self, suspect_after_s: float) -> None:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from gateways.rounds.actions import PeerSuspect
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.finished import FinishedRounds
 from gateways.rounds.forward_bound import ForwardBound
 from gateways.rounds.held_messages import HeldMessages
-from gateways.rounds.messages import PeerSuspect, RoundMsg
 from gateways.rounds.round_timers import RoundTimers
 from gateways.rounds.state import EngineStats, OpenRound
 from gateways.rounds.topology import PlanSpec, build_plan
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 PLAN = build_plan(PlanSpec(kind="star"), "abc")  # a is the root
 
