@@ -430,7 +430,8 @@ class GatewayLink:
         while not q.empty():
             msg = q.get_nowait()
             q.task_done()
-            if not isinstance(msg, (Push, PushPiece)):
+            # an Ack or a resync request answered the lost connection (the request is asked again below)
+            if not isinstance(msg, (Push, PushPiece, Ack, ParamRequest)):
                 keep.append(msg)
         for msg in keep:
             q.put_nowait(msg)
@@ -548,7 +549,7 @@ class GatewayLink:
                     deliver = self._outstanding.result(event.iteration, event.layer, update)
                     if deliver is not None:
                         self._events.put(deliver)
-                    await self._send(Ack(event.iteration, event.layer, event.round))
+                    self._send_soon(Ack(event.iteration, event.layer, event.round))
                 elif isinstance(event, ConfigUpdate):
                     self._events.put(_config_change(event))
                 elif isinstance(event, Notice):
@@ -559,7 +560,7 @@ class GatewayLink:
                     if request is not None:
                         self._events.put(ResyncStarted(request.iteration))
                         self._raise_floor(request.iteration)  # rounds before it: in the snapshot
-                        await self._send(request)
+                        self._send_soon(request)
                 elif isinstance(event, ParamAnnounce):
                     self._resync.on_announce(event)  # checked against this model before any allocation
                 elif isinstance(event, ParamChunk):
@@ -569,7 +570,7 @@ class GatewayLink:
                     elif self._resync.reask:  # failed its checksum: ask again
                         again = self._resync.ask_again()
                         if again is not None:
-                            await self._send(again)
+                            self._send_soon(again)
                 elif isinstance(event, ParamRefuse):
                     if self._resync.on_refuse(event):
                         self._events.put(ResyncAbandoned())
@@ -608,6 +609,18 @@ class GatewayLink:
                 await self._transport.send([self._conn.abort(exc)])
         except Exception as exc:  # a bug must still wake the training thread, never hang it
             self._fail(exc)
+
+    def _send_soon(self, msg: Message) -> None:
+        """Reader side: hand a reply (an Ack, a resync request) to the writer instead of writing it here.
+
+        Why: a reader that awaits its own write stops reading while the writer's big push fills the
+        socket; a gateway that writes a big result before it reads on (the test fixture
+        ``tools/harness/fake_gateway.py`` does) then blocks too, and neither side reads again: a
+        deadlock that ``tools/bench_client.py`` hit in one run of three. The reply goes behind the
+        pushes already queued, which only delays the gateway's bookkeeping, never a result.
+        """
+        assert self._pushes is not None
+        self._pushes.put_nowait(msg)
 
     async def _send(self, msg: Message) -> None:
         assert self._conn is not None and self._transport is not None
