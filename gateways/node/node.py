@@ -56,10 +56,9 @@ from gateways.sending.pacer import Pacer
 from gateways.sending.rate_allocator import RateAllocator
 from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import GatewayStats, peer_view, render_prometheus
-from gateways.wire.config_update import trainer_config_update
 from gateways.wire.round_frames import JobModel, RoundData, RoundTag
 from gateways.wire.site_fault import SiteFault
-from scheduler.wire import Announce, AnnounceReply, SiteShardGrant, site_values
+from scheduler.wire import Announce, AnnounceReply, SiteShardGrant
 from wanrt.errors import (
     AuthError,
     ConfigError,
@@ -70,7 +69,6 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
-from wanrt.live_settings import PLAN_KEYS, RESTART_FROM_KEY, RESTART_KEY, split_plan_values
 from wanrt.payload import SparsePayload
 from wanrt.protocol import (
     Ack,
@@ -94,6 +92,14 @@ from wanrt.protocol import (
     ShardDone,
     ShardRequest,
     Telemetry,
+)
+from wanrt.protocol.job_settings import (
+    PLAN_KEYS,
+    RESTART_FROM_KEY,
+    RESTART_KEY,
+    JobSettings,
+    PlanSettings,
+    TrainerSettings,
 )
 from wanrt.protocol.limits import MAX_RANK, MAX_TELEMETRY_KEYS
 from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
@@ -1434,14 +1440,16 @@ class GatewayNode:
         if not isinstance(msg, Announce):
             raise RemoteProtocolError(f"the scheduler may not send {type(msg).__name__}", peer="scheduler")
         frontier = -1 if self.engine is None else self.engine.frontier
-        values = site_values(msg.values, self.site)
         if msg.phase == "prepare":
-            trainer_values, _ = split_plan_values(values)
-            if trainer_values:
-                trainer_config_update(trainer_values, msg.effective_iteration)  # shared schema (ConfigError)
-            # plan settings this gateway cannot apply are refused now, so a commit is never half-applied
-            problem = plan_problem(values, self.cfg.rounds, self.cfg.root, self.sites)
-            problem = problem or self.restart.problem(values, self._trainer_metrics.get("world_size"))
+            # settings this gateway cannot apply are refused now, so a commit is never half-applied
+            try:
+                values = JobSettings.from_wire(msg.values)  # the shared schema
+            except ConfigError as e:
+                problem: str | None = str(e)
+            else:
+                problem = plan_problem(values.plan, self.cfg.rounds, self.cfg.root, self.sites)
+                own = values.for_site(self.site)
+                problem = problem or self.restart.problem(own, self._trainer_metrics.get("world_size"))
             if problem is not None:
                 log.warning("refusing decision %d: its plan cannot apply here: %s", msg.decision, problem)
             ok = (
@@ -1473,16 +1481,17 @@ class GatewayNode:
                 self._decision_late += 1
                 effective = safe
             self._decision = msg.decision
+            values = JobSettings.from_wire(msg.values)
             # the plan from the decision's own iteration even when the commit came late: rounds already
             # finished keep theirs, unfinished ones re-plan, so this gateway agrees with the others
-            self._commit_plan(msg.decision, values, msg.effective_iteration, now)
-            trainer_values, _ = split_plan_values(values)
-            if trainer_values:
+            self._commit_plan(msg.decision, values.plan, msg.effective_iteration, now)
+            own = values.for_site(self.site)
+            if own:
                 # a restart order goes to the trainer connected now, once; later sessions get the rest
-                keep = self.restart.committed(msg.decision, trainer_values, msg.effective_iteration)
-                self._forward_config(trainer_values, effective, keep)
+                keep = self.restart.committed(msg.decision, own, msg.effective_iteration)
+                self._forward_config(own, effective, keep)
 
-    def _commit_plan(self, decision: int, values: dict[str, Any], effective: int, now: float) -> None:
+    def _commit_plan(self, decision: int, values: PlanSettings, effective: int, now: float) -> None:
         """STAR §IV-B: the decision's plan (e.g. parent–child with its straggler sites and t_w) governs
         every round from ``effective`` on — the same spec and iteration at every gateway."""
         try:
@@ -1591,22 +1600,23 @@ class GatewayNode:
                 f"{RESTART_KEY}: a restart is ordered by the scheduler's straggler policy only",
                 key=RESTART_KEY,
             )
+        settings = TrainerSettings.from_wire(values)  # the shared schema (ConfigError names the key)
         if effective_iteration is None:
             frontier = -1 if self.engine is None else self.engine.frontier
             effective_iteration = frontier + self.cfg.rounds.window + 1
-        msg = self._forward_config(values, effective_iteration, values)
+        msg = self._forward_config(settings, effective_iteration, settings)
         return {
             "values": msg.values,
             "effective_iteration": msg.effective_iteration,
             "forwarded": self._trainer is not None,
         }
 
-    def _forward_config(self, values: dict[str, Any], effective: int, keep: dict[str, Any]) -> ConfigUpdate:
+    def _forward_config(self, values: TrainerSettings, effective: int, keep: TrainerSettings) -> ConfigUpdate:
         """``values`` to the trainer connected now; ``keep`` (the same, or without a one-shot restart
         order) for trainer sessions that connect later and the reports to the scheduler."""
-        msg = trainer_config_update(values, effective)
+        msg = ConfigUpdate(values.to_wire(), effective)
         if keep:
-            self._config_update = msg if keep == values else trainer_config_update(keep, effective)
+            self._config_update = msg if keep == values else ConfigUpdate(keep.to_wire(), effective)
         if self._trainer is not None:
             self._out.append(ToTrainer(self._trainer, msg))
         return msg
