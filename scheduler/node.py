@@ -338,7 +338,7 @@ class SchedulerNode:
         costs = values.plan.site_costs or {}
         if any(s not in self.gateways for s in costs):
             raise ConfigError(f"site_costs: {sorted(costs)!r} names a site not in this job", key="site_costs")
-        unknown = sorted(values.sites() - set(self.gateways))
+        unknown = [site_key(n, s) for n, s, _ in values.per_site_values() if s not in self.gateways]
         if unknown:
             raise ConfigError(f"{unknown[0]}: no such site in this job", key=unknown[0])
         self.held = self.held.overlay(values)

@@ -159,6 +159,9 @@ def test_bad_input_is_refused() -> None:
     with pytest.raises(ConfigError) as exc:
         node.request(JobSettings.from_wire({"staleness": 1000}), 0.0)
     assert exc.value.fields.get("key") == "staleness"
+    with pytest.raises(ConfigError) as exc:
+        node.request(JobSettings(density=0.1, site_batch_size={"a": 8, "zz": 8}), 0.0)
+    assert exc.value.fields.get("key") == "batch_size@zz"  # the key as the operator wrote it
     with pytest.raises(RemoteProtocolError):
         node.on_message("a", Telemetry("b", 0, {}), 0.0)  # a may not report for b
     with pytest.raises(RemoteProtocolError):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias
@@ -389,6 +389,12 @@ class JobSettings:
     def sites(self) -> set[str]:
         """Every site a per-site value names (not the plan's: its names are checked by the gateways)."""
         return {s for attr in _SITE_FIELDS.values() for s in getattr(self, attr)}
+
+    def per_site_values(self) -> Iterator[tuple[str, str, Any]]:
+        """(setting, site, value) of every per-site value, in wire order."""
+        for name, attr in _SITE_FIELDS.items():
+            for site, value in getattr(self, attr).items():
+                yield name, site, value
 
     def for_site(self, site: str) -> TrainerSettings:
         """What ``site``'s trainers take: the job-wide values, overridden by ``site``'s own per-site ones
