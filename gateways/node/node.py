@@ -1480,8 +1480,16 @@ class GatewayNode:
                 )
                 self._decision_late += 1
                 effective = safe
+            try:  # a commit re-sent on reconnect comes without a prepare this gateway checked
+                values = JobSettings.from_wire(msg.values)
+            except ConfigError as e:
+                log.error(
+                    "decision %d: its values cannot apply here (%s); keeping the current ones",
+                    msg.decision,
+                    e,
+                )
+                return
             self._decision = msg.decision
-            values = JobSettings.from_wire(msg.values)
             # the plan from the decision's own iteration even when the commit came late: rounds already
             # finished keep theirs, unfinished ones re-plan, so this gateway agrees with the others
             self._commit_plan(msg.decision, values.plan, msg.effective_iteration, now)
