@@ -1,7 +1,8 @@
 """The scheduler as one sans-IO object: gateway reports in, decisions out, each with one job-wide
 effective iteration.
 
-Why two phases (see :mod:`scheduler.wire`): a decision forwarded to one site's trainers for iteration E
+Why two phases (see :mod:`wanrt.protocol.scheduler.messages`): a decision forwarded to one site's trainers
+for iteration E
 while another site's trainers have already passed E would make the sites train under different settings
 from then on. So the scheduler first asks every connected gateway whether E is still ahead of its trainers
 (prepare), commits only if all say yes, and otherwise aborts and prepares again further ahead under a new
@@ -33,7 +34,10 @@ from typing import Any, Protocol, TypeAlias
 
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.sharding.service import ShardService
-from scheduler.wire import (
+from wanrt.errors import ConfigError, RemoteProtocolError
+from wanrt.protocol import Message, Telemetry
+from wanrt.protocol.job_settings import RESTART_KEY, JobSettings, site_key
+from wanrt.protocol.scheduler.messages import (
     Announce,
     AnnounceReply,
     SiteShardDone,
@@ -41,9 +45,6 @@ from scheduler.wire import (
     SiteShardRelease,
     SiteShardRequest,
 )
-from wanrt.errors import ConfigError, RemoteProtocolError
-from wanrt.protocol import Message, Telemetry
-from wanrt.protocol.job_settings import RESTART_KEY, JobSettings, site_key
 
 __all__ = ["Announcement", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
 

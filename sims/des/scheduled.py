@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from scheduler.wire import Announce
 from sims.des.scenario import Scenario
 from sims.des.world import Simulation
 from wanrt.protocol.job_settings import JobSettings
+from wanrt.protocol.scheduler.messages import Announce
 
 __all__ = ["Commit", "PolicyLike", "ScheduledSimulation"]
 

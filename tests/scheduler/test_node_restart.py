@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from scheduler.node import SchedulerNode
-from scheduler.wire import AnnounceReply
 from tests.scheduler.test_node import Policy, _announces, _cfg, _up
 from wanrt.errors import ConfigError
 from wanrt.protocol.job_settings import JobSettings, TrainerSettings
+from wanrt.protocol.scheduler.messages import AnnounceReply
 
 
 def _commit_all(node: SchedulerNode, frontier: int = 10) -> None:

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from scheduler.wire import SCHEDULER_REGISTRY, Announce
 from wanrt.protocol import PROTOCOL_VERSION, ConfigUpdate, Message
 from wanrt.protocol.frame import decode_frame_body, encode_frame, parse_fixed_header
 from wanrt.protocol.job_settings import JobSettings, PlanSettings, TrainerSettings
 from wanrt.protocol.limits import FIXED_HEADER_BYTES
 from wanrt.protocol.messages import decode_message
+from wanrt.protocol.scheduler.messages import SCHEDULER_REGISTRY, Announce
 
 #: hex of whole frames, encoded by the pre-schema code path (see the module docstring)
 GOLDEN: dict[str, str] = {
