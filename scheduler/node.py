@@ -16,9 +16,9 @@ its own after it), so a restart never moves the job backwards.
 What decides the values is a :class:`DecisionPolicy` (StellaTrain §4.1's controller: throughput fit,
 bandwidth estimate, configuration search — :mod:`scheduler.control`); manual changes (``POST /config``)
 come in through :meth:`SchedulerNode.request` and travel the same two phases. A manual value *holds*: the
-policy's later decisions keep it (and leave out its per-site variants ``key@site``) until the operator
-releases it (:meth:`SchedulerNode.release`); ``/status`` ``control`` says which is in force. Before, the
-adaptive policy silently replaced a manual change a few seconds later (issue 21).
+policy's later decisions keep it (and leave out its per-site values: :meth:`JobSettings.held_over`) until
+the operator releases it (:meth:`SchedulerNode.release`); ``/status`` ``control`` says which is in force.
+Before, the adaptive policy silently replaced a manual change a few seconds later (issue 21).
 
 Values are :class:`~wanrt.protocol.job_settings.JobSettings` throughout; their flat wire form appears only
 where an :class:`Announce` is built and where ``/status`` and the decisions file render them.
