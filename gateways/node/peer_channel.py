@@ -97,7 +97,7 @@ class PeerChannel:
         self.beats = 0
         #: round messages sent before the peer said anything on this link (None once it did): the peer may
         #: never have brought the link up (it refused the handshake after our Auth), so if the link ends
-        #: before then, they are queued again for the next link (GatewayNode._end_link)
+        #: before then, they are queued again for the next link (PeerSide.end_link)
         self.unconfirmed: list[RoundMsg] | None = []
         #: the owner's "may have bytes to write" set: every frame queued here enters it, so the owner's
         #: pop_actions looks at the channels that changed, not at every link (``None``: not tracked)
