@@ -24,6 +24,7 @@ from gateways.node.trainer_runs import RunVerdict, TrainerRuns, resume_at_of
 from gateways.node.trainer_side import TrainerSide
 from gateways.rounds.engine import RoundEngine
 from gateways.stats import GatewayStats
+from wanrt.codec.negotiation import VALUE_CODINGS_KEY, offered_codings
 from wanrt.protocol.job_settings import RESTART_FROM_KEY
 from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
 
@@ -83,6 +84,7 @@ class TrainerAdmission:
         info = self._model.info()
         info["frontier"] = -1 if engine is None else engine.frontier
         info["join_at"] = -1 if join_at is None else join_at
+        info[VALUE_CODINGS_KEY] = offered_codings()  # low-bit values this gateway decodes (issue 23)
         rc = self.cfg.rounds
         if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
             n_sites = len({self.site, *self.cfg.peers})

@@ -53,7 +53,7 @@ def test_every_topology_sums_exactly_and_identically(kind: str) -> None:
     # memory stays bounded by the windows, not by the run length
     for e in net.engines.values():
         assert not e.open_rounds()
-        assert len(e._finals) <= (e.config.retain_finals + 1) * 10
+        assert len(e._finished.finals) <= (e.config.retain_finals + 1) * 10
 
 
 @pytest.mark.parametrize("kind", ["tree", "ring", "allpairs"])
