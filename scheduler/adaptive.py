@@ -4,8 +4,9 @@
 The controller reasons about "ranks" with a throughput model each (Eq. 2). Here a rank is a *site*: its
 leader reports the site's compute and iteration time and its per-rank batch size × world size is the
 site's batch x_i, so Eq. 6's slowest-site balance is what the search equalises. A decision's per-site batch
-sizes travel as ``batch_size@<site>`` (per rank at that site); each gateway keeps its own as
-``batch_size``. The WAN goodput cross-check is the mean over sites of each gateway's bytes sent per second.
+sizes travel as :attr:`~wanrt.protocol.job_settings.JobSettings.site_batch_size` (per rank at that site);
+each gateway hands its own to its trainers as ``batch_size``. The WAN goodput cross-check is the mean over
+sites of each gateway's bytes sent per second.
 Each gateway's per-peer ``link.<peer>.busy_bytes`` and ``link.<peer>.busy_s`` feed the controller's link
 rates as link ``<site>><peer>`` (:mod:`scheduler.control.link_rate`).
 
@@ -18,13 +19,12 @@ import dataclasses
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import ConvergenceModel
 from scheduler.control.decision import Decision
 from scheduler.control.policy import SchedulerPolicy
-from wanrt.protocol.scheduler.messages import SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
+from wanrt.protocol.job_settings import JobSettings
 
 __all__ = ["AdaptivePolicy"]
 
@@ -62,7 +62,7 @@ class AdaptivePolicy:
         self._bytes: dict[str, tuple[float, float]] = {}  # site -> (bytes sent, at)
         self._goodput: dict[str, float] = {}
         self._pending: Decision | None = None
-        self._running: dict[str, Any] = {}
+        self._running = JobSettings()
 
     def _rank(self, site: str) -> int:
         return self.sites.index(site)
@@ -178,32 +178,35 @@ class AdaptivePolicy:
         if self.policy is not None and len(self._goodput) == len(self.sites):
             self.policy.observe_goodput(sum(self._goodput.values()) / len(self._goodput), now)
 
-    def decide(self, now: float) -> dict[str, Any] | None:
+    def decide(self, now: float) -> JobSettings | None:
         if self.policy is None:
             return None
         d = self.policy.decide(now)
         if d is None:
             return None
         self._pending = d
-        values: dict[str, Any] = {"density": float(d.density), "staleness": int(d.staleness)}
         per_rank = {}
         for rank, site_batch in zip(d.ranks, d.batch_sizes, strict=True):
             site = self.sites[rank]
             per_rank[site] = max(1, round(site_batch / self._world.get(site, 1)))
-            values[SITE_BATCH_PREFIX + site] = per_rank[site]
         samples = {s: b * self._world.get(s, 1) for s, b in per_rank.items()}
         total = sum(samples.values())
-        for site, n in samples.items():  # so the sum across sites averages samples, not sites
-            values[SITE_WEIGHT_PREFIX + site] = n * len(samples) / total
-        log.info("decision (%s): %s at %.3g Mbit/s", d.reason, values, d.bandwidth_bps / 1e6)
+        values = JobSettings(
+            density=float(d.density),
+            staleness=int(d.staleness),
+            site_batch_size=per_rank,
+            # so the sum across sites averages samples, not sites
+            site_batch_weight={site: n * len(samples) / total for site, n in samples.items()},
+        )
+        log.info("decision (%s): %s at %.3g Mbit/s", d.reason, values.to_wire(), d.bandwidth_bps / 1e6)
         return values
 
-    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+    def committed(self, values: JobSettings, effective_iteration: int) -> None:
         """The decision carrying ``values`` takes effect at ``effective_iteration`` everywhere."""
-        self._running = dict(values)
+        self._running = values
         d = self._pending
         if self.policy is None or d is None:
             return
-        if values.get("density") == float(d.density) and values.get("staleness") == int(d.staleness):
+        if values.density == float(d.density) and values.staleness == int(d.staleness):
             self.policy.confirm(dataclasses.replace(d, effective_iteration=effective_iteration))
             self._pending = None

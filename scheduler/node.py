@@ -16,9 +16,12 @@ its own after it), so a restart never moves the job backwards.
 What decides the values is a :class:`DecisionPolicy` (StellaTrain §4.1's controller: throughput fit,
 bandwidth estimate, configuration search — :mod:`scheduler.control`); manual changes (``POST /config``)
 come in through :meth:`SchedulerNode.request` and travel the same two phases. A manual value *holds*: the
-policy's later decisions keep it (and leave out its per-site variants ``key@site``) until the operator
-releases it (:meth:`SchedulerNode.release`); ``/status`` ``control`` says which is in force. Before, the
-adaptive policy silently replaced a manual change a few seconds later (issue 21).
+policy's later decisions keep it (and leave out its per-site values: :meth:`JobSettings.held_over`) until
+the operator releases it (:meth:`SchedulerNode.release`); ``/status`` ``control`` says which is in force.
+Before, the adaptive policy silently replaced a manual change a few seconds later (issue 21).
+
+Values are :class:`~wanrt.protocol.job_settings.JobSettings` throughout; their flat wire form appears only
+where an :class:`Announce` is built and where ``/status`` and the decisions file render them.
 """
 
 from __future__ import annotations
@@ -29,25 +32,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
-from gateways.wire.config_update import trainer_config_update
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.sharding.service import ShardService
 from wanrt.errors import ConfigError, RemoteProtocolError
-from wanrt.live_settings import RESTART_KEY, parse_site_costs, parse_stragglers
 from wanrt.protocol import Message, Telemetry
+from wanrt.protocol.job_settings import RESTART_KEY, JobSettings, site_key
 from wanrt.protocol.scheduler.messages import (
-    RESTART_PREFIX,
     Announce,
     AnnounceReply,
     SiteShardDone,
     SiteShardGrant,
     SiteShardRelease,
     SiteShardRequest,
-    check_site_keys,
-    site_values,
 )
 
-__all__ = ["Decision", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
+__all__ = ["Announcement", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
 
 log = logging.getLogger("scheduler.node")
 
@@ -69,12 +68,12 @@ class DecisionPolicy(Protocol):
 
     def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None: ...
 
-    def decide(self, now: float) -> dict[str, Any] | None:
-        """New trainer settings (keys of :data:`wanrt.live_settings.LIVE_KEYS`, per-site batch sizes as
-        ``batch_size@<site>``), or None to keep the current ones."""
+    def decide(self, now: float) -> JobSettings | None:
+        """New settings (per-site batch sizes in :attr:`JobSettings.site_batch_size`), or None to keep the
+        current ones."""
         ...
 
-    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+    def committed(self, values: JobSettings, effective_iteration: int) -> None:
         """Every connected gateway committed ``values`` from ``effective_iteration`` on."""
         ...
 
@@ -85,18 +84,20 @@ class FixedPolicy:
     def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         return None
 
-    def decide(self, now: float) -> dict[str, Any] | None:
+    def decide(self, now: float) -> JobSettings | None:
         return None
 
-    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+    def committed(self, values: JobSettings, effective_iteration: int) -> None:
         return None
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Announcement:
+    """A decision as the two phases carry it: numbered, with its job-wide effective iteration."""
+
     id: int
     effective_iteration: int
-    values: dict[str, Any]
+    values: JobSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ class _Gateway:
 
 @dataclass(slots=True)
 class _Pending:
-    decision: Decision
+    decision: Announcement
     waiting: set[str]
     since: float
     source: str  # "policy" | "request"
@@ -145,9 +146,9 @@ class SchedulerNode:
         self.cfg = cfg
         self.policy: DecisionPolicy = policy or FixedPolicy()
         self.gateways: dict[str, _Gateway] = {s: _Gateway() for s in cfg.sites}
-        self.current: Decision | None = None
+        self.current: Announcement | None = None
         self.pending: _Pending | None = None
-        self._queued: tuple[dict[str, Any], str] | None = None  # wanted while another is pending
+        self._queued: tuple[JobSettings, str] | None = None  # wanted while another is pending
         self._next_id = 1
         self._refusals = 0  # consecutive refused prepares of the same values (see MAX_REFUSALS)
         self._next_decide = now + cfg.decide_interval_s
@@ -159,7 +160,7 @@ class SchedulerNode:
         #: KILL_RESTART orders committed (AntDT §V-E3), newest last, for ``/status`` (bounded)
         self.restarts: deque[dict[str, Any]] = deque(maxlen=MAX_RESTARTS_KEPT)
         #: values set by hand (``POST /config``) that the policy may not change until released
-        self.held: dict[str, Any] = {}
+        self.held = JobSettings()
 
     # -- driving ---------------------------------------------------------------------------------------
 
@@ -193,16 +194,9 @@ class SchedulerNode:
             if self._ready():
                 values = self.policy.decide(now)
                 if values is not None:
-                    values = self._with_held(values)
+                    values = self.held.held_over(values)
                 if values is not None and (self.current is None or values != self.current.values):
                     self._want(values, "policy", now)
-
-    def _with_held(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """The policy's values with every held manual value kept: a held ``key`` also drops the policy's
-        per-site ``key@site`` (the operator set it for every site)."""
-        out = {k: v for k, v in values.items() if k.split("@", 1)[0] not in self.held and k not in self.held}
-        out.update(self.held)
-        return out
 
     def _ready(self) -> bool:
         """Decide only once every connected gateway has told us where the job is (resume after restart)."""
@@ -260,11 +254,17 @@ class SchedulerNode:
         if m.get("decision_late", 0) > 0:
             self.stats.late_commits += 1
         if runs >= self._next_id:  # a decision from before our restart: the job runs it, adopt it
-            values = {k[len(VALUE_PREFIX) :]: _scalar(v) for k, v in m.items() if k.startswith(VALUE_PREFIX)}
+            reported = {
+                k[len(VALUE_PREFIX) :]: _scalar(v) for k, v in m.items() if k.startswith(VALUE_PREFIX)
+            }
             self._next_id = runs + 1
+            try:
+                values = JobSettings.from_wire(reported) if reported else JobSettings()
+            except ConfigError as e:
+                raise RemoteProtocolError(f"the settings it runs are invalid: {e}", peer=site) from None
             if values:
-                self.current = Decision(runs, int(m.get(EFFECTIVE_KEY, 0)), values)
-                log.info("resuming: the job runs decision %d (%s)", runs, values)
+                self.current = Announcement(runs, int(m.get(EFFECTIVE_KEY, 0)), values)
+                log.info("resuming: the job runs decision %d (%s)", runs, reported)
         self.policy.observe(site, m, now)
 
     def _on_shards(
@@ -323,31 +323,30 @@ class SchedulerNode:
 
     # -- decisions -------------------------------------------------------------------------------------
 
-    def request(self, values: Mapping[str, Any], now: float) -> dict[str, Any]:
-        """A manual change (``POST /config``, authenticated by the service): validated by the trainers'
-        schema, then announced like any decision. Returns what was done."""
-        restart = [k for k in values if k == RESTART_KEY or k.startswith(RESTART_PREFIX)]
-        if restart:  # AntDT §V-E3: KILL_RESTART is the straggler policy's order, not an operator's setting
+    def request(self, values: JobSettings, now: float) -> dict[str, Any]:
+        """A manual change (``POST /config``, authenticated by the service; the schema validated it when
+        it was read), announced like any decision. Returns what was done."""
+        # AntDT §V-E3: KILL_RESTART is the straggler policy's order, not an operator's setting
+        if values.site_restart:
+            key = site_key(RESTART_KEY, min(values.site_restart))
             raise ConfigError(
-                f"{restart[0]}: a restart is ordered by the scheduler's straggler policy only", key=restart[0]
+                f"{key}: a restart is ordered by the scheduler's straggler policy only", key=key
             )
-        check_site_keys(values)  # lr_scale@<site> (job-wide) or density@<site>: never silently dropped
-        for site in self.gateways:
-            trainer_config_update(site_values(values, site), 0)  # ConfigError naming the bad key
-        unknown = [k for k in values if "@" in k and k.split("@", 1)[1] not in self.gateways]
-        stragglers = values.get("stragglers")
-        if isinstance(stragglers, str) and any(s not in self.gateways for s in parse_stragglers(stragglers)):
-            raise ConfigError(f"stragglers: {stragglers!r} names a site not in this job", key="stragglers")
-        costs = values.get("site_costs")
-        if isinstance(costs, str) and any(s not in self.gateways for s in parse_site_costs(costs)):
-            raise ConfigError(f"site_costs: {costs[:80]!r} names a site not in this job", key="site_costs")
+        stragglers = values.plan.stragglers or ()
+        if any(s not in self.gateways for s in stragglers):
+            named = ",".join(stragglers)
+            raise ConfigError(f"stragglers: {named!r} names a site not in this job", key="stragglers")
+        costs = values.plan.site_costs or {}
+        if any(s not in self.gateways for s in costs):
+            raise ConfigError(f"site_costs: {sorted(costs)!r} names a site not in this job", key="site_costs")
+        unknown = [site_key(n, s) for n, s, _ in values.per_site_values() if s not in self.gateways]
         if unknown:
             raise ConfigError(f"{unknown[0]}: no such site in this job", key=unknown[0])
-        self.held.update(values)
-        self._want(dict(values), "request", now)
+        self.held = self.held.overlay(values)
+        self._want(values, "request", now)
         p = self.pending
         return {
-            "values": dict(values),
+            "values": values.to_wire(),
             "decision": None if p is None else p.decision.id,
             "effective_iteration": None if p is None else p.decision.effective_iteration,
             "state": "preparing" if p is not None else "queued",
@@ -355,16 +354,16 @@ class SchedulerNode:
         }
 
     def release(self, keys: list[str] | None) -> dict[str, Any]:
-        """Hand held manual values back to the policy (``keys``: those; None: all); a key that is not
-        held is refused with the ones that are."""
-        names = list(self.held) if keys is None else keys
-        missing = [k for k in names if k not in self.held]
+        """Hand held manual values back to the policy (``keys``: those, by their wire names, as
+        ``/status`` lists them; None: all); a key that is not held is refused with the ones that are."""
+        held = self.held.to_wire()
+        names = list(held) if keys is None else keys
+        missing = [k for k in names if k not in held]
         if missing:
             raise ConfigError(
-                f"{missing[0]}: not held (held: {', '.join(sorted(self.held)) or 'none'})", key=missing[0]
+                f"{missing[0]}: not held (held: {', '.join(sorted(held)) or 'none'})", key=missing[0]
             )
-        for k in names:
-            del self.held[k]
+        self.held = self.held.without(names)
         log.info("manual values released: %s; %s", names, self.control_status()["mode"])
         return {"released": names, **self.control_status()}
 
@@ -377,13 +376,12 @@ class SchedulerNode:
             mode = "fixed"
         else:
             mode = "adaptive"
-        return {"mode": mode, "held": dict(sorted(self.held.items()))}
+        return {"mode": mode, "held": dict(sorted(self.held.to_wire().items()))}
 
-    def _want(self, values: dict[str, Any], source: str, now: float) -> None:
+    def _want(self, values: JobSettings, source: str, now: float) -> None:
         # a restart order is one-shot: it belongs to the decision that made it, never to the next one
-        carried = {} if self.current is None else self.current.values
-        merged = {k: v for k, v in carried.items() if not k.startswith(RESTART_PREFIX)}
-        merged.update(values)
+        carried = JobSettings() if self.current is None else self.current.values.without_restarts()
+        merged = carried.overlay(values)
         if self.pending is not None:
             self._queued = (merged, source)  # the newest wish wins once the pending one is settled
             return
@@ -392,14 +390,14 @@ class SchedulerNode:
             self._queued = (merged, source)
             return
         frontier = max(g.frontier for g in self.gateways.values())
-        decision = Decision(self._next_id, frontier + self.cfg.announce_margin, merged)
+        decision = Announcement(self._next_id, frontier + self.cfg.announce_margin, merged)
         self._next_id += 1
         self.pending = _Pending(decision, set(connected), now, source)
         log.info(
             "decision %d (%s): %s from iteration %d",
             decision.id,
             source,
-            merged,
+            merged.to_wire(),
             decision.effective_iteration,
         )
         for site in connected:
@@ -413,25 +411,18 @@ class SchedulerNode:
         self._refusals = 0
         self.current = pending.decision
         self.stats.decisions_committed += 1
-        for key, rank in pending.decision.values.items():
-            if key.startswith(RESTART_PREFIX):
-                site = key[len(RESTART_PREFIX) :]
-                d = pending.decision
-                self.restarts.append(
-                    {
-                        "site": site,
-                        "rank": rank,
-                        "decision": d.id,
-                        "effective_iteration": d.effective_iteration,
-                    }
-                )
-                log.warning(
-                    "decision %d: KILL_RESTART of site %s rank %s at iteration %d",
-                    d.id,
-                    site,
-                    rank,
-                    d.effective_iteration,
-                )
+        d = pending.decision
+        for site, rank in d.values.site_restart.items():
+            self.restarts.append(
+                {"site": site, "rank": rank, "decision": d.id, "effective_iteration": d.effective_iteration}
+            )
+            log.warning(
+                "decision %d: KILL_RESTART of site %s rank %s at iteration %d",
+                d.id,
+                site,
+                rank,
+                d.effective_iteration,
+            )
         self.policy.committed(pending.decision.values, pending.decision.effective_iteration)
         for site, g in self.gateways.items():
             if g.connected:
@@ -458,8 +449,8 @@ class SchedulerNode:
             if self.current is None or values != self.current.values:
                 self._want(values, source, now)
 
-    def _send(self, site: str, d: Decision, phase: str) -> None:
-        self._out.append(SendTo(site, Announce(d.id, phase, d.effective_iteration, dict(d.values))))
+    def _send(self, site: str, d: Announcement, phase: str) -> None:
+        self._out.append(SendTo(site, Announce(d.id, phase, d.effective_iteration, d.values.to_wire())))
 
     # -- views ---------------------------------------------------------------------------------------
 
@@ -469,13 +460,17 @@ class SchedulerNode:
             "job": self.cfg.job,
             "current": None
             if cur is None
-            else {"decision": cur.id, "effective_iteration": cur.effective_iteration, "values": cur.values},
+            else {
+                "decision": cur.id,
+                "effective_iteration": cur.effective_iteration,
+                "values": cur.values.to_wire(),
+            },
             "pending": None
             if p is None
             else {
                 "decision": p.decision.id,
                 "effective_iteration": p.decision.effective_iteration,
-                "values": p.decision.values,
+                "values": p.decision.values.to_wire(),
                 "waiting_for": sorted(p.waiting),
             },
             "gateways": {

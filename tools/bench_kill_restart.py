@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools.harness.kill_restart_scenario import STEPS, Run, run_scenario
+from wanrt.protocol.job_settings import per_site
 
 KEYS = (
     "order_to_exit_s",
@@ -60,7 +61,9 @@ def facts(run: Run, nproc_a: int) -> dict[str, Any]:
         return {"failed": True, "codes": run.codes, "restarts": run.restarts, "log": run.logs[-1500:]}
     effective = run.restarts[0]["effective_iteration"]
     commit = next(
-        x["monotonic"] for x in run.decisions if x["kind"] == "commit" and "restart@a" in x.get("values", {})
+        x["monotonic"]
+        for x in run.decisions
+        if x["kind"] == "commit" and "a" in per_site(x.get("values", {}), "restart")
     )
     old = [r[f"a{k}-0"] for k in range(nproc_a)]
     new = [r[f"a{k}-1"] for k in range(nproc_a)]

@@ -48,7 +48,7 @@ from sims.des.results import SimResult
 from sims.des.scenario import ComputeSpec, GatewaySpec, LinkOverride, LinkSpec, PayloadSpec, Scenario
 from sims.des.scheduled import ScheduledSimulation
 from sims.des.world import Simulation
-from wanrt.live_settings import parse_site_costs
+from wanrt.protocol.job_settings import JobSettings, PlanSettings, format_site_costs
 
 NAMES = "abcdefg"
 
@@ -120,19 +120,19 @@ class _Oracle:
     leaves on the table. Reads the scenario, not telemetry — labelled oracle, never the policy's result."""
 
     def __init__(self, sites: tuple[str, ...], slow: str, slowdown: float) -> None:
-        self.costs = ",".join(f"{s}:{slowdown if s == slow else 1.0:g}" for s in sites)
+        self.costs = {s: slowdown if s == slow else 1.0 for s in sites}
         self.done = False
 
     def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         pass
 
-    def decide(self, now: float) -> dict[str, Any] | None:
+    def decide(self, now: float) -> JobSettings | None:
         if self.done:
             return None
         self.done = True
-        return {"site_costs": self.costs}
+        return JobSettings(plan=PlanSettings(site_costs=self.costs))
 
-    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+    def committed(self, values: JobSettings, effective_iteration: int) -> None:
         pass
 
 
@@ -163,8 +163,8 @@ def run_case(case: Case, iterations: int, rate_bps: float, slowdown: float, seed
     out["round_s_policy"] = statistics.fmean(it_live)
     out["round_ratio"] = out["round_s_name_order"] / out["round_s_policy"]
     if commits:
-        text = commits[-1].values["site_costs"]
-        costs = parse_site_costs(text)
+        costs = dict(commits[-1].values.plan.site_costs or {})
+        text = format_site_costs(costs)  # the policy's canonical string, as announced
         parents = policy.tree.running if policy.tree is not None else None
         assert parents is not None
         depth = tree_depths(parents)

@@ -55,6 +55,7 @@ from transports.traces import BandwidthTrace
 from wanrt.demo.config import DEFAULT, QUICK, DemoConfig
 from wanrt.demo.results import RunResult
 from wanrt.demo.runner import ARMS, Demo, Mode
+from wanrt.protocol.job_settings import per_site
 
 #: estimator updates after a step at which the error is read (the simulated key reads the same)
 UPDATES_AFTER_STEP = 10
@@ -307,9 +308,7 @@ def measure(plan: DaemonPlan, out: Path) -> dict[str, Any]:
 
 
 def _settings(st: dict[str, Any]) -> str:
-    batches = " ".join(
-        f"{k.split('@', 1)[1]} {v}" for k, v in sorted(st.items()) if k.startswith("batch_size@")
-    )
+    batches = " ".join(f"{site} {v}" for site, v in sorted(per_site(st, "batch_size").items()))
     return f"at the end: density {st.get('density', 0):.3g}, batch / rank {batches or st.get('batch')}"
 
 

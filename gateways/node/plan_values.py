@@ -23,37 +23,34 @@ nothing but the parent a detached straggler picks among equally loaded hosts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.topology import PlanSpec, TopologyKind, build_plan
 from wanrt.errors import ConfigError
-from wanrt.live_settings import check_live_settings, parse_site_costs, parse_stragglers, split_plan_values
+from wanrt.protocol.job_settings import PlanSettings
 
 __all__ = ["plan_problem", "plan_spec"]
 
 
 def plan_spec(
-    values: Mapping[str, Any], rounds: RoundConfig, root: str | None, sites: Iterable[str]
+    plan: PlanSettings, rounds: RoundConfig, root: str | None, sites: Iterable[str]
 ) -> PlanSpec | None:
-    """The spec ``values`` asks for (None: the decision says nothing about the plan); ConfigError names
-    the bad key (unknown topology, a straggler that is not a site of the job, t_w out of bounds)."""
-    _, plan = split_plan_values(values)
+    """The spec ``plan`` asks for (None: the decision says nothing about the plan); ConfigError names
+    the bad key (a straggler or costed site that is not a site of the job; the schema bounded the rest)."""
     if not plan:
         return None
-    check_live_settings(plan)
     known = set(sites)
-    stragglers = parse_stragglers(str(plan.get("stragglers", "")))
+    stragglers = plan.stragglers or ()
     unknown = [s for s in stragglers if s not in known]
     if unknown:
         raise ConfigError(f"stragglers: {unknown[0]!r} is not a site of this job", key="stragglers")
-    costs = parse_site_costs(str(plan.get("site_costs", "")))
+    costs = dict(plan.site_costs or {})
     stranger = [s for s in costs if s not in known]
     if stranger:
         raise ConfigError(f"site_costs: {stranger[0]!r} is not a site of this job", key="site_costs")
-    kind: TopologyKind = plan.get("topology", rounds.topology)
-    tw = plan.get("t_w_s")
+    kind: TopologyKind = plan.topology or rounds.topology
+    tw = plan.t_w_s
     spec = PlanSpec.make(
         kind,
         arity=rounds.tree_arity,
@@ -61,18 +58,18 @@ def plan_spec(
         stragglers=stragglers,
         root=None if costs else root,
         t_w_s=None if tw is None else float(tw),
-        x_order=plan.get("x_order"),
+        x_order=plan.x_order,
     )
     build_plan(spec, known)  # the same builder every gateway runs at commit: fails now or never
     return spec
 
 
 def plan_problem(
-    values: Mapping[str, Any], rounds: RoundConfig, root: str | None, sites: Iterable[str]
+    plan: PlanSettings, rounds: RoundConfig, root: str | None, sites: Iterable[str]
 ) -> str | None:
-    """Why this gateway cannot apply ``values``' plan settings (None: it can, or there are none)."""
+    """Why this gateway cannot apply ``plan`` (None: it can, or it is empty)."""
     try:
-        plan_spec(values, rounds, root, sites)
+        plan_spec(plan, rounds, root, sites)
     except ConfigError as e:
         return str(e)
     return None

@@ -23,11 +23,10 @@ from gateways.node.trainer_restart import TrainerRestart
 from gateways.node.trainer_side import TrainerSide
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.topology import PlanSpec
-from gateways.wire.config_update import trainer_config_update
 from wanrt.errors import ConfigError, RemoteProtocolError
-from wanrt.live_settings import PLAN_KEYS, RESTART_KEY, split_plan_values
 from wanrt.protocol import ConfigUpdate, Message
-from wanrt.protocol.scheduler.messages import Announce, AnnounceReply, SiteShardGrant, site_values
+from wanrt.protocol.job_settings import PLAN_KEYS, RESTART_KEY, JobSettings, PlanSettings, TrainerSettings
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply, SiteShardGrant
 
 __all__ = ["SchedulerHost", "SchedulerSide"]
 
@@ -125,14 +124,16 @@ class SchedulerSide:
             raise RemoteProtocolError(f"the scheduler may not send {type(msg).__name__}", peer="scheduler")
         engine = self._host.engine
         frontier = -1 if engine is None else engine.frontier
-        values = site_values(msg.values, self.site)
         if msg.phase == "prepare":
-            trainer_values, _ = split_plan_values(values)
-            if trainer_values:
-                trainer_config_update(trainer_values, msg.effective_iteration)  # shared schema (ConfigError)
-            # plan settings this gateway cannot apply are refused now, so a commit is never half-applied
-            problem = plan_problem(values, self.cfg.rounds, self.cfg.root, self.sites)
-            problem = problem or self._restart.problem(values, trainer.metrics.get("world_size"))
+            # settings this gateway cannot apply are refused now, so a commit is never half-applied
+            try:
+                values = JobSettings.from_wire(msg.values)  # the shared schema
+            except ConfigError as e:
+                problem: str | None = str(e)
+            else:
+                problem = plan_problem(values.plan, self.cfg.rounds, self.cfg.root, self.sites)
+                own = values.for_site(self.site)
+                problem = problem or self._restart.problem(own, trainer.metrics.get("world_size"))
             if problem is not None:
                 log.warning("refusing decision %d: its plan cannot apply here: %s", msg.decision, problem)
             ok = problem is None and engine is not None and msg.effective_iteration >= self._safe_iteration()
@@ -159,17 +160,26 @@ class SchedulerSide:
                 )
                 self.decision_late += 1
                 effective = safe
+            try:  # a commit re-sent on reconnect comes without a prepare this gateway checked
+                values = JobSettings.from_wire(msg.values)
+            except ConfigError as e:
+                log.error(
+                    "decision %d: its values cannot apply here (%s); keeping the current ones",
+                    msg.decision,
+                    e,
+                )
+                return
             self.decision = msg.decision
             # the plan from the decision's own iteration even when the commit came late: rounds already
             # finished keep theirs, unfinished ones re-plan, so this gateway agrees with the others
-            self._commit_plan(msg.decision, values, msg.effective_iteration, now)
-            trainer_values, _ = split_plan_values(values)
-            if trainer_values:
+            self._commit_plan(msg.decision, values.plan, msg.effective_iteration, now)
+            own = values.for_site(self.site)
+            if own:
                 # a restart order goes to the trainer connected now, once; later sessions get the rest
-                keep = self._restart.committed(msg.decision, trainer_values, msg.effective_iteration)
-                self._forward_config(trainer_values, effective, keep)
+                keep = self._restart.committed(msg.decision, own, msg.effective_iteration)
+                self._forward_config(own, effective, keep)
 
-    def _commit_plan(self, decision: int, values: dict[str, Any], effective: int, now: float) -> None:
+    def _commit_plan(self, decision: int, values: PlanSettings, effective: int, now: float) -> None:
         """STAR §IV-B: the decision's plan (e.g. parent–child with its straggler sites and t_w) governs
         every round from ``effective`` on — the same spec and iteration at every gateway."""
         try:
@@ -210,22 +220,23 @@ class SchedulerSide:
                 f"{RESTART_KEY}: a restart is ordered by the scheduler's straggler policy only",
                 key=RESTART_KEY,
             )
+        settings = TrainerSettings.from_wire(values)  # the shared schema (ConfigError names the key)
         if effective_iteration is None:
             engine = self._host.engine
             frontier = -1 if engine is None else engine.frontier
             effective_iteration = frontier + self.cfg.rounds.window + 1
-        msg = self._forward_config(values, effective_iteration, values)
+        msg = self._forward_config(settings, effective_iteration, settings)
         return {
             "values": msg.values,
             "effective_iteration": msg.effective_iteration,
             "forwarded": self._trainer.session is not None,
         }
 
-    def _forward_config(self, values: dict[str, Any], effective: int, keep: dict[str, Any]) -> ConfigUpdate:
+    def _forward_config(self, values: TrainerSettings, effective: int, keep: TrainerSettings) -> ConfigUpdate:
         """``values`` to the trainer connected now; ``keep`` (the same, or without a one-shot restart
         order) for trainer sessions that connect later and the reports to the scheduler."""
-        msg = trainer_config_update(values, effective)
+        msg = ConfigUpdate(values.to_wire(), effective)
         if keep:
-            self.config_update = msg if keep == values else trainer_config_update(keep, effective)
+            self.config_update = msg if keep == values else ConfigUpdate(keep.to_wire(), effective)
         self._trainer.send(msg)
         return msg

@@ -25,7 +25,7 @@ from gateways.node.trainer_side import TrainerSide
 from gateways.rounds.engine import RoundEngine
 from gateways.stats import GatewayStats
 from wanrt.codec.negotiation import VALUE_CODINGS_KEY, offered_codings
-from wanrt.live_settings import RESTART_FROM_KEY
+from wanrt.protocol.job_settings import RESTART_FROM_KEY
 from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
 
 __all__ = ["RunHost", "TrainerAdmission"]

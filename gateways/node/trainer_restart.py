@@ -1,8 +1,9 @@
 """A KILL_RESTART order at the gateway: check it, forward it once, let the replacement trainer in. Sans-IO.
 
 The scheduler's straggler policy orders a persistent straggler rank restarted (AntDT §V-E3) as
-``restart@<site>`` = rank in a decision; this site's gateway sees it as ``restart`` = rank
-(:func:`wanrt.protocol.scheduler.messages.site_values`). What the gateway adds:
+:attr:`JobSettings.site_restart` ``[site]`` = rank in a decision; this site's gateway sees it as
+:attr:`TrainerSettings.restart` (:meth:`~wanrt.protocol.job_settings.JobSettings.for_site`). What the
+gateway adds:
 
 1. **Prepare**: the rank must exist at this site (its trainer's last report says the site's world size);
    otherwise the decision is refused with that problem, like a plan naming an unknown site.
@@ -20,11 +21,9 @@ The scheduler's straggler policy orders a persistent straggler rank restarted (A
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from wanrt.live_settings import RESTART_KEY
+from wanrt.protocol.job_settings import TrainerSettings
 
 __all__ = ["RestartOrder", "TrainerRestart"]
 
@@ -46,9 +45,9 @@ class TrainerRestart:
         self.replaced = 0  # replacement trainer runs let in
 
     @staticmethod
-    def problem(values: Mapping[str, Any], world_size: float | None) -> str | None:
+    def problem(values: TrainerSettings, world_size: float | None) -> str | None:
         """Why this site cannot carry out ``values``' restart order (None: it can, or there is none)."""
-        rank = values.get(RESTART_KEY)
+        rank = values.restart
         if rank is None:
             return None
         if world_size is None:
@@ -57,15 +56,15 @@ class TrainerRestart:
             return f"restart of rank {rank}: this site's trainer has {int(world_size)} ranks"
         return None
 
-    def committed(self, decision: int, values: Mapping[str, Any], effective: int) -> dict[str, Any]:
+    def committed(self, decision: int, values: TrainerSettings, effective: int) -> TrainerSettings:
         """Record the order in ``values`` (if any); returns the values to keep for later trainer sessions:
         without the order."""
-        rank = values.get(RESTART_KEY)
+        rank = values.restart
         if rank is None:
-            return dict(values)
+            return values
         self.order = RestartOrder(decision, int(rank), effective)
         log.warning("decision %d: this site's rank %d restarts at iteration %d", decision, rank, effective)
-        return {k: v for k, v in values.items() if k != RESTART_KEY}
+        return values.without_restart()
 
     def start_at(self, next_push: int) -> int | None:
         """Where a replacement trainer starts (None: no order outstanding): at the order's iteration, or

@@ -49,7 +49,7 @@ from scheduler.barrier.elastic import predict_ends
 from scheduler.barrier.zipline import zipline
 from wanrt.config import check
 from wanrt.errors import LocalProtocolError
-from wanrt.live_settings import MAX_LOCAL_STEPS, MAX_LR_SCALE
+from wanrt.protocol.job_settings import MAX_LOCAL_STEPS, MAX_LR_SCALE
 
 __all__ = [
     "LR_SCALINGS",

@@ -46,6 +46,7 @@ from wanrt.protocol import (
     Message,
     Role,
 )
+from wanrt.protocol.job_settings import JobSettings
 from wanrt.protocol.scheduler.messages import SCHEDULER_REGISTRY
 
 __all__ = ["DecisionsFile", "SchedulerDaemon", "serving"]
@@ -120,7 +121,7 @@ class DecisionsFile:
             ),
         }
         if kind != "tick" and cur is not None:
-            rec["values"] = dict(cur.values)
+            rec["values"] = cur.values.to_wire()
             made = getattr(controller, "last_decision", None)
             if made is not None:
                 # why this plan (a bandwidth change, the warm-up's next stage, ...) and what it was made
@@ -314,7 +315,9 @@ class SchedulerDaemon:
         return self.cfg.control_token()
 
     def request(self, values: dict[str, Any]) -> dict[str, Any]:
-        out = self.node.request(values, self._now())
+        """``POST /config {"values": ...}``: the JSON's flat settings, read by the schema (ConfigError
+        names a bad key), then announced."""
+        out = self.node.request(JobSettings.from_wire(values), self._now())
         self._after()
         return out
 

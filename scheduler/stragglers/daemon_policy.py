@@ -13,8 +13,9 @@ Controller: a site whose long-window time is ≥ λ × the mean over sites is a 
 AntDT-DD's answer to a deterministic straggler (§VI-B2): ADJUST_BS with the batch sizes of Eq. 3
 (``min z`` s.t. ``z ≥ B_i / v_i``, ``Σ B_i = B``) — the site batches that equalise batch processing time,
 with the job's global batch B kept (up to rounding to whole per-rank batches). The split travels as
-``batch_size@<site>`` (per rank) and ``batch_weight@<site>`` (the site's share of the samples × the site
-count, so the cross-site average weights gradients by samples); the node announces it through the two
+:class:`~wanrt.protocol.job_settings.JobSettings`' per-site ``site_batch_size`` (per rank) and
+``site_batch_weight`` (the site's share of the samples × the site count, so the cross-site average weights
+gradients by samples); the node announces it through the two
 phases, with one effective iteration for every site (AntDT §V-F: global actions at the same iteration).
 
 Once an adjustment is in force, each decision re-solves Eq. 3 over the current throughputs and announces
@@ -37,7 +38,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -49,12 +49,7 @@ from scheduler.stragglers.mode_policy import SitePlanMode
 from scheduler.stragglers.rank_restart import RankRestarts
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from scheduler.stragglers.tree_policy import LatencyTreePolicy, TreeSettings
-from wanrt.protocol.scheduler.messages import (
-    RESTART_PREFIX,
-    SITE_BATCH_PREFIX,
-    SITE_LOCAL_STEPS_PREFIX,
-    SITE_WEIGHT_PREFIX,
-)
+from wanrt.protocol.job_settings import JobSettings
 
 __all__ = ["SiteStragglerPolicy"]
 
@@ -137,28 +132,28 @@ class SiteStragglerPolicy:
 
     # -- Controller ----------------------------------------------------------------------------------
 
-    def decide(self, now: float) -> dict[str, Any] | None:
+    def decide(self, now: float) -> JobSettings | None:
         values = self._decide_sites(now)
-        if self.tree is None or (values and any(k.startswith(RESTART_PREFIX) for k in values)):
+        if self.tree is None or (values is not None and values.site_restart):
             return values  # a restart order travels alone (the tree waits one decide tick)
-        if self.plan.children or (values or {}).get("topology") == "parent_child":
+        if self.plan.children or (values is not None and values.plan.topology == "parent_child"):
             return values  # a parent–child plan runs a ring: no layers to order until it is back to base
         tree = self.tree.decide(now)
         if not tree:
             return values
-        return {**(values or {}), **tree}
+        return (values or JobSettings()).overlay(JobSettings(plan=tree))
 
-    def _decide_sites(self, now: float) -> dict[str, Any] | None:
+    def _decide_sites(self, now: float) -> JobSettings | None:
         restarts = self.ranks.decide(now)
         if restarts:
             # a node action (AntDT §V-E3) on its own: the site's batch split waits for the fresh process
             self.last_restarts = restarts
-            order: dict[str, Any] = {}
+            order: dict[str, int] = {}
             for d in restarts:
                 site, _, rank = d.member.rpartition("/")
-                order[RESTART_PREFIX + site] = int(rank)
+                order[site] = int(rank)
                 self.detector.forget(site)  # its slow samples were the old process's
-            return order
+            return JobSettings(site_restart=order)
         if len(self._reported) < len(self.sites):
             return None  # a site without a report has no throughput to allocate by
         per_rank = self._running or self._reported
@@ -177,7 +172,7 @@ class SiteStragglerPolicy:
         if any(r is None or r <= 0 for r in rates):
             return None
         v = np.array(rates, dtype=np.float64)
-        values: dict[str, Any] = {}
+        values = JobSettings()
         # a site of k local micro-steps takes k batches per WAN iteration (ElasticBSP §4)
         ks = dict(self.local.running) if self.cfg.local_steps.enabled else {}
         if plan_on:
@@ -186,7 +181,9 @@ class SiteStragglerPolicy:
                 s: ks.get(s, 1) * per_rank[s] * self._world[s] / float(r)
                 for s, r in zip(self.sites, v, strict=True)
             }
-            values.update(self.plan.decide(times, float(self._total), report.persistent, now) or {})
+            plan = self.plan.decide(times, float(self._total), report.persistent, now)
+            if plan is not None:
+                values = values.overlay(JobSettings(plan=plan))
         # local steps and ADJUST_BS balance the same thing (each site's time per WAN iteration) with two
         # levers; run together, ADJUST_BS equalises the per-batch times that local steps already scaled by
         # k and the fast site ends up k times slower (seen in the emulated straggler demo: k = 11 and then
@@ -196,9 +193,11 @@ class SiteStragglerPolicy:
             and not self.cfg.local_steps.enabled
             and (slow or self._running is not None)
         ):
-            values.update(self._adjust_batches(now, per_rank, slow, v, steps) or {})
-        if steps and SITE_BATCH_PREFIX + self.sites[0] not in values:
-            values.update(self._values(per_rank, steps, batches=False))
+            split = self._adjust_batches(now, per_rank, slow, v, steps)
+            if split is not None:
+                values = values.overlay(split)
+        if steps and self.sites[0] not in values.site_batch_size:
+            values = values.overlay(self._values(per_rank, steps, batches=False))
         return values or None
 
     def _adjust_batches(
@@ -208,7 +207,7 @@ class SiteStragglerPolicy:
         slow: Sequence[str],
         v: np.ndarray,
         steps: Mapping[str, int] | None = None,
-    ) -> dict[str, Any] | None:
+    ) -> JobSettings | None:
         """AntDT Eq. 3's split, if it shortens the slowest site's batch time by ``rebalance_gain``."""
         assert self._total is not None  # set by decide() before
         worlds = np.array([self._world[s] for s in self.sites], dtype=np.int64)
@@ -248,7 +247,7 @@ class SiteStragglerPolicy:
 
     def _values(
         self, per_rank: Mapping[str, int], steps: Mapping[str, int] | None = None, *, batches: bool = True
-    ) -> dict[str, Any]:
+    ) -> JobSettings:
         """The split as values: per-rank batches, and each site's weight = its share of the WAN iteration's
         samples × the site count, where a site of k local micro-steps contributes k·batch·ranks samples
         (the trainer divides its accumulated gradient by ranks × k: docs/local_steps.md). New k's
@@ -260,32 +259,28 @@ class SiteStragglerPolicy:
             ks.update(steps)
         samples = {s: per_rank[s] * self._world[s] * ks[s] for s in self.sites}
         total = sum(samples.values())
-        values: dict[str, Any] = {}
-        for s in self.sites:
-            if batches:
-                values[SITE_BATCH_PREFIX + s] = int(per_rank[s])
-            values[SITE_WEIGHT_PREFIX + s] = samples[s] * len(self.sites) / total
-            if steps:
-                values[SITE_LOCAL_STEPS_PREFIX + s] = int(ks[s])
+        scale = None
         if steps:
             # STAR §IV-C's ADJUST_LR: the job's rate follows the WAN iteration's samples (k = 1: scale 1)
             lc = self.cfg.local_steps
             base = sum(per_rank[s] * self._world[s] for s in self.sites)
             scale = lr_scale_for(total, base, lc.lr_scaling, lc.max_lr_scale)
-            if scale is not None:
-                values["lr_scale"] = scale
-        return values
+        return JobSettings(
+            lr_scale=scale,
+            site_batch_size={s: int(per_rank[s]) for s in self.sites} if batches else {},
+            site_batch_weight={s: samples[s] * len(self.sites) / total for s in self.sites},
+            site_local_steps={s: int(ks[s]) for s in self.sites} if steps else {},
+        )
 
-    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+    def committed(self, values: JobSettings, effective_iteration: int) -> None:
         """The split in ``values`` runs from ``effective_iteration`` everywhere (a manual change too)."""
-        self.plan.committed(values)
+        self.plan.committed(values.plan)
         if self.tree is not None:
-            self.tree.committed(values, effective_iteration)
-        for key in values:
-            if key.startswith(RESTART_PREFIX):
-                self.ranks.committed(key[len(RESTART_PREFIX) :], effective_iteration)
-        ks = {s: values.get(SITE_LOCAL_STEPS_PREFIX + s) for s in self.sites}
+            self.tree.committed(values.plan, effective_iteration)
+        for site in values.site_restart:
+            self.ranks.committed(site, effective_iteration)
+        ks = {s: values.site_local_steps.get(s) for s in self.sites}
         self.local.committed({s: k for s, k in ks.items() if type(k) is int and k >= 1})
-        split = {s: values.get(SITE_BATCH_PREFIX + s) for s in self.sites}
+        split = {s: values.site_batch_size.get(s) for s in self.sites}
         if all(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 1 for b in split.values()):
             self._running = {s: int(b) for s, b in split.items() if isinstance(b, (int, float))}

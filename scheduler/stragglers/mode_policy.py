@@ -14,7 +14,7 @@ site's push is carried into a later round (never dropped); Eq. 1 then counts y =
 The inputs are those the scheduler daemon has: each site's predicted iteration time is its current batch
 over its short-window throughput (AntDT's v_i, from the gateways' telemetry), M the job's global batch, φ
 configured (STAR pre-computes it per model). The output is the gateways' plan settings
-(:data:`wanrt.live_settings.PLAN_KEYS`), announced through the scheduler's two phases so every gateway
+(:data:`wanrt.protocol.job_settings.PLAN_KEYS`), announced through the scheduler's two phases so every gateway
 adopts the same plan at the same iteration.
 
 Two rules are ours: a switch out of the base plan needs a *persistent* straggler (AntDT's long window), so a
@@ -28,14 +28,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 
 from scheduler.stragglers.config import ModeConfig
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from scheduler.stragglers.star_modes import TIE_REL, ModeChoice, choose_mode, evaluate_mode
-from wanrt.live_settings import parse_stragglers
+from wanrt.protocol.job_settings import PlanSettings, PlanTopology
 
 __all__ = ["PlanChoice", "SitePlanMode"]
 
@@ -91,7 +91,7 @@ class SitePlanMode:
 
     def decide(
         self, times: Mapping[str, float], total_batch: float, persistent: Sequence[str], now: float
-    ) -> dict[str, Any] | None:
+    ) -> PlanSettings | None:
         """The plan settings to announce, or None to keep the running plan."""
         t = np.array([times[s] for s in self.sites], dtype=np.float64)
         phi = self.cfg.noise_scale
@@ -133,14 +133,11 @@ class SitePlanMode:
             bsp_s,
             phi,
         )
-        values: dict[str, Any] = (
-            {"topology": "parent_child", "stragglers": ",".join(kids), "t_w_s": float(wait)}
-            if kids
-            else {"topology": self.cfg.base_topology, "stragglers": ""}
-        )
-        if self.x_order_on:
-            values["x_order"] = x
-        return values
+        x_order = x if self.x_order_on else None
+        if kids:
+            return PlanSettings("parent_child", kids, float(wait), x_order)
+        kind = cast(PlanTopology, self.cfg.base_topology)  # SiteStragglerConfig checks it is one
+        return PlanSettings(kind, (), None, x_order)
 
     def reported(self, metrics: Mapping[str, float]) -> None:
         """A gateway's report of the plan it runs (``plan.*``): a scheduler that restarted learns from it
@@ -154,11 +151,11 @@ class SitePlanMode:
         x = metrics.get("plan.x_order", 0.0)
         self.x_order = int(x) if 0 < x < len(self.sites) else 0
 
-    def committed(self, values: Mapping[str, Any]) -> None:
+    def committed(self, values: PlanSettings) -> None:
         """The plan in ``values`` runs everywhere now (a manual change too)."""
-        topology = values.get("topology")
-        stragglers = values.get("stragglers")
-        x = values.get("x_order")
+        topology = values.topology
+        stragglers = values.stragglers
+        x = values.x_order
         if topology is None and stragglers is None and x is None:
             return
         self.known = True
@@ -167,10 +164,10 @@ class SitePlanMode:
         if topology is None and stragglers is None:
             return
         kids: tuple[str, ...] = ()
-        if topology == "parent_child" and isinstance(stragglers, str):
-            kids = tuple(s for s in parse_stragglers(stragglers) if s in self.sites)
+        if topology == "parent_child" and stragglers is not None:
+            kids = tuple(s for s in stragglers if s in self.sites)
         self.children = kids
-        tw = values.get("t_w_s")
+        tw = values.t_w_s
         self.wait_s = float(tw) if isinstance(tw, (int, float)) and kids else 0.0
 
 

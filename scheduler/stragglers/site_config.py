@@ -14,7 +14,7 @@ from typing import Final, Literal, TypeAlias
 from scheduler.barrier.local_steps_policy import LocalStepsConfig
 from scheduler.stragglers.config import BatchConfig, DetectionConfig
 from wanrt.config import check
-from wanrt.live_settings import MAX_T_W_S, PLAN_TOPOLOGIES
+from wanrt.protocol.job_settings import MAX_T_W_S, PLAN_TOPOLOGIES
 
 __all__ = ["SITE_MODES", "TREE_TOPOLOGIES", "X_ORDER_TOPOLOGIES", "SiteMode", "SiteStragglerConfig"]
 

@@ -41,10 +41,14 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from scheduler.stragglers.tree import latency_tree
-from wanrt.live_settings import MAX_SITE_COSTS_CHARS, format_site_costs, parse_site_costs
+from wanrt.protocol.job_settings import (
+    MAX_SITE_COSTS_CHARS,
+    PlanSettings,
+    format_site_costs,
+    parse_site_costs,
+)
 
 __all__ = ["LatencyTreePolicy", "TreeChoice", "TreeSettings"]
 
@@ -184,8 +188,8 @@ class LatencyTreePolicy:
 
     # -- decisions -----------------------------------------------------------------------------------
 
-    def decide(self, now: float) -> dict[str, Any] | None:
-        """``{"site_costs": ...}`` when the measured costs call for another tree shape, else None."""
+    def decide(self, now: float) -> PlanSettings | None:
+        """A plan with ``site_costs`` when the measured costs call for another tree shape, else None."""
         costs = self.site_costs(now)
         if costs is None or len(self.sites) < 2:
             return None
@@ -213,7 +217,7 @@ class LatencyTreePolicy:
             proposed_s,
             text,
         )
-        return {"site_costs": text}
+        return PlanSettings(site_costs=rounded)
 
     def _tree(self, costs: Mapping[str, float]) -> dict[str, str | None]:
         """The tree the gateways build from ``costs`` (gateways.rounds.topology fills levels alike)."""
@@ -222,19 +226,18 @@ class LatencyTreePolicy:
             return {s: (None if s == root else root) for s in self.sites}
         return latency_tree(costs, self.cfg.arity)
 
-    def committed(self, values: Mapping[str, Any], effective_iteration: int = -1) -> None:
+    def committed(self, values: PlanSettings, effective_iteration: int = -1) -> None:
         """A decision carrying ``site_costs`` runs everywhere from ``effective_iteration`` (the scheduler's
         or an operator's). The measurements start afresh there: a window spanning the switch mixes the
         old tree's traffic (a link draining its last messages reads slow) with the new one's."""
-        text = values.get("site_costs")
-        if not isinstance(text, str):
+        if values.site_costs is None:
             return
-        if self.committed_costs is not None and parse_site_costs(text) == self.committed_costs:
+        costs = dict(values.site_costs)
+        if self.committed_costs is not None and costs == self.committed_costs:
             return  # carried on unchanged by a later decision: the same tree, keep measuring
         self._since = float(effective_iteration + SETTLE_ROUNDS)
         for w in self._links.values():
             w.rate_bps, w.bytes_per_round = None, None
-        costs = parse_site_costs(text)
         if set(costs) != set(self.sites):
             self.running, self.committed_costs = None, None  # partial costs: learn the tree from traffic
             return

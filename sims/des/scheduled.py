@@ -12,10 +12,11 @@ values are merged with the running decision's (a key a decision leaves out keeps
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from sims.des.scenario import Scenario
 from sims.des.world import Simulation
+from wanrt.protocol.job_settings import JobSettings
 from wanrt.protocol.scheduler.messages import Announce
 
 __all__ = ["Commit", "PolicyLike", "ScheduledSimulation"]
@@ -26,9 +27,9 @@ class PolicyLike(Protocol):
 
     def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None: ...
 
-    def decide(self, now: float) -> dict[str, Any] | None: ...
+    def decide(self, now: float) -> JobSettings | None: ...
 
-    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None: ...
+    def committed(self, values: JobSettings, effective_iteration: int) -> None: ...
 
 
 class Commit:
@@ -36,7 +37,7 @@ class Commit:
 
     __slots__ = ("at", "decision", "effective_iteration", "values")
 
-    def __init__(self, decision: int, at: float, effective_iteration: int, values: dict[str, Any]) -> None:
+    def __init__(self, decision: int, at: float, effective_iteration: int, values: JobSettings) -> None:
         self.decision = decision
         self.at = at
         self.effective_iteration = effective_iteration
@@ -61,7 +62,7 @@ class ScheduledSimulation(Simulation):
         self.report_s = report_s
         self.margin = margin
         self.commits: list[Commit] = []
-        self._values: dict[str, Any] = {}
+        self._values = JobSettings()
 
     def _build(self) -> None:
         super()._build()
@@ -73,24 +74,24 @@ class ScheduledSimulation(Simulation):
             self.policy.observe(s, self.nodes[s].telemetry(now).metrics, now)
         values = self.policy.decide(now)
         if values:
-            merged = {**self._values, **values}
+            merged = self._values.overlay(values)
             if merged != self._values:
                 self.commit(merged)
         if not self._done():
             self.loop.at(now + self.report_s, self._report)
 
-    def commit(self, values: dict[str, Any]) -> Commit:
+    def commit(self, values: JobSettings) -> Commit:
         """Prepare and commit ``values`` at every gateway, effective past every gateway's safe iteration."""
         now = self.loop.now
         window = self.sc.gateway.rounds.window
         frontier = max(-1 if n.engine is None else n.engine.frontier for n in self.nodes.values())
         eff = frontier + window + 2 + self.margin
-        c = Commit(len(self.commits) + 1, now, eff, dict(values))
+        c = Commit(len(self.commits) + 1, now, eff, values)
         for phase in ("prepare", "commit"):
             for s in self.names:
-                self.nodes[s].scheduler_message(Announce(c.decision, phase, eff, dict(values)), now)
+                self.nodes[s].scheduler_message(Announce(c.decision, phase, eff, values.to_wire()), now)
                 self._after(s)
-        self._values = dict(values)
+        self._values = values
         self.commits.append(c)
         self.policy.committed(values, eff)
         return c

@@ -184,10 +184,12 @@ def test_bookkeeping_stays_bounded_against_a_misbehaving_trainer_or_peer() -> No
 
 
 def test_trainer_config_updates_name_the_bad_key() -> None:
-    from gateways.wire.config_update import trainer_config_update
     from wanrt.errors import ConfigError
+    from wanrt.protocol import ConfigUpdate
+    from wanrt.protocol.job_settings import TrainerSettings
 
-    msg = trainer_config_update({"density": 0.05, "staleness": 0, "batch_size": 64}, 12)
+    settings = TrainerSettings.from_wire({"density": 0.05, "staleness": 0, "batch_size": 64})
+    msg = ConfigUpdate(settings.to_wire(), 12)
     assert msg.values == {"density": 0.05, "staleness": 0, "batch_size": 64} and msg.effective_iteration == 12
     for values, key in (
         ({"lr": 0.1}, "lr"),
@@ -198,7 +200,7 @@ def test_trainer_config_updates_name_the_bad_key() -> None:
         ({}, "values"),
     ):
         with pytest.raises(ConfigError) as err:
-            trainer_config_update(values, 1)
+            TrainerSettings.from_wire(values)
         assert err.value.fields["key"] == key
 
 

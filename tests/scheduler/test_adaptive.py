@@ -7,7 +7,7 @@ import pytest
 from scheduler.adaptive import AdaptivePolicy
 from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import PowerLawConvergence
-from wanrt.protocol.scheduler.messages import site_values
+from wanrt.protocol.job_settings import TrainerSettings
 
 
 def _report(
@@ -42,17 +42,14 @@ def test_sites_are_ranks_and_batches_come_back_per_site() -> None:
             )
     values = policy.decide(now)
     assert values is not None
-    assert 0 < values["density"] <= 1 and values["staleness"] in (0, 1)
-    a, b = values["batch_size@a"], values["batch_size@b"]
+    assert 0 < values.density <= 1 and values.staleness in (0, 1)
+    a, b = values.site_batch_size["a"], values.site_batch_size["b"]
     assert a >= 1 and b >= 1 and b >= a  # the faster site gets at least as large a batch (Eq. 3)
-    wa, wb = values["batch_weight@a"], values["batch_weight@b"]
+    wa, wb = values.site_batch_weight["a"], values.site_batch_weight["b"]
     assert wa + wb == pytest.approx(2.0) and wa / wb == pytest.approx(a / b)  # samples, not sites
-    assert site_values(values, "a") == {
-        "density": values["density"],
-        "staleness": values["staleness"],
-        "batch_size": a,
-        "batch_weight": wa,
-    }
+    assert values.for_site("a") == TrainerSettings(
+        density=values.density, staleness=values.staleness, batch_size=a, batch_weight=wa
+    )
     policy.committed(values, 40)
     assert policy._pending is None  # confirmed to the controller with its effective iteration
 

@@ -10,6 +10,7 @@ from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.node import SchedulerNode, SendTo
 from wanrt.errors import ConfigError, RemoteProtocolError
 from wanrt.protocol import Telemetry
+from wanrt.protocol.job_settings import JobSettings
 from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 SECRET = "x" * 32
@@ -24,17 +25,17 @@ def _cfg(**kw: Any) -> SchedulerDaemonConfig:
 class Policy:
     def __init__(self) -> None:
         self.seen: list[tuple[str, dict[str, float]]] = []
-        self.next: dict[str, Any] | None = None
+        self.next: dict[str, Any] | None = None  # the wire form, read by the schema in decide
         self.commits: list[tuple[dict[str, Any], int]] = []
 
     def observe(self, site: str, metrics: Any, now: float) -> None:
         self.seen.append((site, dict(metrics)))
 
-    def decide(self, now: float) -> dict[str, Any] | None:
-        return self.next
+    def decide(self, now: float) -> JobSettings | None:
+        return None if self.next is None else JobSettings.from_wire(self.next)
 
-    def committed(self, values: Any, effective_iteration: int) -> None:
-        self.commits.append((dict(values), effective_iteration))
+    def committed(self, values: JobSettings, effective_iteration: int) -> None:
+        self.commits.append((values.to_wire(), effective_iteration))
 
 
 def _report(node: SchedulerNode, site: str, frontier: int, now: float, **extra: float) -> None:
@@ -73,7 +74,7 @@ def test_a_decision_is_prepared_everywhere_then_committed_with_one_iteration() -
     node.on_message("c", AnnounceReply(decision, True, 11), 1.2)
     commits = _announces(node)
     assert {(s, m.phase, m.effective_iteration) for s, m in commits} == {(s, "commit", 17) for s in "abc"}
-    assert node.current is not None and node.current.values == {"density": 0.05}
+    assert node.current is not None and node.current.values.to_wire() == {"density": 0.05}
     assert len(policy.seen) == 3
     assert policy.commits == [({"density": 0.05}, 17)]
 
@@ -81,7 +82,7 @@ def test_a_decision_is_prepared_everywhere_then_committed_with_one_iteration() -
 def test_a_refusal_aborts_and_prepares_again_further_ahead() -> None:
     node = SchedulerNode(_cfg(), 0.0)
     _up(node, {"a": 10, "b": 10, "c": 10})
-    node.request({"staleness": 0}, 1.0)
+    node.request(JobSettings.from_wire({"staleness": 0}), 1.0)
     first = _announces(node)[0][1]
     node.on_message("b", AnnounceReply(first.decision, False, 30), 1.1)  # b's trainers ran ahead
     msgs = _announces(node)
@@ -96,7 +97,7 @@ def test_a_refusal_aborts_and_prepares_again_further_ahead() -> None:
 def test_refusals_for_timing_are_retried_as_often_as_needed_but_a_bad_value_is_given_up() -> None:
     node = SchedulerNode(_cfg(), 0.0)
     _up(node, {"a": 10, "b": 10, "c": 10})
-    node.request({"staleness": 0}, 1.0)
+    node.request(JobSettings.from_wire({"staleness": 0}), 1.0)
     for k in range(6):  # a busy machine: the trainers keep running past the announced iteration
         prep = [m for _, m in _announces(node) if m.phase == "prepare"]
         assert prep, f"given up after {k} refusals for timing"
@@ -104,13 +105,13 @@ def test_refusals_for_timing_are_retried_as_often_as_needed_but_a_bad_value_is_g
     prep = [m for _, m in _announces(node) if m.phase == "prepare"]
     for s in "abc":
         node.on_message(s, AnnounceReply(prep[0].decision, True, 90), 1.2)
-    assert node.current is not None and node.current.values == {"staleness": 0}
+    assert node.current is not None and node.current.values.to_wire() == {"staleness": 0}
 
 
 def test_no_reply_in_time_aborts() -> None:
     node = SchedulerNode(_cfg(reply_timeout_s=2.0), 0.0)
     _up(node, {"a": 0, "b": 0, "c": 0})
-    node.request({"density": 0.1}, 1.0)
+    node.request(JobSettings.from_wire({"density": 0.1}), 1.0)
     _announces(node)
     assert node.next_deadline() == pytest.approx(3.0)
     node.tick(3.0)
@@ -121,7 +122,7 @@ def test_no_reply_in_time_aborts() -> None:
 def test_a_disconnected_gateway_gets_the_commit_when_it_comes_back() -> None:
     node = SchedulerNode(_cfg(), 0.0)
     _up(node, {"a": 0, "b": 0, "c": 0})
-    node.request({"density": 0.2}, 1.0)
+    node.request(JobSettings.from_wire({"density": 0.2}), 1.0)
     d = _announces(node)[0][1].decision
     node.gateway_down("c", 1.1)
     for s in "ab":
@@ -142,7 +143,11 @@ def test_a_restarted_scheduler_resumes_from_what_gateways_run() -> None:
     node.tick(1.0)
     assert _announces(node) == []  # b has not reported yet: nothing is decided
     _report(node, "b", 41, 1.5, decision=7, decision_effective=33, **{"cfg.density": 0.05})
-    assert node.current is not None and node.current.id == 7 and node.current.values == {"density": 0.05}
+    assert (
+        node.current is not None
+        and node.current.id == 7
+        and node.current.values.to_wire() == {"density": 0.05}
+    )
     node.tick(2.0)
     prep = _announces(node)
     assert prep and all(m.decision == 8 and m.values == {"density": 0.5} for _, m in prep)
@@ -152,8 +157,11 @@ def test_a_restarted_scheduler_resumes_from_what_gateways_run() -> None:
 def test_bad_input_is_refused() -> None:
     node = SchedulerNode(_cfg(), 0.0)
     with pytest.raises(ConfigError) as exc:
-        node.request({"staleness": 1000}, 0.0)
+        node.request(JobSettings.from_wire({"staleness": 1000}), 0.0)
     assert exc.value.fields.get("key") == "staleness"
+    with pytest.raises(ConfigError) as exc:
+        node.request(JobSettings(density=0.1, site_batch_size={"a": 8, "zz": 8}), 0.0)
+    assert exc.value.fields.get("key") == "batch_size@zz"  # the key as the operator wrote it
     with pytest.raises(RemoteProtocolError):
         node.on_message("a", Telemetry("b", 0, {}), 0.0)  # a may not report for b
     with pytest.raises(RemoteProtocolError):
@@ -185,17 +193,18 @@ def test_a_manual_value_holds_against_the_policy_until_released() -> None:
     node = SchedulerNode(_cfg(decide_interval_s=1.0), 0.0, policy=policy)
     _up(node, {"a": 10, "b": 10, "c": 10})
     assert node.status(0.0)["control"] == {"mode": "adaptive", "held": {}}
-    out = node.request({"density": 0.2}, 0.5)
-    assert out["mode"] == "manual" and out["held"] == {"density": 0.2}
+    out = node.request(JobSettings(batch_size=20), 0.5)
+    assert out["mode"] == "manual" and out["held"] == {"batch_size": 20}
     _commit_pending(node, 0.6)
-    policy.next = {"density": 0.01, "density@b": 0.02, "staleness": 0}
+    policy.next = {"batch_size": 8, "batch_size@b": 16, "staleness": 0}
     node.tick(1.0)
     _commit_pending(node, 1.1)
-    assert node.current is not None and node.current.values == {"density": 0.2, "staleness": 0}
-    assert node.status(1.2)["control"] == {"mode": "manual", "held": {"density": 0.2}}
+    assert node.current is not None
+    assert node.current.values == JobSettings(batch_size=20, staleness=0)
+    assert node.status(1.2)["control"] == {"mode": "manual", "held": {"batch_size": 20}}
     with pytest.raises(ConfigError, match="staleness: not held"):
         node.release(["staleness"])
-    assert node.release(None) == {"released": ["density"], "mode": "adaptive", "held": {}}
+    assert node.release(None) == {"released": ["batch_size"], "mode": "adaptive", "held": {}}
     node.tick(2.0)
     _commit_pending(node, 2.1)
-    assert node.current.values == {"density": 0.01, "density@b": 0.02, "staleness": 0}
+    assert node.current.values == JobSettings(batch_size=8, site_batch_size={"b": 16}, staleness=0)

@@ -9,20 +9,21 @@ import pytest
 from scheduler.node import SchedulerNode
 from tests.scheduler.test_node import _announces, _cfg, _up
 from wanrt.errors import ConfigError
-from wanrt.protocol.scheduler.messages import check_site_keys, site_values
+from wanrt.protocol.job_settings import JobSettings, TrainerSettings
 
 
 def test_a_manual_scale_is_announced_to_every_site_alike() -> None:
     node = SchedulerNode(_cfg(), 0.0)
     _up(node, {"a": 3, "b": 3, "c": 3})
-    done = node.request({"lr_scale": 2.5, "local_steps@a": 4}, 1.0)
+    done = node.request(JobSettings(lr_scale=2.5, site_local_steps={"a": 4}), 1.0)
     assert done["state"] == "preparing"
     prep = _announces(node)
     assert {s for s, _ in prep} == {"a", "b", "c"}
     for _, msg in prep:
         assert msg.values == {"lr_scale": 2.5, "local_steps@a": 4}
-    assert site_values(prep[0][1].values, "b") == {"lr_scale": 2.5}
-    assert site_values(prep[0][1].values, "a") == {"lr_scale": 2.5, "local_steps": 4}
+    announced = JobSettings.from_wire(prep[0][1].values)
+    assert announced.for_site("b") == TrainerSettings(lr_scale=2.5)
+    assert announced.for_site("a") == TrainerSettings(lr_scale=2.5, local_steps=4)
 
 
 @pytest.mark.parametrize(
@@ -40,12 +41,12 @@ def test_bad_scales_are_refused_by_name_before_any_announcement(values: dict[str
     node = SchedulerNode(_cfg(), 0.0)
     _up(node, {"a": 3, "b": 3, "c": 3})
     with pytest.raises(ConfigError) as info:
-        node.request(values, 1.0)
+        node.request(JobSettings.from_wire(values), 1.0)
     assert info.value.fields.get("key") == key
     assert _announces(node) == [] and node.pending is None
 
 
 def test_per_site_keys_of_the_per_site_settings_pass() -> None:
-    check_site_keys({"batch_size@a": 8, "batch_weight@a": 1.0, "local_steps@a": 2, "lr_scale": 2.0})
+    JobSettings.from_wire({"batch_size@a": 8, "batch_weight@a": 1.0, "local_steps@a": 2, "lr_scale": 2.0})
     with pytest.raises(ConfigError, match="whole job"):
-        check_site_keys({"lr_scale@b": 2.0})
+        JobSettings.from_wire({"lr_scale@b": 2.0})

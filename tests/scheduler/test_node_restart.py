@@ -3,14 +3,13 @@ next decision, and /status lists it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from scheduler.node import SchedulerNode
 from tests.scheduler.test_node import Policy, _announces, _cfg, _up
 from wanrt.errors import ConfigError
-from wanrt.protocol.scheduler.messages import AnnounceReply, site_values
+from wanrt.protocol.job_settings import JobSettings, TrainerSettings
+from wanrt.protocol.scheduler.messages import AnnounceReply
 
 
 def _commit_all(node: SchedulerNode, frontier: int = 10) -> None:
@@ -26,7 +25,7 @@ def test_post_config_cannot_order_a_restart() -> None:
     _up(node, {"a": 10, "b": 10, "c": 10})
     for values in ({"restart@a": 0}, {"restart": 0}, {"density": 0.1, "restart@b": 1}):
         with pytest.raises(ConfigError) as info:
-            node.request(values, 1.0)
+            node.request(JobSettings.from_wire(values), 1.0)
         assert info.value.key is not None and info.value.key.startswith("restart")
     assert node.pending is None
 
@@ -55,6 +54,8 @@ def test_a_restart_order_is_one_shot() -> None:
 
 
 def test_only_the_named_site_sees_the_order() -> None:
-    values: dict[str, Any] = {"density": 0.1, "restart@b": 2, "restart": 5}
-    assert site_values(values, "b") == {"density": 0.1, "restart": 2}
-    assert site_values(values, "a") == {"density": 0.1}
+    values = JobSettings(density=0.1, site_restart={"b": 2})
+    assert values.for_site("b") == TrainerSettings(density=0.1, restart=2)
+    assert values.for_site("a") == TrainerSettings(density=0.1)
+    with pytest.raises(ConfigError, match="names its site"):  # a job-wide restart has no meaning
+        JobSettings.from_wire({"density": 0.1, "restart@b": 2, "restart": 5})

@@ -6,7 +6,6 @@ telemetry, makes the slow site a leaf."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from gateways.rounds.config import RoundConfig
 from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
@@ -14,6 +13,7 @@ from scheduler.stragglers.site_config import SiteStragglerConfig
 from sims.des.results import SimResult
 from sims.des.scenario import ComputeSpec, GatewaySpec, LinkOverride, LinkSpec, PayloadSpec, Scenario
 from sims.des.scheduled import ScheduledSimulation
+from wanrt.protocol.job_settings import JobSettings, PlanSettings
 
 NAMES = ("a", "b", "c", "d", "e")
 
@@ -37,19 +37,19 @@ def _scenario(slow: str, iterations: int) -> Scenario:
 class _OneDecision:
     """A policy that announces ``values`` once, at its first decide tick after ``at`` seconds."""
 
-    def __init__(self, values: dict[str, Any], at: float) -> None:
+    def __init__(self, values: JobSettings, at: float) -> None:
         self.values, self.at, self.done = values, at, False
 
     def observe(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         pass
 
-    def decide(self, now: float) -> dict[str, Any] | None:
+    def decide(self, now: float) -> JobSettings | None:
         if self.done or now < self.at:
             return None
         self.done = True
-        return dict(self.values)
+        return self.values
 
-    def committed(self, values: Mapping[str, Any], effective_iteration: int) -> None:
+    def committed(self, values: JobSettings, effective_iteration: int) -> None:
         pass
 
 
@@ -65,7 +65,7 @@ def _digests_agree(r: SimResult) -> None:
 def test_a_committed_root_move_applies_at_one_iteration_everywhere() -> None:
     sc = _scenario("b", 24)
     # e becomes the root; b (slow) the most expensive site, so a leaf
-    values = {"site_costs": "a:0.3,b:0.9,c:0.2,d:0.25,e:0.1"}
+    values = JobSettings(plan=PlanSettings(site_costs={"a": 0.3, "b": 0.9, "c": 0.2, "d": 0.25, "e": 0.1}))
     sim = ScheduledSimulation(sc, _OneDecision(values, 1.5), report_s=0.25)
     r = sim.run()
     assert r.finished and not r.problems

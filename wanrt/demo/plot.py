@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wanrt.demo.results import ARM_LABELS, Comparison, RunResult
+from wanrt.protocol.job_settings import per_site
 
 __all__ = ["plot_loss_vs_time", "settings_over_time"]
 
@@ -144,11 +145,10 @@ def _plot_settings(ax: Any, a: RunResult, *, fixed_density: Any = None) -> None:
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     right = ax.twinx()
-    sites = sorted(a.final_batch) or sorted(
-        k.split("@", 1)[1] for _, s in timeline for k in s if k.startswith("batch_size@")
-    )
+    batches = [(t, s, per_site(s, "batch_size")) for t, s in timeline]
+    sites = sorted(a.final_batch) or sorted(site for _, _, b in batches for site in b)
     for i, site in enumerate(dict.fromkeys(sites)):
-        pts = [(t, float(s.get(f"batch_size@{site}", s.get("batch", 0)))) for t, s in timeline]
+        pts = [(t, float(b.get(site, s.get("batch", 0)))) for t, s, b in batches]
         xs, ys = _steps(pts, end)
         lines += right.step(
             xs,

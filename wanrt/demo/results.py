@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from wanrt.protocol.job_settings import per_site
+
 __all__ = [
     "ARM_LABELS",
     "Comparison",
@@ -376,8 +378,7 @@ def _settings(r: RunResult) -> str:
     """``density, batch/rank`` in force at the end: one batch for all sites, or each site's."""
     st = r.final_settings
     density = st.get("density")
-    per_site = {k.split("@", 1)[1]: v for k, v in st.items() if k.startswith("batch_size@")}
-    batches = dict(r.final_batch) or per_site
+    batches = dict(r.final_batch) or per_site(st, "batch_size")
     if batches and len(set(batches.values())) > 1:
         batch = " ".join(f"{site} {b}" for site, b in sorted(batches.items()))
     elif batches:

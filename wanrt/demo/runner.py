@@ -79,6 +79,7 @@ from wanrt.demo.trainers.processes import (
 )
 from wanrt.demo.trainers.stop_control import StopControl
 from wanrt.demo.workload.data import load_split
+from wanrt.protocol.job_settings import JobSettings
 
 if TYPE_CHECKING:
     from wanrt.demo.netns_sites import NetnsSites
@@ -499,7 +500,7 @@ class Demo:
         client = self.client_config(s.mode, s.cfg)
         settings: dict[str, Any] = {"batch": s.cfg.batch}
         if batch:
-            settings.update({f"batch_size@{site}": b for site, b in batch.items()})
+            settings.update(JobSettings(site_batch_size=batch).to_wire())
         if client is not None:
             settings.update(density=client.density, staleness=client.staleness)
         link_trace: tuple[tuple[float, float], ...] = ()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wanrt.demo.results import RunResult
+from wanrt.protocol.job_settings import per_site
 
 __all__ = ["StragglerComparison", "format_straggler_table"]
 
@@ -43,7 +44,7 @@ class StragglerComparison:
     def first_adjust_s(self) -> float | None:
         """When the first committed decision changed a batch size (seconds after the start)."""
         for d in self.on.commits:
-            if d.values and any(k.startswith("batch_size@") for k in d.values):
+            if d.values and per_site(d.values, "batch_size"):
                 return d.t
         return None
 

@@ -15,7 +15,7 @@ from gateways.node.plan_values import plan_problem, plan_spec
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.topology import TOPOLOGY_KINDS
 from wanrt.errors import ConfigError
-from wanrt.live_settings import PLAN_TOPOLOGIES, check_live_settings, parse_stragglers
+from wanrt.protocol.job_settings import PLAN_TOPOLOGIES, JobSettings, PlanSettings, parse_stragglers
 from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 SITES = ("a", "b", "c")
@@ -40,6 +40,11 @@ def _announce(node: GatewayNode, decision: int, phase: str, values: dict[str, An
     node.scheduler_message(Announce(decision, phase, at, values), 1.0)
 
 
+def _plan(values: dict[str, Any]) -> PlanSettings:
+    """The plan of a decision's values as the gateway reads them off an Announce."""
+    return JobSettings.from_wire(values).plan
+
+
 def test_the_public_schema_knows_the_gateways_topologies() -> None:
     assert PLAN_TOPOLOGIES == TOPOLOGY_KINDS
 
@@ -57,7 +62,7 @@ def test_the_public_schema_knows_the_gateways_topologies() -> None:
 )
 def test_the_shared_schema_names_the_bad_plan_key(values: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as err:
-        check_live_settings(values)
+        JobSettings.from_wire(values)
     assert err.value.key == key
 
 
@@ -69,14 +74,16 @@ def test_straggler_lists_are_canonical() -> None:
 def test_every_gateway_builds_the_same_spec_from_the_same_values() -> None:
     rounds = RoundConfig(topology="tree")
     values = {"topology": "parent_child", "stragglers": "c", "t_w_s": 0.25, "density": 0.1}
-    spec = plan_spec(values, rounds, None, SITES)
-    assert spec is not None and spec == plan_spec(dict(reversed(values.items())), rounds, None, SITES[::-1])
+    spec = plan_spec(_plan(values), rounds, None, SITES)
+    assert spec is not None and spec == plan_spec(
+        _plan(dict(reversed(values.items()))), rounds, None, SITES[::-1]
+    )
     assert spec.kind == "parent_child" and spec.stragglers == ("c",) and spec.t_w_s == 0.25
-    assert plan_spec({"density": 0.1}, rounds, None, SITES) is None  # nothing about the plan
+    assert plan_spec(_plan({"density": 0.1}), rounds, None, SITES) is None  # nothing about the plan
     # a key left out keeps the gateway's configured value: only the stragglers change
-    only = plan_spec({"stragglers": "b"}, rounds, None, SITES)
+    only = plan_spec(_plan({"stragglers": "b"}), rounds, None, SITES)
     assert only is not None and only.kind == "tree" and only.t_w_s is None
-    assert plan_problem({"stragglers": "z"}, rounds, None, SITES) is not None
+    assert plan_problem(_plan({"stragglers": "z"}), rounds, None, SITES) is not None
 
 
 def test_a_plan_naming_an_unknown_site_is_refused_in_prepare_and_never_applied() -> None:

@@ -14,13 +14,15 @@ from gateways.node.plan_values import plan_problem, plan_spec
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.topology import build_plan
 from wanrt.errors import ConfigError
-from wanrt.live_settings import (
+from wanrt.protocol.job_settings import (
     MAX_SITE_COSTS_CHARS,
     PLAN_KEYS,
-    check_live_settings,
+    JobSettings,
+    PlanSettings,
+    TrainerSettings,
+    check_setting,
     format_site_costs,
     parse_site_costs,
-    split_plan_values,
 )
 from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
@@ -28,10 +30,16 @@ SITES = ("a", "b", "c", "d", "e")
 TREE = RoundConfig(topology="tree")
 
 
+def _plan(values: dict[str, Any]) -> PlanSettings:
+    """The plan of a decision's values as the gateway reads them off an Announce."""
+    return JobSettings.from_wire(values).plan
+
+
 def test_site_costs_is_a_plan_key_the_trainers_never_see() -> None:
     assert "site_costs" in PLAN_KEYS
-    trainer, plan = split_plan_values({"site_costs": "a:1", "density": 0.1})
-    assert trainer == {"density": 0.1} and plan == {"site_costs": "a:1"}
+    values = JobSettings.from_wire({"site_costs": "a:1", "density": 0.1})
+    trainer, plan = values.for_site("a"), values.plan
+    assert trainer == TrainerSettings(density=0.1) and plan == PlanSettings(site_costs={"a": 1.0})
 
 
 def test_costs_round_trip_through_the_canonical_string() -> None:
@@ -50,7 +58,7 @@ def test_costs_round_trip_through_the_canonical_string() -> None:
 )
 def test_bad_site_costs_name_the_key(value: Any) -> None:
     with pytest.raises(ConfigError) as err:
-        check_live_settings({"site_costs": value})
+        check_setting("site_costs", value)
     assert err.value.key == "site_costs"
 
 
@@ -64,30 +72,30 @@ def test_site_costs_longer_than_an_announce_string_are_refused() -> None:
 
 def test_an_unknown_site_is_a_config_error_naming_site_costs() -> None:
     with pytest.raises(ConfigError) as err:
-        plan_spec({"site_costs": "a:1,z:2"}, TREE, None, SITES)
+        plan_spec(_plan({"site_costs": "a:1,z:2"}), TREE, None, SITES)
     assert err.value.key == "site_costs"
-    assert plan_problem({"site_costs": "z:2"}, TREE, None, SITES) is not None
+    assert plan_problem(_plan({"site_costs": "z:2"}), TREE, None, SITES) is not None
 
 
 def test_costs_order_the_tree_and_the_configured_root_steps_aside() -> None:
     # name order with root a: a -> (b, c), b -> (d, e); b's link is the slow one
     costs = "a:0.2,b:1.0,c:0.2,d:0.2,e:0.2"
-    spec = plan_spec({"site_costs": costs}, TREE, "a", SITES)
+    spec = plan_spec(_plan({"site_costs": costs}), TREE, "a", SITES)
     assert spec is not None and spec.kind == "tree" and spec.root is None
     plan = build_plan(spec, SITES)
     assert plan.core == ("a",) and plan.children_of("b") == ()  # the slow site is a leaf
     # a key left out keeps the configured value: without costs the configured root and name order stay
-    plain = plan_spec({"t_w_s": 0.1}, TREE, "a", SITES)
+    plain = plan_spec(_plan({"t_w_s": 0.1}), TREE, "a", SITES)
     assert plain is not None and build_plan(plain, SITES).children_of("b") == ("d", "e")
     # the cheapest site becomes the root, whatever the configured root
-    moved = plan_spec({"site_costs": "a:1.0,b:0.1,c:0.2,d:0.2,e:0.2"}, TREE, "a", SITES)
+    moved = plan_spec(_plan({"site_costs": "a:1.0,b:0.1,c:0.2,d:0.2,e:0.2"}), TREE, "a", SITES)
     assert moved is not None and build_plan(moved, SITES).core == ("b",)
     assert build_plan(moved, SITES).children_of("a") == ()
 
 
 def test_every_gateway_builds_the_same_spec_from_the_same_costs() -> None:
     values = {"site_costs": "e:0.3,a:0.9,b:0.1", "stragglers": ""}
-    specs = {plan_spec(values, TREE, root, SITES) for root in (None, "a", "c")}
+    specs = {plan_spec(_plan(values), TREE, root, SITES) for root in (None, "a", "c")}
     assert len(specs) == 1  # the configured root does not enter a spec that carries costs
     (spec,) = specs
     assert spec is not None and dict(spec.costs) == {"a": 0.9, "b": 0.1, "e": 0.3}

@@ -13,22 +13,25 @@ from gateways.rounds.config import RoundConfig
 from wanrt.errors import ConfigError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import ConfigUpdate, Notice, Push, Telemetry
+from wanrt.protocol.job_settings import TrainerSettings
 from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 
 def test_the_rank_must_exist_at_this_site() -> None:
-    assert TrainerRestart.problem({"density": 0.1}, None) is None
-    assert TrainerRestart.problem({"restart": 1}, 2.0) is None
-    assert "2 ranks" in (TrainerRestart.problem({"restart": 2}, 2.0) or "")
-    assert "not reported" in (TrainerRestart.problem({"restart": 0}, None) or "")
+    assert TrainerRestart.problem(TrainerSettings(density=0.1), None) is None
+    assert TrainerRestart.problem(TrainerSettings(restart=1), 2.0) is None
+    assert "2 ranks" in (TrainerRestart.problem(TrainerSettings(restart=2), 2.0) or "")
+    assert "not reported" in (TrainerRestart.problem(TrainerSettings(restart=0), None) or "")
 
 
 def test_the_order_is_kept_out_of_what_later_sessions_get_and_admits_one_new_run() -> None:
     r = TrainerRestart()
-    assert r.committed(3, {"density": 0.1}, 10) == {"density": 0.1} and r.order is None
+    assert (
+        r.committed(3, TrainerSettings(density=0.1), 10) == TrainerSettings(density=0.1) and r.order is None
+    )
     assert r.start_at(7) is None and not r.admit()
-    keep = r.committed(4, {"density": 0.1, "restart": 0}, 20)
-    assert keep == {"density": 0.1}
+    keep = r.committed(4, TrainerSettings(density=0.1, restart=0), 20)
+    assert keep == TrainerSettings(density=0.1)
     assert r.start_at(15) == 20  # the order's iteration ...
     assert r.start_at(23) == 23  # ... or past what the old process pushed
     assert r.admit() and r.replaced == 1

@@ -11,6 +11,7 @@ from gateways.rounds.config import RoundConfig
 from gateways.rounds.topology import PlanSpec
 from tests.gateways.harness import Net, Trainers, assert_accounted
 from wanrt.errors import ConfigError
+from wanrt.protocol.job_settings import PlanSettings
 
 SITES = "abcd"
 SLOW = 0.5  # site d's compute per iteration; the others take 0.05 s
@@ -43,9 +44,9 @@ def test_the_root_goes_on_with_the_first_x_sites_and_loses_nothing() -> None:
 
 def test_x_order_is_a_validated_plan_value() -> None:
     rounds = RoundConfig()
-    spec = plan_spec({"x_order": 3}, rounds, "a", SITES)
+    spec = plan_spec(PlanSettings(x_order=3), rounds, "a", SITES)
     assert spec is not None and spec.x_order == 3
-    assert plan_spec({"x_order": 0}, rounds, "a", SITES).x_order is None  # type: ignore[union-attr]
+    assert plan_spec(PlanSettings(x_order=0), rounds, "a", SITES).x_order is None  # type: ignore[union-attr]
     with pytest.raises(ConfigError) as err:
-        plan_spec({"x_order": -1}, rounds, "a", SITES)
+        plan_spec(PlanSettings(x_order=-1), rounds, "a", SITES)
     assert err.value.fields["key"] == "x_order"

@@ -8,15 +8,14 @@ from typing import Any
 
 import pytest
 
-from gateways.wire.config_update import trainer_config_update
 from scheduler.barrier.local_steps_policy import LocalStepsConfig, lr_scale_for
 from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from tests.scheduler.barrier.test_local_steps_policy import _report
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError, LocalProtocolError
-from wanrt.live_settings import MAX_LR_SCALE
-from wanrt.protocol.scheduler.messages import site_values
+from wanrt.protocol import ConfigUpdate
+from wanrt.protocol.job_settings import MAX_LR_SCALE, JobSettings
 
 #: micro-step s, per-rank batch, ranks: ZipLine gives a and b 3 steps, c 1 (test_local_steps_policy)
 SETUP = {"a": (0.1, 32, 1), "b": (0.1, 32, 2), "c": (0.3, 32, 1)}
@@ -64,12 +63,12 @@ def _policy(**local: Any) -> SiteStragglerPolicy:
     )
 
 
-def _first_decision(pol: SiteStragglerPolicy) -> dict[str, Any]:
+def _first_decision(pol: SiteStragglerPolicy) -> JobSettings:
     for it in range(8):
         for s, (micro, batch, world) in SETUP.items():
             _report(pol, s, it, micro, 1, batch, world)
     values = pol.decide(8.0)
-    assert values is not None and values["local_steps@a"] == 3 and values["local_steps@c"] == 1
+    assert values is not None and values.site_local_steps["a"] == 3 and values.site_local_steps["c"] == 1
     return values
 
 
@@ -80,13 +79,13 @@ def _first_decision(pol: SiteStragglerPolicy) -> dict[str, Any]:
 def test_the_steps_come_with_the_jobs_scale(rule: str, cap: float, want: float | None) -> None:
     values = _first_decision(_policy(lr_scaling=rule, max_lr_scale=cap))
     if want is None:
-        assert "lr_scale" not in values  # a scale in force (a manual one) stays
+        assert values.lr_scale is None  # a scale in force (a manual one) stays
     else:
-        assert values["lr_scale"] == pytest.approx(want)
+        assert values.lr_scale == pytest.approx(want)
     for s in SETUP:  # every site's trainers take the same scale, and it passes the shared schema
-        mine = site_values(values, s)
-        assert mine.get("lr_scale") == values.get("lr_scale")
-        trainer_config_update(mine, 9)
+        mine = values.for_site(s)
+        assert mine.lr_scale == values.lr_scale
+        ConfigUpdate(mine.to_wire(), 9)
 
 
 def test_the_scale_goes_back_to_one_with_the_steps() -> None:
@@ -105,20 +104,20 @@ def test_the_scale_goes_back_to_one_with_the_steps() -> None:
             seen.append(values)
     assert seen
     for v in seen:
-        samples = sum(v[f"local_steps@{s}"] * b * w for s, (_, b, w) in SETUP.items())
-        assert v["lr_scale"] == pytest.approx(samples / 128)
+        samples = sum(v.site_local_steps[s] * b * w for s, (_, b, w) in SETUP.items())
+        assert v.lr_scale == pytest.approx(samples / 128)
     assert pol.local.running == dict.fromkeys(SETUP, 1)
-    assert seen[-1]["lr_scale"] == 1.0
+    assert seen[-1].lr_scale == 1.0
 
 
 def test_a_split_without_new_steps_leaves_the_scale_alone() -> None:
     pol = _policy()
     pol.committed(_first_decision(pol), 9)
     weights = pol._values({"a": 32, "b": 16, "c": 64})  # a re-weighting with the k's in force
-    assert "lr_scale" not in weights
+    assert weights.lr_scale is None
 
 
 def test_by_default_the_steps_leave_the_learning_rate_alone() -> None:
     # the measured default (docs/local_steps.md): a job that turns local steps on keeps its learning rate
     values = _first_decision(_policy())
-    assert "lr_scale" not in values
+    assert values.lr_scale is None

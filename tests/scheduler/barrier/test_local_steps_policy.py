@@ -16,6 +16,7 @@ from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError, LocalProtocolError
+from wanrt.protocol.job_settings import JobSettings
 
 ON = LocalStepsConfig(enabled=True)
 
@@ -140,28 +141,24 @@ def test_the_straggler_policy_announces_steps_with_weights_by_samples() -> None:
             _report(pol, s, it, micro, 1, batch, world)
     values = pol.decide(8.0)
     assert values is not None
-    assert {k: v for k, v in values.items() if k.startswith("local_steps@")} == {
-        "local_steps@a": 3,
-        "local_steps@b": 3,
-        "local_steps@c": 1,
-    }
-    assert not any(k.startswith("batch_size@") for k in values)  # the batches in force stay
+    assert values.site_local_steps == {"a": 3, "b": 3, "c": 1}
+    assert not values.site_batch_size  # the batches in force stay
     samples = {"a": 3 * 32 * 1, "b": 3 * 32 * 2, "c": 1 * 32 * 1}
     total = sum(samples.values())
     for s, n in samples.items():
-        assert values[f"batch_weight@{s}"] == pytest.approx(n * 3 / total)
+        assert values.site_batch_weight[s] == pytest.approx(n * 3 / total)
     pol.committed(values, 9)
     # the sites now report k micro-steps per WAN iteration: nothing new to announce
     for it in range(9, 20):
         for s, (micro, batch, world) in setup.items():
-            _report(pol, s, it, micro, values[f"local_steps@{s}"], batch, world)
+            _report(pol, s, it, micro, values.site_local_steps[s], batch, world)
     assert pol.decide(20.0) is None
     # a later ADJUST_BS split weights by k·batch·ranks too
     weights = pol._values({"a": 32, "b": 16, "c": 64})
     samples = {"a": 3 * 32, "b": 3 * 16 * 2, "c": 64}
     for s, n in samples.items():
-        assert weights[f"batch_weight@{s}"] == pytest.approx(n * 3 / sum(samples.values()))
-    assert not any(k.startswith("local_steps@") for k in weights)
+        assert weights.site_batch_weight[s] == pytest.approx(n * 3 / sum(samples.values()))
+    assert not weights.site_local_steps
 
 
 def test_a_restarted_scheduler_learns_the_running_steps_from_reports() -> None:
@@ -191,19 +188,19 @@ def test_with_local_steps_on_adjust_bs_does_not_also_rebalance_a_persistent_stra
     from scheduler.stragglers.config import DetectionConfig
 
     detect = DetectionConfig(slowness=1.3, short_s=2.0, long_s=4.0, min_coverage=0.5)
-    announced: dict[bool, dict[str, object]] = {}
+    announced: dict[bool, JobSettings] = {}
     for on in (False, True):
         cfg = SiteStragglerConfig(detection=detect, local_steps=ON if on else LocalStepsConfig())
         pol = SiteStragglerPolicy(["a", "b"], cfg)
-        merged: dict[str, object] = {}
+        merged = JobSettings()
         for it in range(40):
             _report(pol, "a", it, 0.05, pol.local.running["a"] if on else 1, 32, 1)
             _report(pol, "b", it, 0.25, 1, 32, 1)
             values = pol.decide(float(it) + 0.5)
             if values:
-                merged.update(values)
+                merged = merged.overlay(values)
                 pol.committed(values, it + 1)
         announced[on] = merged
-    assert any(k.startswith("batch_size@") for k in announced[False])  # the straggler is there to rebalance
-    assert announced[True]["local_steps@a"] == 5 and announced[True]["local_steps@b"] == 1
-    assert not any(k.startswith("batch_size@") for k in announced[True])
+    assert announced[False].site_batch_size  # the straggler is there to rebalance
+    assert announced[True].site_local_steps["a"] == 5 and announced[True].site_local_steps["b"] == 1
+    assert not announced[True].site_batch_size

@@ -18,6 +18,7 @@ from tests.scheduler.service.test_scheduler_daemon import _sched_cfg
 from tools.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
 from wanrt.errors import ConfigError
 from wanrt.protocol import Telemetry
+from wanrt.protocol.job_settings import JobSettings
 from wanrt.protocol.scheduler.messages import AnnounceReply
 
 SECRET = "x" * 32
@@ -60,7 +61,7 @@ def _committed_node() -> SchedulerNode:
     for site in ("a", "b"):
         node.gateway_up(site, 0.0)
         node.on_message(site, Telemetry(site, 3, {"frontier": 3}), 0.0)
-    node.request({"density": 0.05, "batch_size@a": 48}, 0.1)
+    node.request(JobSettings(density=0.05, site_batch_size={"a": 48}), 0.1)
     for site in ("a", "b"):
         node.on_message(site, AnnounceReply(1, True, 3), 0.2)
     assert node.current is not None

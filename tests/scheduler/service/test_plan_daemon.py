@@ -20,7 +20,7 @@ import pytest
 from gateways.rounds.config import RoundConfig
 from gateways.service.daemon import GatewayDaemon
 from scheduler.daemon_config import SchedulerDaemonConfig
-from scheduler.node import Decision
+from scheduler.node import Announcement
 from scheduler.service.daemon import SchedulerDaemon
 from scheduler.service.policies import make_policy
 from scheduler.stragglers.config import DetectionConfig
@@ -81,7 +81,7 @@ async def _job(
         await asyncio.wait_for(task, 20)
 
 
-def _check_plan(daemons: dict[str, GatewayDaemon], decision: Decision, base: str, t_w: float) -> None:
+def _check_plan(daemons: dict[str, GatewayDaemon], decision: Announcement, base: str, t_w: float) -> None:
     """Every gateway runs the base plan before the decision's iteration and the same parent–child plan
     (c attached to a core member that waits t_w) from it on."""
     eff = decision.effective_iteration
@@ -171,7 +171,7 @@ async def test_the_stragglers_policy_detaches_a_persistent_straggler_site_throug
             try:
                 async with asyncio.timeout(120):
                     await sched.wait_for(
-                        lambda: node.current is not None and node.current.values.get("stragglers") == "c"
+                        lambda: node.current is not None and node.current.values.plan.stragglers == ("c",)
                     )
                     decision = node.current
                     assert decision is not None
@@ -189,7 +189,7 @@ async def test_the_stragglers_policy_detaches_a_persistent_straggler_site_throug
                     with contextlib.suppress(Exception):
                         await t.close()
             # φ = 0 (the default): Eq. 3 with t_w = 0 beats waiting for c (Eq. 1)
-            assert decision.values["topology"] == "parent_child" and decision.values["t_w_s"] == 0.0
+            assert decision.values.plan.topology == "parent_child" and decision.values.plan.t_w_s == 0.0
             _check_plan(cluster.daemons, decision, "ring", 0.0)
             await cluster.stop_all()
     _check_identical(trainers, upto)

@@ -17,6 +17,7 @@ from scheduler.stragglers.star_modes import choose_mode, parent_child_time, prog
 from tests.scheduler.service.test_straggler_policy import feed, report
 from wanrt.errors import ConfigError
 from wanrt.protocol import Telemetry
+from wanrt.protocol.job_settings import JobSettings, PlanSettings
 from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 DETECT = DetectionConfig(slowness=1.3, short_s=2.0, long_s=4.0, min_coverage=0.5)
@@ -34,13 +35,13 @@ def test_a_persistent_straggler_gets_parent_child_when_eq3_beats_eq1() -> None:
     feed(policy, times, 0.0, 5.0)
     values = policy.decide(5.0)
     assert values is not None
-    assert values["topology"] == "parent_child" and values["stragglers"] == "c"
-    assert not any(k.startswith("batch_size") for k in values)  # adjust_bs is not among the modes
+    assert values.plan.topology == "parent_child" and values.plan.stragglers == ("c",)
+    assert not values.site_batch_size and values.batch_size is None  # adjust_bs is not among the modes
     # the same choice as STAR's Eq. 1–3 on the same inputs (per-site iteration time = samples / v_i)
     m = 3 * BATCH
     choice = choose_mode([0.1, 0.1, 0.3], 20.0, m, ModeConfig(modes=("bsp", "parent_child"), max_wait_s=0.3))
-    assert choice.kind == "parent_child" and values["t_w_s"] == pytest.approx(choice.wait)
-    eq3, _ = parent_child_time([0.1, 0.1, 0.3], 20.0, m, 1, values["t_w_s"])
+    assert choice.kind == "parent_child" and values.plan.t_w_s == pytest.approx(choice.wait)
+    eq3, _ = parent_child_time([0.1, 0.1, 0.3], 20.0, m, 1, values.plan.t_w_s)
     eq1 = progress_time(20.0, m, 3, 3, 0.3)
     assert eq3 < eq1
     last = policy.plan.last
@@ -63,7 +64,7 @@ def test_no_plan_change_when_eq1_wins() -> None:
     policy = _policy(("a", "c"), noise_scale=0.0)
     feed(policy, times, 0.0, 5.0)
     values = policy.decide(5.0)
-    assert values is not None and values["stragglers"] == "c" and values["t_w_s"] == 0.0
+    assert values is not None and values.plan.stragglers == ("c",) and values.plan.t_w_s == 0.0
 
 
 def test_a_transient_slowdown_does_not_replan() -> None:
@@ -91,8 +92,8 @@ def test_the_plan_goes_back_when_the_straggler_recovers_and_does_not_flap_meanwh
     assert policy.decide(6.0) is None  # the same plan is running
     feed(policy, {"a": 0.1, "b": 0.1, "c": 0.1}, 6.25, 12.0, it0=it)
     back = policy.decide(12.0)
-    assert back == {"topology": "ring", "stragglers": ""}
-    policy.committed({**values, **back}, 80)
+    assert back == JobSettings(plan=PlanSettings(topology="ring", stragglers=()))
+    policy.committed(values.overlay(back), 80)
     assert policy.plan.children == ()
 
 
@@ -101,7 +102,7 @@ def test_default_modes_keep_adjust_bs_only() -> None:
     assert policy.cfg.modes == ("adjust_bs",)
     feed(policy, {"a": 0.1, "b": 0.1, "c": 0.3}, 0.0, 5.0)
     values = policy.decide(5.0)
-    assert values is not None and "batch_size@c" in values and "topology" not in values
+    assert values is not None and "c" in values.site_batch_size and values.plan.topology is None
 
 
 def test_both_modes_announce_batch_split_and_plan_in_one_decision() -> None:
@@ -109,7 +110,7 @@ def test_both_modes_announce_batch_split_and_plan_in_one_decision() -> None:
     policy = SiteStragglerPolicy(("a", "b", "c"), cfg)
     feed(policy, {"a": 0.1, "b": 0.1, "c": 0.3}, 0.0, 5.0)
     values = policy.decide(5.0)
-    assert values is not None and "batch_size@c" in values and values["stragglers"] == "c"
+    assert values is not None and "c" in values.site_batch_size and values.plan.stragglers == ("c",)
 
 
 def test_the_mode_keys_load_from_toml_and_bad_ones_are_named(tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_a_decision_every_gateway_refuses_is_given_up_not_retried_forever() -> N
     for s in ("a", "b"):
         node.gateway_up(s, 0.0)
         node.on_message(s, Telemetry(s, 0, {"frontier": 0.0}), 0.0)
-    node.request({"topology": "parent_child", "stragglers": "b"}, 0.0)
+    node.request(JobSettings(plan=PlanSettings(topology="parent_child", stragglers=("b",))), 0.0)
     prepares = 0
     for _ in range(10):
         sent = [a.msg for a in node.pop_actions() if isinstance(a.msg, Announce) and a.msg.phase == "prepare"]
@@ -155,7 +156,7 @@ def test_a_decision_every_gateway_refuses_is_given_up_not_retried_forever() -> N
         node.on_message("a", AnnounceReply(sent[0].decision, False, 0, "stragglers: 'b' unknown"), 0.0)
     assert prepares == 3 and node.current is None and node.pending is None
     with pytest.raises(ConfigError) as err:
-        node.request({"topology": "parent_child", "stragglers": "z"}, 0.0)
+        node.request(JobSettings(plan=PlanSettings(topology="parent_child", stragglers=("z",))), 0.0)
     assert err.value.fields["key"] == "stragglers"
 
 
@@ -170,4 +171,4 @@ def test_a_restarted_scheduler_learns_the_running_plan_from_telemetry_and_still_
         it += 1
         t += 0.25
     assert policy.plan.children == ("c",)
-    assert policy.decide(6.0) == {"topology": "ring", "stragglers": ""}
+    assert policy.decide(6.0) == JobSettings(plan=PlanSettings(topology="ring", stragglers=()))

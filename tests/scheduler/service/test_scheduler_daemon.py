@@ -93,7 +93,7 @@ async def test_training_goes_on_without_the_scheduler_and_a_new_one_resumes() ->
                 async with asyncio.timeout(30):
                     await again.wait_for(lambda: again.node.current is not None)
                 cur = again.node.current
-                assert cur is not None and cur.id == decision.id and cur.values == {"density": 0.1}
+                assert cur is not None and cur.id == decision.id and cur.values.to_wire() == {"density": 0.1}
                 assert again.node._next_id == decision.id + 1
             for t in trainers.values():
                 await t.close()

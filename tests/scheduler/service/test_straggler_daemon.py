@@ -80,7 +80,8 @@ async def test_a_persistent_straggler_site_gets_a_smaller_batch_from_the_running
                     async with asyncio.timeout(60):
                         await sched.wait_for(
                             lambda: (
-                                sched.node.current is not None and "batch_size@c" in sched.node.current.values
+                                sched.node.current is not None
+                                and "c" in sched.node.current.values.site_batch_size
                             )
                         )
                         for t in trainers.values():

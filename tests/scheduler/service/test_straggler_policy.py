@@ -15,6 +15,7 @@ from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from wanrt.errors import ConfigError
 from wanrt.protocol import Telemetry
+from wanrt.protocol.job_settings import JobSettings
 from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 SITES = ("a", "b", "c")
@@ -119,15 +120,15 @@ def test_a_persistent_straggler_site_gets_eq3s_split_with_the_global_batch_kept(
     feed(p, {"a": 0.1, "b": 0.1, "c": 0.3}, 0.0, 4.0)
     values = p.decide(4.0)
     assert values is not None
-    batch = {s: values[f"batch_size@{s}"] for s in SITES}
+    batch = {s: values.site_batch_size[s] for s in SITES}
     assert sum(batch.values()) == 96  # Σ B_i = B (AntDT Eq. 3)
     # v = (320, 320, 106.7) samples/s: B_i ∝ v_i → 41.1, 41.1, 13.7; the slowest BPT ~0.129 s, not 0.3
     assert abs(batch["a"] - batch["b"]) <= 1 and batch["c"] < min(batch["a"], batch["b"])
     assert abs(batch["c"] - 96 / 7) <= 1
     bpt = {"a": batch["a"] / 320, "b": batch["b"] / 320, "c": batch["c"] / (32 / 0.3)}
     assert max(bpt.values()) < 0.14
-    assert sum(values[f"batch_weight@{s}"] for s in SITES) == pytest.approx(3.0)
-    assert values["batch_weight@c"] == pytest.approx(batch["c"] * 3 / 96)
+    assert sum(values.site_batch_weight[s] for s in SITES) == pytest.approx(3.0)
+    assert values.site_batch_weight["c"] == pytest.approx(batch["c"] * 3 / 96)
     assert p.last_report is not None and p.last_report.persistent == ["c"]
     assert p.last_action is not None and p.last_action.previous_bpt_s == pytest.approx(0.3)
 
@@ -149,7 +150,7 @@ def test_transient_trigger_acts_on_the_short_window() -> None:
     p = SiteStragglerPolicy(SITES, cfg)
     feed(p, {"a": 0.1, "b": 0.1, "c": 0.3}, 0.0, 1.0)
     values = p.decide(1.0)
-    assert values is not None and values["batch_size@c"] < values["batch_size@a"]
+    assert values is not None and values.site_batch_size["c"] < values.site_batch_size["a"]
 
 
 def test_a_repeated_iteration_is_one_sample() -> None:
@@ -179,9 +180,9 @@ def test_per_rank_batches_count_the_sites_world_size() -> None:
         t, it = t + 0.25, it + 1
     values = p.decide(4.0)
     assert values is not None
-    samples = values["batch_size@a"] * 2 + values["batch_size@b"]
+    samples = values.site_batch_size["a"] * 2 + values.site_batch_size["b"]
     assert abs(samples - 64) <= 2  # per-rank rounding at a two-rank site
-    assert values["batch_size@a"] * 2 > 3 * values["batch_size@b"]  # Eq. 3: ~4:1 in samples
+    assert values.site_batch_size["a"] * 2 > 3 * values.site_batch_size["b"]  # Eq. 3: ~4:1 in samples
 
 
 def test_after_commit_small_changes_are_not_announced_and_recovery_rebalances() -> None:
@@ -190,7 +191,7 @@ def test_after_commit_small_changes_are_not_announced_and_recovery_rebalances() 
     values = p.decide(4.0)
     assert values is not None
     p.committed(values, 20)
-    split = {s: int(values[f"batch_size@{s}"]) for s in SITES}
+    split = {s: int(values.site_batch_size[s]) for s in SITES}
     # the sites now run the new split at the same per-sample speed: nothing more to gain
     t, n = 4.25, it
     while t <= 8.0:
@@ -205,14 +206,14 @@ def test_after_commit_small_changes_are_not_announced_and_recovery_rebalances() 
         t, n = t + 0.25, n + 1
     back = p.decide(14.0)
     assert back is not None
-    assert {back[f"batch_size@{s}"] for s in SITES} == {32}
+    assert {back.site_batch_size[s] for s in SITES} == {32}
 
 
 def test_a_manual_split_is_what_the_policy_starts_from() -> None:
     p = SiteStragglerPolicy(SITES, FAST)
-    p.committed({"batch_size@a": 40, "batch_size@b": 40, "batch_size@c": 16, "density": 0.1}, 5)
+    p.committed(JobSettings(density=0.1, site_batch_size={"a": 40, "b": 40, "c": 16}), 5)
     assert p._running == {"a": 40, "b": 40, "c": 16}
-    p.committed({"density": 0.2}, 9)  # no split in it: the running one stays
+    p.committed(JobSettings(density=0.2), 9)  # no split in it: the running one stays
     assert p._running == {"a": 40, "b": 40, "c": 16}
 
 
@@ -250,9 +251,10 @@ def test_the_node_announces_the_split_to_every_gateway_for_one_iteration() -> No
     (effective,) = {m.effective_iteration for _, m in prepares}
     assert effective == it - 1 + cfg.announce_margin
     values = prepares[0][1].values
-    assert values["batch_size@c"] < values["batch_size@a"]
+    announced = JobSettings.from_wire(values)
+    assert announced.site_batch_size["c"] < announced.site_batch_size["a"]
     for s in SITES:
         node.on_message(s, AnnounceReply(decision, True, it), t)
     commits = [a for a in node.pop_actions() if isinstance(a.msg, Announce) and a.msg.phase == "commit"]
-    assert len(commits) == 3 and node.current is not None and node.current.values == values
+    assert len(commits) == 3 and node.current is not None and node.current.values.to_wire() == values
     assert isinstance(policy, SiteStragglerPolicy) and policy._running is not None

@@ -12,6 +12,7 @@ from scheduler.stragglers.site_config import SiteStragglerConfig
 from scheduler.stragglers.star_modes import choose_mode, progress_time
 from tests.scheduler.service.test_straggler_policy import feed, report
 from wanrt.errors import ConfigError
+from wanrt.protocol.job_settings import JobSettings, PlanSettings
 
 DETECT = DetectionConfig(slowness=1.3, short_s=2.0, long_s=4.0, min_coverage=0.5)
 BATCH = 32
@@ -32,7 +33,7 @@ def test_a_persistent_straggler_gets_the_x_order_eq1_prefers() -> None:
     m = len(SITES) * BATCH
     # x = 3 (leave d's pushes to later rounds): 4/3 more updates at a quarter of the time per update
     assert progress_time(20.0, m, 4, 3, 0.1) < progress_time(20.0, m, 4, 4, 0.4)
-    assert values == {"topology": "tree", "stragglers": "", "x_order": 3}
+    assert values == JobSettings(plan=PlanSettings(topology="tree", stragglers=(), x_order=3))
     choice = choose_mode(list(SLOW_D.values()), 20.0, m, ModeConfig(modes=("bsp", "x_order")))
     assert choice.kind == "x_order" and choice.order == 3
     last = policy.plan.last
@@ -51,7 +52,7 @@ def test_with_both_plan_modes_the_least_predicted_time_wins() -> None:
         want = choose_mode(t, 20.0, m, ModeConfig(modes=("bsp", "x_order", "parent_child")))
         pc = choose_mode(t, 20.0, m, ModeConfig(modes=("bsp", "parent_child"), max_wait_s=0.3))
         assert want.kind == "x_order" and want.time <= pc.time
-        assert values == {"topology": "tree", "stragglers": "", "x_order": want.order}
+        assert values == JobSettings(plan=PlanSettings(topology="tree", stragglers=(), x_order=want.order))
 
 
 def test_x_order_goes_back_when_the_straggler_recovers_and_does_not_flap_meanwhile() -> None:
@@ -65,7 +66,7 @@ def test_x_order_goes_back_when_the_straggler_recovers_and_does_not_flap_meanwhi
     assert policy.decide(6.0) is None  # the same x-order is running
     feed(policy, dict.fromkeys(SITES, 0.1), 6.25, 12.0, it0=it)
     back = policy.decide(12.0)
-    assert back == {"topology": "tree", "stragglers": "", "x_order": 0}
+    assert back == JobSettings(plan=PlanSettings(topology="tree", stragglers=(), x_order=0))
     policy.committed(back, 80)
     assert policy.plan.x_order == 0 and not policy.plan.detached
 
@@ -90,14 +91,14 @@ def test_a_restarted_scheduler_learns_the_x_order_from_telemetry_and_announces_r
         it += 1
         t += 0.25
     assert policy.plan.x_order == 3
-    assert policy.decide(6.0) == {"topology": "tree", "stragglers": "", "x_order": 0}
+    assert policy.decide(6.0) == JobSettings(plan=PlanSettings(topology="tree", stragglers=(), x_order=0))
 
 
 def test_a_manual_x_order_is_tracked_and_nonsense_is_ignored() -> None:
     policy = _policy()
-    policy.committed({"x_order": 2}, 10)
+    policy.committed(JobSettings(plan=PlanSettings(x_order=2)), 10)
     assert policy.plan.x_order == 2
-    policy.committed({"x_order": 4}, 20)  # x = N is waiting for everyone
+    policy.committed(JobSettings(plan=PlanSettings(x_order=4)), 20)  # x = N is waiting for everyone
     assert policy.plan.x_order == 0
 
 

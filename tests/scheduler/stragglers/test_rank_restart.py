@@ -11,6 +11,7 @@ from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError, RemoteProtocolError
+from wanrt.protocol.job_settings import JobSettings
 
 DET = DetectionConfig(slowness=1.5, short_s=5.0, long_s=10.0, min_coverage=0.5)
 
@@ -34,7 +35,7 @@ class Job:
         self.it = dict.fromkeys(worlds, 0)
         self.now = 0.0
 
-    def run(self, seconds: float, times: dict[str, list[float]], dt: float = 0.5) -> list[dict[str, Any]]:
+    def run(self, seconds: float, times: dict[str, list[float]], dt: float = 0.5) -> list[JobSettings]:
         """Report every ``dt`` for ``seconds``, decide after each round; the decisions made."""
         out = []
         end = self.now + seconds
@@ -62,11 +63,11 @@ def test_a_persistent_straggler_rank_at_a_one_rank_site_is_ordered_restarted_onc
     job = Job(policy, {"a": 1, "b": 1, "c": 1})
     slow = {"a": [0.1], "b": [0.1], "c": [0.4]}
     decisions = job.run(6.0, slow)
-    assert decisions == [{"restart@c": 0}]  # alone: no batch split in the same decision
+    assert decisions == [JobSettings(site_restart={"c": 0})]  # alone: no batch split in the same decision
     (d,) = policy.last_restarts
     assert d.member == "c/0" and d.scope == "rank" and "every rank of the job" in d.reason
     # the order runs from iteration 20; the old process keeps reporting its slow iterations until then
-    policy.committed({"restart@c": 0}, 20)
+    policy.committed(JobSettings(site_restart={"c": 0}), 20)
     assert job.run(3.0, slow) == []
     # the new process is fast: nothing more, however long it runs
     assert job.run(20.0, {"a": [0.1], "b": [0.1], "c": [0.1]}) == []
@@ -78,17 +79,17 @@ def test_a_slow_rank_is_compared_with_its_sites_ranks() -> None:
     job = Job(policy, {"a": 4, "b": 4})
     # site a as a whole is as fast as b, except its rank 2; b's ranks are all equally slower than a's
     decisions = job.run(6.0, {"a": [0.1, 0.1, 0.5, 0.1], "b": [0.3, 0.3, 0.3, 0.3]})
-    assert decisions and decisions[0] == {"restart@a": 2}
+    assert decisions and decisions[0] == JobSettings(site_restart={"a": 2})
     assert "its site's ranks" in policy.last_restarts[0].reason
-    assert all("restart@b" not in d for d in decisions)
+    assert all("b" not in d.site_restart for d in decisions)
 
 
 def test_off_by_default_the_site_gets_adjust_bs_as_before() -> None:
     policy = SiteStragglerPolicy(["a", "b", "c"], _cfg(kill_restart=False))
     job = Job(policy, {"a": 1, "b": 1, "c": 1})
     decisions = job.run(6.0, {"a": [0.1], "b": [0.1], "c": [0.4]})
-    assert decisions and all(not any(k.startswith("restart@") for k in d) for d in decisions)
-    assert decisions[0]["batch_size@c"] < 16
+    assert decisions and all(not d.site_restart for d in decisions)
+    assert decisions[0].site_batch_size["c"] < 16
 
 
 def test_a_rank_that_stays_slow_after_max_restarts_falls_back_to_adjust_bs() -> None:
@@ -98,12 +99,12 @@ def test_a_rank_that_stays_slow_after_max_restarts_falls_back_to_adjust_bs() -> 
     orders = []
     for _ in range(6):
         for d in job.run(6.0, slow):
-            if "restart@c" in d:
+            if "c" in d.site_restart:
                 orders.append(d)
                 policy.committed(d, job.it["c"] + 1)
             else:
                 policy.committed(d, job.it["c"] + 1)
-                assert d["batch_size@c"] < 16  # ADJUST_BS once the restarts are used up
+                assert d.site_batch_size["c"] < 16  # ADJUST_BS once the restarts are used up
                 assert len(orders) == 2
                 return
     raise AssertionError(f"no ADJUST_BS after {len(orders)} restarts")
@@ -114,24 +115,24 @@ def test_the_cooldown_holds_a_second_order_back() -> None:
     job = Job(policy, {"a": 1, "b": 1, "c": 1})
     slow = {"a": [0.1], "b": [0.1], "c": [0.4]}
     first = job.run(6.0, slow)
-    assert first == [{"restart@c": 0}]
+    assert first == [JobSettings(site_restart={"c": 0})]
     policy.committed(first[0], job.it["c"])
     # still slow (the restart did not help): ADJUST_BS meanwhile is not what this test is about, only that
     # no second restart comes before the cooldown ends
     later = job.run(20.0, slow)
-    assert not any("restart@c" in d for d in later)
+    assert not any("c" in d.site_restart for d in later)
     for d in later:
         policy.committed(d, job.it["c"])
-    assert any("restart@c" in d for d in job.run(20.0, slow))
+    assert any("c" in d.site_restart for d in job.run(20.0, slow))
 
 
 def test_an_order_never_committed_stops_holding_the_site_back() -> None:
     policy = SiteStragglerPolicy(["a", "b", "c"], _cfg(max_restarts=5))
     job = Job(policy, {"a": 1, "b": 1, "c": 1})
     slow = {"a": [0.1], "b": [0.1], "c": [0.4]}
-    assert job.run(6.0, slow) == [{"restart@c": 0}]
+    assert job.run(6.0, slow) == [JobSettings(site_restart={"c": 0})]
     # the node gave the decision up: no commit. After long_s the site's samples count again
-    assert any("restart@c" in d for d in job.run(20.0, slow))
+    assert any("c" in d.site_restart for d in job.run(20.0, slow))
 
 
 def test_a_site_that_stopped_reporting_is_not_restarted_on_old_samples() -> None:

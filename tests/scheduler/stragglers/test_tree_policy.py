@@ -14,7 +14,7 @@ from scheduler.stragglers.tree import latency_tree, tree_depths
 from scheduler.stragglers.tree_policy import SETTLE_ROUNDS, LatencyTreePolicy, TreeSettings
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError
-from wanrt.live_settings import parse_site_costs
+from wanrt.protocol.job_settings import JobSettings, PlanSettings
 
 SITES = ("a", "b", "c", "d", "e")
 #: the gateways' name-order binary tree with root a
@@ -69,10 +69,10 @@ def _run(policy: LatencyTreePolicy, job: Job, t0: float, ticks: int) -> list[tup
     return out
 
 
-def _commit(policy: LatencyTreePolicy, job: Job, values: Mapping[str, str]) -> None:
+def _commit(policy: LatencyTreePolicy, job: Job, values: PlanSettings) -> None:
     eff = int(job.frontier) + 5
     policy.committed(values, eff)
-    costs = parse_site_costs(values["site_costs"])
+    costs = dict(values.site_costs or {})
     job.tree = latency_tree(costs, 2)
 
 
@@ -82,7 +82,7 @@ def test_a_slow_interior_site_becomes_a_leaf() -> None:
     policy = LatencyTreePolicy(SITES)
     decisions = _run(policy, job, 0.0, 10)
     assert decisions, "the name-order tree puts b above d and e: the policy must speak"
-    costs = parse_site_costs(decisions[0][1]["site_costs"])
+    costs = dict(decisions[0][1].site_costs or {})
     assert max(costs, key=lambda s: costs[s]) == "b"
     parents = latency_tree(costs, 2)
     assert all(p != "b" for p in parents.values())  # b has no children
@@ -96,7 +96,7 @@ def test_a_slow_root_steps_down() -> None:
     policy = LatencyTreePolicy(SITES)
     decisions = _run(policy, Job(caps, NAME_TREE, 0.05, 2), 0.0, 10)
     assert decisions
-    parents = latency_tree(parse_site_costs(decisions[0][1]["site_costs"]), 2)
+    parents = latency_tree(dict(decisions[0][1].site_costs or {}), 2)
     assert parents["a"] is not None and all(p != "a" for p in parents.values())
 
 
@@ -119,7 +119,7 @@ def test_announced_once_then_only_when_the_shape_changes() -> None:
     assert first
     # until the commit the wish is repeated (the scheduler node keeps the newest): costs wander with the
     # noise, the shape does not
-    shapes = {frozenset(latency_tree(parse_site_costs(v["site_costs"]), 2).items()) for _, v in first}
+    shapes = {frozenset(latency_tree(dict(v.site_costs or {}), 2).items()) for _, v in first}
     assert len(shapes) == 1
     _commit(policy, job, first[0][1])
     assert policy.running == job.tree
@@ -203,28 +203,28 @@ def test_the_daemon_policy_announces_site_costs_in_latency_tree_mode() -> None:
         for s in SITES:
             policy.observe(s, job.report(s), float(now))
         values = policy.decide(float(now)) or values
-    assert values is not None and set(values) == {"site_costs"}
-    policy.committed({"site_costs": values["site_costs"], "density": 0.1}, 30)
-    assert policy.tree.running == latency_tree(parse_site_costs(values["site_costs"]), 2)
+    assert values is not None and values == JobSettings(plan=PlanSettings(site_costs=values.plan.site_costs))
+    policy.committed(values.overlay(JobSettings(density=0.1)), 30)
+    assert policy.tree.running == latency_tree(dict(values.plan.site_costs or {}), 2)
     # while a parent–child plan runs (a ring with attached stragglers) there are no layers to order: an
     # interior site of the committed tree degrading would re-plan it, but not now
     job.tree = dict(policy.tree.running)
     interior = next(s for s in SITES if job.tree[s] is not None and s in job.tree.values())
-    policy.plan.committed({"topology": "parent_child", "stragglers": "c", "t_w_s": 0.0})
+    policy.plan.committed(PlanSettings(topology="parent_child", stragglers=("c",), t_w_s=0.0))
     job.caps[interior] = 1e6
     for now in range(40, 80):
         job.step(2)
         for s in SITES:
             policy.observe(s, job.report(s), float(now))
         assert policy.decide(float(now)) is None
-    policy.plan.committed({"topology": "tree", "stragglers": ""})  # back to the base plan: it may speak
+    policy.plan.committed(PlanSettings(topology="tree", stragglers=()))  # back to the base plan: it may speak
     wishes = []
     for now in range(80, 100):
         job.step(2)
         for s in SITES:
             policy.observe(s, job.report(s), float(now))
         wishes.append(policy.decide(float(now)))
-    assert any(w is not None and "site_costs" in w for w in wishes)
+    assert any(w is not None and w.plan.site_costs is not None for w in wishes)
     # off by default: the existing policy never sees the links
     assert SiteStragglerPolicy(SITES).tree is None
 

@@ -17,8 +17,8 @@ from wanrt.client import ClientConfig, SparseOptimizer
 from wanrt.client.link.gateway_link import _config_change
 from wanrt.client.site.decision import ConfigChange, SiteDecision, decode_body, decode_header, encode
 from wanrt.errors import ConfigError, RemoteProtocolError
-from wanrt.live_settings import MAX_LOCAL_STEPS, check_live_settings
 from wanrt.protocol import ConfigUpdate
+from wanrt.protocol.job_settings import MAX_LOCAL_STEPS, JobSettings, TrainerSettings
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
 
@@ -167,7 +167,7 @@ def test_bad_local_steps_are_refused(bad: object) -> None:
         ClientConfig(local_steps=bad)  # type: ignore[arg-type]
     assert info.value.key == "local_steps"
     with pytest.raises(ConfigError) as info:
-        check_live_settings({"local_steps": bad})
+        TrainerSettings.from_wire({"local_steps": bad})
     assert info.value.key == "local_steps"
     with pytest.raises(RemoteProtocolError):
         _config_change(ConfigUpdate({"local_steps": bad}, 3))  # type: ignore[dict-item]
@@ -184,8 +184,6 @@ def test_the_live_key_reaches_the_change_and_the_site_broadcast() -> None:
 
 
 def test_the_gateway_hands_each_site_its_own_local_steps() -> None:
-    from wanrt.protocol.scheduler.messages import site_values
-
-    values = {"local_steps@a": 3, "local_steps@b": 1, "density": 0.1}
-    assert site_values(values, "a") == {"density": 0.1, "local_steps": 3}
-    assert site_values(values, "b") == {"density": 0.1, "local_steps": 1}
+    values = JobSettings(density=0.1, site_local_steps={"a": 3, "b": 1})
+    assert values.for_site("a") == TrainerSettings(density=0.1, local_steps=3)
+    assert values.for_site("b") == TrainerSettings(density=0.1, local_steps=1)

@@ -17,9 +17,9 @@ from wanrt.client.link.gateway_link import _config_change
 from wanrt.client.site.decision import ConfigChange, SiteDecision, decode_body, decode_header, encode
 from wanrt.errors import ConfigError, ProtocolError, RemoteProtocolError
 from wanrt.kernels import make_sparse_optimizer
-from wanrt.live_settings import MAX_LR_SCALE, check_live_settings
 from wanrt.payload import SparsePayload
 from wanrt.protocol import ConfigUpdate
+from wanrt.protocol.job_settings import MAX_LR_SCALE, JobSettings, TrainerSettings
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
 
@@ -118,7 +118,7 @@ def test_the_scale_reaches_the_optimizer_of_a_momentum_kind() -> None:
 @pytest.mark.parametrize("bad", [0, 0.0, -1.0, MAX_LR_SCALE * 1.01, 1000, math.inf, math.nan, True, "2"])
 def test_bad_scales_are_refused_on_every_path(bad: object) -> None:
     with pytest.raises(ConfigError) as info:
-        check_live_settings({"lr_scale": bad})
+        TrainerSettings.from_wire({"lr_scale": bad})
     assert info.value.key == "lr_scale"
     # on the link: the message's own check (non-finite numbers) or the trainer's (RemoteProtocolError)
     with pytest.raises(ProtocolError):
@@ -130,14 +130,14 @@ def test_bad_scales_are_refused_on_every_path(bad: object) -> None:
 
 def test_a_per_site_scale_is_refused_as_job_wide() -> None:
     with pytest.raises(ConfigError) as info:
-        check_live_settings({"lr_scale@a": 2.0})
+        JobSettings.from_wire({"lr_scale@a": 2.0})
     assert info.value.key == "lr_scale@a"
     assert "whole job" in str(info.value)
 
 
 def test_the_live_key_reaches_the_change_and_the_site_broadcast() -> None:
-    assert check_live_settings({"lr_scale": 2}) == {"lr_scale": 2}
-    assert check_live_settings({"lr_scale": MAX_LR_SCALE})["lr_scale"] == MAX_LR_SCALE
+    assert TrainerSettings.from_wire({"lr_scale": 2}).to_wire() == {"lr_scale": 2}
+    assert TrainerSettings.from_wire({"lr_scale": MAX_LR_SCALE}).lr_scale == MAX_LR_SCALE
     change = _config_change(ConfigUpdate({"lr_scale": 2, "local_steps": 4}, 7))
     assert change == ConfigChange(7, local_steps=4, lr_scale=2.0)
     header, body, values = encode(SiteDecision(config_changes=[change, ConfigChange(9, density=0.5)]))

@@ -66,10 +66,10 @@ from wanrt.errors import (
     WanrtError,
     WanrtTimeout,
 )
-from wanrt.live_settings import RESTART_FROM_KEY, RESTART_KEY, check_live_settings
 from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.events import ConnectionClosed
+from wanrt.protocol.job_settings import RESTART_FROM_KEY, TRAINER_KEYS, TrainerSettings
 from wanrt.protocol.limits import MAX_COUNTER
 from wanrt.protocol.messages import (
     Ack,
@@ -93,20 +93,10 @@ from wanrt.protocol.messages import (
 from wanrt.protocol.params import ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
 from wanrt.protocol.push_pieces import cut_push, push_cut_hint
 
-__all__ = ["CONFIG_KEYS", "GatewayLink", "open_gateway_link"]
+__all__ = ["GatewayLink", "open_gateway_link"]
 
 log = logging.getLogger(__name__)
 
-#: ConfigUpdate keys a trainer acts on; the scheduler may send others (for gateways), which are ignored
-CONFIG_KEYS: Final = (
-    "density",
-    "batch_size",
-    "staleness",
-    "batch_weight",
-    "local_steps",
-    "lr_scale",
-    RESTART_KEY,
-)
 _STOP: Final = object()
 #: the writer joins queued messages into one transport write until it holds this many bytes (a write of
 #: several parts is joined into one buffer: a bound keeps a burst of big pushes from being copied at once)
@@ -114,40 +104,18 @@ WRITE_BATCH_BYTES: Final = 1 << 20
 
 
 def _config_change(msg: ConfigUpdate) -> ConfigChange:
-    v = msg.values
-
-    def num(key: str, kind: type) -> Any:
-        x = v.get(key)
-        if x is None:
-            return None
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or (kind is int and not isinstance(x, int)):
-            raise RemoteProtocolError(f"ConfigUpdate {key} must be a {kind.__name__}", value=repr(x))
-        return kind(x)
-
-    return ConfigChange(
-        msg.effective_iteration,
-        num("density", float),
-        num("batch_size", int),
-        num("staleness", int),
-        num("batch_weight", float),
-        _live(RESTART_KEY, v.get(RESTART_KEY)),
-        _live("local_steps", v.get("local_steps")),
-        None if (scale := _live("lr_scale", v.get("lr_scale"))) is None else float(scale),
-    )
-
-
-def _live(key: str, x: Any) -> Any:
-    """A value of ``key`` checked again against the shared bounds (:mod:`wanrt.live_settings`): what the
+    """A ConfigUpdate's settings, read by the shared schema (:mod:`wanrt.protocol.job_settings`): what the
     gateway let through must still never reach a rank as a learning-rate scale of 0, NaN or inf (the
     parameters would stop or blow up), a local-steps count that accumulates without end or divides by zero,
-    or a restart order for no rank. Out of bounds is the peer's fault: RemoteProtocolError."""
-    if x is None:
-        return None
+    or a restart order for no rank. Keys a trainer does not act on are left out (the gateway sends only
+    trainer settings; an older one may send more). Out of bounds is the peer's fault: RemoteProtocolError."""
     try:
-        check_live_settings({key: x})
+        s = TrainerSettings.from_wire({k: v for k, v in msg.values.items() if k in TRAINER_KEYS})
     except ConfigError as exc:
-        raise RemoteProtocolError(f"ConfigUpdate {exc.message}", value=repr(x)[:40]) from None
-    return x
+        raise RemoteProtocolError(
+            f"ConfigUpdate {exc.message}", value=repr(exc.fields.get("value"))[:40]
+        ) from None
+    return ConfigChange.of(msg.effective_iteration, s)
 
 
 class GatewayLink:

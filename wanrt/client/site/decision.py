@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from wanrt.errors import LimitExceeded, MalformedPayload
 from wanrt.payload import SparsePayload
+from wanrt.protocol.job_settings import TrainerSettings
 
 __all__ = [
     "CONFIG_FIELDS",
@@ -69,6 +70,21 @@ class ConfigChange:
     #: the job's factor on the user's learning rate from this iteration on (STAR §IV-C's ADJUST_LR, announced
     #: with local steps: docs/local_steps.md); the same at every site
     lr_scale: float | None = None
+
+    @classmethod
+    def of(cls, effective_iteration: int, s: TrainerSettings) -> ConfigChange:
+        """The change a ConfigUpdate's settings (read by :mod:`wanrt.protocol.job_settings`) make from
+        ``effective_iteration`` on, in the form the site broadcast packs (:data:`CONFIG_FIELDS`)."""
+        return cls(
+            effective_iteration,
+            None if s.density is None else float(s.density),
+            s.batch_size,
+            s.staleness,
+            None if s.batch_weight is None else float(s.batch_weight),
+            s.restart,
+            s.local_steps,
+            None if s.lr_scale is None else float(s.lr_scale),
+        )
 
 
 @dataclass(frozen=True)

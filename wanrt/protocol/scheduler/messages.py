@@ -23,12 +23,10 @@ trainer measurements), which is also how a restarted scheduler learns the job's 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from wanrt.errors import ConfigError, LocalProtocolError
-from wanrt.live_settings import RESTART_KEY, check_live_settings
+from wanrt.errors import LocalProtocolError
 from wanrt.protocol import CORE_REGISTRY, Message
 from wanrt.protocol.checks import check_name, check_scalar_map, check_text, check_uint
 from wanrt.protocol.limits import MAX_CONFIG_KEYS, MAX_COUNTER, MAX_RANK
@@ -40,68 +38,23 @@ from wanrt.protocol.messages import (
 
 __all__ = [
     "PHASES",
-    "RESTART_PREFIX",
     "SCHEDULER_REGISTRY",
-    "SITE_BATCH_PREFIX",
-    "SITE_LOCAL_STEPS_PREFIX",
-    "SITE_WEIGHT_PREFIX",
     "Announce",
     "AnnounceReply",
     "SiteShardDone",
     "SiteShardGrant",
     "SiteShardRelease",
     "SiteShardRequest",
-    "check_site_keys",
-    "site_values",
 ]
 
 PHASES: Final = ("prepare", "commit", "abort")
 
-#: A per-site batch size in a decision's values: ``batch_size@<site>`` = per-rank batch at that site.
-SITE_BATCH_PREFIX: Final = "batch_size@"
-#: A per-site gradient weight: ``batch_weight@<site>`` = the site's share of the samples × the site count.
-SITE_WEIGHT_PREFIX: Final = "batch_weight@"
-#: Local micro-steps per WAN iteration at a site (ElasticBSP's iterations per barrier, chosen by ZipLine):
-#: ``local_steps@<site>`` = k, the site accumulates k micro-steps' gradients and pushes once.
-SITE_LOCAL_STEPS_PREFIX: Final = "local_steps@"
-#: A KILL_RESTART order (AntDT §V-E3): ``restart@<site>`` = the rank of that site to restart. One-shot: it
-#: belongs to the one decision that orders it and is never carried into the next (SchedulerNode), and only the
-#: scheduler's policy may put it in a decision (``POST /config`` refuses it).
-RESTART_PREFIX: Final = "restart@"
-_PER_SITE: Final = {
-    SITE_BATCH_PREFIX: "batch_size",
-    SITE_WEIGHT_PREFIX: "batch_weight",
-    SITE_LOCAL_STEPS_PREFIX: "local_steps",
-    RESTART_PREFIX: RESTART_KEY,
-}
-
-
-def site_values(values: Mapping[str, Any], site: str) -> dict[str, Any]:
-    """A decision's values as site ``site``'s trainers take them: its own ``batch_size@<site>``,
-    ``batch_weight@<site>``, ``local_steps@<site>`` and ``restart@<site>`` become ``batch_size``,
-    ``batch_weight``, ``local_steps`` and ``restart``, the other sites' are dropped."""
-    out = {k: v for k, v in values.items() if "@" not in k and k != RESTART_KEY}  # a restart names its site
-    for prefix, key in _PER_SITE.items():
-        own = values.get(prefix + site)
-        if own is not None:
-            out[key] = own
-    return out
-
-
-def check_site_keys(values: Mapping[str, Any]) -> None:
-    """ConfigError for a ``<key>@<site>`` whose key has no per-site form: :func:`site_values` would drop
-    it without a word, so a manual ``lr_scale@a`` (job-wide: :data:`wanrt.live_settings.JOB_WIDE_KEYS`)
-    or ``density@a`` would be accepted and never applied anywhere."""
-    for key, value in values.items():
-        name, at, _ = key.partition("@")
-        if at and name + at not in _PER_SITE:
-            check_live_settings({key: value})  # a job-wide key's own message (it raises for any key@site)
-            raise ConfigError(f"{key}: {name} has no per-site form", key=key, value=value)
-
 
 @dataclass(frozen=True, slots=True)
 class Announce(Message):
-    """Scheduler → gateway: one phase of decision ``decision`` (see the module docstring)."""
+    """Scheduler → gateway: one phase of decision ``decision`` (see the module docstring). ``values`` is
+    the decision's :class:`~wanrt.protocol.job_settings.JobSettings` in its wire form
+    (:meth:`~wanrt.protocol.job_settings.JobSettings.to_wire`; read back with ``from_wire``)."""
 
     TYPE: ClassVar[int] = 0x40
     STREAM: ClassVar[bool] = True
