@@ -35,8 +35,9 @@ from transports.tls import TLSConfig
 from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
 from wanrt.errors import ConfigError
+from wanrt.job_secret import check_secret_choice, read_secret_file
 from wanrt.keys import Credentials, load_keys_file
-from wanrt.protocol.limits import MAX_SECRET_BYTES, MAX_SITES, MIN_SECRET_BYTES
+from wanrt.protocol.limits import MAX_SITES
 
 __all__ = [
     "MAX_CHUNK_BYTES",
@@ -46,9 +47,7 @@ __all__ = [
     "GatewayConfig",
     "PeerShape",
     "RateConfig",
-    "check_secret_choice",
     "load_gateway_config",
-    "read_secret_file",
 ]
 
 #: A job spans at most MAX_SITES sites (the protocol's bound on Aggregate.sites), this one included.
@@ -267,41 +266,6 @@ class GatewayConfig:
         if self.keys_file is not None:
             return load_keys_file(self.keys_file, job=self.job, site=self.site, key="gateway.keys_file")
         return Credentials(shared=self.secret_bytes())
-
-
-def check_secret_choice(secret: str | None, secret_file: str | None, keys_file: str | None = None) -> None:
-    """Exactly one of ``keys_file`` (per-site keys, :mod:`wanrt.keys`), ``secret_file`` or an inline
-    ``secret`` of the protocol's length bounds."""
-    check(
-        sum(x is not None for x in (secret, secret_file, keys_file)) == 1,
-        "secret_file",
-        secret_file,
-        "set exactly one of keys_file (per-site keys), secret_file or secret",
-    )
-    check(keys_file != "", "keys_file", keys_file, "must be a file path")
-    if secret is not None:
-        check(
-            MIN_SECRET_BYTES <= len(secret.encode()) <= MAX_SECRET_BYTES,
-            "secret",
-            "<hidden>",
-            f"must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes",
-        )
-    check(secret_file != "", "secret_file", secret_file, "must be a file path")
-
-
-def read_secret_file(path_text: str, key: str) -> bytes:
-    """A job secret from a file (trailing newline stripped), read bounded: a wrong path may be huge."""
-    path = Path(path_text)
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_SECRET_BYTES + 3).rstrip(b"\r\n")
-    except OSError as exc:
-        raise ConfigError(f"cannot read secret_file {str(path)!r}: {exc.strerror}", key=key) from None
-    if not MIN_SECRET_BYTES <= len(data) <= MAX_SECRET_BYTES:
-        raise ConfigError(
-            f"secret_file {str(path)!r} must hold {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes", key=key
-        )
-    return data
 
 
 def _resolve(base: Path, value: str) -> str:

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from gateways.rounds.ids import count_older, site_names
-from gateways.rounds.messages import RoundClosed
+from gateways.rounds.actions import RoundClosed
 from gateways.sending.edf_queue import PeerQueueStats
 from gateways.sending.rate_allocator import LinkState
+from wanrt.protocol.peer.contrib_ids import count_older, site_names
 
 __all__ = ["GatewayStats", "LinkCounters", "PeerStatus", "peer_view", "render_prometheus"]
 

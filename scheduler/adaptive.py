@@ -24,7 +24,7 @@ from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import ConvergenceModel
 from scheduler.control.decision import Decision
 from scheduler.control.policy import SchedulerPolicy
-from scheduler.wire import SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
+from wanrt.protocol.scheduler.messages import SITE_BATCH_PREFIX, SITE_WEIGHT_PREFIX
 
 __all__ = ["AdaptivePolicy"]
 

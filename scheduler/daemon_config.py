@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from gateways.config import check_secret_choice, read_secret_file
 from scheduler.control.config import SchedulerConfig
 from scheduler.sharding.config import ShardingConfig
 from scheduler.stragglers.site_config import SiteStragglerConfig
@@ -21,6 +20,7 @@ from transports.timeouts import Timeouts
 from transports.urls import parse_url
 from wanrt.config import check, from_mapping, load_toml
 from wanrt.errors import ConfigError
+from wanrt.job_secret import check_secret_choice, read_secret_file
 from wanrt.keys import Credentials, load_keys_file
 from wanrt.protocol.limits import MAX_SITES
 

@@ -1,7 +1,8 @@
 """The scheduler as one sans-IO object: gateway reports in, decisions out, each with one job-wide
 effective iteration.
 
-Why two phases (see :mod:`scheduler.wire`): a decision forwarded to one site's trainers for iteration E
+Why two phases (see :mod:`wanrt.protocol.scheduler.messages`): a decision forwarded to one site's trainers
+for iteration E
 while another site's trainers have already passed E would make the sites train under different settings
 from then on. So the scheduler first asks every connected gateway whether E is still ahead of its trainers
 (prepare), commits only if all say yes, and otherwise aborts and prepares again further ahead under a new
@@ -31,7 +32,10 @@ from typing import Any, Protocol, TypeAlias
 from gateways.wire.config_update import trainer_config_update
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.sharding.service import ShardService
-from scheduler.wire import (
+from wanrt.errors import ConfigError, RemoteProtocolError
+from wanrt.live_settings import RESTART_KEY, parse_site_costs, parse_stragglers
+from wanrt.protocol import Message, Telemetry
+from wanrt.protocol.scheduler.messages import (
     RESTART_PREFIX,
     Announce,
     AnnounceReply,
@@ -42,9 +46,6 @@ from scheduler.wire import (
     check_site_keys,
     site_values,
 )
-from wanrt.errors import ConfigError, RemoteProtocolError
-from wanrt.live_settings import RESTART_KEY, parse_site_costs, parse_stragglers
-from wanrt.protocol import Message, Telemetry
 
 __all__ = ["Decision", "DecisionPolicy", "FixedPolicy", "SchedulerNode", "SendTo"]
 

@@ -35,7 +35,7 @@ def main() -> int:
     import torch.distributed as dist
 
     import wanrt
-    from sims.harness.fake_gateway import FakeGateway, run_in_thread
+    from tools.harness.fake_gateway import FakeGateway, run_in_thread
     from wanrt.client import ClientConfig, SparseOptimizer
 
     steps, warmup = (30, 5) if args.quick else (200, 20)

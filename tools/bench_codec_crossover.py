@@ -39,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from wanrt.codec import decode_payload, encode_payload  # noqa: E402
-from wanrt.codec.kernel_choice import FUSED_MIN_VALUES, KERNEL_ENV  # noqa: E402
+from wanrt.codec.kernel_choice import KERNEL_ENV  # noqa: E402
+from wanrt.kernel_env import FUSED_MIN_VALUES  # noqa: E402
 from wanrt.payload import SparsePayload, n_blocks  # noqa: E402
 
 LAYOUTS = ((16, "fp32"), (16, "fp16"), (1, "fp32"), (1, "fp16"))

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from gateways.config import EdfConfig, GatewayConfig, PeerShape, RateConfig
+from gateways.rounds.actions import Action, Send
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import Action, RoundMsg, Send
 from gateways.service.daemon import GatewayDaemon
 from gateways.service.peer_link import PeerLink
 from transports import ShapedTransport, Timeouts, Transport, connect
@@ -48,6 +48,7 @@ from wanrt.protocol import (
     Push,
     Welcome,
 )
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 JOB = "bench"
 SECRET = "bench-secret-0123456789"

@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sims.harness.kill_restart_scenario import STEPS, Run, run_scenario
+from tools.harness.kill_restart_scenario import STEPS, Run, run_scenario
 
 KEYS = (
     "order_to_exit_s",

@@ -403,10 +403,10 @@ def gateway_main(config: str, ready_file: str, stats_file: str, trace_file: str)
     round-engine action and every round message handed to the engine (on the system-wide monotonic
     clock the trainers use): what ``--trace`` breaks a round down with."""
     from gateways.config import load_gateway_config
-    from gateways.rounds.messages import Action, Deliver, Send
-    from gateways.service.cli import write_json_atomically
+    from gateways.rounds.actions import Action, Deliver, Send
     from gateways.service.daemon import GatewayDaemon
     from transports import install_uvloop
+    from transports.daemon_cli import write_json_atomically
 
     events: list[tuple[float, str, str, str, int]] = []
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from gateways.rounds.actions import Deliver, Send
 from gateways.rounds.aggregate import aggregate, top_blocks
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Deliver, Send
 from gateways.rounds.topology import PlanSpec
 from wanrt.payload import SparsePayload, n_blocks
 

@@ -17,7 +17,7 @@ Three measurements, each computed in this run:
    samples to accuracy of the profile's choice; also as a relative gap in
    g, for the best probed point, and per r (each grid r's best batch by the profile vs by the grid). The
    grid is coarse (7–10 r × 6–8 Σx): a dense grid of real probes does not fit the time budget.
-3. **Bandwidth estimate.** The policy in the toy closed loop (``scheduler.control.toy_sim``: iteration time
+3. **Bandwidth estimate.** The policy in the toy closed loop (``sims.policies.toy_sim``: iteration time
    = max(compute, bytes / rate), idle = 1 − compute / iteration) through 100 → 30 → 100 Mbit/s; the worst
    relative error of the estimate from the 10th decision after each step until the next step.
 4. **Real daemons** (``--daemons``, :mod:`bench_scheduler_daemons`): ``adaptive_vs_fixed_tta``,
@@ -55,11 +55,11 @@ from scheduler.control.convergence import ConvergenceModel, PowerLawConvergence
 from scheduler.control.policy import SchedulerPolicy
 from scheduler.control.search import Plan, search
 from scheduler.control.throughput import ThroughputFit
-from scheduler.control.toy_sim import run_toy_loop
 from scheduler.profile.bayesopt import run_profile
 from scheduler.profile.config import QUICK, ProfileConfig
-from scheduler.profile.probe import DigitsProbe
 from scheduler.profile.surrogate import ConvergenceProfile
+from sims.policies.toy_sim import run_toy_loop
+from wanrt.demo.digits_probe import DigitsProbe
 
 VIT_PARAMS = 88_000_000
 TABLE2_VIT = {"RTX 4090": (28.0, 300.0), "RTX 2080 Ti": (20.0, 99.0)}

@@ -7,7 +7,7 @@ Four parts, each compared side by side in the same run (see docs/stragglers.md):
    :class:`~gateways.sending.rate_allocator.RateAllocator` on virtual time against fixed rates, over the
    paper's four link profiles with K = 3, and the K = 1 ablation on bursty links. Rows with the paper's rule
    (rates may sum above the base) and with ``conserve_total`` (a shared uplink) are both shown.
-2. **AntDT ADJUST_BS / KILL_RESTART vs plain BSP** in :mod:`scheduler.stragglers.bsp_sim`: the BPT spread
+2. **AntDT ADJUST_BS / KILL_RESTART vs plain BSP** in :mod:`sims.policies.bsp_sim`: the BPT spread
    after ADJUST_BS on heterogeneous ranks, and the JCT speedup under AntDT's straggler injection
    (1.5 s × intensity, transient on 30 % of ranks 15 min in every 30, plus one persistent rank) at
    intensities 0.1 / 0.3 / 0.5 / 0.8, beside AntDT Table III.
@@ -22,7 +22,7 @@ Four parts, each compared side by side in the same run (see docs/stragglers.md):
    daemons, trainer processes SIGKILLed mid-epoch, the scheduler restarted) ``shards_lost`` (target 0) and
    ``shards_repeated``; in simulation (sims.models.shard_epochs) the scheduler's ShardService against a
    stateless shard queue and the even partition under the same kills (``shards_lost_sim`` ...).
-7. **ElasticBSP local steps** (:mod:`scheduler.barrier.elastic_sim`): on heterogeneous sites with the same
+7. **ElasticBSP local steps** (:mod:`sims.policies.elastic_sim`): on heterogeneous sites with the same
    noise, the share of BSP's barrier waiting that ZipLine-chosen local steps remove
    (``elastic_wait_reduction``) and the samples/s gain, beside ADJUST_BS (Eq. 3, no memory bound) and
    ADJUST_BS with per-step batches capped at today's (a memory-bound GPU). docs/local_steps.md.
@@ -63,7 +63,6 @@ from scheduler.barrier import (
     zipline_opt_bs,
     zipline_scan,
 )
-from scheduler.barrier.elastic_sim import ElasticSimConfig, run_elastic_sim
 from scheduler.stragglers import (
     DetectionConfig,
     ModeConfig,
@@ -74,8 +73,9 @@ from scheduler.stragglers import (
     choose_mode,
     tw_sweep,
 )
-from scheduler.stragglers.bsp_sim import BspSimConfig, run, speedup
 from sims.models.fluid_round import PROFILES, compare
+from sims.policies.bsp_sim import BspSimConfig, run, speedup
+from sims.policies.elastic_sim import ElasticSimConfig, run_elastic_sim
 
 # Reference values quoted from the papers, printed beside ours (never used in a computation).
 PAPER_SEED002 = {"straggler": -0.448, "variable": 0.0, "bursty": 0.004, "bursty_k1": 0.23}
@@ -165,7 +165,7 @@ def part_antdt(sz: Sizes) -> dict[str, Any]:
         spreads.append(float(tail.max() / tail.min()))
         b = base.bpt_s[-100:].mean(axis=0)
         base_spreads.append(float(b.max() / b.min()))
-    print("\n[2] AntDT vs plain BSP — discrete-time BSP simulation (scheduler.stragglers.bsp_sim)")
+    print("\n[2] AntDT vs plain BSP — discrete-time BSP simulation (sims.policies.bsp_sim)")
     print(
         f"BPT max/min over the last 100 iterations, 10 heterogeneous ranks: BSP {np.mean(base_spreads):.3f}, "
         f"after ADJUST_BS {np.mean(spreads):.4f}"

@@ -1,7 +1,7 @@
 """The daemons of the chaos soak: real in-process :class:`GatewayDaemon` s, one task each, on unix sockets
 behind emulated WAN links; of a replaced generation only its ledger counters are kept for the accounting.
 
-Like sims/harness/daemon_cluster.py's ``Cluster``, with generations and links it can cut: killing a
+Like tools/harness/daemon_cluster.py's ``Cluster``, with generations and links it can cut: killing a
 gateway cancels its task (every socket dropped, no Bye, as if the process died); restarting builds a new
 daemon from the same config, whose ``state_file`` lets gateways restarted together resume the job. Every
 round-engine action is recorded with the loop time, per site across generations, so the soak can measure
@@ -24,8 +24,8 @@ import numpy as np
 
 from gateways.config import GatewayConfig, PeerShape
 from gateways.membership.trainer_ledger import LedgerStats
+from gateways.rounds.actions import Action, Deliver
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import Action, Deliver
 from gateways.service.daemon import GatewayDaemon
 from transports import ShapedTransport, Timeouts
 

@@ -18,11 +18,11 @@ import numpy as np
 
 from gateways.membership.joining import LinkInfo, rounds_digest
 from gateways.rounds.config import RoundConfig
-from gateways.wire.round_frames import GATEWAY_REGISTRY, RoundTag
 from transports import Transport, connect
 from wanrt.errors import WanrtError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import NEED_DATA, Connection, Push, Welcome
+from wanrt.protocol.peer.round_frames import GATEWAY_REGISTRY, RoundTag
 
 #: how long a gateway may take to close a link that sent a forged message before it counts as accepted
 REFUSE_WITHIN_S = 5.0

@@ -25,10 +25,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateways.config import load_gateway_config
-from gateways.rounds.messages import Action, Deliver
-from gateways.service.cli import _serve, setup_logging
+from gateways.rounds.actions import Action, Deliver
+from gateways.service.cli import _serve
 from gateways.service.daemon import GatewayDaemon
 from gateways.service.trainer_session import TrainerSession
+from transports.daemon_cli import setup_logging
 from wanrt.protocol import Push
 
 

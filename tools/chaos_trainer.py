@@ -1,4 +1,4 @@
-"""A site leader for the chaos soak: :class:`sims.protocol_trainer.ProtocolTrainer` (the real trainer
+"""A site leader for the chaos soak: :class:`tools.harness.protocol_trainer.ProtocolTrainer` (the real trainer
 protocol over a real transport, the client's parameter resync) with a clock and lean records.
 
 What the soak adds: the loop time of every event the trainer sees (an Aggregate, a ConfigUpdate, a Notice,
@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sims.exact_payloads import layer_shape, make_payload
-from sims.protocol_trainer import Key, ProtocolTrainer, signature_info
+from tools.harness.exact_payloads import layer_shape, make_payload
+from tools.harness.protocol_trainer import Key, ProtocolTrainer, signature_info
 from wanrt.errors import PeerLost, RemoteProtocolError, WanrtError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Aggregate

@@ -64,7 +64,7 @@ class Spans:
 @contextlib.contextmanager
 def fake_gateway(tmp: Path, secret_file: Path) -> Iterator[str]:
     url = f"unix://{tmp}/gw.sock"
-    cmd = [sys.executable, "-m", "sims.harness.fake_gateway", "--url", url, "--sites", "a"]
+    cmd = [sys.executable, "-m", "tools.harness.fake_gateway", "--url", url, "--sites", "a"]
     cmd += ["--job", "prof", "--secret-file", str(secret_file)]
     proc = subprocess.Popen(
         cmd,

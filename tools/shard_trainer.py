@@ -29,7 +29,7 @@ from wanrt.client.link.signature import LayerSignature
 from wanrt.client.shard_sampler import ShardSampler
 
 JOB = "testjob"
-SECRET = b"s3cret-s3cret-s3cret"  # the test clusters' job secret (sims.harness.daemon_cluster)
+SECRET = b"s3cret-s3cret-s3cret"  # the test clusters' job secret (tools.harness.daemon_cluster)
 
 
 def main(argv: list[str]) -> int:

@@ -20,7 +20,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gateway": ("gateways.service.cli", "run the per-site gateway daemon (wanrt gateway --config site.toml)"),
     "job": ("wanrt.job.cli", "write a local job: secret, gateway configs, scheduler (wanrt job init)"),
     "scheduler": ("scheduler.service.cli", "run the job's scheduler (wanrt scheduler --config job.toml)"),
-    "profile": ("scheduler.profile.cli", "profile the convergence penalty ḡ(r, Σx) for the scheduler (JSON)"),
+    "profile": (
+        "wanrt.demo.profile_cli",
+        "profile the convergence penalty ḡ(r, Σx) for the scheduler (JSON)",
+    ),
     "sim": ("sims.cli", "simulate gateways on virtual time from a scenario (wanrt sim SCENARIO.toml)"),
 }
 

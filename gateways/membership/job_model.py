@@ -6,7 +6,7 @@ handshake (:mod:`wanrt.client.link.signature`) and refuses to train when the gat
 different one (naming the first differing layer), so every gateway must hand out *the job's* signature: the
 first one
 seen in the job, propagated between gateways in their handshake ``info`` and in
-:class:`~gateways.wire.round_frames.
+:class:`~wanrt.protocol.peer.round_frames.
 JobModel` messages.
 
 "First" across sites that start at the same moment has no clock to go by, so the rule is deterministic

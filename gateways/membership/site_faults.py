@@ -2,7 +2,8 @@
 
 Reliability: a site that cannot train (its trainer runs another model) must not leave the other sites
 waiting for their update deadline with a hint that guesses. The failing site's gateway says why on every
-link (:class:`~gateways.wire.site_fault.SiteFault`); every gateway records it once, forwards it once, and
+link (:class:`~wanrt.protocol.peer.site_fault.SiteFault`); every gateway records it once, forwards it once,
+and
 hands its trainer a :class:`~wanrt.protocol.Notice` — also to a trainer that connects later.
 
 Fatal or not. A model fault stops the other sites' trainers only while this gateway has not yet taken
@@ -18,8 +19,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Final
 
-from gateways.wire.site_fault import SiteFault
 from wanrt.protocol import Notice
+from wanrt.protocol.peer.site_fault import SiteFault
 
 __all__ = ["SiteFaults"]
 

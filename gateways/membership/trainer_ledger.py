@@ -29,11 +29,11 @@ from typing import Final
 
 from gateways.rounds.aggregate import aggregate
 from gateways.rounds.counted_log import IterationRanges
-from gateways.rounds.ids import iterations_of
-from gateways.rounds.messages import ContribId
 from wanrt.errors import LimitExceeded, RemoteProtocolError
 from wanrt.payload import SparsePayload
 from wanrt.protocol.messages import Aggregate
+from wanrt.protocol.peer.contrib_ids import iterations_of
+from wanrt.protocol.peer.round_msg import ContribId
 
 __all__ = ["MAX_RESENT_PER_LAYER", "MAX_RETAINED_AGGREGATES", "LedgerStats", "PushVerdict", "TrainerLedger"]
 

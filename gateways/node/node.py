@@ -46,9 +46,8 @@ from gateways.node.resync import ParamResync, ToPeer, ToSiteTrainer
 from gateways.node.shard_relay import ShardRelay
 from gateways.node.trainer_restart import TrainerRestart
 from gateways.node.trainer_runs import RunVerdict, TrainerRuns, resume_at_of
+from gateways.rounds.actions import Action, Deliver, PeerSuspect, RoundClosed, Send
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.ids import distinct_sites
-from gateways.rounds.messages import Action, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec, build_plan
 from gateways.sending.edf_queue import make_send_queue
 from gateways.sending.link_times import LinkTimes
@@ -57,9 +56,6 @@ from gateways.sending.rate_allocator import RateAllocator
 from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import GatewayStats, peer_view, render_prometheus
 from gateways.wire.config_update import trainer_config_update
-from gateways.wire.round_frames import JobModel, RoundData, RoundTag
-from gateways.wire.site_fault import SiteFault
-from scheduler.wire import Announce, AnnounceReply, SiteShardGrant, site_values
 from wanrt.errors import (
     AuthError,
     ConfigError,
@@ -96,7 +92,12 @@ from wanrt.protocol import (
     Telemetry,
 )
 from wanrt.protocol.limits import MAX_RANK, MAX_TELEMETRY_KEYS
+from wanrt.protocol.peer.contrib_ids import distinct_sites
+from wanrt.protocol.peer.round_frames import JobModel, RoundData, RoundTag
+from wanrt.protocol.peer.round_msg import RoundMsg
+from wanrt.protocol.peer.site_fault import SiteFault
 from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply, SiteShardGrant, site_values
 from wanrt.rank_telemetry import parse_rank_times
 
 __all__ = ["MAX_BACKLOG", "GatewayNode"]
@@ -1400,7 +1401,7 @@ class GatewayNode:
             self._out.append(ToTrainer(target, Ack(it, layer, 0)))
 
     # ------------------------------------------------------------------------------------------------
-    # the scheduler (scheduler.wire: two-phase announcements, telemetry)
+    # the scheduler (wanrt.protocol.scheduler.messages: two-phase announcements, telemetry)
     # ------------------------------------------------------------------------------------------------
 
     def scheduler_connected(self, now: float) -> None:

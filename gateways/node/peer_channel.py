@@ -3,12 +3,12 @@
 Everything a link decides lives here, without I/O: which frames go out next and when (control frames
 first, then the EDF queue's chunks paced by the link's :class:`~gateways.sending.pacer.Pacer`), what the
 received bytes mean (the protocol :class:`~wanrt.protocol.Connection` reassembles and checks frames,
-:class:`~gateways.wire.round_frames.RoundInbox` turns them into round messages), the cumulative ``Ack``
+:class:`~wanrt.protocol.peer.round_frames.RoundInbox` turns them into round messages), the cumulative ``Ack``
 owed to the peer, and whether the peer has gone silent. Whoever moves the bytes — the daemon's reader and
 writer tasks, or the simulator's link model — feeds :meth:`PeerChannel.receive` and drains
 :meth:`PeerChannel.poll`; the node decides what received messages mean.
 
-Why a message whose payload fits one chunk is one frame (:class:`~gateways.wire.round_frames.RoundData`)
+Why a message whose payload fits one chunk is one frame (:class:`~wanrt.protocol.peer.round_frames.RoundData`)
 and one queue item: a small round then costs one frame and one chunk, not two of each. A larger payload
 travels as a tag and a Push, the Push its own item, cut into chunks the peer reassembles; a chunked item
 must be exactly one frame, so a tag is never merged with one.
@@ -21,13 +21,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateways.rounds.messages import RoundMsg
 from gateways.sending.edf_queue import SendQueue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import LinkCounters
-from gateways.wire.round_frames import (
+from wanrt.errors import LocalProtocolError
+from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message, Push
+from wanrt.protocol.checks import check_uint
+from wanrt.protocol.limits import MAX_COUNTER, MAX_LAYER_ID
+from wanrt.protocol.peer.round_frames import (
     SEQ_MODULUS,
     AckWindow,
     RoundData,
@@ -36,10 +39,7 @@ from gateways.wire.round_frames import (
     encode_round,
     round_data_wire,
 )
-from wanrt.errors import LocalProtocolError
-from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message, Push
-from wanrt.protocol.checks import check_uint
-from wanrt.protocol.limits import MAX_COUNTER, MAX_LAYER_ID
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 __all__ = ["WRITE_BATCH_BYTES", "PeerChannel", "SendOut"]
 

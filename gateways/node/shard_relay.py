@@ -16,9 +16,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-from scheduler.wire import SiteShardDone, SiteShardGrant, SiteShardRelease, SiteShardRequest
 from wanrt.errors import RemoteProtocolError
 from wanrt.protocol import Message, ShardDone, ShardGrant, ShardRequest
+from wanrt.protocol.scheduler.messages import (
+    SiteShardDone,
+    SiteShardGrant,
+    SiteShardRelease,
+    SiteShardRequest,
+)
 
 __all__ = ["MAX_DONE_BACKLOG", "ShardRelay"]
 

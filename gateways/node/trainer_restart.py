@@ -2,7 +2,7 @@
 
 The scheduler's straggler policy orders a persistent straggler rank restarted (AntDT §V-E3) as
 ``restart@<site>`` = rank in a decision; this site's gateway sees it as ``restart`` = rank
-(:func:`scheduler.wire.site_values`). What the gateway adds:
+(:func:`wanrt.protocol.scheduler.messages.site_values`). What the gateway adds:
 
 1. **Prepare**: the rank must exist at this site (its trainer's last report says the site's world size);
    otherwise the decision is refused with that problem, like a plan naming an unknown site.

@@ -53,11 +53,11 @@ import numpy as np
 import numpy.typing as npt
 
 from gateways.rounds.aggregate import aggregate, concat_segments, segment_bounds, split_segments
-from gateways.rounds.messages import ContribId, RoundMsg
 from gateways.rounds.ring import Bound, ring_result
 from gateways.rounds.state import OpenRound, merge_ids
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = [
     "WHOLE",

@@ -10,11 +10,11 @@ from __future__ import annotations
 from gateways.rounds.aggregate import segment_bounds
 from gateways.rounds.allpairs import piece_bounds
 from gateways.rounds.config import MAX_LAYERS
-from gateways.rounds.ids import ContribIds
-from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
 from gateways.rounds.topology import Plan
 from wanrt.errors import LimitExceeded, MalformedPayload, RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
+from wanrt.protocol.peer.contrib_ids import ContribIds
+from wanrt.protocol.peer.round_msg import MSG_KINDS, ContribId, RoundMsg
 
 __all__ = ["check_allpairs_message", "check_message", "check_ring_message"]
 
@@ -32,7 +32,8 @@ def check_message(
     """Field types, the iteration window ``[lowest, highest]``, the layer bound, and the contribution ids
     (known sites, not from the future, strictly increasing so a set is canonical and duplicate-free).
 
-    ``sites`` should be interned (:func:`gateways.rounds.ids.intern_sites`): a :class:`ContribIds` remembers
+    ``sites`` should be interned (:func:`wanrt.protocol.peer.contrib_ids.intern_sites`): a
+    :class:`ContribIds` remembers
     the set it passed against, so the same result reaching many gateways is walked once."""
     if type(m) is not RoundMsg or m.kind not in MSG_KINDS:
         raise RemoteProtocolError("not a round message", peer=peer, value=getattr(m, "kind", None))

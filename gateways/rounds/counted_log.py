@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateways.rounds.ids import ContribIds, id_groups
-from gateways.rounds.messages import ContribId
+from wanrt.protocol.peer.contrib_ids import ContribIds, id_groups
+from wanrt.protocol.peer.round_msg import ContribId
 
 __all__ = ["SMALL_GROUP", "CountedLog", "IterationRanges"]
 

@@ -53,6 +53,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from gateways.rounds.actions import Action, Deliver, PeerSuspect, RoundClosed, Send
 from gateways.rounds.aggregate import aggregate, aggregate_cap, per_site_cap, top_blocks
 from gateways.rounds.allpairs import (
     allpairs_presend,
@@ -67,16 +68,6 @@ from gateways.rounds.allpairs import (
 from gateways.rounds.checks import check_allpairs_message, check_message, check_ring_message
 from gateways.rounds.config import MAX_LAYERS, RoundConfig
 from gateways.rounds.counted_log import CountedLog
-from gateways.rounds.ids import id_pairs, intern_sites, missing_members
-from gateways.rounds.messages import (
-    Action,
-    ContribId,
-    Deliver,
-    PeerSuspect,
-    RoundClosed,
-    RoundMsg,
-    Send,
-)
 from gateways.rounds.ring import ring_result, ring_start, ring_steps, take_segment_result, take_segment_step
 from gateways.rounds.state import Carry, EngineStats, OpenRound, merge_ids
 from gateways.rounds.timeline import PlanTimeline
@@ -85,6 +76,8 @@ from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.config import check
 from wanrt.errors import LocalProtocolError, MalformedPayload, RemoteProtocolError
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.contrib_ids import id_pairs, intern_sites, missing_members
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = ["TRAINER", "RoundEngine"]
 

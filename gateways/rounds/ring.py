@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateways.rounds.aggregate import aggregate, concat_segments, segment_bounds, split_segments
-from gateways.rounds.messages import ContribId, RoundMsg
 from gateways.rounds.state import OpenRound, merge_ids
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = ["Bound", "ring_result", "ring_start", "ring_steps", "take_segment_result", "take_segment_step"]
 

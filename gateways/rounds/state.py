@@ -15,10 +15,10 @@ from typing import Any
 import numpy.typing as npt
 
 from gateways.rounds.aggregate import aggregate
-from gateways.rounds.ids import merge_ids
-from gateways.rounds.messages import ContribId, RoundMsg
 from gateways.rounds.topology import Plan
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.contrib_ids import merge_ids
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 __all__ = ["Carry", "EngineStats", "OpenRound", "merge_ids"]
 

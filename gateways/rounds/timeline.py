@@ -11,8 +11,8 @@ before each iteration in the same spirit).
 
 from __future__ import annotations
 
-from gateways.rounds.ids import intern_sites
 from gateways.rounds.topology import Plan, PlanSpec, build_plan
+from wanrt.protocol.peer.contrib_ids import intern_sites
 
 __all__ = ["PlanTimeline"]
 

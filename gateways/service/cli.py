@@ -19,11 +19,11 @@ from pathlib import Path
 
 from gateways.config import load_gateway_config
 from gateways.service.daemon import GatewayDaemon
-from gateways.service.state_file import write_json_atomically
 from transports import install_uvloop
+from transports.daemon_cli import add_log_level, setup_logging, write_json_atomically
 from wanrt.errors import ConfigError, WanrtError
 
-__all__ = ["add_arguments", "add_log_level", "run", "setup_logging", "write_json_atomically"]
+__all__ = ["add_arguments", "run"]
 
 log = logging.getLogger("wanrt.gateway")
 
@@ -45,26 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="resume a stopped job at iteration N, its trainers' checkpoint (the same N at every gateway)",
     )
     add_log_level(parser)
-
-
-def add_log_level(parser: argparse.ArgumentParser) -> None:
-    """``--log-level``, as every daemon command has it."""
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        type=str.upper,
-        help="log verbosity (default INFO)",
-    )
-
-
-def setup_logging(level: str) -> None:
-    """Daemon logs: one line per event on stderr, with time, level and the module that says it."""
-    logging.basicConfig(
-        level=getattr(logging, level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
 
 
 def run(args: argparse.Namespace) -> int:

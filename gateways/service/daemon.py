@@ -24,7 +24,7 @@ from typing import Any
 
 from gateways.config import GatewayConfig
 from gateways.node import CloseLink, GatewayNode, RefuseTrainer, ToScheduler, ToTrainer, Wake
-from gateways.rounds.messages import Action, RoundMsg
+from gateways.rounds.actions import Action
 from gateways.rounds.topology import PlanSpec
 from gateways.service.codec_warmup import warm_up_codec
 from gateways.service.http_api import MetricsServer
@@ -50,6 +50,7 @@ from wanrt.protocol import (
     ShardRequest,
     Telemetry,
 )
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 __all__ = ["GatewayDaemon"]
 

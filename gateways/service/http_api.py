@@ -7,7 +7,7 @@
   a configuration update forwarded to this site's trainer as a ``ConfigUpdate``, for a job without a
   scheduler (with one, changes go to the scheduler: 409 here). Needs the control token
   (``Authorization: Bearer <token>``; 403 when ``control_token_file`` is unset, 401 when wrong), a JSON body
-  (415 otherwise), bounded in size and depth (:mod:`transports.http_control`); 400 with the reason for a
+  (415 otherwise), bounded in size and depth (:mod:`wanrt.protocol.http_control`); 400 with the reason for a
   bad value.
 
 The views are read-only; keep the port on loopback unless a scraper needs it.
@@ -22,8 +22,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from transports.http_control import ControlRefused, HttpEndpoint, check_control_request, parse_json_body
+from transports.http_endpoint import HttpEndpoint
 from wanrt.errors import ConfigError, LocalProtocolError
+from wanrt.protocol.http_control import ControlRefused, check_control_request, parse_json_body
 
 __all__ = ["HttpOwner", "MetricsServer"]
 

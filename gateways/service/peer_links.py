@@ -32,12 +32,12 @@ from typing import Any, Final, Protocol
 
 from gateways.config import GatewayConfig
 from gateways.service.peer_link import PeerLink
-from gateways.wire.round_frames import GATEWAY_REGISTRY
 from transports import Listener, ShapedTransport, Transport, connect, listen, parse_url
 from transports.connection_io import abort_and_close, next_event
 from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, TransportError, WanrtTimeout
 from wanrt.keys import Credentials
 from wanrt.protocol import Auth, Connection, Error, ErrorCode, Hello, Reject, Role, Welcome
+from wanrt.protocol.peer.round_frames import GATEWAY_REGISTRY
 
 __all__ = ["MAX_PREAUTH_PER_HOST", "MAX_PREAUTH_TOTAL", "LinksOwner", "PeerLinks"]
 

@@ -13,11 +13,11 @@ from collections import deque
 from collections.abc import Callable
 
 from gateways.config import GatewayConfig
-from scheduler.wire import SCHEDULER_REGISTRY
 from transports import Transport, connect, parse_url
 from transports.connection_io import abort_and_close, next_event
 from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, TransportError, WanrtTimeout
 from wanrt.protocol import Bye, Connection, ConnectionClosed, Error, Heartbeat, Message, Reject, Role, Welcome
+from wanrt.protocol.scheduler.messages import SCHEDULER_REGISTRY
 
 __all__ = ["SchedulerLink"]
 

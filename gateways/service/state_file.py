@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
-from typing import Any
 
-__all__ = ["load_frontier", "save_frontier", "write_json_atomically"]
+from transports.daemon_cli import write_json_atomically
+
+__all__ = ["load_frontier", "save_frontier"]
 
 log = logging.getLogger(__name__)
 
@@ -68,17 +67,3 @@ def save_frontier(path: str, *, job: str, site: str, frontier: int) -> None:
         write_json_atomically(Path(path), {"job": job, "site": site, "frontier": frontier})
     except OSError as exc:
         log.warning("cannot write state_file %s: %s", path, exc.strerror)
-
-
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` so that a reader sees either nothing or the whole file (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -1,2 +1,2 @@
-"""How gateway decisions map onto protocol frames: round messages between gateways, configuration updates
-for trainers."""
+"""Configuration updates for a site's trainers, as the gateway builds them (the round and site-fault frames
+between gateways are wire schemas on the ground floor: :mod:`wanrt.protocol.peer`)."""

@@ -12,7 +12,7 @@
 The GP is refitted (hyperparameters by marginal likelihood) after every probe; ``N`` probes in all, the
 baseline and the optional staleness measurement (``TESTRUN(0, x_mid, 1)`` against the baseline) on top.
 The probe is any callable ``(r, total_batch, staleness) -> final loss``, so the loop is tested with
-synthetic functions and runs the real :class:`~scheduler.profile.probe.DigitsProbe` in ``wanrt profile``.
+synthetic functions and runs the real :class:`~wanrt.demo.digits_probe.DigitsProbe` in ``wanrt profile``.
 """
 
 from __future__ import annotations

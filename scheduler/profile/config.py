@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from scheduler.profile.probe import ProbeSettings
+from scheduler.profile.probe_settings import ProbeSettings
 from wanrt.config import check
 
 __all__ = ["QUICK", "SECTION", "ProfileConfig", "RSampling"]

@@ -15,11 +15,11 @@ import signal
 import sys
 from pathlib import Path
 
-from gateways.service.cli import add_log_level, setup_logging, write_json_atomically
 from scheduler.daemon_config import SchedulerDaemonConfig, load_scheduler_config
 from scheduler.service.daemon import SchedulerDaemon
 from scheduler.service.policies import make_policy
 from transports import install_uvloop
+from transports.daemon_cli import add_log_level, setup_logging, write_json_atomically
 from wanrt.errors import ConfigError, WanrtError
 
 __all__ = ["add_arguments", "run"]

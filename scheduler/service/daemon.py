@@ -29,7 +29,6 @@ from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.node import DecisionPolicy, SchedulerNode, SendTo
 from scheduler.sharding.service import ShardService
 from scheduler.sharding.state_file import read_state, write_state
-from scheduler.wire import SCHEDULER_REGISTRY
 from transports import Listener, Transport, listen, parse_url
 from transports.connection_io import abort_and_close, next_event
 from wanrt.errors import AuthError, ConfigError, ProtocolError, TransportError, WanrtTimeout
@@ -45,6 +44,7 @@ from wanrt.protocol import (
     Message,
     Role,
 )
+from wanrt.protocol.scheduler.messages import SCHEDULER_REGISTRY
 
 __all__ = ["DecisionsFile", "SchedulerDaemon", "serving"]
 

@@ -3,7 +3,7 @@
 ``POST /config`` changes the job (``{"values": {...}}``: held until ``{"release": true | [keys]}``), so it
 needs the control token (``Authorization: Bearer <token>``, the
 content of ``control_token_file``; off when unset), JSON only, bounded in size and depth
-(:mod:`transports.http_control`).
+(:mod:`wanrt.protocol.http_control`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from transports.http_control import ControlRefused, HttpEndpoint, check_control_request, parse_json_body
+from transports.http_endpoint import HttpEndpoint
 from wanrt.errors import ConfigError
+from wanrt.protocol.http_control import ControlRefused, check_control_request, parse_json_body
 
 if TYPE_CHECKING:
     from scheduler.service.daemon import SchedulerDaemon

@@ -1,8 +1,10 @@
 """Straggler detection and mitigation policies (sans-IO): AntDT (seed 001), STAR (seed 000), seed 002.
 
-:class:`StragglerPolicy` is the entry point the scheduler daemon drives; the pieces (detectors, Eq. 3/4
-allocators, the noise-scale estimator, STAR's mode model, the latency tree) are usable on their own.
-See docs/stragglers.md.
+:class:`~scheduler.stragglers.daemon_policy.SiteStragglerPolicy` is the entry point the scheduler daemon
+drives (``policy = "stragglers"``, :func:`scheduler.service.policies.make_policy`); the pieces (detectors,
+Eq. 3/4 allocators, the noise-scale estimator, STAR's mode model, the latency tree, rank restarts) are
+usable on their own. The whole-cluster :class:`~sims.policies.straggler_policy.StragglerPolicy` runs only
+in simulations and lives beside the simulator. See docs/stragglers.md.
 """
 
 from scheduler.stragglers.batch_alloc import (
@@ -41,7 +43,6 @@ from scheduler.stragglers.detection import (
     StragglerDetector,
 )
 from scheduler.stragglers.noise_scale import NoiseScale
-from scheduler.stragglers.policy import StragglerPolicy
 from scheduler.stragglers.star_modes import (
     ModeChoice,
     brute_force_mode,
@@ -75,7 +76,6 @@ __all__ = [
     "ParentChild",
     "PolicyConfig",
     "StragglerDetector",
-    "StragglerPolicy",
     "TreeRebuild",
     "allocate_accumulation",
     "allocate_continuous",

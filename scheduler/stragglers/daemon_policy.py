@@ -49,7 +49,12 @@ from scheduler.stragglers.mode_policy import SitePlanMode
 from scheduler.stragglers.rank_restart import RankRestarts
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from scheduler.stragglers.tree_policy import LatencyTreePolicy, TreeSettings
-from scheduler.wire import RESTART_PREFIX, SITE_BATCH_PREFIX, SITE_LOCAL_STEPS_PREFIX, SITE_WEIGHT_PREFIX
+from wanrt.protocol.scheduler.messages import (
+    RESTART_PREFIX,
+    SITE_BATCH_PREFIX,
+    SITE_LOCAL_STEPS_PREFIX,
+    SITE_WEIGHT_PREFIX,
+)
 
 __all__ = ["SiteStragglerPolicy"]
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from scheduler.wire import Announce
 from sims.des.scenario import Scenario
 from sims.des.world import Simulation
+from wanrt.protocol.scheduler.messages import Announce
 
 __all__ = ["Commit", "PolicyLike", "ScheduledSimulation"]
 

@@ -27,9 +27,8 @@ import numpy as np
 
 from gateways.config import GatewayConfig
 from gateways.node import CloseLink, GatewayNode, RefuseTrainer, ToTrainer, Wake
-from gateways.rounds.messages import Action, RoundClosed
+from gateways.rounds.actions import Action, RoundClosed
 from gateways.rounds.topology import Plan, PlanSpec, build_plan
-from gateways.wire.round_frames import GATEWAY_REGISTRY
 from sims.des.compute import ComputeModel
 from sims.des.link import LinkModel
 from sims.des.loop import EventLoop, SimulationStuck
@@ -42,6 +41,7 @@ from wanrt.codec.kernel_choice import KERNEL_ENV
 from wanrt.errors import WanrtError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Aggregate, Auth, Connection, Hello, Push, Role, Welcome
+from wanrt.protocol.peer.round_frames import GATEWAY_REGISTRY
 
 __all__ = ["JOB", "SECRET", "SimResult", "Simulation", "frozen_world", "run_scenario"]
 

@@ -21,14 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from gateways.rounds.actions import Action, Deliver, PeerSuspect, RoundClosed, Send
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Action, ContribId, Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec
 from sims.des.loop import EventLoop
-from sims.exact_payloads import layer_shape, make_payload
+from tools.harness.exact_payloads import layer_shape, make_payload
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.round_msg import ContribId, RoundMsg
 
 Key = tuple[int, int]
 

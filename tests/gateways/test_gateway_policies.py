@@ -11,7 +11,7 @@ import pytest
 from gateways.membership.job_model import JobModelState, ModelSignature
 from gateways.membership.joining import LinkInfo, initial_live, join_iteration, lost_on_suspect
 from gateways.membership.trainer_ledger import TrainerLedger
-from gateways.rounds.messages import RoundClosed
+from gateways.rounds.actions import RoundClosed
 from gateways.sending.link_times import LinkTimes
 from gateways.stats import GatewayStats, render_prometheus
 from tests.gateways.harness import make_payload

@@ -7,7 +7,7 @@ import pytest
 from scheduler.adaptive import AdaptivePolicy
 from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import PowerLawConvergence
-from scheduler.wire import site_values
+from wanrt.protocol.scheduler.messages import site_values
 
 
 def _report(

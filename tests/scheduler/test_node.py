@@ -8,9 +8,9 @@ import pytest
 
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.node import SchedulerNode, SendTo
-from scheduler.wire import Announce, AnnounceReply
 from wanrt.errors import ConfigError, RemoteProtocolError
 from wanrt.protocol import Telemetry
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 SECRET = "x" * 32
 

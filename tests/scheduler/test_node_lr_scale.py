@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.node import SchedulerNode
-from scheduler.wire import check_site_keys, site_values
 from tests.scheduler.test_node import _announces, _cfg, _up
 from wanrt.errors import ConfigError
+from wanrt.protocol.scheduler.messages import check_site_keys, site_values
 
 
 def test_a_manual_scale_is_announced_to_every_site_alike() -> None:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from scheduler.node import SchedulerNode
-from scheduler.wire import AnnounceReply, site_values
 from tests.scheduler.test_node import Policy, _announces, _cfg, _up
 from wanrt.errors import ConfigError
+from wanrt.protocol.scheduler.messages import AnnounceReply, site_values
 
 
 def _commit_all(node: SchedulerNode, frontier: int = 10) -> None:

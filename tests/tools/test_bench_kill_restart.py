@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 from bench_kill_restart import KEYS, facts
 
-from sims.harness.kill_restart_scenario import STEPS, Run
+from tools.harness.kill_restart_scenario import STEPS, Run
 
 
 def _run(b_digest: str = "d") -> Run:

@@ -13,7 +13,7 @@ def test_help_lists_subcommands(capsys) -> None:  # type: ignore[no-untyped-def]
 def test_a_command_imports_only_its_own_module() -> None:
     code = (
         "import sys; from wanrt.cli import build_parser; build_parser('gateway'); "
-        "print(sorted(m for m in ('sklearn', 'torch', 'scipy', 'scheduler.profile.cli', 'wanrt.demo.cli') "
+        "print(sorted(m for m in ('sklearn', 'torch', 'scipy', 'wanrt.demo.profile_cli', 'wanrt.demo.cli') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,12 +1,15 @@
 """Which kernel path encodes or decodes one payload: the fused (numba) loops, or the NumPy reference.
 
-Both give bit-identical output (the tests check it), so the choice is about cost only, and the cost of the
-fused path is mostly paid once per process: importing numba and LLVM and compiling (or loading from the
-disk cache) seven kernels takes ~130 MB of resident memory and one to a few seconds of CPU. A gateway
-that only ever relays small payloads never earns that back, and 32 gateways on one machine paid it 32
-times (``tree32_rss_mb`` of ``tools/bench_gateway.py``). So, when ``WANRT_KERNELS`` forces nothing:
+Which path a payload takes is decided by the one chooser, :mod:`wanrt.kernel_env` (shared with the
+compression kernels); this module loads the kernels of that path. Both give bit-identical output (the tests
+check it), so the choice is about cost only, and the cost of the fused path is mostly paid once per process:
+importing numba and LLVM and compiling (or loading from the disk cache) seven kernels takes ~130 MB of
+resident memory and one to a few seconds of CPU. A gateway that only ever relays small payloads never earns
+that back, and 32 gateways on one machine paid it 32 times (``tree32_rss_mb`` of ``tools/bench_gateway.py``).
+So, when ``WANRT_KERNELS`` forces nothing:
 
-* a payload of fewer than :data:`FUSED_MIN_VALUES` value slots takes the NumPy path, always;
+* a payload of fewer than :data:`~wanrt.kernel_env.FUSED_MIN_VALUES` value slots takes the NumPy path,
+  always;
 * the first larger one starts loading the fused kernels in a background thread (:class:`FusedLoader`)
   and is itself served by the NumPy path, as is every large payload until the kernels are compiled; from
   then on large payloads take the fused path. A gateway therefore never stalls its event loop (and its
@@ -26,12 +29,11 @@ from typing import Final, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from wanrt.codec.reference_kernels import ReferenceKernels
+from wanrt.codec.reference_kernels import NumpyCodecKernels
 from wanrt.errors import KernelError
-from wanrt.kernel_env import ENV_VAR, parse_path, requested_path
+from wanrt.kernel_env import ENV_VAR, FUSED_MIN_VALUES, default_path, forced_path
 
 __all__ = [
-    "FUSED_MIN_VALUES",
     "KERNEL_ENV",
     "CodecKernels",
     "FusedLoader",
@@ -43,17 +45,6 @@ log = logging.getLogger(__name__)
 
 #: the variable that forces a path (same name and parser as :mod:`wanrt.kernels`)
 KERNEL_ENV: Final = ENV_VAR
-
-#: Smallest payload (value slots = selected blocks x block size) for which the codec loads the fused path.
-#: Measured with ``tools/bench_codec_crossover.py`` (encode + decode round trip from bytes, 5 % density,
-#: median, 2-core VM): the fused path is faster at every size (~2.9x at 64 values: 20 us against 57 us),
-#: but up to a few thousand values both paths cost their fixed per-call time and the whole saving is
-#: ~40 us per payload, while loading the fused kernels costs +131 MB of peak RSS and +0.5 s per process
-#: (numba's disk cache warm; a cold compile takes seconds). The reference round trip reaches twice its
-#: small-payload floor at 4096 values for element-wise payloads (fp32 122 us, fp16 155 us against 31 / 35
-#: fused), at 8192 for block-16 fp16 and 65536 for block-16 fp32; from there on its cost grows with the
-#: payload (block-16 fp16 at 256 Ki values: 2.3 ms against 0.22 ms) and the fused path pays. So: 4096.
-FUSED_MIN_VALUES: Final = 4096
 
 
 class CodecKernels(Protocol):
@@ -142,7 +133,7 @@ class FusedLoader:
 
 
 _LOADER = FusedLoader()
-_REFERENCE: Final = ReferenceKernels()
+_REFERENCE: Final = NumpyCodecKernels()
 
 
 def fused_loader() -> FusedLoader:
@@ -151,24 +142,22 @@ def fused_loader() -> FusedLoader:
 
 
 def codec_kernels(mode: str | None = None, *, values: int = 0) -> CodecKernels:
-    """The kernels for a payload of ``values`` value slots.
+    """The kernels for a payload of ``values`` value slots (the rules: :mod:`wanrt.kernel_env`).
 
     ``mode`` overrides ``$WANRT_KERNELS`` (same values). Unforced, a payload below
-    :data:`FUSED_MIN_VALUES` gets the reference; a larger one gets the fused kernels once the background
-    load has finished, the reference before (and starts the load). Raises :class:`KernelError` for an
-    unknown mode, or for ``fused`` without numba.
+    :data:`~wanrt.kernel_env.FUSED_MIN_VALUES` gets the reference; a larger one gets the fused kernels once
+    the background load has finished, the reference before (and starts the load). Raises
+    :class:`KernelError` for an unknown mode, or for ``fused`` without numba.
     """
-    path = requested_path() if mode is None else parse_path(mode)
-    if path == "numpy":
-        return _REFERENCE
-    if path == "fused":
+    forced = forced_path(codec=True, mode=mode)
+    if forced == "fused":
         try:
             from wanrt.codec.fused_kernels import load
 
             return load()
         except ImportError as exc:
-            raise KernelError(f"{ENV_VAR}=fused needs numba: {exc}", key=ENV_VAR, value=path) from exc
-    if values < FUSED_MIN_VALUES:
+            raise KernelError(f"{ENV_VAR}=fused needs numba: {exc}", key=ENV_VAR, value=forced) from exc
+    if (forced or default_path(values=values)) == "numpy":
         return _REFERENCE
     fused = _LOADER.ready()
     if fused is not None:

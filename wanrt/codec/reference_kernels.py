@@ -21,7 +21,7 @@ from wanrt.errors import KernelError, MalformedPayload
 from wanrt.payload import fp32_to_bf16
 
 __all__ = [
-    "ReferenceKernels",
+    "NumpyCodecKernels",
     "bitmap_decode",
     "bitmap_encode",
     "cast_output",
@@ -276,7 +276,7 @@ def f32_to_bf16(values: npt.NDArray[np.float32], out: U16Array | None = None) ->
     return out
 
 
-class ReferenceKernels:
+class NumpyCodecKernels:
     """The functions above behind the interface the codec dispatches through (see ``kernel_choice``)."""
 
     name = "numpy"

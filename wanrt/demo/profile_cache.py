@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from scheduler.profile.config import ProfileConfig
-from scheduler.profile.probe import ProbeSettings
+from scheduler.profile.probe_settings import ProbeSettings
 from wanrt.errors import WanrtError
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def ensure_profile(
 def compute_profile(pcfg: ProfileConfig, *, progress: bool = False) -> ConvergenceProfile:
     """Run Algorithm 1 with the demo-model probe (what ``wanrt profile`` runs)."""
     from scheduler.profile.bayesopt import run_profile
-    from scheduler.profile.probe import DigitsProbe
+    from wanrt.demo.digits_probe import DigitsProbe
 
     probe = DigitsProbe(pcfg.probe)
     bar = None

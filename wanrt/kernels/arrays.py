@@ -10,7 +10,7 @@ the sparse optimizer exists to avoid, StellaTrain §3.1). Anything that cannot b
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import numpy as np
 
@@ -18,12 +18,15 @@ from wanrt.errors import KernelError
 
 __all__ = [
     "CACHE_LINE",
+    "INDEX_ERRORS",
     "Array",
     "aligned_zeros",
     "as_vector",
     "bump_torch_version",
+    "check_block_indices",
     "is_cupy_array",
     "is_torch_tensor",
+    "raise_index_error",
 ]
 
 #: An array of the array-module pattern: ``numpy.ndarray`` or ``cupy.ndarray`` (cupy is optional, so this
@@ -114,3 +117,32 @@ def bump_torch_version(x: object) -> None:
 
     if isinstance(x, torch.Tensor):
         torch.autograd.graph.increment_version(x)
+
+
+#: What is wrong with a sparse update, by the code the fused kernels return (0: nothing). Every path says it
+#: in the same words, so a bad update is refused alike whichever kernel would have applied it.
+INDEX_ERRORS: Final = {
+    1: "update block index out of range",
+    2: "update block indices are not strictly increasing",
+    3: "a block's step count exceeds the bias-correction table (corrupt optimizer state?)",
+}
+
+
+def check_block_indices(xp: ModuleType, idx: Array, nb: int) -> None:
+    """The host check before a sparse update of ``nb`` blocks: indices in range and strictly increasing,
+    since a scatter would otherwise write outside the array or apply one block twice. ``xp`` is the array
+    module of ``idx`` (the reference and CuPy paths; the fused kernels check inside and report
+    :data:`INDEX_ERRORS` codes, raised by :func:`raise_index_error`)."""
+    k = int(idx.shape[0])
+    if k == 0:
+        return
+    if int(idx[0]) < 0 or int(idx[-1]) >= nb:
+        raise KernelError(INDEX_ERRORS[1], limit=nb, value=int(idx[-1]))
+    if k > 1 and not bool(xp.all(idx[1:] > idx[:-1])):
+        raise KernelError(INDEX_ERRORS[2])
+
+
+def raise_index_error(code: int, nb: int) -> None:
+    """Raise the :class:`~wanrt.errors.KernelError` a fused kernel's return ``code`` stands for (0: none)."""
+    if code:
+        raise KernelError(INDEX_ERRORS.get(int(code), "bad update indices"), limit=nb)

@@ -1,10 +1,12 @@
 """Which kernel path runs: the NumPy reference, the fused CPU path (numba) or CuPy.
 
-Default: CuPy for CuPy arrays (and CUDA tensors), the fused path for host arrays — falling back to the NumPy
-reference only when numba cannot be imported. ``WANRT_KERNELS=numpy|fused|cupy`` forces a path, e.g. to
-rule a kernel out while debugging or to measure one against another; a value we do not know, or a path that
-is unavailable or cannot handle the array at hand, is a :class:`~wanrt.errors.KernelError` saying so (a
-silent fallback would make "I forced the reference and the bug persists" meaningless).
+Which path runs is decided by the one chooser, :mod:`wanrt.kernel_env` (shared with the codec): CuPy for
+CuPy arrays (and CUDA tensors), the fused path for host arrays — falling back to the NumPy reference only
+when numba cannot be imported. This module builds the path objects. ``WANRT_KERNELS=numpy|fused|cupy``
+forces a path, e.g. to rule a kernel out while debugging or to measure one against another; a value we do
+not know, or a path that is unavailable or cannot handle the array at hand, is a
+:class:`~wanrt.errors.KernelError` saying so (a silent fallback would make "I forced the reference and the
+bug persists" meaningless).
 
 The environment is read on every call by the one parser in :mod:`wanrt.kernel_env` (shared with the
 codec), not at import, so a test or a benchmark can switch paths at run time and importing wanrt has no
@@ -16,7 +18,7 @@ from __future__ import annotations
 import threading
 
 from wanrt.errors import KernelError
-from wanrt.kernel_env import ENV_VAR, PATHS, requested_path
+from wanrt.kernel_env import ENV_VAR, PATHS, default_path, forced_path, requested_path
 from wanrt.kernels.arrays import Array, is_cupy_array
 from wanrt.kernels.reference import ReferenceKernels, numpy_reference
 
@@ -81,20 +83,15 @@ def available_paths() -> list[str]:
 
 
 def get_kernels(x: Array) -> ReferenceKernels:
-    """The kernels to run on array ``x``: forced by ``WANRT_KERNELS`` or chosen by where ``x`` lives."""
-    forced = requested_path()
+    """The kernels to run on array ``x``: forced by ``WANRT_KERNELS`` or chosen by where ``x`` lives
+    (the rules: :mod:`wanrt.kernel_env`)."""
     on_device = is_cupy_array(x)
+    forced = forced_path(on_device=on_device)
     if forced is not None:
-        if on_device != (forced == "cupy"):
-            where = "a CuPy (device) array" if on_device else "a host (NumPy) array"
-            raise KernelError(
-                f"{ENV_VAR}={forced} cannot run on {where}; unset it or force a path for that array type",
-                key=ENV_VAR,
-                value=forced,
-            )
         return kernels_by_name(forced)
-    if on_device:
-        return kernels_by_name("cupy")
+    path = default_path(on_device=on_device)
+    if path != "fused":
+        return kernels_by_name(path)
     try:
         return kernels_by_name("fused")
     except KernelError:

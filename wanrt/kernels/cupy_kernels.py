@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from wanrt.errors import KernelError
-from wanrt.kernels.arrays import Array
+from wanrt.kernels.arrays import Array, check_block_indices
 from wanrt.kernels.cupy_source import BLOCKS_SOURCE, OPTIM_SOURCE, SELECT_SOURCE, compile_options
-from wanrt.kernels.reference import BiasTables, ReferenceKernels, next_pow2, numpy_reference
+from wanrt.kernels.reference import BiasTables, ReferenceKernels, next_pow2
 from wanrt.payload import n_blocks
 
 __all__ = ["MAX_FUSED_BLOCK", "CupyKernels", "PinnedStaging"]
@@ -296,7 +296,7 @@ class CupyKernels(ReferenceKernels):
 
     def upload_update(self, idx: np.ndarray, vals: np.ndarray, nb: int) -> tuple[Array, Array]:
         """Validate a host update's indices on the host, then queue one pinned copy of both to the device."""
-        numpy_reference().check_indices(idx, nb)
+        check_block_indices(np, idx, nb)
         d_i, d_v = self._staging.upload(idx, vals)
         self._staged_idx = d_i
         return d_i, d_v

@@ -27,27 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from wanrt.errors import KernelError
 from wanrt.kernels import fused_optim as fo
 from wanrt.kernels import fused_select as fs
-from wanrt.kernels.arrays import Array
+from wanrt.kernels.arrays import Array, raise_index_error
 from wanrt.kernels.fused_intrinsics import caching
 from wanrt.kernels.reference import BiasTables, ReferenceKernels, next_pow2
 from wanrt.payload import n_blocks
 
 __all__ = ["FusedKernels", "caching"]
-
-
-_ERRORS = {
-    1: "update block index out of range",
-    2: "update block indices are not strictly increasing",
-    3: "a block's step count exceeds the bias-correction table (corrupt optimizer state?)",
-}
-
-
-def _raise_on(err: int, nb: int) -> None:
-    if err:
-        raise KernelError(_ERRORS.get(int(err), "bad update indices"), limit=nb)
 
 
 def _i64(idx: Array) -> Array:
@@ -90,20 +77,26 @@ class FusedKernels(ReferenceKernels):
 
     def gather(self, x: Array, idx: Array, bs: int) -> Array:
         out = np.empty(int(idx.shape[0]) * bs, dtype=np.float32)
-        _raise_on(fs.check_idx(_i64(idx), n_blocks(int(x.shape[0]), bs)), n_blocks(int(x.shape[0]), bs))
+        raise_index_error(
+            fs.check_idx(_i64(idx), n_blocks(int(x.shape[0]), bs)), n_blocks(int(x.shape[0]), bs)
+        )
         fs.gather(x, _i64(idx), bs, out)
         return out
 
     def zero_blocks(self, x: Array, idx: Array, bs: int) -> None:
-        _raise_on(fs.check_idx(_i64(idx), n_blocks(int(x.shape[0]), bs)), n_blocks(int(x.shape[0]), bs))
+        raise_index_error(
+            fs.check_idx(_i64(idx), n_blocks(int(x.shape[0]), bs)), n_blocks(int(x.shape[0]), bs)
+        )
         fs.zero_blocks(x, _i64(idx), bs)
 
     def scatter_add(self, dense: Array, idx: Array, vals: Array, bs: int, scale: float) -> None:
         err = fo.scatter_add(dense, _i64(idx), _f32(vals), bs, float(scale))
-        _raise_on(err, n_blocks(int(dense.shape[0]), bs))
+        raise_index_error(err, n_blocks(int(dense.shape[0]), bs))
 
     def sgd(self, p: Array, idx: Array, vals: Array, bs: int, lr: float, wd: float) -> None:
-        _raise_on(fo.sgd(p, _i64(idx), _f32(vals), bs, float(lr), float(wd)), n_blocks(int(p.shape[0]), bs))
+        raise_index_error(
+            fo.sgd(p, _i64(idx), _f32(vals), bs, float(lr), float(wd)), n_blocks(int(p.shape[0]), bs)
+        )
 
     def momentum(
         self,
@@ -132,7 +125,7 @@ class FusedKernels(ReferenceKernels):
             bool(nesterov),
             float(wd),
         )
-        _raise_on(err, n_blocks(int(p.shape[0]), bs))
+        raise_index_error(err, n_blocks(int(p.shape[0]), bs))
 
     def adam(
         self,
@@ -168,4 +161,4 @@ class FusedKernels(ReferenceKernels):
             float(wd),
             bool(decoupled),
         )
-        _raise_on(err, n_blocks(int(p.shape[0]), bs))
+        raise_index_error(err, n_blocks(int(p.shape[0]), bs))

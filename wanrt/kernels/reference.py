@@ -28,7 +28,7 @@ from types import ModuleType
 import numpy as np
 
 from wanrt.errors import KernelError
-from wanrt.kernels.arrays import Array
+from wanrt.kernels.arrays import Array, check_block_indices
 from wanrt.payload import n_blocks
 
 __all__ = ["BiasTables", "ReferenceKernels", "next_pow2", "numpy_reference"]
@@ -182,14 +182,7 @@ class ReferenceKernels:
 
     def check_indices(self, idx: Array, nb: int) -> None:
         """Indices must be in range and strictly increasing: a scatter would otherwise corrupt or double."""
-        xp = self.xp
-        k = int(idx.shape[0])
-        if k == 0:
-            return
-        if int(idx[0]) < 0 or int(idx[-1]) >= nb:
-            raise KernelError("update block index out of range", limit=nb, value=int(idx[-1]))
-        if k > 1 and not bool(xp.all(idx[1:] > idx[:-1])):
-            raise KernelError("update block indices are not strictly increasing")
+        check_block_indices(self.xp, idx, nb)
 
     def scatter_add(self, dense: Array, idx: Array, vals: Array, bs: int, scale: float) -> None:
         """``dense[block] += scale * vals`` over the given blocks only."""

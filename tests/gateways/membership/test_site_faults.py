@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateways.membership.site_faults import MAX_KEPT, SiteFaults
-from gateways.wire.site_fault import SiteFault
+from wanrt.protocol.peer.site_fault import SiteFault
 
 
 def _fault(site: str, msg: str = "another model") -> SiteFault:

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from gateways.node import GatewayNode, ToTrainer
-from gateways.wire.round_frames import GATEWAY_REGISTRY
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Connection, Hello, Push, Role, Welcome
+from wanrt.protocol.peer.round_frames import GATEWAY_REGISTRY
 
 #: the job secret of every node these tests build
 SECRET = "s" * 32

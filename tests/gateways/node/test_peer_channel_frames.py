@@ -8,16 +8,16 @@ import itertools
 import numpy as np
 
 from gateways.node.peer_channel import PeerChannel
-from gateways.rounds.messages import RoundMsg
 from gateways.sending.edf_queue import EdfQueue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.stats import LinkCounters
-from gateways.wire.round_frames import GATEWAY_REGISTRY, RoundData, RoundTag
-from tests.gateways.wire.gateway_pair import gateway_pair
+from tests.wanrt.protocol.peer.gateway_pair import gateway_pair
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Ack, Connection, Push
 from wanrt.protocol.frame import FrameReader, parse_fixed_header
+from wanrt.protocol.peer.round_frames import GATEWAY_REGISTRY, RoundData, RoundTag
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 SECRET = b"peer-channel-test-secret"
 

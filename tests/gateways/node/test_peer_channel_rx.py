@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from gateways.node.peer_channel import PeerChannel
-from gateways.rounds.messages import RoundMsg
 from gateways.sending.edf_queue import EdfQueue
 from gateways.sending.link_times import LinkTimes
 from gateways.sending.pacer import Pacer
 from gateways.sending.rx_dispersion import RxDispersion
 from gateways.stats import LinkCounters
-from tests.gateways.wire.gateway_pair import gateway_pair
+from tests.wanrt.protocol.peer.gateway_pair import gateway_pair
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Connection
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 SECRET = b"peer-channel-rx-test-secret"
 RATE = 30e6

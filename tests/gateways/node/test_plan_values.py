@@ -14,9 +14,9 @@ from gateways.node.actions import ToScheduler
 from gateways.node.plan_values import plan_problem, plan_spec
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.topology import TOPOLOGY_KINDS
-from scheduler.wire import Announce, AnnounceReply
 from wanrt.errors import ConfigError
 from wanrt.live_settings import PLAN_TOPOLOGIES, check_live_settings, parse_stragglers
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 SITES = ("a", "b", "c")
 

@@ -6,9 +6,14 @@ import pytest
 
 from gateways.config import GatewayConfig
 from gateways.node import GatewayNode, ToScheduler, ToTrainer
-from scheduler.wire import SiteShardDone, SiteShardGrant, SiteShardRelease, SiteShardRequest
 from wanrt.errors import RemoteProtocolError
 from wanrt.protocol import ShardDone, ShardGrant, ShardRequest
+from wanrt.protocol.scheduler.messages import (
+    SiteShardDone,
+    SiteShardGrant,
+    SiteShardRelease,
+    SiteShardRequest,
+)
 
 
 def _node() -> GatewayNode:

@@ -13,7 +13,6 @@ from gateways.node.actions import ToScheduler
 from gateways.node.plan_values import plan_problem, plan_spec
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.topology import build_plan
-from scheduler.wire import Announce, AnnounceReply
 from wanrt.errors import ConfigError
 from wanrt.live_settings import (
     MAX_SITE_COSTS_CHARS,
@@ -23,6 +22,7 @@ from wanrt.live_settings import (
     parse_site_costs,
     split_plan_values,
 )
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 SITES = ("a", "b", "c", "d", "e")
 TREE = RoundConfig(topology="tree")

@@ -10,10 +10,10 @@ from gateways.node import GatewayNode, ToTrainer
 from gateways.node.actions import ToScheduler
 from gateways.node.trainer_restart import TrainerRestart
 from gateways.rounds.config import RoundConfig
-from scheduler.wire import Announce, AnnounceReply
 from wanrt.errors import ConfigError
 from wanrt.payload import SparsePayload
 from wanrt.protocol import ConfigUpdate, Notice, Push, Telemetry
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 
 def test_the_rank_must_exist_at_this_site() -> None:

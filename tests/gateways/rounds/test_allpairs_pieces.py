@@ -7,16 +7,17 @@ import random
 import numpy as np
 import pytest
 
+from gateways.rounds.actions import Deliver, Send
 from gateways.rounds.aggregate import segment_bounds
 from gateways.rounds.allpairs import cut_blocks, piece_bounds, piece_count
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Deliver, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec
 from tests.gateways.harness import Net, assert_accounted, make_payload
 from wanrt import codec
 from wanrt.errors import ConfigError, MalformedPayload, RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 SITES = ("a", "b", "c")
 LAYER = 2

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateways.rounds.counted_log import CountedLog
-from gateways.rounds.ids import as_ids
+from wanrt.protocol.peer.contrib_ids import as_ids
 
 
 def test_contiguous_runs_cost_one_range_whatever_their_length_and_order() -> None:

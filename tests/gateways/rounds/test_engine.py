@@ -9,14 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateways.rounds.actions import Deliver, PeerSuspect, RoundClosed, Send
 from gateways.rounds.aggregate import aggregate_cap, per_site_cap
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Deliver, PeerSuspect, RoundClosed, RoundMsg, Send
 from gateways.rounds.topology import PlanSpec, build_plan
 from tests.gateways.harness import Net, Trainers, assert_accounted, divergent, layer_shape, make_payload
 from wanrt.errors import ConfigError, LimitExceeded, LocalProtocolError, MalformedPayload, RemoteProtocolError
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 SITES = "abcd"
 KINDS = ["star", "tree", "ring", "parent_child", "allpairs"]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from gateways.rounds.actions import Action, Send
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Action, Send
-from sims.exact_payloads import make_payload
+from tools.harness.exact_payloads import make_payload
 
 
 def test_a_carry_is_never_sent_ahead_into_a_round_older_than_a_contribution_it_holds() -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from gateways.membership.joining import LinkInfo, join_iteration
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import RoundMsg
 from tests.gateways.harness import Net, Trainers, assert_accounted
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 SITES = "abcdef"
 

@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
+from gateways.rounds.actions import Deliver, PeerSuspect, Send
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
-from gateways.rounds.messages import Deliver, PeerSuspect, Send
 from gateways.rounds.topology import PlanSpec
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks

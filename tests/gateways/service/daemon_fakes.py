@@ -9,11 +9,11 @@ from typing import Any
 
 from gateways.membership.joining import LinkInfo, rounds_digest
 from gateways.rounds.config import RoundConfig
-from gateways.wire.round_frames import GATEWAY_REGISTRY
 from transports import Transport, connect
 from wanrt.errors import AuthError
 from wanrt.protocol import NEED_DATA, Connection, MsgType
 from wanrt.protocol.frame import MAGIC, encode_frame
+from wanrt.protocol.peer.round_frames import GATEWAY_REGISTRY
 
 __all__ = ["FakePeer", "oversized_header", "read_until_closed"]
 

@@ -13,8 +13,8 @@ import pytest
 
 from gateways.rounds.config import RoundConfig
 from gateways.service.daemon import GatewayDaemon
-from gateways.wire.round_frames import RoundTag
-from sims.harness.daemon_cluster import (
+from tests.gateways.service.daemon_fakes import FakePeer, oversized_header, read_until_closed
+from tools.harness.daemon_cluster import (
     JOB,
     SECRET,
     dense_sum,
@@ -23,10 +23,10 @@ from sims.harness.daemon_cluster import (
     site_configs,
     trainers_for,
 )
-from sims.harness.daemon_trainer import FakeTrainer
-from tests.gateways.service.daemon_fakes import FakePeer, oversized_header, read_until_closed
+from tools.harness.daemon_trainer import FakeTrainer
 from transports import Timeouts, connect
 from wanrt.errors import RemoteProtocolError
+from wanrt.protocol.peer.round_frames import RoundTag
 
 ROUNDS = RoundConfig(topology="star", round_deadline_s=20.0, suspect_after_s=20.0)
 
@@ -42,7 +42,7 @@ def _lost(daemon: GatewayDaemon, peer: str) -> bool:
 
 async def _short_job(cluster: object, sites: str, iterations: int = 6, layers: int = 3) -> None:
     """The real gateways still serve their trainers: a short job, summed exactly over ``sites``."""
-    from sims.harness.daemon_cluster import Cluster
+    from tools.harness.daemon_cluster import Cluster
 
     assert isinstance(cluster, Cluster)
     trainers = {
@@ -192,7 +192,7 @@ async def test_a_claimed_far_frontier_does_not_lift_the_join_bound(join_at: int 
     10⁶, or no join_at: the join rule then puts it at its frontier + 1 + a window) was accepted and listed
     live. The bound is this site's own frontier, not the claim."""
     from gateways.membership.joining import LinkInfo, rounds_digest
-    from sims.harness.daemon_cluster import trainers_for
+    from tools.harness.daemon_cluster import trainers_for
 
     class FarPeer(FakePeer):
         def info(self) -> dict[str, Any]:
@@ -227,7 +227,7 @@ async def test_a_peer_claiming_a_far_join_iteration_is_refused_and_moves_nothing
     """Reliability item 8: after announcing ``join_at`` 500 a peer holding the secret could open the window
     far ahead and finalise rounds hundreds of iterations ahead of the job."""
     from gateways.membership.joining import LinkInfo, rounds_digest
-    from sims.harness.daemon_cluster import trainers_for
+    from tools.harness.daemon_cluster import trainers_for
 
     class FarPeer(FakePeer):
         def info(self) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sims.harness.daemon_cluster import JOB, SECRET, short_dir
-from sims.harness.daemon_trainer import FakeTrainer
+from tools.harness.daemon_cluster import JOB, SECRET, short_dir
+from tools.harness.daemon_trainer import FakeTrainer
 
 COMMAND = (sys.executable, "-m", "wanrt", "gateway")
 

@@ -14,23 +14,15 @@ import numpy as np
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import ContribId
-from sims.exact_payloads import layer_shape, make_payload
-from sims.harness.daemon_cluster import (
-    JOB,
-    SECRET,
-    add_held,
-    dense_sum,
-    running,
-    short_dir,
-    site_configs,
-)
-from sims.harness.daemon_trainer import FakeTrainer
+from tools.harness.daemon_cluster import JOB, SECRET, add_held, dense_sum, running, short_dir, site_configs
+from tools.harness.daemon_trainer import FakeTrainer
+from tools.harness.exact_payloads import layer_shape, make_payload
 from wanrt.client.config import ClientConfig
 from wanrt.client.link.api import LinkSpec, UpdateArrived
 from wanrt.client.link.gateway_link import GatewayLink, open_gateway_link
 from wanrt.client.link.reconnect import ReconnectPolicy
 from wanrt.client.link.signature import LayerSignature
+from wanrt.protocol.peer.round_msg import ContribId
 
 ITERATIONS = 40
 LAYERS = 3

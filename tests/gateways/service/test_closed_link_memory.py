@@ -9,8 +9,8 @@ import gc
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs
 from tests.gateways.service.daemon_fakes import FakePeer
+from tools.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs
 from wanrt.protocol import Chunk
 from wanrt.protocol.limits import MAX_FRAME_BYTES
 
@@ -71,7 +71,7 @@ async def test_rounds_a_lost_peer_opened_for_bogus_layers_are_freed() -> None:
     lost they hold nothing and are freed (they stayed allocated until the job ended)."""
     import dataclasses
 
-    from gateways.wire.round_frames import RoundTag
+    from wanrt.protocol.peer.round_frames import RoundTag
 
     with short_dir() as tmp:
         configs = {"b": dataclasses.replace(site_configs(tmp, "ab", rounds=ROUNDS)["b"], root="b")}

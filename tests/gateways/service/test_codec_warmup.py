@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wanrt.codec.kernel_choice import FUSED_MIN_VALUES, KERNEL_ENV
+from wanrt.codec.kernel_choice import KERNEL_ENV
+from wanrt.kernel_env import FUSED_MIN_VALUES
 
 REPO = Path(__file__).resolve().parents[3]
 LIMIT = FUSED_MIN_VALUES

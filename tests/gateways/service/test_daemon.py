@@ -12,8 +12,8 @@ import pytest
 
 from gateways.config import PeerShape
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs, trainers_for
-from sims.harness.daemon_trainer import signature_info
+from tools.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs, trainers_for
+from tools.harness.daemon_trainer import signature_info
 
 ROUNDS = RoundConfig(topology="star", round_deadline_s=20.0, suspect_after_s=20.0)
 

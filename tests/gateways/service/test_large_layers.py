@@ -13,7 +13,7 @@ import pytest
 
 from gateways.config import EdfConfig, PeerShape
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
+from tools.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
 from wanrt.payload import SparsePayload, n_blocks
 
 DENSE_LEN = 30_000  # ~37 KB of fp32 values per payload at 30 % of the blocks: several 8 KiB chunks

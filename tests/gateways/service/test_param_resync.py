@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
+from tools.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
 
 ITERATIONS = 40
 LAYERS = 3

@@ -10,7 +10,7 @@ import pytest
 
 from gateways.config import PeerShape
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
+from tools.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
 from transports import BandwidthTrace, ShapedTransport
 
 

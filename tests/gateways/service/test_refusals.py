@@ -10,8 +10,8 @@ import pytest
 
 from gateways.rounds.config import RoundConfig
 from gateways.service.peer_links import MAX_PREAUTH_PER_HOST, MAX_PREAUTH_TOTAL
-from sims.harness.daemon_cluster import TEST_TIMEOUTS, running, short_dir, site_configs
 from tests.gateways.service.daemon_fakes import read_until_closed
+from tools.harness.daemon_cluster import TEST_TIMEOUTS, running, short_dir, site_configs
 from transports import connect
 
 ROUNDS = RoundConfig(topology="star", round_deadline_s=20.0, suspect_after_s=20.0)
@@ -103,8 +103,8 @@ async def test_a_flood_from_a_few_hosts_does_not_block_a_peer_rejoining() -> Non
 
 @pytest.mark.timeout(60)
 async def test_a_second_training_run_is_refused_with_what_to_do_not_hung() -> None:
-    from sims.harness.daemon_cluster import trainers_for
-    from sims.harness.daemon_trainer import signature_info
+    from tools.harness.daemon_cluster import trainers_for
+    from tools.harness.daemon_trainer import signature_info
 
     with short_dir() as tmp:
         configs = site_configs(tmp, "a", rounds=ROUNDS)
@@ -133,7 +133,7 @@ async def test_a_second_training_run_is_refused_with_what_to_do_not_hung() -> No
 
 @pytest.mark.timeout(60)
 async def test_a_site_whose_trainer_is_missing_is_reported(caplog: pytest.LogCaptureFixture) -> None:
-    from sims.harness.daemon_cluster import trainers_for
+    from tools.harness.daemon_cluster import trainers_for
 
     fast = RoundConfig(topology="star", round_deadline_s=0.2, suspect_after_s=20.0)
     with short_dir() as tmp:
@@ -163,7 +163,7 @@ async def test_a_trainer_starting_late_at_a_normal_start_is_not_called_missing(
 ) -> None:
     """Issue 21: every normal start logged "rounds complete without site a (3 in a row): is its trainer
     running?" because trainers are launched seconds apart."""
-    from sims.harness.daemon_cluster import trainers_for
+    from tools.harness.daemon_cluster import trainers_for
 
     fast = RoundConfig(topology="star", round_deadline_s=0.2, suspect_after_s=20.0)
     with short_dir() as tmp:
@@ -193,8 +193,8 @@ async def test_a_trainer_starting_late_at_a_normal_start_is_not_called_missing(
 async def test_unauthenticated_hellos_naming_a_peer_do_not_delay_its_join() -> None:
     """Reliability item 10: a Hello naming site a that never authenticates held b's pre-join handshake
     gate for the whole handshake timeout (a's rejoin went from 2.8 s to 12–26 s)."""
-    from sims.harness.daemon_cluster import JOB, Cluster
     from tests.gateways.service.daemon_fakes import FakePeer
+    from tools.harness.daemon_cluster import JOB, Cluster
     from wanrt.protocol import Connection
 
     with short_dir() as tmp:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import ContribId
-from sims.harness.daemon_cluster import (
+from tests.gateways.harness import layer_shape
+from tools.harness.daemon_cluster import (
     add_held,
     dense_sum,
     running,
@@ -21,7 +21,7 @@ from sims.harness.daemon_cluster import (
     site_configs,
     trainers_for,
 )
-from tests.gateways.harness import layer_shape
+from wanrt.protocol.peer.round_msg import ContribId
 
 ITERATIONS = 60
 LAYERS = 4

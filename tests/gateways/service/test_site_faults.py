@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs, trainers_for
+from tools.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs, trainers_for
 
 ROUNDS = RoundConfig(topology="star", round_deadline_s=20.0, suspect_after_s=20.0)
 #: far below the trainer's update deadline (120 s): the point is that nobody waits for it
@@ -148,7 +148,7 @@ async def test_a_site_that_ran_rounds_alone_is_stopped_by_a_late_site_with_anoth
     trainer came seconds later with one extra layer. b got ModelMismatch, a hung 120 s: b's fault was only
     a warning at a. b never took part in a round: the job is still starting for it, so the fault is fatal
     at a too."""
-    from sims.harness.daemon_trainer import signature_info
+    from tools.harness.daemon_trainer import signature_info
 
     with short_dir() as tmp:
         configs = site_configs(tmp, "ab", rounds=ROUNDS)

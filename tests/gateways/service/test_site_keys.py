@@ -11,9 +11,9 @@ import os
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import JOB, running, short_dir, site_configs
-from sims.harness.daemon_trainer import FakeTrainer
 from tests.gateways.service.daemon_fakes import FakePeer
+from tools.harness.daemon_cluster import JOB, running, short_dir, site_configs
+from tools.harness.daemon_trainer import FakeTrainer
 from wanrt.errors import AuthError
 from wanrt.keys import site_keys, write_keys_file
 

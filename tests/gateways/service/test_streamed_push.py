@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs
+from tools.harness.daemon_cluster import JOB, SECRET, running, short_dir, site_configs
 from wanrt.payload import SparsePayload
 
 DENSE = 16 * 600 - 5

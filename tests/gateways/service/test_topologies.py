@@ -15,7 +15,7 @@ import uvloop
 
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.topology import PlanSpec
-from sims.harness.daemon_cluster import dense_sum, running, short_dir, site_configs, trainers_for
+from tools.harness.daemon_cluster import dense_sum, running, short_dir, site_configs, trainers_for
 
 SITES = "abcd"
 ITERATIONS = 200

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gateways.wire.config_update import trainer_config_update
-from scheduler.wire import site_values
 from wanrt.errors import ConfigError
 from wanrt.live_settings import MAX_LR_SCALE, split_plan_values
+from wanrt.protocol.scheduler.messages import site_values
 
 
 def test_the_scale_reaches_every_sites_trainers_alike() -> None:

@@ -12,11 +12,11 @@ from gateways.wire.config_update import trainer_config_update
 from scheduler.barrier.local_steps_policy import LocalStepsConfig, lr_scale_for
 from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from scheduler.wire import site_values
 from tests.scheduler.barrier.test_local_steps_policy import _report
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError, LocalProtocolError
 from wanrt.live_settings import MAX_LR_SCALE
+from wanrt.protocol.scheduler.messages import site_values
 
 #: micro-step s, per-rank batch, ranks: ZipLine gives a and b 3 steps, c 1 (test_local_steps_policy)
 SETUP = {"a": (0.1, 32, 1), "b": (0.1, 32, 2), "c": (0.3, 32, 1)}

@@ -14,7 +14,7 @@ from scheduler.control.latency import ExchangeLatency
 from scheduler.control.policy import SchedulerPolicy
 from scheduler.control.search import search
 from scheduler.control.throughput import ThroughputFit
-from scheduler.control.toy_sim import run_toy_loop
+from sims.policies.toy_sim import run_toy_loop
 from wanrt.errors import ConfigError, RemoteProtocolError
 
 M = 1e6

@@ -137,7 +137,7 @@ def test_closed_loop_with_delivery_tracks_both_steps_from_the_tenth_tick() -> No
     through 100 → 30 → 100 Mbit/s: with the delivery rate the estimate is within 20 % from the 10th tick
     after each step (the idle rule alone is 0.87 off in the same loop, docs/scheduler.md)."""
     from scheduler.control.policy import SchedulerPolicy
-    from scheduler.control.toy_sim import run_toy_loop
+    from sims.policies.toy_sim import run_toy_loop
 
     gpus = [(28.0, 300.0)] * 2 + [(20.0, 99.0)] * 2  # Table 2, ViT-B/16
     cfg = SchedulerConfig()

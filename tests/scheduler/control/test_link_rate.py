@@ -11,7 +11,7 @@ from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import PowerLawConvergence
 from scheduler.control.link_rate import LinkRates
 from scheduler.control.policy import SchedulerPolicy
-from scheduler.control.toy_sim import run_toy_loop
+from sims.policies.toy_sim import run_toy_loop
 from wanrt.errors import ConfigError, RemoteProtocolError
 
 M = 1e6

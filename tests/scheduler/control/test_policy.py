@@ -10,7 +10,7 @@ from scheduler.control.config import SchedulerConfig
 from scheduler.control.convergence import PowerLawConvergence
 from scheduler.control.decision import Decision
 from scheduler.control.policy import MAX_PENDING_ITERATIONS, SchedulerPolicy
-from scheduler.control.toy_sim import run_toy_loop
+from sims.policies.toy_sim import run_toy_loop
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError, RemoteProtocolError
 

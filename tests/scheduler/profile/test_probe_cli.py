@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.profile.probe import DigitsProbe, ProbeSettings
+from scheduler.profile.probe_settings import ProbeSettings
 from scheduler.profile.surrogate import ConvergenceProfile
 from wanrt.cli import main
+from wanrt.demo.digits_probe import DigitsProbe
 from wanrt.errors import ConfigError
 
 TINY = ProbeSettings(hidden=16, samples=400, lr=0.1, seed=0)

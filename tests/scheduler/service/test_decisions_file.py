@@ -14,11 +14,11 @@ import pytest
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.node import SchedulerNode
 from scheduler.service.daemon import DecisionsFile, SchedulerDaemon
-from scheduler.wire import AnnounceReply
-from sims.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
 from tests.scheduler.service.test_scheduler_daemon import _sched_cfg
+from tools.harness.daemon_cluster import running, short_dir, site_configs, trainers_for
 from wanrt.errors import ConfigError
 from wanrt.protocol import Telemetry
+from wanrt.protocol.scheduler.messages import AnnounceReply
 
 SECRET = "x" * 32
 

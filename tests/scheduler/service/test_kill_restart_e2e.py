@@ -1,6 +1,6 @@
 """KILL_RESTART end to end (issue 10): a real scheduler daemon (``policy = "stragglers"``,
 ``kill_restart = true``), two real gateway daemons, and real trainers (wanrt.init, gloo, sparse path),
-each site's under its own real torchrun (the scenario: sims/harness/kill_restart_scenario.py).
+each site's under its own real torchrun (the scenario: tools/harness/kill_restart_scenario.py).
 One rank of site a runs
 on a "bad node": every iteration of its first start sleeps inside its batch. The scheduler must see that
 rank as a persistent straggler from the per-rank telemetry and order it restarted for one iteration every
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sims.harness.kill_restart_scenario import STEPS, Run, run_scenario
+from tools.harness.kill_restart_scenario import STEPS, Run, run_scenario
 
 
 def _check(run: Run, nproc_a: int, slow_rank: int) -> None:

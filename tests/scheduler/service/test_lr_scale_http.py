@@ -9,8 +9,8 @@ import dataclasses
 import aiohttp
 
 from scheduler.service.daemon import serving as scheduler
-from sims.harness.daemon_cluster import short_dir
 from tests.scheduler.service.test_scheduler_daemon import TOKEN, _free_port, _sched_cfg
+from tools.harness.daemon_cluster import short_dir
 
 
 async def test_http_config_takes_a_job_wide_scale_and_refuses_bad_ones() -> None:

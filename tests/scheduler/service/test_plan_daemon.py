@@ -25,7 +25,8 @@ from scheduler.service.daemon import SchedulerDaemon
 from scheduler.service.policies import make_policy
 from scheduler.stragglers.config import DetectionConfig
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from sims.harness.daemon_cluster import (
+from tests.scheduler.service.test_straggler_daemon import report_while_training
+from tools.harness.daemon_cluster import (
     JOB,
     SECRET,
     TEST_TIMEOUTS,
@@ -36,8 +37,7 @@ from sims.harness.daemon_cluster import (
     site_configs,
     trainers_for,
 )
-from sims.harness.daemon_trainer import FakeTrainer
-from tests.scheduler.service.test_straggler_daemon import report_while_training
+from tools.harness.daemon_trainer import FakeTrainer
 
 SITES = "abc"
 LAYERS = 3

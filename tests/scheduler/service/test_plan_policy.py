@@ -14,10 +14,10 @@ from scheduler.stragglers.config import DetectionConfig, ModeConfig
 from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from scheduler.stragglers.star_modes import choose_mode, parent_child_time, progress_time
-from scheduler.wire import Announce, AnnounceReply
 from tests.scheduler.service.test_straggler_policy import feed, report
 from wanrt.errors import ConfigError
 from wanrt.protocol import Telemetry
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 DETECT = DetectionConfig(slowness=1.3, short_s=2.0, long_s=4.0, min_coverage=0.5)
 BATCH = 32

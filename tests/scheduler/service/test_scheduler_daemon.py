@@ -12,7 +12,7 @@ import aiohttp
 
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.service.daemon import serving as scheduler
-from sims.harness.daemon_cluster import (
+from tools.harness.daemon_cluster import (
     JOB,
     SECRET,
     TEST_TIMEOUTS,

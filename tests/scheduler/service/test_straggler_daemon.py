@@ -12,7 +12,7 @@ from scheduler.service.daemon import SchedulerDaemon
 from scheduler.service.policies import make_policy
 from scheduler.stragglers.config import BatchConfig, DetectionConfig
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from sims.harness.daemon_cluster import (
+from tools.harness.daemon_cluster import (
     JOB,
     SECRET,
     TEST_TIMEOUTS,
@@ -21,7 +21,7 @@ from sims.harness.daemon_cluster import (
     site_configs,
     trainers_for,
 )
-from sims.harness.daemon_trainer import FakeTrainer
+from tools.harness.daemon_trainer import FakeTrainer
 from wanrt.protocol import Telemetry
 
 #: per-iteration compute each site's leader reports: c is three times slower per sample

@@ -13,9 +13,9 @@ from scheduler.service.policies import make_policy
 from scheduler.stragglers.config import BatchConfig, DetectionConfig
 from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from scheduler.wire import Announce, AnnounceReply
 from wanrt.errors import ConfigError
 from wanrt.protocol import Telemetry
+from wanrt.protocol.scheduler.messages import Announce, AnnounceReply
 
 SITES = ("a", "b", "c")
 #: short windows, so a few seconds of reports fill them

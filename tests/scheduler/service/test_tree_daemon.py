@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from gateways.rounds.config import RoundConfig
-from sims.harness.daemon_cluster import dense_sum, short_dir, trainers_for
 from tests.scheduler.service.test_plan_daemon import LAYERS, SITES, _check_identical, _job, _sched_config
+from tools.harness.daemon_cluster import dense_sum, short_dir, trainers_for
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.service.daemon import SchedulerDaemon
 from scheduler.service.daemon import serving as scheduler
 from scheduler.sharding import ShardingConfig
-from sims.harness.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, running, short_dir, site_configs
+from tools.harness.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, running, short_dir, site_configs
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tools"))

@@ -8,8 +8,13 @@ import pytest
 from scheduler.daemon_config import SchedulerDaemonConfig
 from scheduler.node import SchedulerNode, SendTo
 from scheduler.sharding import ShardingConfig
-from scheduler.wire import SiteShardDone, SiteShardGrant, SiteShardRelease, SiteShardRequest
 from wanrt.errors import RemoteProtocolError
+from wanrt.protocol.scheduler.messages import (
+    SiteShardDone,
+    SiteShardGrant,
+    SiteShardRelease,
+    SiteShardRequest,
+)
 
 
 def _node() -> SchedulerNode:

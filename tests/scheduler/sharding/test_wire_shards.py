@@ -8,16 +8,16 @@ from typing import Any
 import msgpack
 import pytest
 
-from scheduler.wire import (
+from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from wanrt.protocol import CORE_REGISTRY, Message, ShardDone, ShardGrant, ShardRequest
+from wanrt.protocol.messages import decode_message
+from wanrt.protocol.scheduler.messages import (
     SCHEDULER_REGISTRY,
     SiteShardDone,
     SiteShardGrant,
     SiteShardRelease,
     SiteShardRequest,
 )
-from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
-from wanrt.protocol import CORE_REGISTRY, Message, ShardDone, ShardGrant, ShardRequest
-from wanrt.protocol.messages import decode_message
 
 SAMPLES: list[Message] = [
     ShardRequest(1, 2, 3, 1000, 4, True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sims.harness.fake_gateway import exact_sum
+from tools.harness.fake_gateway import exact_sum
 from wanrt.payload import SparsePayload
 
 

@@ -184,7 +184,7 @@ def test_the_live_key_reaches_the_change_and_the_site_broadcast() -> None:
 
 
 def test_the_gateway_hands_each_site_its_own_local_steps() -> None:
-    from scheduler.wire import site_values
+    from wanrt.protocol.scheduler.messages import site_values
 
     values = {"local_steps@a": 3, "local_steps@b": 1, "density": 0.1}
     assert site_values(values, "a") == {"density": 0.1, "local_steps": 3}

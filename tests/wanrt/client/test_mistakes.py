@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import wanrt
-from sims.harness.fake_gateway import FakeGateway, run_in_thread
+from tools.harness.fake_gateway import FakeGateway, run_in_thread
 from wanrt.client import DistributedNotInitialized, GatewayUnreachable, ModelMismatch, SparseOptimizer
 from wanrt.client.link.signature import LayerSignature
 from wanrt.client.site.process_group import REQUIRED_ENV

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sims.harness.fake_gateway import FakeGateway, run_in_thread
 from tests.wanrt.client.two_sites import launch
+from tools.harness.fake_gateway import FakeGateway, run_in_thread
 
 SECRET = b"0123456789abcdef-test-secret"
 SITES = ("a", "b")

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = """
 import sys, torch, torch.distributed as dist
 import wanrt
-from sims.harness.fake_gateway import FakeGateway, run_in_thread
+from tools.harness.fake_gateway import FakeGateway, run_in_thread
 
 import atexit
 KEY = b"0123456789abcdef-test-secret"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sims.harness.fake_gateway import FakeGateway, run_in_thread
+from tools.harness.fake_gateway import FakeGateway, run_in_thread
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import GatewayUnreachable, ModelMismatch
 from wanrt.client.link.api import LinkSpec, UpdateArrived

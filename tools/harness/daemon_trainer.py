@@ -1,4 +1,5 @@
-"""A site leader for the daemon tests: :class:`sims.protocol_trainer.ProtocolTrainer` (the real protocol as
+"""A site leader for the daemon tests: :class:`tools.harness.protocol_trainer.ProtocolTrainer` (the real
+protocol as
 role ``trainer`` over a real transport) that keeps everything it pushed and received for the checks, and
 asserts that an aggregate received twice is the same aggregate.
 """
@@ -8,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sims.exact_payloads import make_payload
-from sims.protocol_trainer import Key, ProtocolTrainer, signature_info
+from tools.harness.exact_payloads import make_payload
+from tools.harness.protocol_trainer import Key, ProtocolTrainer, signature_info
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Aggregate
 

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from scheduler.profile.bayesopt import ProbeRecord, run_profile
-    from scheduler.profile.probe import DigitsProbe
+    from wanrt.demo.digits_probe import DigitsProbe
 
     cfg = config_from_args(args)
     out = Path(args.out)

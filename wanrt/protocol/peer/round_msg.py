@@ -1,4 +1,8 @@
-"""What the round engine exchanges with peers (:class:`RoundMsg`) and asks its driver to do (actions).
+"""What one gateway's round engine says to another (:class:`RoundMsg`): the peer message of a round.
+
+It lives on the ground floor with the other wire schemas because both ends of a gateway-to-gateway link,
+the frame encoder (:mod:`wanrt.protocol.peer.round_frames`) and the simulator read it; what the engine asks
+its driver to do with such messages (send, deliver, telemetry) is :mod:`gateways.rounds.actions`.
 
 Why ids instead of site names. A contribution that misses its round is not lost: its originator folds it
 into the next round of the same layer (STAR §IV-B x-order, "proceed without the straggler"). So an
@@ -18,17 +22,7 @@ from typing import Literal, TypeAlias
 
 from wanrt.payload import SparsePayload
 
-__all__ = [
-    "MSG_KINDS",
-    "Action",
-    "ContribId",
-    "Deliver",
-    "MsgKind",
-    "PeerSuspect",
-    "RoundClosed",
-    "RoundMsg",
-    "Send",
-]
+__all__ = ["MSG_KINDS", "ContribId", "MsgKind", "RoundMsg"]
 
 #: (site, iteration) of one push from a site's trainers.
 ContribId: TypeAlias = tuple[str, int]
@@ -69,78 +63,3 @@ class RoundMsg:
     sites: tuple[ContribId, ...]
     step: int = 0
     segment: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send ``msg`` to ``peer``; ``priority`` is the EDF key (earlier iteration, then lower layer, first)."""
-
-    peer: str
-    msg: RoundMsg
-    priority: tuple[int, int]
-
-    @property
-    def iteration(self) -> int:
-        return self.msg.iteration
-
-    @property
-    def layer(self) -> int:
-        return self.msg.layer
-
-    @property
-    def kind(self) -> MsgKind:
-        return self.msg.kind
-
-    @property
-    def payload(self) -> SparsePayload | None:
-        return self.msg.payload
-
-    @property
-    def sites(self) -> tuple[ContribId, ...]:
-        return self.msg.sites
-
-
-@dataclass(frozen=True, slots=True)
-class Deliver:
-    """The final aggregate of (iteration, layer) for the local trainers: the sum over ``sites``.
-
-    ``payload`` is ``None`` only if no contributor knew the layer's shape (nothing was pushed).
-    """
-
-    iteration: int
-    layer: int
-    payload: SparsePayload | None
-    sites: tuple[ContribId, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RoundClosed:
-    """Telemetry of a finished round at this gateway.
-
-    ``missing`` are plan members with no contribution in the result; ``late`` are children this gateway
-    proceeded without; ``delivered`` is false when the round was settled without a result reaching this
-    site (after a partition: see ``outcome`` messages) or abandoned after ``max_lag`` iterations.
-    """
-
-    iteration: int
-    layer: int
-    sites: tuple[ContribId, ...]
-    missing: tuple[str, ...]
-    late: tuple[str, ...]
-    duration: float
-    delivered: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class PeerSuspect:
-    """A peer the round cannot proceed without has been silent for ``waited`` seconds (``reason``:
-    ``"ring"`` neighbour or ``"final"`` from the parent). The daemon decides whether to declare it lost."""
-
-    peer: str
-    iteration: int
-    layer: int
-    waited: float
-    reason: str
-
-
-Action: TypeAlias = Send | Deliver | RoundClosed | PeerSuspect

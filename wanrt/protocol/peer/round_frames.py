@@ -1,4 +1,4 @@
-"""How a round-engine message (:class:`~gateways.rounds.messages.RoundMsg`) travels between two gateways.
+"""How a round-engine message (:class:`~wanrt.protocol.peer.round_msg.RoundMsg`) travels between two gateways.
 
 The protocol's ``Push`` / ``Aggregate`` carry a layer's payload, but the round engine needs more than they
 hold: the message ``kind`` (partial, extra, segment, segment_final, final, outcome), the ``plan_id`` it was
@@ -8,7 +8,8 @@ say. So each RoundMsg becomes:
 
 * a :class:`RoundTag` (extension type 0x80) with everything except the payload, and ``seq``, a per-link
   sequence number; its contribution ids travel as one buffer in the compact form of
-  :mod:`gateways.rounds.ids` (the header's ``ids`` is their count), encoded once per id set and decoded
+  :mod:`wanrt.protocol.peer.contrib_ids` (the header's ``ids`` is their count), encoded once per id set and
+  decoded
   once per distinct blob — a 1 000-site result names 1 000 ids, and per-id work at every gateway made a
   round O(N²) (the older form, a header map ``{site: [iteration, ...]}``, is still accepted);
 * when the RoundMsg has a payload, right after it on the same link a ``Push`` whose ``round`` field equals
@@ -36,9 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Self
 
-from gateways.rounds.ids import MAX_ROUND_IDS, ContribIds, as_ids, decode_ids, distinct_sites, encode_ids
-from gateways.rounds.messages import MSG_KINDS, ContribId, RoundMsg
-from gateways.wire.site_fault import SiteFault
 from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from wanrt.payload import SparsePayload
 from wanrt.protocol.checks import check_count, check_names, check_scalar_map, check_uint
@@ -52,6 +50,16 @@ from wanrt.protocol.messages import (
     payload_from_wire,
     payload_wire_form,
 )
+from wanrt.protocol.peer.contrib_ids import (
+    MAX_ROUND_IDS,
+    ContribIds,
+    as_ids,
+    decode_ids,
+    distinct_sites,
+    encode_ids,
+)
+from wanrt.protocol.peer.round_msg import MSG_KINDS, ContribId, RoundMsg
+from wanrt.protocol.peer.site_fault import SiteFault
 from wanrt.protocol.registry import CORE_REGISTRY
 
 __all__ = [
@@ -168,7 +176,8 @@ class RoundTag(Message):
         )
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        # the ids travel as one buffer (gateways.rounds.ids: "<it>=<site>,...;..."), the header says how
+        # the ids travel as one buffer (wanrt.protocol.peer.contrib_ids: "<it>=<site>,...;..."), the header
+        # says how
         # many there are; the buffer is encoded once per id set, however many links it goes to
         header = {name: getattr(self, name) for name in field_names(type(self))}
         header["ids"] = len(self.ids)

@@ -1,6 +1,10 @@
 """Checks every state-changing HTTP call of a wanrt daemon makes before it reads a value (gateway and
 scheduler alike): a control token, JSON only, bounded size and nesting.
 
+The rules of the HTTP control plane are a wire schema like the protocol's, so they live on the ground
+floor (sans-IO: headers and bytes in, a value or :class:`ControlRefused` out); the server that applies
+them is :class:`transports.http_endpoint.HttpEndpoint`.
+
 Why each: without a token any local user (uid nobody included) could change a running job; a browser can
 POST ``text/plain`` cross-origin without a preflight, so only ``application/json`` is accepted; and
 ``json.loads`` recurses, so a deeply nested body must be refused before it is parsed (a RecursionError
@@ -19,7 +23,6 @@ __all__ = [
     "MAX_BODY",
     "MAX_DEPTH",
     "ControlRefused",
-    "HttpEndpoint",
     "check_control_request",
     "parse_json_body",
 ]
@@ -74,41 +77,3 @@ def parse_json_body(raw: bytes) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"body is not JSON: {exc}", key="body") from None
-
-
-class HttpEndpoint:
-    """A daemon's local HTTP endpoint: ``/status`` and ``/metrics`` from its owner, ``POST /config`` to a
-    handler; :attr:`url` is the bound address once started. aiohttp is imported here, at start, so a
-    daemon with the port off never loads it."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._host, self._port = host, port
-        self._runner: Any = None
-        self.url: str | None = None
-
-    def routes(self) -> list[tuple[str, str, Any]]:
-        """(method, path, handler) triples; subclasses say which."""
-        raise NotImplementedError
-
-    async def start(self) -> None:
-        from aiohttp import web
-
-        app = web.Application(client_max_size=MAX_BODY)
-        for method, path, handler in self.routes():
-            app.router.add_route(method, path, handler)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port)
-        try:
-            await site.start()
-        except OSError:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self.url = f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
-
-    async def aclose(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None

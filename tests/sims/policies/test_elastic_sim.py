@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.barrier.elastic_sim import ElasticSimConfig, run_elastic_sim
+from sims.policies.elastic_sim import ElasticSimConfig, run_elastic_sim
 from wanrt.errors import ConfigError
 
 # micro-steps of 0.1, 0.1 and 0.3 s at batch 32

@@ -1,6 +1,6 @@
 """A small discrete-time simulation of BSP iterations with AntDT's straggler injection (seed 001 §VII-A4).
 
-It exists to measure :class:`~scheduler.stragglers.policy.StragglerPolicy` against plain BSP on virtual
+It exists to measure :class:`~sims.policies.straggler_policy.StragglerPolicy` against plain BSP on virtual
 time (``tools/bench_stragglers.py``); it lives beside the policy rather than in ``sims/`` only because
 that folder belongs to another part of the project (move it there when convenient).
 
@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from scheduler.stragglers.config import PolicyConfig
 from scheduler.stragglers.decisions import AdjustBatch, KillRestart
-from scheduler.stragglers.policy import StragglerPolicy
+from sims.policies.straggler_policy import StragglerPolicy
 from wanrt.config import check
 
 __all__ = ["BspSimConfig", "BspSimResult", "run", "speedup"]

@@ -1,4 +1,5 @@
-"""Contribution-id sets (gateways.rounds.ids): the cached tuple means exactly what the plain sorted tuple
+"""Contribution-id sets (wanrt.protocol.peer.contrib_ids): the cached tuple means exactly what the plain
+sorted tuple
 means, its wire form round-trips and refuses every malformed or oversized blob before allocating, and the
 "already checked" shortcut of check_message never lets through what the full check would refuse."""
 
@@ -9,7 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateways.rounds.checks import check_message
-from gateways.rounds.ids import (
+from gateways.rounds.timeline import PlanTimeline
+from gateways.rounds.topology import PlanSpec
+from gateways.stats import GatewayStats
+from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from wanrt.protocol.peer.contrib_ids import (
     MAX_IDS_BLOB_BYTES,
     MAX_ROUND_IDS,
     ContribIds,
@@ -25,11 +30,7 @@ from gateways.rounds.ids import (
     missing_members,
     site_names,
 )
-from gateways.rounds.messages import RoundMsg
-from gateways.rounds.timeline import PlanTimeline
-from gateways.rounds.topology import PlanSpec
-from gateways.stats import GatewayStats
-from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from wanrt.protocol.peer.round_msg import RoundMsg
 
 id_sets = st.frozensets(
     st.tuples(st.sampled_from(["a", "b", "c", "s000", "s001", "z.9"]), st.integers(0, 12)), max_size=40

@@ -7,8 +7,13 @@ import itertools
 
 import pytest
 
-from gateways.rounds.messages import MSG_KINDS, RoundMsg
-from gateways.wire.round_frames import (
+from tests.gateways.harness import make_payload
+from tests.wanrt.protocol.peer.gateway_pair import gateway_pair
+from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from wanrt.protocol import Aggregate, Connection, Hello, Push, split_frame
+from wanrt.protocol.events import NEED_DATA
+from wanrt.protocol.messages import decode_message, field_names
+from wanrt.protocol.peer.round_frames import (
     GATEWAY_REGISTRY,
     MAX_ACK_GAP,
     MAX_ROUND_IDS,
@@ -23,12 +28,7 @@ from gateways.wire.round_frames import (
     round_data_wire,
     unwrap,
 )
-from tests.gateways.harness import make_payload
-from tests.gateways.wire.gateway_pair import gateway_pair
-from wanrt.errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
-from wanrt.protocol import Aggregate, Connection, Hello, Push, split_frame
-from wanrt.protocol.events import NEED_DATA
-from wanrt.protocol.messages import decode_message, field_names
+from wanrt.protocol.peer.round_msg import MSG_KINDS, RoundMsg
 
 SECRET = b"wire-test-secret-0123"
 
@@ -154,7 +154,7 @@ def test_tag_validation_on_both_sides() -> None:
     with pytest.raises(LocalProtocolError):
         JobModel({"bad key!": 1})
     header, buffers = RoundTag(0, "partial", 1, 0, 1, 0, -1, (("a", 1), ("b", 0)), False).to_wire()
-    # the ids travel as one buffer (gateways.rounds.ids), the header holds their count
+    # the ids travel as one buffer (wanrt.protocol.peer.contrib_ids), the header holds their count
     assert header["ids"] == 2 and [bytes(b) for b in buffers] == [b"0=b;1=a"]
     assert decode_message(RoundTag, header, buffers, peer="a").ids == (("a", 1), ("b", 0))
     # the older form, a header map without a buffer, is still accepted

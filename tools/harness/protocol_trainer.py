@@ -1,11 +1,12 @@
 """A site leader that speaks the real trainer protocol over a real transport, without torch.
 
-The daemon tests (sims/harness/daemon_trainer.py) and the chaos soak (tools/chaos_trainer.py)
+The daemon tests (tools/harness/daemon_trainer.py) and the chaos soak (tools/chaos_trainer.py)
 both need a trainer that pushes one payload per layer and iteration (last layer first, like a backward
 pass), at most ``staleness`` iterations ahead of the aggregates it has received, acknowledges every
 Aggregate, keeps each push until the gateway acknowledges it (so :meth:`ProtocolTrainer.reconnect` can send
 the unacknowledged ones again after a gateway restart), and runs the client's parameter resync
-(:class:`sims.exact_params.ExactParams`). They differ only in what they *record*: the tests keep every
+(:class:`tools.harness.exact_params.ExactParams`). They differ only in what they *record*: the tests keep
+every
 payload and aggregate to compare them; the soak keeps a fingerprint per aggregate and a flag per push,
 because its memory metric must measure the daemons, not this record. So the protocol lives here once and
 the records are hooks (:meth:`_record_push`, :meth:`_record_aggregate`, :meth:`has_aggregate`,
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sims.exact_params import ExactParams
+from tools.harness.exact_params import ExactParams
 from transports import Transport, connect
 from wanrt.errors import PeerLost, RemoteProtocolError
 from wanrt.payload import SparsePayload
@@ -239,7 +240,7 @@ class ProtocolTrainer:
             self._connected.clear()
             self._progress.set()
 
-    # -- parameter resync (sims.exact_params: the client's mechanism) --------------------------------
+    # -- parameter resync (tools.harness.exact_params: the client's mechanism) -------------------------
 
     @property
     def resyncs(self) -> int:

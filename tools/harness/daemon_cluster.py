@@ -18,14 +18,15 @@ from typing import Any
 import numpy as np
 
 from gateways.config import GatewayConfig
+from gateways.rounds.actions import Action, Deliver, Send
 from gateways.rounds.config import RoundConfig
-from gateways.rounds.messages import Action, ContribId, Deliver, Send
 from gateways.service.daemon import GatewayDaemon
-from sims.exact_payloads import layer_shape
-from sims.harness.daemon_trainer import FakeTrainer
+from tools.harness.daemon_trainer import FakeTrainer
+from tools.harness.exact_payloads import layer_shape
 from transports import Timeouts
 from transports.urls import short_socket_dir
 from wanrt.payload import SparsePayload
+from wanrt.protocol.peer.round_msg import ContribId
 
 JOB = "testjob"
 SECRET = "s3cret-s3cret-s3cret"

@@ -1,6 +1,6 @@
 """Contribution-id sets (``(site, iteration)`` pairs) in a form that stays cheap at 1 000 sites.
 
-Why this module. A round's result names every push it sums (:mod:`gateways.rounds.messages`), so in an
+Why this module. A round's result names every push it sums (:mod:`wanrt.protocol.peer.round_msg`), so in an
 N-site tree the final result carries N ids and travels to all N gateways: every per-id step done at every
 gateway — decoding, checking, set building, the trainer ledger, the statistics — is O(N) per gateway and
 O(N²) per round. At 1 000 sites that was half the simulator's time (issue 8). The semantics stay the ones
@@ -27,10 +27,10 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from gateways.rounds.messages import ContribId
 from wanrt.errors import LimitExceeded, LocalProtocolError
 from wanrt.protocol.checks import check_names
 from wanrt.protocol.limits import MAX_COUNTER, MAX_NAME_CHARS
+from wanrt.protocol.peer.round_msg import ContribId
 
 __all__ = [
     "MAX_IDS_BLOB_BYTES",

@@ -4,7 +4,8 @@ The chaos soak's trainer (tools/chaos_trainer.py) and the daemon tests' trainer 
 run the client's resync mechanism (:mod:`wanrt.client.link.param_resync`) the same way: on a ``resync``
 notice ask for the job's parameters and hold the results received meanwhile; swap the snapshot in and apply
 the held results it lacks; answer a peer's question once every result below its iteration is applied.
-Sums of :mod:`sims.exact_payloads` payloads are exact in fp32, so "identical parameters" is an exact test.
+Sums of :mod:`tools.harness.exact_payloads` payloads are exact in fp32, so "identical parameters" is an exact
+test.
 Sans-IO: messages in, messages to send out.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sims.exact_payloads import layer_shape
+from tools.harness.exact_payloads import layer_shape
 from wanrt.client.link.param_resync import Snapshot, SnapshotReceiver, snapshot_frames, snapshot_point
 from wanrt.payload import SparsePayload
 from wanrt.protocol import Message, Notice, ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest

@@ -16,9 +16,9 @@ from scheduler.stragglers import (
     NoAction,
     ParentChild,
     PolicyConfig,
-    StragglerPolicy,
     TreeRebuild,
 )
+from sims.policies.straggler_policy import StragglerPolicy
 from wanrt.config import from_mapping
 from wanrt.errors import ConfigError, LocalProtocolError
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scheduler.stragglers import DetectionConfig, PolicyConfig
-from scheduler.stragglers.bsp_sim import BspSimConfig, run, speedup
+from sims.policies.bsp_sim import BspSimConfig, run, speedup
 from wanrt.errors import ConfigError
 
 FAST = PolicyConfig(detection=DetectionConfig(short_s=60.0, long_s=600.0), kill_restart=False)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateways.wire.round_frames import GATEWAY_REGISTRY
 from wanrt.protocol import Connection
+from wanrt.protocol.peer.round_frames import GATEWAY_REGISTRY
 
 
 def gateway_pair(secret: bytes, job: str = "j") -> tuple[Connection, Connection]:

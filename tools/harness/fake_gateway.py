@@ -181,7 +181,7 @@ def run_in_thread(gw: FakeGateway) -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def main() -> None:
-    """``python -m sims.harness.fake_gateway --url unix:///tmp/wanrt.sock --sites a,b --job j
+    """``python -m tools.harness.fake_gateway --url unix:///tmp/wanrt.sock --sites a,b --job j
     --secret-file job.key``: serve until interrupted (for trying docs/client.md's example locally)."""
     import argparse
 

@@ -21,7 +21,7 @@ from scheduler.service.policies import make_policy
 from scheduler.stragglers.config import DetectionConfig
 from scheduler.stragglers.daemon_policy import SiteStragglerPolicy
 from scheduler.stragglers.site_config import SiteStragglerConfig
-from sims.harness.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, running, short_dir, site_configs
+from tools.harness.daemon_cluster import JOB, SECRET, TEST_TIMEOUTS, running, short_dir, site_configs
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 90
@@ -43,7 +43,7 @@ async def _torchrun(
         "--max-restarts=1",
         "--monitor-interval=0.1",
         "-m",
-        "sims.harness.kill_restart_trainer",
+        "tools.harness.kill_restart_trainer",
         f"--gateway={gateway}",
         f"--site={site}",
         f"--job={JOB}",
