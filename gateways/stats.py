@@ -71,7 +71,7 @@ class GatewayStats:
         #: up but whose trainer is not running, or too slow for every round): /status "missing_rounds"
         self.missing_streak: dict[str, int] = {}
         #: sites whose contribution was in a round delivered here: a site that never took part is still
-        #: starting as far as the job is concerned (a model fault from it is fatal, node._on_site_fault)
+        #: starting as far as the job is concerned (a model fault from it is fatal, ModelAgreement.site_fault)
         self.contributed: set[str] = set()
         #: per missing site, when its current run of missed rounds began (for sites that never contributed)
         self.missing_since: dict[str, float] = {}

@@ -154,6 +154,10 @@ class AdaptivePolicy:
             )
             if rate is not None:
                 log.debug("link %s>%s: %.1f Mbit/s from the receiver's tails", peer, site, rate / 1e6)
+        for peer, nbytes, secs in _link_counters(metrics, "probe"):  # timed probe trains, the same direction
+            rate = self.policy.observe_link_probe(f"{peer}>{site}", nbytes=nbytes, seconds=secs, now=now)
+            if rate is not None:
+                log.debug("link %s>%s: %.1f Mbit/s from a probe train", peer, site, rate / 1e6)
 
     def _observe_goodput(self, site: str, metrics: Mapping[str, float], now: float) -> None:
         sent = sum(v for k, v in metrics.items() if k.startswith("link.") and k.endswith(".bytes_sent"))

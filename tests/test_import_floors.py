@@ -176,7 +176,7 @@ def violations(
                 f"{name}:{imp.line} (floor {here[0]}, {here[1]}) imports {imp.target} "
                 f"(floor {there[0]}, {there[1]}): {way}"
             )
-    return out
+    return list(dict.fromkeys(out))  # one line per import statement and target
 
 
 def _allowed_pairs() -> set[tuple[str, str]]:

@@ -392,7 +392,7 @@ class Soak:
                 eng.frontier,
                 ",".join(sorted(eng.live)),
                 eng._timeline._joins,
-                {p: [(m.kind, m.iteration) for m in q][:3] for p, q in eng._buffer.items() if q},
+                {p: [(m.kind, m.iteration) for m in q][:3] for p, q in eng._held.queues.items() if q},
                 t.next_it,
                 end,
                 len(eng.open_rounds()),

@@ -103,6 +103,7 @@ def main() -> int:
     from wanrt.client import ClientConfig, SparseOptimizer
     from wanrt.client.context import Context
     from wanrt.client.leader.compression import LayerCompressor
+    from wanrt.client.leader.push_path import LeaderPush
     from wanrt.demo.trainers.training_loop import warm_up
     from wanrt.demo.workload.model import build_mlp
 
@@ -145,7 +146,7 @@ def main() -> int:
 
     local_before = local_run()
     spans = Spans()
-    spans.wrap(Context, "_compress_and_push", "worker: wait reduce + compress + push (total)")
+    spans.wrap(LeaderPush, "compress_and_push", "worker: wait reduce + compress + push (total)")
     spans.wrap(LayerCompressor, "compress", "worker: compress (EF + select + gather)")
     spans.wrap(Context, "_exchange", "step: drain worker + wait + decide + broadcast")
     spans.wrap(Context, "_apply", "step: apply (average + sparse optimizer)")
@@ -158,7 +159,7 @@ def main() -> int:
         import threading
 
         wprof = profs["leader worker thread"] = cProfile.Profile()
-        orig = Context._compress_and_push
+        orig = LeaderPush.compress_and_push
 
         def profiled(self: Any, *a: Any) -> None:
             assert threading.current_thread().name.startswith("wanrt-leader")
@@ -170,7 +171,7 @@ def main() -> int:
             finally:
                 wprof.disable()
 
-        Context._compress_and_push = profiled  # type: ignore[method-assign]
+        LeaderPush.compress_and_push = profiled  # type: ignore[method-assign]
     cfg = ClientConfig(density=args.density, staleness=args.staleness)
     with fake_gateway(tmp, secret_file) as url:
         ctx = wanrt.init(url, site="a", job="prof", secret_file=str(secret_file), config=cfg)

@@ -14,7 +14,7 @@ thread that runs them), one stage per part of the data path:
 hooks     the gradient hook's work on the training thread (``LayerReducer._issue``: issue the
           in-site reduce, hand the layer to the leader's worker)
 reduce    the leader's wait for the in-site reduce (``work.wait()``; nothing at one rank per site)
-site mean scaling the site's sum to its weighted mean (``Context._site_mean``)
+site mean scaling the site's sum to its weighted mean (``LeaderPush.site_mean``)
 compress  error feedback + selection (``LayerCompressor.compress``; dense: building the payload)
 encode    wire cast and push cut (``GatewayLink.push``) + framing and codec (``Connection.send_parts``)
 push      the link thread writing the push to the gateway's socket (``StreamTransport.send`` of pushes)
@@ -45,7 +45,7 @@ import numpy as np
 #: stage name -> (module path, class name, method name); see the module docstring
 STAGES: tuple[tuple[str, str, str, str], ...] = (
     ("hooks", "wanrt.client.site.grad_reduce", "LayerReducer", "_issue"),
-    ("site mean", "wanrt.client.context", "Context", "_site_mean"),
+    ("site mean", "wanrt.client.leader.push_path", "LeaderPush", "site_mean"),
     ("compress", "wanrt.client.leader.compression", "LayerCompressor", "compress"),
     ("encode", "wanrt.client.link.gateway_link", "GatewayLink", "push"),
     ("encode", "wanrt.protocol.connection", "Connection", "send_parts"),
@@ -114,6 +114,7 @@ def install_spans() -> Spans:
 
     from transports.stream import StreamTransport
     from wanrt.client.context import Context
+    from wanrt.client.leader.push_path import LeaderPush
 
     spans = Spans()
     for stage, module, cls, meth in STAGES:
@@ -121,7 +122,7 @@ def install_spans() -> Spans:
     spans.wrap(Context, "_poll", "wait", when=lambda *a, **kw: bool(kw.get("block")))
 
     # the in-site reduce's wait: the job the leader's worker runs starts with it
-    orig_cp = Context._compress_and_push
+    orig_cp = LeaderPush.compress_and_push
 
     def compress_and_push(self: Any, iteration: int, layer: int, work: Any, grad: Any) -> None:
         if work is not None:
@@ -130,7 +131,7 @@ def install_spans() -> Spans:
             spans.add("reduce", time.perf_counter() - t0)
         orig_cp(self, iteration, layer, None, grad)
 
-    Context._compress_and_push = compress_and_push  # type: ignore[method-assign]
+    LeaderPush.compress_and_push = compress_and_push  # type: ignore[method-assign]
     # the push on the trainer's socket: only the link's writer task sends from the loop thread's
     # writer; heartbeats and acks are tiny and counted too (they share the socket)
     spans.wrap_async(StreamTransport, "send", "push")

@@ -17,6 +17,7 @@ from wanrt.errors import (
     RemoteProtocolError,
     RestartRequested,
     TransportError,
+    UnsupportedValueCoding,
     WanrtError,
     WanrtTimeout,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "SparseOptimizer",
     "SparsePayload",
     "TransportError",
+    "UnsupportedValueCoding",
     "WanrtError",
     "WanrtTimeout",
     "__version__",

@@ -24,6 +24,7 @@ __all__ = [
     "RemoteProtocolError",
     "RestartRequested",
     "TransportError",
+    "UnsupportedValueCoding",
     "WanrtError",
     "WanrtTimeout",
 ]
@@ -75,6 +76,15 @@ class LimitExceeded(RemoteProtocolError):
 
 class MalformedPayload(RemoteProtocolError):
     """A COO payload lies about itself: indices out of range or unsorted, counts that disagree, ..."""
+
+
+class UnsupportedValueCoding(ProtocolError):
+    """The peer does not decode the value coding this side was configured to send (``wire_dtype`` int8,
+    int4, int2: ``wanrt.codec.lowbit``), as its handshake said; ``supported`` lists what it decodes. Raised
+    at connect, before any payload is sent in a coding the peer would refuse."""
+
+    def __init__(self, message: str, *, coding: str, supported: tuple[str, ...], peer: str | None = None):
+        super().__init__(message, peer=peer, coding=coding, supported=supported)
 
 
 class AuthError(WanrtError):

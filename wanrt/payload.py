@@ -78,6 +78,11 @@ class SparsePayload:
     indices: npt.NDArray[np.int64]
     values: npt.NDArray[Any]
     value_dtype: str = "fp32"
+    #: the exact low-bit wire form of ``values`` (a ``wanrt.codec.lowbit.LowbitValues``), or None. Set by
+    #: ``quantise_payload`` and by the decoder of a low-bit payload; the codec sends these codes instead of
+    #: quantising again, but only while ``coded.values is values`` (a payload rebuilt with other values
+    #: never goes out with stale codes). Typed ``object`` so this ground-floor module needs no codec import.
+    coded: object | None = None
 
     @property
     def nnz_blocks(self) -> int:

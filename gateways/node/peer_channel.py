@@ -30,6 +30,7 @@ from wanrt.errors import LocalProtocolError
 from wanrt.protocol import NEED_DATA, Ack, Bye, Chunk, Connection, ConnectionClosed, Heartbeat, Message, Push
 from wanrt.protocol.checks import check_uint
 from wanrt.protocol.limits import MAX_COUNTER, MAX_LAYER_ID
+from wanrt.protocol.peer.probe_train import ProbeTrain
 from wanrt.protocol.peer.round_frames import (
     SEQ_MODULUS,
     AckWindow,
@@ -88,6 +89,8 @@ class PeerChannel:
         self._control: deque[list[memoryview]] = deque()
         self._tag_items: dict[int, int] = {}  # EDF item id of a tag -> its sequence number
         self._merged: set[int] = set()  # items holding a tag and its payload frame (always one chunk)
+        self._unpaced: set[int] = set()  # items that pass the pacer (timed probe trains)
+        self._chunk_unpaced = False  # the frame _next_frame just gave is one of theirs
         self._seq = 0
         self._held: tuple[list[memoryview], float] | None = None  # a paced frame and when it may leave
         self.bye_sent = False
@@ -97,7 +100,7 @@ class PeerChannel:
         self.beats = 0
         #: round messages sent before the peer said anything on this link (None once it did): the peer may
         #: never have brought the link up (it refused the handshake after our Auth), so if the link ends
-        #: before then, they are queued again for the next link (GatewayNode._end_link)
+        #: before then, they are queued again for the next link (PeerSide.end_link)
         self.unconfirmed: list[RoundMsg] | None = []
         #: the owner's "may have bytes to write" set: every frame queued here enters it, so the owner's
         #: pop_actions looks at the channels that changed, not at every link (``None``: not tracked)
@@ -161,14 +164,19 @@ class PeerChannel:
         if isinstance(msg, Bye):
             self.bye_sent = True
 
-    def send_bulk(self, msg: Message, priority: tuple[int, int]) -> None:
+    def send_bulk(self, msg: Message, priority: tuple[int, int], *, paced: bool = True) -> None:
         """Queue a large frame that is not a round message (a parameter-resync chunk) in the EDF queue at
-        ``priority``: paced like round data and cut into chunks, so it never starves the rounds."""
+        ``priority``: paced like round data and cut into chunks, so it never starves the rounds.
+        ``paced=False`` (a timed probe train, :mod:`wanrt.protocol.peer.probe_train`): its chunks pass the
+        pacer, so the train measures the link and not the pacer's rate (they still wait their turn)."""
         if self.bye_sent:
             return
         if self.outbox is not None:
             self.outbox[self.link_id] = self
-        self._queue.push(next(self._item_ids), self.peer, priority, self.conn.send_parts(msg))
+        item = next(self._item_ids)
+        if not paced:
+            self._unpaced.add(item)
+        self._queue.push(item, self.peer, priority, self.conn.send_parts(msg))
 
     def heartbeat(self, now: float) -> None:
         self.beats += 1
@@ -206,7 +214,8 @@ class PeerChannel:
                 if nxt is None:
                     break
                 frame = nxt
-                wait = self.pacer.delay(sum(map(len, frame)), now)  # reserves the bytes
+                # reserves the bytes (a probe train passes: wanrt/protocol/peer/probe_train.py)
+                wait = 0.0 if self._chunk_unpaced else self.pacer.delay(sum(map(len, frame)), now)
                 if wait > 0:
                     self._held = (frame, now + wait)  # the pacer's slot for it: first out next time
                     continue
@@ -219,6 +228,9 @@ class PeerChannel:
         chunk = self._queue.next_chunk(self.peer)
         if chunk is None:
             return None
+        self._chunk_unpaced = chunk.item_id in self._unpaced
+        if self._chunk_unpaced and chunk.last:
+            self._unpaced.discard(chunk.item_id)
         if chunk.offset == 0:
             seq = self._tag_items.pop(chunk.item_id, None)
             if seq is not None:
@@ -257,7 +269,13 @@ class PeerChannel:
             rx = self.rx
             if rx is not None and not isinstance(event, (Ack, Heartbeat, ConnectionClosed)):
                 end = rx.total - self.conn.unread_bytes
-                rx.message(end, end - self._rx_mark)
+                size = end - self._rx_mark
+                if isinstance(event, ProbeTrain):
+                    # a train goes at the lowest priority, so round messages often end inside it and
+                    # move the mark: its extent is at least its own bytes (the bytes between are the
+                    # link's too, so its tail still reads the rate)
+                    size = max(size, event.nbytes)
+                rx.message(end, size)
                 self._rx_mark = end
             yield event
 

@@ -14,7 +14,7 @@ The flow (docs/chaos.md, "Parameter resync"; messages in :mod:`wanrt.protocol.pa
 3. the gateway asks one running peer (the parent in the plan of J if it has a link, else the other live
    members in name order), over the authenticated gateway link;
 4. the peer gateway answers only a current member of the job, for an iteration no further past its
-   frontier than a join may be claimed (:meth:`GatewayNode._check_claims`), and hands the question to its
+   frontier than a join may be claimed (:meth:`PeerAdmission._check_claims`), and hands the question to its
    own trainer, which answers with its snapshot (``ParamAnnounce`` then ``ParamChunk`` s) — relayed as is;
 5. this gateway checks the announce against the lengths of step 2 *before* its trainer allocates
    anything (the optimizer state may be left out: the serving site's optimizer differs), and every chunk:

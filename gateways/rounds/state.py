@@ -97,6 +97,25 @@ class OpenRound:
     suspected: bool = False
     timer: float | None = None
 
+    def holds_nothing(self) -> bool:
+        """Nothing received, taken or sent here: a round that can be dropped and opened again later."""
+        return (
+            self.local is None
+            and self.own is None
+            and not self.own_ids
+            and not self.taken
+            and not self.inputs
+            and not self.extras_in
+            and not self.extras_out
+            and self.ring_slices is None
+            and not self.ring_recv
+            and not self.seg_finals
+            and not self.ap_sums
+            and not self.ap_recv
+            and not self.ap_finals
+            and not self.residuals
+        )
+
     def restart(self, plan: Plan, now: float) -> list[tuple[SparsePayload | None, tuple[ContribId, ...]]]:
         """Forget everything received under the old plan (its senders keep their own contributions).
 

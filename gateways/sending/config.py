@@ -112,6 +112,14 @@ class DeliveryConfig:
     crossed inside a burst or one batched read). ``rx_ring_reads`` bounds the reads remembered per link
     (a message whose half-way byte is older gives no sample; at 30 Mbit/s a 140 kB tail is ~100 reads
     of TCP segments). ``rx_enabled = false`` reports nothing.
+
+    Timed probe trains (:mod:`gateways.sending.probe_trains`, issue 25), only while the gateway reports to
+    a scheduler: per incoming link, when the last ``probe_interval_s`` brought no measured tail of the
+    job's own messages (or more fast ones than measured), the receiver asks its peer for a train sized so
+    that its tail lasts ``probe_tail_factor`` × ``rx_min_tail_s`` at ``probe_gain`` × the link's last
+    measured rate (``probe_initial_bps`` before any), within ``probe_min_bytes``..``probe_max_bytes``.
+    A train whose tail was still too fast to time proves the link faster than that, and the next is sized
+    for the rate it proved. ``probe_enabled = false`` sends and asks for none.
     """
 
     enabled: bool = True
@@ -123,6 +131,13 @@ class DeliveryConfig:
     rx_min_bytes: int = 64 << 10
     rx_min_tail_s: float = 0.02
     rx_ring_reads: int = 4096
+    probe_enabled: bool = True
+    probe_interval_s: float = 1.0
+    probe_gain: float = 1.5
+    probe_tail_factor: float = 1.25
+    probe_initial_bps: float = 100e6
+    probe_min_bytes: int = 128 << 10
+    probe_max_bytes: int = 4 << 20
 
     def __post_init__(self) -> None:
         check(1 <= self.min_bytes <= 1 << 30, "min_bytes", self.min_bytes, "must be in 1..2**30")
@@ -137,3 +152,17 @@ class DeliveryConfig:
         check(2 <= self.rx_min_bytes <= 1 << 30, "rx_min_bytes", self.rx_min_bytes, "must be in 2..2**30")
         check(0.0 < self.rx_min_tail_s <= 10.0, "rx_min_tail_s", self.rx_min_tail_s, "must be in (0, 10] s")
         check(2 <= self.rx_ring_reads <= 1 << 20, "rx_ring_reads", self.rx_ring_reads, "2..2**20 reads")
+        check(
+            0.05 <= self.probe_interval_s <= 3600, "probe_interval_s", self.probe_interval_s, "0.05..3600 s"
+        )
+        check(1.0 <= self.probe_gain <= 16.0, "probe_gain", self.probe_gain, "must be in [1, 16]")
+        check(
+            1.0 <= self.probe_tail_factor <= 16.0, "probe_tail_factor", self.probe_tail_factor, "in [1, 16]"
+        )
+        check(1e3 <= self.probe_initial_bps <= 1e12, "probe_initial_bps", self.probe_initial_bps, "1e3..1e12")
+        check(
+            self.rx_min_bytes <= self.probe_min_bytes <= self.probe_max_bytes <= 4 << 20,
+            "probe_max_bytes",
+            (self.probe_min_bytes, self.probe_max_bytes),
+            "need rx_min_bytes <= probe_min_bytes <= probe_max_bytes <= 4 MiB",
+        )

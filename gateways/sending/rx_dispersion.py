@@ -57,6 +57,10 @@ class RxDispersion:
         self.fast = 0
         #: the last sample (bytes, seconds), for logs and tests
         self.last: tuple[int, float] | None = None
+        #: what the last :meth:`message` call gave: its sample, or whether its tail was too fast to time
+        #: (both unset: it was not timeable at all), for the probe trains (gateways/sending/probe_trains.py)
+        self.latest: tuple[int, float] | None = None
+        self.latest_fast = False
 
     def new_stream(self) -> None:
         """A new connection: its bytes are not contiguous with the old one's, so the ring starts over."""
@@ -73,6 +77,7 @@ class RxDispersion:
         """A message of ``size`` wire bytes ended at stream position ``end`` (``total`` less the bytes read
         but not yet framed); returns the tail sample (bytes, seconds) it gave, if any."""
         cfg = self.cfg
+        self.latest, self.latest_fast = None, False
         if not cfg.rx_enabled or size < cfg.rx_min_bytes or end > self.total or not self._reads:
             return None
         half = end - size // 2
@@ -96,9 +101,10 @@ class RxDispersion:
         seconds = t_end - t_half
         if nbytes <= 0 or seconds < cfg.rx_min_tail_s:
             self.fast += 1  # inside one read, or within a burst: any rate at all, but not a slow one
+            self.latest_fast = True
             return None
         self.rx_bytes += nbytes
         self.rx_s += seconds
         self.samples += 1
-        self.last = (nbytes, seconds)
+        self.last = self.latest = (nbytes, seconds)
         return self.last

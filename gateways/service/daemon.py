@@ -477,7 +477,8 @@ class GatewayDaemon:
         self._after()
 
     def trainer_refusal_notice(self) -> Notice | None:
-        notice, self.node.refusal_notice = self.node.refusal_notice, None
+        agreement = self.node.agreement
+        notice, agreement.refusal_notice = agreement.refusal_notice, None
         return notice
 
     def trainer_model_problem(self, info: dict[str, Any]) -> str | None:

@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from gateways.node import CloseLink
 from transports import BandwidthTrace, ShapedTransport, Timeouts, Transport, drive_trace
-from transports.connection_io import RECV_BYTES, abort_and_close
+from transports.connection_io import RECV_BYTES
+from transports.connection_serving import ConnectionEnd, serve_connection
 from wanrt.errors import AuthError, ProtocolError, TransportError, WanrtTimeout
 from wanrt.protocol import Connection
 
@@ -81,60 +83,45 @@ class PeerLink:
 
     async def run(self) -> str:
         """Serve the link until it ends; returns why (also kept in :attr:`reason`). Closes the transport."""
-        loop = asyncio.get_running_loop()
-        reader = loop.create_task(self._read(), name=f"read {self.peer}")
-        writer = loop.create_task(self._write(), name=f"write {self.peer}")
-        closer = loop.create_task(self._closed.wait(), name=f"close {self.peer}")
-        # the trace driver does not end the link: a finished trace leaves it at its last rate
-        aux: list[asyncio.Task[None]] = []
+        background: list[Coroutine[Any, Any, None]] = []
         if self._trace is not None and isinstance(self.transport, ShapedTransport):
-            aux.append(
-                loop.create_task(
-                    drive_trace(self.transport, self._trace, clock=loop.time, start=self._trace_start),
-                    name=f"trace {self.peer}",
-                )
-            )
-        error: BaseException | None = None
-        clean = False
+            # the trace driver does not end the link: a finished trace leaves it at its last rate
+            clock = asyncio.get_running_loop().time
+            background.append(drive_trace(self.transport, self._trace, clock=clock, start=self._trace_start))
         try:
-            done, _ = await asyncio.wait({reader, writer, closer}, return_when=asyncio.FIRST_COMPLETED)
-            if self._close is None and closer not in done:
-                finished = reader if reader in done else writer  # the reader knows the peer's reason
-                error = finished.exception()
-                self.reason = finished.result() if error is None else _describe(error)
-            if self._close is not None:
-                self.reason = self._close.reason
-                error = self._close.error
-            channel = self._daemon.node.channel(self.link_id)
-            clean = (
-                error is None
-                and channel is not None
-                and channel.bye_sent
-                and not (self._close is not None and self._close.abort)
+            end = await serve_connection(
+                self.conn,
+                self.transport,
+                reader=self._read(),
+                writer=self._write(),
+                name=self.peer,
+                grace=self._timeouts.close,
+                stop=self._closed,
+                background=background,
+                describe=_describe,
+                settle=self._settle,
+                flush_when_clean=True,  # our Bye goes out after what is queued
+                on_end=self._ended,
+                cancelled_reason="",
             )
-            if clean and not writer.done():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._timeouts.close):
-                        await asyncio.wait({writer})  # our Bye goes out after what is queued
         finally:
-            for task in (reader, writer, closer, *aux):
-                task.cancel()
-            await asyncio.gather(reader, writer, closer, *aux, return_exceptions=True)
-            self._daemon.link_finished(self, self.reason or "link ended")
-            if self._close is not None and self._close.abort:
-                pass  # already dropped
-            elif clean:
-                with contextlib.suppress(TransportError, OSError):
-                    await self.transport.close()  # a clean end: both said (or we said) Bye
-            else:  # tell the peer why, if the protocol still lets us
-                await abort_and_close(
-                    self.conn,
-                    self.transport,
-                    error if isinstance(error, (ProtocolError, AuthError)) else None,
-                    grace=self._timeouts.close,
-                )
             self.done.set()
-        return self.reason
+        return end.reason
+
+    def _settle(self, end: ConnectionEnd) -> None:
+        """A link the node closed keeps the node's reason and error; a clean end is one where our Bye is
+        queued, nothing failed and the link was not dropped."""
+        close = self._close
+        if close is not None:
+            end.reason, end.error, end.dropped = close.reason, close.error, close.abort
+        channel = self._daemon.node.channel(self.link_id)
+        end.clean = end.error is None and channel is not None and channel.bye_sent and not end.dropped
+
+    def _ended(self, end: ConnectionEnd) -> None:
+        if self._close is not None and self._close.abort:
+            end.dropped = True  # aborted by the node after the verdict (already dropped)
+        self.reason = end.reason
+        self._daemon.link_finished(self, self.reason or "link ended")
 
     async def _read(self) -> str:
         expect = getattr(self.transport, "expect", None)

@@ -33,8 +33,9 @@ from typing import Any, Final, Protocol
 from gateways.config import GatewayConfig
 from gateways.service.peer_link import PeerLink
 from transports import Listener, ShapedTransport, Transport, connect, listen, parse_url
-from transports.connection_io import abort_and_close, next_event
-from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, TransportError, WanrtTimeout
+from transports.connection_io import next_event
+from transports.handshake_boundary import HandshakeFailure, handshake_boundary
+from wanrt.errors import AuthError, RemoteProtocolError, TransportError, WanrtTimeout
 from wanrt.keys import Credentials
 from wanrt.protocol import Auth, Connection, Error, ErrorCode, Hello, Reject, Role, Welcome
 from wanrt.protocol.peer.round_frames import GATEWAY_REGISTRY
@@ -197,7 +198,21 @@ class PeerLinks:
     async def _accept_handshake(self, transport: Transport, slot: _Slot) -> PeerLink | None:
         conn = self._connection("server", transport.peer)
         site: str | None = None
-        try:
+
+        def failed(f: HandshakeFailure) -> None:
+            if f.kind == "timeout":
+                why = (
+                    "unauthenticated handshake evicted: every slot was taken and this host held the most"
+                    if slot.evicted
+                    else "handshake not finished in time"
+                )
+                self._owner.rejected(transport.peer, why)
+            elif f.kind == "refused":
+                self._owner.rejected(transport.peer, str(f), site, kind="auth" if f.auth else "config")
+            else:
+                log.info("gateway connection from %s ended during the handshake: %s", transport.peer, f)
+
+        async with handshake_boundary(conn, transport, grace=self.cfg.timeouts.close, on_failure=failed):
             async with asyncio.timeout(self.cfg.timeouts.handshake) as deadline:
                 slot.deadline = deadline
                 if slot.evicted:
@@ -234,25 +249,6 @@ class PeerLinks:
                     return self._owner.link_up(
                         hello.site, conn, self.shaped(hello.site, transport), ours, dict(hello.info)
                     )
-        except asyncio.CancelledError:
-            await abort_and_close(conn, transport, None, grace=self.cfg.timeouts.close)
-            raise
-        except TimeoutError:
-            why = (
-                "unauthenticated handshake evicted: every slot was taken and this host held the most"
-                if slot.evicted
-                else "handshake not finished in time"
-            )
-            self._owner.rejected(transport.peer, why)
-            await abort_and_close(conn, transport, None, grace=self.cfg.timeouts.close)
-        except (ProtocolError, AuthError) as exc:
-            self._owner.rejected(
-                transport.peer, str(exc), site, kind="auth" if isinstance(exc, AuthError) else "config"
-            )
-            await abort_and_close(conn, transport, exc, grace=self.cfg.timeouts.close)
-        except (TransportError, WanrtTimeout) as exc:
-            log.info("gateway connection from %s ended during the handshake: %s", transport.peer, exc)
-            await abort_and_close(conn, transport, None, grace=self.cfg.timeouts.close)
         return None
 
     # -- dialing ------------------------------------------------------------------------------------
@@ -290,31 +286,29 @@ class PeerLinks:
             (log.debug if quiet else log.info)("cannot reach gateway %s at %s: %s", peer, url, exc)
             return None
         conn = self._connection("client", peer, peer)
-        try:
-            async with asyncio.timeout(cfg.timeouts.handshake), self._owner.handshake_gate():
-                if self._stop.is_set():
-                    raise TransportError("shutting down", peer=peer)
-                ours = self._owner.link_info(peer)
-                await transport.send([conn.hello(ours)])
-                welcome = await next_event(conn, transport)
-                _expect_welcome(welcome, peer, url)
-                assert isinstance(welcome, Welcome)
-                await transport.send([conn.authenticate()])
-                return self._owner.link_up(peer, conn, self.shaped(peer, transport), ours, dict(welcome.info))
-        except asyncio.CancelledError:
-            await abort_and_close(conn, transport, None, grace=cfg.timeouts.close)
-            raise
-        except TimeoutError:
-            log.warning("gateway %s at %s: handshake not finished in time", peer, url)
-            await abort_and_close(conn, transport, None, grace=cfg.timeouts.close)
-        except (ProtocolError, AuthError) as exc:
-            self._owner.rejected(
-                f"{peer} ({url})", str(exc), peer, kind="auth" if isinstance(exc, AuthError) else "config"
-            )
-            await abort_and_close(conn, transport, exc, grace=cfg.timeouts.close)
-        except (TransportError, WanrtTimeout) as exc:
-            (log.debug if quiet else log.info)("gateway %s at %s: handshake failed: %s", peer, url, exc)
-            await abort_and_close(conn, transport, None, grace=cfg.timeouts.close)
+
+        def failed(f: HandshakeFailure) -> None:
+            if f.kind == "timeout":
+                log.warning("gateway %s at %s: handshake not finished in time", peer, url)
+            elif f.kind == "refused":
+                self._owner.rejected(f"{peer} ({url})", str(f), peer, kind="auth" if f.auth else "config")
+            else:
+                (log.debug if quiet else log.info)("gateway %s at %s: handshake failed: %s", peer, url, f)
+
+        async with (
+            handshake_boundary(conn, transport, grace=cfg.timeouts.close, on_failure=failed),
+            asyncio.timeout(cfg.timeouts.handshake),
+            self._owner.handshake_gate(),
+        ):
+            if self._stop.is_set():
+                raise TransportError("shutting down", peer=peer)
+            ours = self._owner.link_info(peer)
+            await transport.send([conn.hello(ours)])
+            welcome = await next_event(conn, transport)
+            _expect_welcome(welcome, peer, url)
+            assert isinstance(welcome, Welcome)
+            await transport.send([conn.authenticate()])
+            return self._owner.link_up(peer, conn, self.shaped(peer, transport), ours, dict(welcome.info))
         return None
 
     # -- serving ------------------------------------------------------------------------------------

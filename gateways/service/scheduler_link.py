@@ -14,8 +14,10 @@ from collections.abc import Callable
 
 from gateways.config import GatewayConfig
 from transports import Transport, connect, parse_url
-from transports.connection_io import abort_and_close, next_event
-from wanrt.errors import AuthError, ProtocolError, RemoteProtocolError, TransportError, WanrtTimeout
+from transports.connection_io import next_event
+from transports.connection_serving import ConnectionEnd, serve_connection
+from transports.handshake_boundary import HandshakeFailure, handshake_boundary
+from wanrt.errors import AuthError, RemoteProtocolError, TransportError, WanrtTimeout
 from wanrt.protocol import Bye, Connection, ConnectionClosed, Error, Heartbeat, Message, Reject, Role, Welcome
 from wanrt.protocol.scheduler.messages import SCHEDULER_REGISTRY
 
@@ -91,44 +93,43 @@ class SchedulerLink:
             registry=SCHEDULER_REGISTRY,
             peer="scheduler",
         )
-        error: BaseException | None = None
-        try:
-            async with asyncio.timeout(cfg.timeouts.handshake):
-                await transport.send([conn.hello({})])
-                welcome = await next_event(conn, transport)
-                if isinstance(welcome, Reject):
-                    raise RemoteProtocolError(f"the scheduler refused this gateway: {welcome.reason}")
-                if not isinstance(welcome, Welcome) or welcome.role is not Role.SCHEDULER:
-                    raise AuthError(f"{self.url} is not the job's scheduler", peer="scheduler")
-                await transport.send([conn.authenticate()])
-        except (TimeoutError, ProtocolError, AuthError, TransportError, WanrtTimeout) as exc:
-            log.warning("scheduler at %s: handshake failed: %s", self.url, exc)
-            await abort_and_close(conn, transport, exc if isinstance(exc, ProtocolError) else None, grace=1.0)
+
+        def failed(f: HandshakeFailure) -> None:
+            log.warning("scheduler at %s: handshake failed: %s", self.url, f)
+
+        async with (
+            handshake_boundary(conn, transport, grace=1.0, on_failure=failed) as handshake,
+            asyncio.timeout(cfg.timeouts.handshake),
+        ):
+            await transport.send([conn.hello({})])
+            welcome = await next_event(conn, transport)
+            if isinstance(welcome, Reject):
+                raise RemoteProtocolError(f"the scheduler refused this gateway: {welcome.reason}")
+            if not isinstance(welcome, Welcome) or welcome.role is not Role.SCHEDULER:
+                raise AuthError(f"{self.url} is not the job's scheduler", peer="scheduler")
+            await transport.send([conn.authenticate()])
+        if handshake.failed:
             return None
         self.connected = True
         self._out.clear()
         log.info("scheduler link up (%s)", self.url)
         self._on_up()
-        reason = "ended"
-        loop = asyncio.get_running_loop()
-        reader = loop.create_task(self._read(conn, transport), name="scheduler read")
-        writer = loop.create_task(self._write(conn, transport), name="scheduler write")
-        try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            task = reader if reader in done else writer
-            error = task.exception()
-            reason = task.result() if error is None else str(error)
-        finally:
+
+        def ended(end: ConnectionEnd) -> None:
             self.connected = False
-            for t in (reader, writer):
-                t.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
-            await abort_and_close(
-                conn, transport, error if isinstance(error, ProtocolError) else None, grace=1.0
-            )
-            log.warning("scheduler link down: %s; training goes on with the last decision", reason)
-            self._on_down(reason)
-        return reason
+            log.warning("scheduler link down: %s; training goes on with the last decision", end.reason)
+            self._on_down(end.reason)
+
+        end = await serve_connection(
+            conn,
+            transport,
+            reader=self._read(conn, transport),
+            writer=self._write(conn, transport),
+            name="scheduler",
+            grace=1.0,
+            on_end=ended,
+        )
+        return end.reason
 
     async def _read(self, conn: Connection, transport: Transport) -> str:
         while True:

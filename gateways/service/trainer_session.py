@@ -23,13 +23,13 @@ from typing import Any, Protocol
 
 from transports import Timeouts, Transport
 from transports.connection_io import abort_and_close, next_event
+from transports.connection_serving import ConnectionEnd, serve_connection
+from transports.handshake_boundary import HandshakeFailure, handshake_boundary
 from wanrt.errors import (
     AuthError,
-    ProtocolError,
     RemoteProtocolError,
     TransportError,
     WanrtError,
-    WanrtTimeout,
 )
 from wanrt.protocol import (
     Ack,
@@ -187,29 +187,28 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
         Role.GATEWAY, owner.site, owner.job, owner.secret(), side="server", peer=f"trainer@{transport.peer}"
     )
     timeouts = owner.timeouts
-    try:
-        async with asyncio.timeout(timeouts.handshake):
-            problem = await _handshake(owner, conn, transport)
-        if problem is _PROBED:
-            await abort_and_close(conn, transport, None, grace=timeouts.close)
-            return
-    except asyncio.CancelledError:
-        await abort_and_close(conn, transport, None, grace=timeouts.close)
-        raise
-    except TimeoutError:
-        log.warning(
-            "trainer %s: handshake not finished within %g s; closed", transport.peer, timeouts.handshake
-        )
-        await abort_and_close(conn, transport, None, grace=timeouts.close)
+
+    def failed(f: HandshakeFailure) -> None:
+        if f.kind == "timeout":
+            log.warning(
+                "trainer %s: handshake not finished within %g s; closed", transport.peer, timeouts.handshake
+            )
+        elif f.kind == "refused":
+            log.warning("trainer %s rejected: %s", transport.peer, f)
+            if f.auth:
+                owner.trainer_auth_failed(str(f))
+        else:
+            log.info("trainer %s: connection failed during the handshake: %s", transport.peer, f)
+
+    problem: str | None = None
+    async with (
+        handshake_boundary(conn, transport, grace=timeouts.close, on_failure=failed) as handshake,
+        asyncio.timeout(timeouts.handshake),
+    ):
+        problem = await _handshake(owner, conn, transport)
+    if handshake.failed:
         return
-    except (ProtocolError, AuthError) as exc:
-        log.warning("trainer %s rejected: %s", transport.peer, exc)
-        if isinstance(exc, AuthError):
-            owner.trainer_auth_failed(str(exc))
-        await abort_and_close(conn, transport, exc, grace=timeouts.close)
-        return
-    except (TransportError, WanrtTimeout) as exc:
-        log.info("trainer %s: connection failed during the handshake: %s", transport.peer, exc)
+    if problem is _PROBED:
         await abort_and_close(conn, transport, None, grace=timeouts.close)
         return
     if problem is not None:
@@ -224,34 +223,24 @@ async def serve_trainer(owner: TrainerOwner, transport: Transport) -> None:
         return
     session = TrainerSession(conn, transport, timeouts)
     owner.trainer_connected(session)
-    reason = "ended"
-    error: BaseException | None = None
-    writer = asyncio.get_running_loop().create_task(session.writer(), name=f"trainer writer {transport.peer}")
-    reader = asyncio.get_running_loop().create_task(_read(owner, session), name=f"trainer {transport.peer}")
-    try:
-        done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-        task = reader if reader in done else writer  # the reader says why the trainer left
-        error = task.exception()
-        reason = task.result() if error is None else str(error)
-        if isinstance(error, WanrtError):
-            log.warning("trainer %s: connection closed: %s", transport.peer, error)
-        elif error is not None:
-            log.error("trainer %s: internal error, connection closed", transport.peer, exc_info=error)
-    finally:
-        for task in (reader, writer):
-            task.cancel()
-        await asyncio.gather(reader, writer, return_exceptions=True)
-        owner.trainer_disconnected(session, reason, clean=session.said_bye)
-        if error is None and session.bye_sent:
-            with contextlib.suppress(TransportError, OSError):
-                await transport.close()  # a clean end: Bye said
-        else:
-            await abort_and_close(
-                conn,
-                transport,
-                error if isinstance(error, (ProtocolError, AuthError)) else None,
-                grace=timeouts.close,
-            )
+
+    def ended(end: ConnectionEnd) -> None:
+        if isinstance(end.error, WanrtError):
+            log.warning("trainer %s: connection closed: %s", transport.peer, end.error)
+        elif end.error is not None:
+            log.error("trainer %s: internal error, connection closed", transport.peer, exc_info=end.error)
+        end.clean = end.error is None and session.bye_sent  # a clean end: Bye said
+        owner.trainer_disconnected(session, end.reason, clean=session.said_bye)
+
+    await serve_connection(
+        conn,
+        transport,
+        reader=_read(owner, session),  # the reader says why the trainer left
+        writer=session.writer(),
+        name=f"trainer {transport.peer}",
+        grace=timeouts.close,
+        on_end=ended,
+    )
 
 
 #: silence after which a trainer connection is taken for dead: three of the client's 5 s heartbeats

@@ -55,6 +55,13 @@ idle; and if the bytes' predicted time is under ``latency_min_byte_share`` of L,
 the latency's jitter, and a latency-bound iteration says nothing about B. Without this, the 40 ms round
 trip of the demo's tree read as a 2–12 Mbit/s link on 20–100 Mbit/s links (docs/demo.md).
 
+**Paced probing** (ours, BBR's ProbeBW; ``bw_probe_every``, ``bw_probe_gain``): once a delivery rate has
+measured the link, a raise while no link is measured (``censored``) is a probe — the estimate times the gain,
+held for ``bw_probe_every`` ticks until the raised plan's samples can return. A probe is only ever kept by a
+measurement (:meth:`BandwidthEstimator.apply_delivery`); one that nothing measured is undone and the next
+waits twice as long. What measures a link the plan's payload cannot is the gateways' timed probe trains
+(gateways/sending/probe_trains.py), which reach :meth:`apply_delivery` through the links' rates.
+
 Sans-IO: observations carry ``now``; nothing here reads a clock.
 """
 
@@ -329,16 +336,20 @@ class BandwidthEstimator:
                 wait = cfg.bw_probe_every if self._probe_from is not None else self._probe_every
                 if not censored or self._since_probe < wait:
                     kind, new = "hold", before  # the samples of the last plan are not back yet
+                elif self._probe_from is not None:
+                    # the probe's plan ran its samples' time and nothing measured it (no link backlogged,
+                    # no timed train): no evidence that the link carried it. It is undone — back to the
+                    # rate it started from — and the next waits twice as long. Counting it as carried let
+                    # each such probe start the next from itself, and with a plan whose payload stopped
+                    # growing the estimate ran away (10-20 Gbit/s on a 100 Mbit/s link, docs/scheduler.md)
+                    kind, new = "lower", min(before, self._probe_from)
+                    self._probe_every = min(2 * self._probe_every, cfg.bw_probe_every_max)
+                    self._probe_from = None
+                    self._since_probe = 0
                 else:
-                    if self._probe_from is not None:
-                        # the probe's plan ran its samples' time and no link backlogged: the link carried
-                        # it (a success: the spacing is the base again), the probed rate is the new lower
-                        # bound, and the next probe starts there at once
-                        self._measured, self._probe_from = before, None
-                        self._probe_every = cfg.bw_probe_every
                     kind = "raise"
                     self._points.clear()
-                    # not capped by the prior: this raise is measured before the next one
+                    # not capped by the prior: this raise is measured (or undone) before the next one
                     new = min(before * cfg.bw_probe_gain, cfg.bw_max_bps)
                     self._probe_from = self._measured
                     self._since_probe = 0

@@ -138,6 +138,11 @@ class SchedulerConfig:
     #: after the 30 Mbit/s step, five reallocations had paced the root's healthy link at 0.85^5 of
     #: 100 Mbit/s and it read 47-58 Mbit/s
     link_paced_share: float = 0.8
+    #: the gateways' timed probe trains (``link.<sender>.probe_bytes|probe_s`` from the receiver,
+    #: gateways/sending/probe_trains.py): a link's probe rate is the best train window within this age (a
+    #: train is asked for once a second at most; a receiver that stalled reads one train slow) and sets
+    #: the link's rate unless the receiver's tails measured it more recently. 0: trains are ignored
+    link_probe_max_age_s: float = 1.5
     #: the exchange's latency (ours; 0: off, the paper's model): estimator observations the fixed part L of
     #: an exchange ``L + bytes / B`` is measured over (:mod:`scheduler.control.latency`). The paper's
     #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
@@ -155,8 +160,11 @@ class SchedulerConfig:
     #: the stand-in's iterations do not fall past ``standin_batch_ref`` (a learning rate tuned there and
     #: not scaled with the batch; :class:`~scheduler.control.convergence.PowerLawConvergence`)
     standin_fixed_lr: bool = False
-    #: the stand-in's compression term ``density_coef · ((1 − r)^−0.5 − 1)`` (its long-standing 0.05)
+    #: the stand-in's compression term ``density_coef · ((1 − r)^−p − 1)`` (its long-standing 0.05) and p,
+    #: ``standin_density_exponent`` (its long-standing 0.5; the demo's width-2048 MLP measured 1.5:
+    #: +15 % iterations at density 0.01 and +40 % at 0.005 over 0.02, where p = 0.5 said +4 % and +10 %)
     standin_density_coef: float = 0.05
+    standin_density_exponent: float = 0.5
 
     # -- ④ configuration search, Eq. 1–6 -----------------------------------------------------------------
     #: λ of Eq. 1, weighting the coefficient of variation (Eq. 3) against TTA; TTA enters normalised by the
@@ -325,6 +333,12 @@ class SchedulerConfig:
             "must be in (0, 10] (above 1: never)",
         )
         check(
+            0 <= self.link_probe_max_age_s <= 3600,
+            "link_probe_max_age_s",
+            self.link_probe_max_age_s,
+            "must be in [0, 3600] s",
+        )
+        check(
             0 < self.link_rx_max_age_s <= 3600,
             "link_rx_max_age_s",
             self.link_rx_max_age_s,
@@ -355,6 +369,12 @@ class SchedulerConfig:
             "must be > 0",
         )
         check(self.standin_batch_ref > 0, "standin_batch_ref", self.standin_batch_ref, "must be > 0")
+        check(
+            0 <= self.standin_density_exponent <= 4,
+            "standin_density_exponent",
+            self.standin_density_exponent,
+            "must be in [0, 4]",
+        )
         check(
             0 <= self.standin_density_coef <= 10,
             "standin_density_coef",

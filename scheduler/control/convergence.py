@@ -100,7 +100,13 @@ class PowerLawConvergence:
 
     @classmethod
     def from_critical_batch(
-        cls, critical_batch: float, batch_ref: float, *, fixed_lr: bool = False, density_coef: float = 0.05
+        cls,
+        critical_batch: float,
+        batch_ref: float,
+        *,
+        fixed_lr: bool = False,
+        density_coef: float = 0.05,
+        density_exponent: float = 0.5,
     ) -> PowerLawConvergence:
         """The stand-in whose batch term is McCandlish et al.'s: samples to a loss ∝ 1 + Σx / B_noise.
 
@@ -116,4 +122,5 @@ class PowerLawConvergence:
             batch_ref=batch_ref,
             fixed_lr=fixed_lr,
             density_coef=density_coef,
+            density_exponent=density_exponent,
         )

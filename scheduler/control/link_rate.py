@@ -87,6 +87,7 @@ class LinkRates:
         self._delivery: dict[str, _Link] = {}  # the same windows over the backlog counters
         self._rx: dict[str, RxLink] = {}  # ... and over the receivers' tail-dispersion counters
         self._paced: dict[str, tuple[float, float]] = {}  # link -> (its sender's pacing rate, when)
+        self._probes: dict[str, _Link] = {}  # ... and over the receivers' timed probe trains
 
     def observe_backlog(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
         """Cumulative counters of ``link``'s delivery while backlogged (bytes, seconds: the gateway's
@@ -138,6 +139,55 @@ class LinkRates:
             how=cfg.link_rx_filter,
         )
 
+    def observe_probe(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
+        """Cumulative counters of the timed probe trains' tails on ``link`` (``sender>receiver``; the
+        receiving gateway's ``link.<sender>.probe_bytes|probe_s``); returns a new train window's rate, bit/s.
+
+        Why: a link faster than the plan's messages gives no measured tail at all (every one crosses inside
+        the burst: "fast"), and the estimator could only guess upwards. A train is sized by the receiver to
+        be timed at the rate it tests (gateways/sending/probe_trains.py), so it is a measurement whatever
+        the plan sends. Filtered by the best window of the last ``link_probe_max_age_s`` (BBR's max: a
+        train is timed only when its tail outlasts the burst, so it reads the link or, behind a stalled
+        receiver, below it)."""
+        vals = (nbytes, seconds, now)
+        if not all(math.isfinite(v) for v in vals) or nbytes < 0 or seconds < 0:
+            raise RemoteProtocolError("probe counters must be finite and >= 0", value=vals)
+        st = self._probes.get(link)
+        if st is None:
+            _make_room(self._probes)
+            self._probes[link] = _Link(nbytes, seconds, seen_at=now)
+            return None
+        st.seen_at = now
+        if nbytes < st.bytes0 or seconds < st.busy0:
+            st.bytes0, st.busy0 = nbytes, seconds  # the receiving gateway restarted
+            return None
+        busy = seconds - st.busy0
+        if busy <= 0 or nbytes <= st.bytes0:
+            return None
+        rate = 8.0 * (nbytes - st.bytes0) / busy
+        st.window = (nbytes - st.bytes0, busy, 0.0)
+        st.bytes0, st.busy0 = nbytes, seconds
+        st.samples = [(t, r) for t, r in st.samples if now - t <= self.cfg.link_probe_max_age_s]
+        st.samples.append((now, rate))
+        st.rate_bps = max(r for _, r in st.samples)
+        st.measured_at = now
+        return rate
+
+    def _probe_rates(self, now: float) -> dict[str, tuple[float, float]]:
+        """Per link, (its probe rate, when) if a train was timed within ``link_probe_max_age_s``."""
+        max_age = self.cfg.link_probe_max_age_s
+        out: dict[str, tuple[float, float]] = {}
+        for k, v in list(self._probes.items()):
+            if now - v.seen_at > 4 * max(max_age, self.cfg.link_rx_max_age_s):
+                del self._probes[k]
+                continue
+            if v.measured_at is None or v.rate_bps is None or now - v.measured_at > max_age:
+                continue
+            fresh = [r for t, r in v.samples if now - t <= max_age]
+            if fresh:
+                out[k] = (max(fresh), v.measured_at)
+        return out
+
     def _observe_window(
         self, table: dict[str, _Link], link: str, nbytes: float, seconds: float, now: float
     ) -> float | None:
@@ -174,7 +224,9 @@ class LinkRates:
         (one direction), its receiver's tail rate when it has a fresh one (``link_rx``), else its sender's
         delivery sample: the tail excludes the burst the sender's sample cannot separate. A link whose
         receiver saw most tails cross too fast to measure is left out, its sender's sample too, and so is
-        one whose rate reached ``link_paced_share`` of its sender's pacing rate (application-limited)."""
+        one whose rate reached ``link_paced_share`` of its sender's pacing rate (application-limited).
+        A link whose receiver timed a probe train within ``link_probe_max_age_s`` has that train's rate
+        (:meth:`observe_probe`) unless its tails measured it since."""
         max_age = self.cfg.link_delivery_max_age_s
         for table in (self._delivery, self._rx):
             for k in [
@@ -197,6 +249,14 @@ class LinkRates:
             fresh = paced is not None and now - paced[1] <= 4 * max_age
             if fresh and paced is not None and per_link[k] >= self.cfg.link_paced_share * paced[0]:
                 del per_link[k]  # application-limited: wanrt's pacer, not the link, set this rate
+        for k, (rate, at) in self._probe_rates(now).items():
+            # a timed train measured the link whatever the plan sent (and passed the pacer, so the
+            # application-limited rule above does not apply to it); the receiver's tails of the job's own
+            # messages win only if they judged a rate more recently and were not paced
+            tails = self._rx.get(k)
+            newer = k in per_link and tails is not None and (tails.measured_at or -math.inf) > at
+            if not newer:
+                per_link[k] = rate
         return min(per_link.values()) if per_link else None
 
     def observe_pacing(self, link: str, rate_bps: float, now: float) -> None:

@@ -208,6 +208,11 @@ class SchedulerPolicy:
         this report completed a window."""
         return self.links.observe_rx(link, nbytes=nbytes, seconds=seconds, now=now, n=n, fast=fast)
 
+    def observe_link_probe(self, link: str, *, nbytes: float, seconds: float, now: float) -> float | None:
+        """A WAN link's cumulative timed-probe-train tails at its receiver (bytes, seconds; ``link`` is
+        ``sender>receiver``); returns the link's new train rate (bit/s) when this report held a new train."""
+        return self.links.observe_probe(link, nbytes=nbytes, seconds=seconds, now=now)
+
     def confirm(self, decision: Decision) -> None:
         """The daemon announced ``decision`` (with its effective iteration set)."""
         if decision.effective_iteration is None:

@@ -30,8 +30,10 @@ from scheduler.node import DecisionPolicy, SchedulerNode, SendTo
 from scheduler.sharding.service import ShardService
 from scheduler.sharding.state_file import read_state, write_state
 from transports import Listener, Transport, listen, parse_url
-from transports.connection_io import abort_and_close, next_event
-from wanrt.errors import AuthError, ConfigError, ProtocolError, TransportError, WanrtTimeout
+from transports.connection_io import next_event
+from transports.connection_serving import ConnectionEnd, serve_connection
+from transports.handshake_boundary import HandshakeFailure, handshake_boundary
+from wanrt.errors import AuthError, ConfigError, ProtocolError, TransportError
 from wanrt.protocol import (
     Auth,
     Bye,
@@ -378,32 +380,32 @@ class SchedulerDaemon:
             registry=SCHEDULER_REGISTRY,
             peer=transport.peer,
         )
-        try:
-            async with asyncio.timeout(self.cfg.timeouts.handshake):
-                hello = await next_event(conn, transport)
-                if not isinstance(hello, Hello):
-                    raise TransportError("closed before its Hello", peer=transport.peer)
-                problem = self.node.gateway_problem(hello.site)
-                if hello.role is not Role.GATEWAY:
-                    problem = f"role {hello.role} may not connect to the scheduler"
-                if problem is not None:
-                    await transport.send([conn.reject(ErrorCode.AUTH, problem)])
-                    raise AuthError(problem, peer=hello.site)
-                key = self._creds.for_site(hello.site)
-                if key is None:  # gateway_problem refused sites outside the job already
-                    raise AuthError(f"no key for site {hello.site!r}", peer=hello.site)
-                await transport.send([conn.accept({}, secret=key)])
-                auth = await next_event(conn, transport)
-                if not isinstance(auth, Auth):
-                    raise TransportError("left before authenticating", peer=hello.site)
-        except (TimeoutError, ProtocolError, AuthError, TransportError, WanrtTimeout) as exc:
-            log.warning("gateway connection from %s refused: %s", transport.peer, exc)
-            await abort_and_close(
-                conn,
-                transport,
-                exc if isinstance(exc, (ProtocolError, AuthError)) else None,
-                grace=self.cfg.timeouts.close,
-            )
+        timeouts = self.cfg.timeouts
+
+        def failed(f: HandshakeFailure) -> None:
+            log.warning("gateway connection from %s refused: %s", transport.peer, f)
+
+        async with (
+            handshake_boundary(conn, transport, grace=timeouts.close, on_failure=failed) as handshake,
+            asyncio.timeout(timeouts.handshake),
+        ):
+            hello = await next_event(conn, transport)
+            if not isinstance(hello, Hello):
+                raise TransportError("closed before its Hello", peer=transport.peer)
+            problem = self.node.gateway_problem(hello.site)
+            if hello.role is not Role.GATEWAY:
+                problem = f"role {hello.role} may not connect to the scheduler"
+            if problem is not None:
+                await transport.send([conn.reject(ErrorCode.AUTH, problem)])
+                raise AuthError(problem, peer=hello.site)
+            key = self._creds.for_site(hello.site)
+            if key is None:  # gateway_problem refused sites outside the job already
+                raise AuthError(f"no key for site {hello.site!r}", peer=hello.site)
+            await transport.send([conn.accept({}, secret=key)])
+            auth = await next_event(conn, transport)
+            if not isinstance(auth, Auth):
+                raise TransportError("left before authenticating", peer=hello.site)
+        if handshake.failed:
             return
         site = hello.site
         old = self._sessions.get(site)
@@ -418,30 +420,22 @@ class SchedulerDaemon:
         await self._serve(session)
 
     async def _serve(self, session: _Session) -> None:
-        loop = asyncio.get_running_loop()
-        reader = loop.create_task(self._read(session), name=f"read {session.site}")
-        writer = loop.create_task(session.writer(), name=f"write {session.site}")
-        error: BaseException | None = None
-        try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            task = reader if reader in done else writer
-            error = task.exception()
-            reason = task.result() if error is None else str(error)
-        finally:
-            for t in (reader, writer):
-                t.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
+        def ended(end: ConnectionEnd) -> None:
             if self._sessions.get(session.site) is session:
                 del self._sessions[session.site]
                 self.node.gateway_down(session.site, self._now())
                 self._after()
-            await abort_and_close(
-                session.conn,
-                session.transport,
-                error if isinstance(error, (ProtocolError, AuthError)) else None,
-                grace=self.cfg.timeouts.close,
-            )
-        log.info("gateway %s disconnected: %s", session.site, reason)
+
+        end = await serve_connection(
+            session.conn,
+            session.transport,
+            reader=self._read(session),
+            writer=session.writer(),
+            name=session.site,
+            grace=self.cfg.timeouts.close,
+            on_end=ended,
+        )
+        log.info("gateway %s disconnected: %s", session.site, end.reason)
 
     async def _read(self, session: _Session) -> str:
         while True:

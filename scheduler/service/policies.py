@@ -34,5 +34,6 @@ def make_policy(cfg: SchedulerDaemonConfig) -> DecisionPolicy:
             c.standin_batch_ref,
             fixed_lr=c.standin_fixed_lr,
             density_coef=c.standin_density_coef,
+            density_exponent=c.standin_density_exponent,
         )
     return AdaptivePolicy(cfg.sites, cfg.control, convergence)

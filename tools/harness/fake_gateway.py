@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from transports import Listener, Transport, listen
+from wanrt.codec.negotiation import VALUE_CODINGS_KEY, offered_codings
 from wanrt.errors import AuthError, RemoteProtocolError, WanrtError
 from wanrt.payload import SparsePayload
 from wanrt.protocol.connection import Connection
@@ -57,6 +58,8 @@ class FakeGateway:
         self.secret = secret
         self.model_info: dict[str, Any] | None = None
         self.model_site: str | None = None
+        #: the low-bit codings the Welcome offers, as a real gateway's does (None: an older gateway's none)
+        self.value_codings: str | None = offered_codings()
         self.errors: list[str] = []
         self.pushes = 0
         self.elements = 0  # value slots received, to check what compression saved
@@ -113,6 +116,8 @@ class FakeGateway:
                 self.model_info = {k: hello.info[k] for k in ("model", "n_layers", "group", "layers")}
                 self.model_site = hello.site
             info = dict(self.model_info or {}, model_site=self.model_site or "")
+            if self.value_codings is not None:
+                info[VALUE_CODINGS_KEY] = self.value_codings
             await transport.send([conn.accept(info=info)])
             auth = await self._next(conn, transport)
             if not isinstance(auth, Auth):

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from wanrt.config import check
-from wanrt.live_settings import MAX_LOCAL_STEPS, MAX_STALENESS
+from wanrt.protocol.job_settings import MAX_LOCAL_STEPS, MAX_STALENESS
 
-__all__ = ["MAX_LOCAL_STEPS", "MAX_STALENESS", "ClientConfig", "CompressorKind", "WireDtype"]
+__all__ = ["LOWBIT_WIRE", "MAX_LOCAL_STEPS", "MAX_STALENESS", "ClientConfig", "CompressorKind", "WireDtype"]
 
 CompressorKind = Literal["threshold_v_block", "threshold_v", "topk", "randomk"]
-WireDtype = Literal["fp32", "fp16", "bf16"]
+WireDtype = Literal["fp32", "fp16", "bf16", "int8", "int4", "int2"]
+#: the wire dtypes that are low-bit value codings (``wanrt.codec.lowbit``; negotiated with the gateway)
+LOWBIT_WIRE: tuple[WireDtype, ...] = ("int8", "int4", "int2")
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,13 @@ class ClientConfig:
     #: elements per selected block; 16 fp32 = one 64-byte cache line (StellaTrain §3.2)
     block_size: int = 16
     compressor: CompressorKind = "threshold_v_block"
-    #: dtype of gradient values on the wire; aggregation is always fp32
+    #: dtype of gradient values on the wire; aggregation is always fp32. ``int8``/``int4``/``int2``: low-bit
+    #: codes with one scale byte per ``scale_block`` values, the quantisation error kept in the
+    #: error-feedback residual (docs/codec.md, "Low-bit values"); the gateway must support the coding
+    #: (checked in the handshake: :class:`wanrt.errors.UnsupportedValueCoding`)
     wire_dtype: WireDtype = "fp32"
+    #: values per scale byte of a low-bit ``wire_dtype`` (16: one cache-line block; 1/16 byte per value)
+    scale_block: int = 16
     #: keep what compression left out and add it to the next gradient (nothing is silently lost)
     error_feedback: bool = True
     #: a dense layer whose wire values take at least this many bytes is cast into a buffer the leader
@@ -74,6 +81,18 @@ class ClientConfig:
     def __post_init__(self) -> None:
         check(0.0 < self.density <= 1.0, "density", self.density, "must be in (0, 1]")
         check(1 <= self.block_size <= 4096, "block_size", self.block_size, "must be in [1, 4096]")
+        check(
+            self.wire_dtype in ("fp32", "fp16", "bf16", *LOWBIT_WIRE),
+            "wire_dtype",
+            self.wire_dtype,
+            "one of fp32, fp16, bf16, int8, int4, int2",
+        )
+        check(
+            type(self.scale_block) is int and 1 <= self.scale_block <= 4096,
+            "scale_block",
+            self.scale_block,
+            "an integer in [1, 4096]",
+        )
         check(
             0 <= self.staleness <= MAX_STALENESS,
             "staleness",

@@ -26,39 +26,39 @@ It ties the pieces together around the user's ordinary training loop:
 
 Only the leader talks to the network; the other ranks learn everything, including the leader's errors,
 from its broadcasts, so a failure on the leader stops the whole site with a message instead of a hang.
+
+The context owns the step and every decision in it (what to wait for, what the site applies, when to
+switch); what it keeps beside that lives in parts it composes: the settings in force and those announced
+(:class:`~wanrt.client.site.settings_in_force.SettingsInForce`), the leader's compress-and-push path
+(:class:`~wanrt.client.leader.push_path.LeaderPush`), the parameter resync
+(:class:`~wanrt.client.leader.resync_state.ResyncState`), the averaging and applying of updates
+(:class:`~wanrt.client.site.update_apply.UpdateApplier`), the telemetry
+(:class:`~wanrt.client.site.step_report.StepReport`) and the checkpoint format
+(:mod:`wanrt.client.checkpoint`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 import torch
 import torch.distributed as dist
 
+from wanrt.client.checkpoint import check_checkpoint, checkpoint_state, restore_checkpoint
 from wanrt.client.config import ClientConfig
 from wanrt.client.errors import LeaderFailed, StepWithoutBackward
 from wanrt.client.leader.device_path import DeviceLayerCompressor
+from wanrt.client.leader.push_path import LeaderPush
+from wanrt.client.leader.resync_state import ResyncState
 from wanrt.client.leader.staleness import StalenessTracker
 from wanrt.client.leader.step_timing import StepTimer
 from wanrt.client.leader.worker import LeaderPipeline
-from wanrt.client.link.api import (
-    Link,
-    LinkFactory,
-    LinkSpec,
-    ResyncAbandoned,
-    ResyncStarted,
-    ServeRequested,
-    SnapshotArrived,
-    UpdateArrived,
-)
-from wanrt.client.link.param_resync import Snapshot, snapshot_frames, snapshot_point
+from wanrt.client.link.api import Link, LinkFactory, LinkSpec, UpdateArrived
 from wanrt.client.link.reconnect import ReconnectPolicy
 from wanrt.client.link.signature import LayerSignature
 
@@ -69,18 +69,12 @@ from wanrt.client.site.decision import OWN_IN_FLIGHT, ConfigChange, SiteDecision
 from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
 from wanrt.client.site.prediction import WeightPrediction
+from wanrt.client.site.settings_in_force import SettingsInForce
+from wanrt.client.site.step_report import StepReport
+from wanrt.client.site.update_apply import UpdateApplier, site_update
 from wanrt.client.unclosed import watch_unclosed
-from wanrt.errors import (
-    ConfigError,
-    LocalProtocolError,
-    RemoteProtocolError,
-    RestartRequested,
-    WanrtTimeout,
-)
+from wanrt.errors import LocalProtocolError, RestartRequested, WanrtTimeout
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
-from wanrt.kernels.state_transfer import export_state, import_state, state_lengths
-from wanrt.payload import SparsePayload
-from wanrt.rank_telemetry import rank_time_metrics
 
 __all__ = ["Context"]
 
@@ -92,8 +86,6 @@ MAX_LAYERS = 1 << 20
 #: a torchrun restart after a crash can come before that connection's end (at most the gateway's
 #: heartbeat silence, 3 x 5 s by default) reaches it
 PROBE_RETRY_S = 20.0
-#: what SparseOptimizer.state_dict() says it is (load_state_dict refuses anything else)
-CHECKPOINT_FORMAT = "wanrt-sparse-optimizer-1"
 
 
 class Context:
@@ -117,7 +109,7 @@ class Context:
         self.site = site
         self.job = job
         self._secret = secret
-        self._config = config
+        self._settings = SettingsInForce(config)
         self._group = group
         self._owns_group = owns_group  # wanrt created the default group (not the user): close() ends it
         self._link_factory = link_factory
@@ -127,8 +119,6 @@ class Context:
         self._channel = SiteChannel(group, device, max_elements=config.max_layer_elements)
         self._iteration = 0
         self._micro = 0  # micro-steps of the current WAN iteration already done (local_steps > 1)
-        self._batch_callbacks: list[Callable[[int], None]] = []
-        self._scheduled: list[ConfigChange] = []
         self._announced: list[ConfigChange] = []  # leader: received, not yet broadcast
         self._params: list[torch.Tensor] = []
         self._optimizer: KernelOptimizer | None = None
@@ -137,37 +127,26 @@ class Context:
         self._link: Link | None = None
         self._pipeline: LeaderPipeline | None = None
         self._compressor: DeviceLayerCompressor | None = None
+        self._push: LeaderPush | None = None  # leader: the worker's compress-and-push path
+        self._resync: ResyncState | None = None  # from attach on
         self._tracker: StalenessTracker[SiteUpdate] | None = None
         self._closed = False
         self._broken: BaseException | None = None
         self._run = os.urandom(8).hex()  # this training run, as the gateway tells runs apart
         self._resume_at = resume_at  # the checkpoint's iteration this run resumes from (None: none)
         self._timer = StepTimer()  # leader: compute / idle per iteration for the scheduler
-        self._batch_size: int | None = None
-        self._batch_weight = 1.0
-        self._scaled: dict[int, npt.NDArray[np.float32]] = {}  # leader worker: per-layer scaled gradients
-        self._avg_bufs: dict[int, npt.NDArray[np.float32]] = {}  # every rank: per-layer averaged updates
-        # leader: the site's own payloads by (iteration, layer) until their job update is applied; every
-        # rank: the parameters moved to the predicted point between steps (wanrt.client.site.prediction)
-        self._own: dict[tuple[int, int], SparsePayload] = {}
+        dst = self._leader_global_rank()
+        self._telemetry = StepReport(
+            self._timer, group, device, rank=self.rank, world_size=self.world_size, dst=dst
+        )
+        self._applier = UpdateApplier()
+        # every rank: the parameters moved to the predicted point between steps (wanrt.client.site.prediction)
         self._prediction = WeightPrediction()
-        # parameter resync (leader): updates held while a snapshot is on its way, the snapshot to install
-        # at the next step, the last one installed (updates it holds are skipped), peers' questions
-        self._resync_at: int | None = None
-        self._held: list[SiteUpdate] = []
-        self._incoming: Snapshot | None = None
-        self._snapshot: Snapshot | None = None
-        self._serve: list[tuple[int, int, int]] = []  # (request, iteration, state arrays wanted)
-        # leader: this iteration's pushes are empty (a snapshot is pending); changed only between steps,
-        # after the pipeline drained, so every layer of one iteration is pushed alike
-        self._discarding = False
         #: iterations this site pushed empty because a parameter snapshot was pending (every rank counts
         #: the same: the leader's decision says so)
         self.discarded_steps = 0
         #: the last step's gradients were left out (its samples contributed nothing)
         self.last_step_discarded = False
-        self._discard_run = 0  # leader: steps left out in the current pending period (for the log)
-        self._abandoned = False  # leader: a ResyncAbandoned arrived since the last step
         #: parameter snapshots installed on this rank (every rank counts the same)
         self.resyncs = 0
         # a forgotten close() warns at exit, on the leader (wanrt/client/unclosed.py)
@@ -182,7 +161,7 @@ class Context:
     @property
     def config(self) -> ClientConfig:
         """The configuration in force now (changes at the iterations the scheduler announces)."""
-        return self._config
+        return self._settings.config
 
     @property
     def iteration(self) -> int:
@@ -193,7 +172,7 @@ class Context:
     @property
     def local_steps(self) -> int:
         """Micro-steps per WAN iteration in force now (changes only at a WAN iteration's start)."""
-        return self._config.local_steps
+        return self.config.local_steps
 
     @property
     def lr_scale(self) -> float:
@@ -216,11 +195,11 @@ class Context:
         """Tell wanrt this rank's batch size, so its telemetry reports samples/s to the scheduler."""
         if type(per_rank) is not int or per_rank < 1:
             raise LocalProtocolError("batch size must be a positive integer", value=per_rank)
-        self._batch_size = per_rank
+        self._settings.batch_size = per_rank
 
     def on_batch_size(self, callback: Callable[[int], None]) -> None:
         """Call ``callback(new_per_rank_batch_size)`` on every rank when a batch-size change takes effect."""
-        self._batch_callbacks.append(callback)
+        self._settings.on_batch_size(callback)
 
     def shards(self, dataset_len: int, **options: Any) -> ShardSampler:
         """A :class:`~wanrt.client.shard_sampler.ShardSampler` over ``dataset_len`` samples, leasing data
@@ -269,7 +248,7 @@ class Context:
                     secret=self._secret,
                     run=self._run,
                     resume_at=self._resume_at,
-                    timeout_s=self._config.connect_timeout_s,
+                    timeout_s=self.config.connect_timeout_s,
                     retry_s=PROBE_RETRY_S,
                 )
             except Exception as exc:
@@ -308,6 +287,15 @@ class Context:
         check_site_model(sig, group=self._group, device=self._device, max_layers=MAX_LAYERS)
         self._params = [p for _, p in named_params]
         self._optimizer = optimizer
+        self._resync = ResyncState(
+            self._params,
+            optimizer,
+            self._channel,
+            is_leader=self.is_leader,
+            world_size=self.world_size,
+            block_size=self.config.block_size,
+            reset_residuals=self._reset_residuals,
+        )
         if self.is_leader:
             failure: BaseException | None = None
             try:
@@ -318,17 +306,17 @@ class Context:
                     self.job,
                     self._secret,
                     sig,
-                    self._config,
+                    self.config,
                     run=self._run,
-                    state_lengths=self._state_lengths,
+                    state_lengths=self._resync.state_lengths,
                     resume_at=self._resume_at,
-                    reconnect=ReconnectPolicy.lasting(self._config.reconnect_s),
+                    reconnect=ReconnectPolicy.lasting(self.config.reconnect_s),
                 )
                 self._link = self._link_factory(spec)
                 start = getattr(self._link, "start_iteration", 0)
                 self._iteration = start if type(start) is int and start > 0 else 0
                 if self._iteration:  # restart_from: the gateway resyncs this process's parameters
-                    self._begin_discarding(self._iteration)
+                    self._resync.begin_discarding(self._iteration)
                 elif self._resume_at is not None:  # the checkpoint's iteration (opt.load_state_dict)
                     self._iteration = self._resume_at
             except Exception as exc:
@@ -336,8 +324,12 @@ class Context:
             # the iteration this site starts at travels to the ranks as the first decision's one change
             # (not 0 for processes that replace ones the scheduler restarted: the job is further on)
             self._send_decision(SiteDecision(config_changes=[ConfigChange(self._iteration)]), failure)
-            self._compressor = DeviceLayerCompressor(self._config)
-            self._pipeline = LeaderPipeline(self._compress_and_push)
+            self._compressor = DeviceLayerCompressor(self.config)
+            resync = self._resync
+            push = self._push = LeaderPush(
+                self._settings, self.world_size, self._compressor, self._link, lambda: resync.discarding
+            )
+            self._pipeline = LeaderPipeline(push.compress_and_push)
             self._tracker = StalenessTracker(len(self._params), peer=self.gateway)
         else:
             first = self._recv_decision()
@@ -358,7 +350,12 @@ class Context:
             dst=self._leader_global_rank(),
             on_issued=self._on_issued,
         )
-        self._reducer.hold = self._config.local_steps > 1
+        self._reducer.hold = self.config.local_steps > 1
+
+    def _reset_residuals(self) -> None:
+        """Leader: drop the error-feedback residuals (a parameter resync: computed at other parameters)."""
+        if self._compressor is not None:
+            self._compressor.reset_residuals()
 
     def _leader_global_rank(self) -> int:
         return 0 if self._group is None else dist.get_global_rank(self._group, 0)
@@ -375,61 +372,6 @@ class Context:
         elif work is not None:
             self._works.append(work)
 
-    def _compress_and_push(self, iteration: int, layer: int, work: Any, grad: torch.Tensor) -> None:
-        """Leader worker thread: the site-averaged gradient of one layer → payload → gateway."""
-        assert self._compressor is not None and self._link is not None
-        if grad.is_cuda and not self._discarding:
-            # GPU-resident path: reduce wait, residual and selection on a side stream; only the selection
-            # crosses to the host (wanrt/client/leader/device_path.py, docs/client.md "On a GPU")
-            payload = self._compressor.compress_tensor(layer, grad, work, float(self._site_scale()))
-            self._own[(iteration, layer)] = payload  # weight prediction, as on the host path below
-            self._link.push(iteration, layer, payload)
-            return
-        if work is not None:
-            work.wait()
-        if self._discarding:
-            # a snapshot is pending: the gradient was computed at parameters known to differ from the
-            # job's. An empty push keeps the round protocol whole (the site is seen, no round waits for
-            # it) and carries no gradient; the residual is not fed either (_decide reset it)
-            empty = SparsePayload.empty(layer, grad.numel(), self._config.block_size)
-            self._link.push(iteration, layer, empty)
-            return
-        flat = grad.detach().reshape(-1).to("cpu", torch.float32).numpy()
-        # the site's mean gradient, weighted by the site's share of the job's samples (unequal batch sizes)
-        # (changed only at the end of a step, after the step's pushes were drained: see _switch_config)
-        payload = self._compressor.compress(layer, self._site_mean(layer, flat))
-        self._own[(iteration, layer)] = payload  # read by _decide after the pipeline drained
-        self._link.push(iteration, layer, payload)
-
-    def _site_mean(self, layer: int, flat: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """Leader worker thread: the site's gradient sum scaled to the site's weighted mean.
-
-        Why no new array per call: a fresh product of a 10 M-element layer was the worker's largest cost
-        after selection (a 40 MB allocation, its page faults and a pass over memory, every iteration;
-        docs/client.md, "Where an iteration's time goes"). A scale of exactly 1 (one rank, equal batch
-        weights: every site of tools/bench_e2e.py) changes no bit, so the gradient is compressed as it is
-        (the compressors never write their input); any other scale goes into a buffer kept per layer, with
-        the same fp32 product as before, so the payloads are bit-identical either way.
-
-        With ``local_steps`` k the gradient is the SUM of k micro-steps' gradients of mean-reduced losses
-        (autograd accumulates), so the divisor is ranks × k: the site pushes its mean per sample over the
-        k·b·ranks samples of the WAN iteration, times ``batch_weight`` (its share of the job's samples × the
-        site count, which the scheduler computes from k·b; ElasticBSP §4, docs/local_steps.md). k = 1
-        divides by ranks × 1, the same float as before.
-        """
-        scale = self._site_scale()
-        if scale == np.float32(1.0):
-            return flat
-        buf = self._scaled.get(layer)
-        if buf is None or buf.shape != flat.shape:
-            buf = self._scaled[layer] = np.empty_like(flat)
-        np.multiply(flat, scale, out=buf)
-        return buf
-
-    def _site_scale(self) -> np.float32:
-        """The factor from the site's gradient sum to its weighted mean (see :meth:`_site_mean`)."""
-        return np.float32(self._batch_weight / (self.world_size * self._config.local_steps))
-
     # -- the step ----------------------------------------------------------------------------------------
 
     def step(self) -> None:
@@ -442,11 +384,11 @@ class Context:
             raise LocalProtocolError(f"this wanrt context failed earlier: {self._broken}")
         if self._reducer.finish() == 0:
             raise StepWithoutBackward(self._iteration)
-        if self._micro + 1 < self._config.local_steps:
+        if self._micro + 1 < self.config.local_steps:
             # a held micro-step (ElasticBSP §4): the gradients stay in p.grad for the next one; nothing
             # is sent, received or applied, and the WAN iteration does not advance
             self._micro += 1
-            self._reducer.hold = self._micro + 1 < self._config.local_steps
+            self._reducer.hold = self._micro + 1 < self.config.local_steps
             return
         self._micro = 0
         self._timer.step(time.monotonic())
@@ -459,8 +401,8 @@ class Context:
             self._broken = exc  # the site is out of step: no more collectives, not even from hooks
             self._reducer.remove()
             raise
-        if self.is_leader:
-            self._serve_params()  # the job's parameters, before the prediction moves them
+        if self.is_leader and self._resync is not None:  # to peers that asked, before the prediction
+            self._resync.serve(self._link, self._tracker)
         if decision.predict:
             self._prediction.predict(
                 self._params, [u.payload for u in decision.predict], self._optimizer.effective_lr
@@ -468,43 +410,14 @@ class Context:
         self._report(self._iteration)
         self._iteration += 1
         self._switch_config()
-        self._reducer.hold = self._config.local_steps > 1  # a new WAN iteration: k may have changed
+        self._reducer.hold = self.config.local_steps > 1  # a new WAN iteration: k may have changed
 
     def _report(self, iteration: int) -> None:
         """Leader: this iteration's timing to the gateway (StellaTrain §4.1's telemetry), with every rank's
         batch processing time (AntDT §VI-A2's Monitor: a straggler rank inside the site)."""
-        bpt = self._timer.bpt()
-        times = self._rank_times(-1.0 if bpt is None else bpt)
-        metrics = self._timer.metrics(
-            time.monotonic(),
-            batch_size=self._batch_size,
-            world_size=self.world_size,
-            local_steps=self._config.local_steps,
-        )
-        if metrics is not None and self.is_leader and self._link is not None:
-            if times is not None and min(times) >= 0:
-                metrics.update(rank_time_metrics(times))
-            metrics["params"] = float(sum(p.numel() for p in self._params))
-            # what ran: the scheduler reads a plan's idle with its payload from the first report on
-            metrics["density"] = float(self._config.density)
-            metrics["staleness"] = float(self._config.staleness)
-            metrics["lr_scale"] = float(self.lr_scale)  # the scale in force (trainer.lr_scale)
-            if self.discarded_steps:  # the scheduler sees it as trainer.resync.empty_pushes
-                metrics["resync.empty_pushes"] = float(self.discarded_steps)
+        metrics = self._telemetry.collect(self._settings, self._params, self.lr_scale, self.discarded_steps)
+        if metrics is not None and self._link is not None:
             self._link.telemetry(iteration, metrics)
-
-    def _rank_times(self, own: float) -> list[float] | None:
-        """Every rank's batch processing time of this iteration, on the leader (one small gather per step
-        at sites of several ranks; every rank calls it, in step order)."""
-        if self.world_size == 1:
-            return [own]
-        mine = torch.tensor([own], dtype=torch.float64, device=self._device)
-        if not self.is_leader:
-            dist.gather(mine, None, dst=self._leader_global_rank(), group=self._group)
-            return None
-        parts = [torch.zeros(1, dtype=torch.float64, device=self._device) for _ in range(self.world_size)]
-        dist.gather(mine, parts, dst=self._leader_global_rank(), group=self._group)
-        return [float(p.item()) for p in parts]
 
     def _exchange(self, *, final: bool) -> SiteDecision:
         """Leader: decide and broadcast; others: wait for their reduces and receive the decision."""
@@ -542,10 +455,11 @@ class Context:
         return decision
 
     def _decide(self, *, final: bool) -> SiteDecision:
-        assert self._tracker is not None
+        assert self._tracker is not None and self._resync is not None
         t = self._iteration
-        bound = self._config.staleness
-        deadline = time.monotonic() + self._config.update_deadline_s
+        cfg = self.config
+        bound = cfg.staleness
+        deadline = time.monotonic() + cfg.update_deadline_s
         self._poll(0.0)
         while True:
             missing = self._tracker.outstanding() if final else self._tracker.must_wait(t, bound)
@@ -556,9 +470,9 @@ class Context:
                 it, layer = missing[0]
                 raise WanrtTimeout(
                     f"no update from gateway {self.gateway} for iteration {it} layer {layer} within "
-                    f"{self._config.update_deadline_s} s ({len(missing)} updates missing at step {t})",
+                    f"{cfg.update_deadline_s} s ({len(missing)} updates missing at step {t})",
                     phase="update",
-                    seconds=self._config.update_deadline_s,
+                    seconds=cfg.update_deadline_s,
                     hint="is every site's trainer running? raise ClientConfig.update_deadline_s on slow WANs",
                 )
             blocked = time.monotonic()
@@ -567,23 +481,12 @@ class Context:
         self._poll(0.0)
         updates = [r.item for r in self._tracker.take_ready(t)]
         changes, self._announced = self._announced, []
-        snapshot = self._incoming is not None
-        if snapshot:
-            self._snapshot, self._incoming, self._resync_at = self._incoming, None, None
-            updates, self._held = self._held + updates, []
-        elif self._resync_at is not None:
-            self._held.extend(updates)  # may already be in the snapshot on its way
-            updates = []
-        elif self._held:  # abandoned: nobody sends a snapshot
-            updates, self._held = self._held + updates, []
-        if self._snapshot is not None:
-            snap = self._snapshot
-            updates = [u for u in updates if snap.wants(u.iteration, u.layer)]
+        updates, snapshot = self._resync.take(updates)  # held while a snapshot is on its way
         updates.sort(key=lambda u: (u.iteration, u.layer))
-        discarded = self._discarding and not final  # a close's exchange ends no pushed iteration
-        predict = self._in_flight(final=final, holding=self._resync_at is not None or bool(self._held))
+        discarded = self._resync.discarding and not final  # a close's exchange ends no pushed iteration
+        predict = self._in_flight(final=final, holding=self._resync.holding)
         if not final:
-            self._next_discarding(t, snapshot=snapshot)
+            self._resync.next_discarding(t, snapshot=snapshot)
         return SiteDecision(updates, changes, snapshot=snapshot, discarded=discarded, predict=predict)
 
     def _in_flight(self, *, final: bool, holding: bool) -> list[SiteUpdate]:
@@ -592,270 +495,46 @@ class Context:
         None when the config turns it off, for optimizers whose step is not ``−lr·u`` (SGD's), at a close,
         and while a parameter resync holds updates or discards pushes (the own payloads then do not say
         where the job goes)."""
-        assert self._tracker is not None
+        assert self._tracker is not None and self._push is not None and self._resync is not None
         outstanding = self._tracker.unapplied()
-        self._own = {k: v for k, v in self._own.items() if k in outstanding}
+        own = self._push.own = {k: v for k, v in self._push.own.items() if k in outstanding}
         kind = getattr(self._optimizer, "kind", None)
-        if final or holding or self._discarding or not self._config.weight_prediction or kind != "sgd":
+        if final or holding or self._resync.discarding or not self.config.weight_prediction or kind != "sgd":
             return []
-        return [
-            SiteUpdate(it, layer, OWN_IN_FLIGHT, self._own[(it, layer)]) for it, layer in sorted(self._own)
-        ]
-
-    def _next_discarding(self, t: int, *, snapshot: bool) -> None:
-        """Leader, between steps (the pipeline drained): count iteration ``t`` if it was pushed empty and
-        decide whether iteration ``t + 1`` is. Pending from the resync's start until the snapshot is
-        installed (at this step's apply when ``snapshot``); a resync nobody will serve (abandoned) ends it
-        too, or the site would never contribute again. A replacement process (``restart_from``) is pending
-        from its first iteration, before the gateway's resync notice arrives."""
-        if self._discarding:
-            self._discard_run += 1
-        abandoned, self._abandoned = self._abandoned, False
-        if snapshot or (abandoned and self._resync_at is None and self._incoming is None):
-            if self._discarding:
-                self._end_discarding(t + 1, installed=snapshot)
-        elif self._resync_at is not None and not self._discarding:
-            self._begin_discarding(t + 1)
-
-    def _begin_discarding(self, iteration: int) -> None:
-        self._discarding = True
-        self._discard_run = 0
-        if self._compressor is not None:
-            self._compressor.reset_residuals()  # computed at parameters that were not the job's either
-        log.info(
-            "parameter resync pending: this site's gradients are left out from iteration %d until the "
-            "snapshot is installed (its pushes are empty)",
-            iteration,
-        )
-
-    def _end_discarding(self, iteration: int, *, installed: bool) -> None:
-        self._discarding = False
-        assert self._compressor is not None
-        self._compressor.reset_residuals()  # nothing of the discarded steps may come back later
-        n = self._discard_run
-        if installed:
-            log.info(
-                "parameter resync pending: this site's gradients were left out until the snapshot was "
-                "installed (%d steps); they count again from iteration %d",
-                n,
-                iteration,
-            )
-        else:
-            log.warning(
-                "parameter resync abandoned after %d steps left out: this site's gradients count again "
-                "from iteration %d, on its own parameters",
-                n,
-                iteration,
-            )
-
-    def _install_snapshot(self) -> None:
-        """Every rank: the leader copies the received snapshot into its parameters, the site's other ranks
-        receive them by broadcast (so every rank of every site ends with the same parameters). The
-        optimizer state (momentum, Adam's moments and step counters) comes with it when the serving site's
-        optimizer has the same arrays, and reaches every rank the same way; otherwise each rank keeps its
-        own (logged)."""
-        assert self._optimizer is not None
-        with torch.no_grad():
-            state: list[np.ndarray] = []
-            if self.is_leader:
-                assert self._snapshot is not None
-                for p, values in zip(self._params, self._snapshot.layers, strict=True):
-                    src = torch.from_numpy(values).to(device=p.device, dtype=p.dtype)
-                    p.data.view(-1).copy_(src)
-                state = self._snapshot.state
-                if not state and self._state_lengths:
-                    log.warning(
-                        "parameter resync: the serving site sent no optimizer state (its optimizer differs "
-                        "from this one); this site keeps its own"
-                    )
-            if self.world_size > 1:
-                self._channel.params(self._params)
-                state = self._channel.optimizer_state(state, self._state_lengths)
-            if state:
-                import_state(self._optimizer, self._dense_lens, self._config.block_size, state)
-        self.resyncs += 1
-
-    def _serve_params(self) -> None:
-        """Leader: answer the peers' questions whose iteration every applied update has reached: the
-        parameters now hold every update of the iterations below K and the ones listed beyond (one model
-        copy per answer, made only while a question is pending)."""
-        if not self._serve or self._link is None or self._tracker is None:
-            return
-        send = getattr(self._link, "send_params", None)
-        if send is None or self._resync_at is not None or self._incoming is not None or self._discarding:
-            return  # this site's own parameters are not the job's yet (or the link cannot answer)
-        snap = self._snapshot
-        pending = {k for k in self._tracker.unapplied() if snap is None or snap.wants(*k)}
-        pushed = self._tracker.last_pushed + 1
-        in_snap = frozenset() if snap is None else snap.extras
-        high = max([pushed, *(it + 1 for it, _ in in_snap)])
-        low = min((it for it, _ in pending), default=pushed)
-        if snap is not None:
-            low = max(low, snap.iteration)  # every update below it is in the installed snapshot
-
-        def applied(i: int, layer: int) -> bool:
-            return (i, layer) in in_snap or (i < pushed and (i, layer) not in pending)
-
-        keep = []
-        for request, iteration, state in self._serve:
-            point = snapshot_point(iteration, low, applied, high, len(self._params))
-            if point is None:
-                keep.append((request, iteration, state))
-                continue
-            layers = [p.detach().reshape(-1).to("cpu", torch.float32).numpy() for p in self._params]
-            # the optimizer state too when the asker's optimizer has the same arrays (else it keeps its own)
-            arrays = self._state_arrays() if state and state == len(self._state_lengths) else []
-            send(list(snapshot_frames(request, point[0], point[1], layers, state=arrays)))
-        self._serve = keep
-
-    @property
-    def _state_lengths(self) -> tuple[int, ...]:
-        assert self._optimizer is not None
-        return state_lengths(self._optimizer, self._dense_lens, self._config.block_size)
-
-    @property
-    def _dense_lens(self) -> list[int]:
-        return [p.numel() for p in self._params]
-
-    def _state_arrays(self) -> list[np.ndarray]:
-        assert self._optimizer is not None
-        return export_state(self._optimizer, self._dense_lens, self._config.block_size)
+        return [SiteUpdate(it, layer, OWN_IN_FLIGHT, own[(it, layer)]) for it, layer in sorted(own)]
 
     def _poll(self, timeout: float, *, block: bool = False) -> None:
         """Handle the next event (block) or every event already queued (no block)."""
-        assert self._link is not None and self._tracker is not None
+        assert self._link is not None and self._tracker is not None and self._resync is not None
         while True:
             event = self._link.get(timeout if block else 0.0)
             if event is None:
                 return
             if isinstance(event, UpdateArrived):
-                self._tracker.arrived(event.iteration, event.layer, self._check_update(event))
-            elif isinstance(event, ResyncStarted):
-                log.warning(
-                    "this site missed the job's rounds before iteration %d: fetching the job's "
-                    "parameters from another site",
-                    event.iteration,
-                )
-                self._resync_at = event.iteration
-            elif isinstance(event, SnapshotArrived):
-                self._incoming = event.snapshot
-            elif isinstance(event, ResyncAbandoned):
-                self._resync_at = None  # the held updates are applied at this step
-                self._abandoned = True
-            elif isinstance(event, ServeRequested):
-                self._serve.append((event.request, event.iteration, event.state))
-            else:
+                update = site_update(event, self._params, self.gateway)  # checked against the model
+                self._tracker.arrived(event.iteration, event.layer, update)
+            elif isinstance(event, ConfigChange):
                 self._announced.append(event)
+            else:  # a parameter resync's events
+                self._resync.on_event(event)
             if block:
                 return
 
-    def _check_update(self, ev: UpdateArrived) -> SiteUpdate:
-        """Everything the gateway says about a layer must fit our model before it touches parameters."""
-        if not 0 <= ev.layer < len(self._params):
-            raise RemoteProtocolError(
-                f"update for unknown layer {ev.layer}", peer=self.gateway, layer=ev.layer
-            )
-        numel = self._params[ev.layer].numel()
-        if ev.payload.dense_len != numel or ev.payload.layer != ev.layer:
-            raise RemoteProtocolError(
-                f"update for layer {ev.layer} has {ev.payload.dense_len} elements, the layer has {numel}",
-                peer=self.gateway,
-                layer=ev.layer,
-            )
-        if not ev.sites:
-            raise RemoteProtocolError("update lists no contributing site", peer=self.gateway, layer=ev.layer)
-        # kept in its wire dtype: _apply widens it once, straight into the averaging buffer
-        return SiteUpdate(ev.iteration, ev.layer, len(ev.sites), ev.payload)
-
     def _apply(self, decision: SiteDecision) -> None:
         """Every rank: average each summed update over its contributing sites and apply it sparsely."""
-        assert self._optimizer is not None
+        assert self._optimizer is not None and self._resync is not None
         self._prediction.restore(self._params)  # the job's parameters, exactly, before its updates
         self.last_step_discarded = decision.discarded
         self.discarded_steps += int(decision.discarded)
         if decision.snapshot:
-            self._install_snapshot()
-        with torch.no_grad():
-            for u in decision.updates:
-                p = u.payload
-                avg = SparsePayload(p.layer, p.dense_len, p.block_size, p.indices, self._averaged(u), "fp32")
-                self._optimizer.step(u.layer, self._params[u.layer].data.view(-1), avg)
-        self._scheduled.extend(decision.config_changes)
-
-    def _averaged(self, u: SiteUpdate) -> npt.NDArray[np.float32]:
-        """The update's values as fp32 divided by its contributing sites, in a buffer kept per layer.
-
-        Why not ``values_f32() * (1 / n)``: that is two fresh layer-sized arrays per update (their page
-        faults, and NumPy's fp16 widening at ~1–2 ns per element: 10 ms for a 5 M-element dense update,
-        the largest part of a dense step's apply; docs/round_bench.md, "Through the client"). torch widens
-        fp16 with vector instructions, exactly (every fp16 is an fp32), and the fp32 product by
-        ``float32(1/n)`` is the very product NumPy computed, so the applied values are bit-identical.
-        """
-        p = u.payload
-        n = p.nnz
-        scale = np.float32(1.0 / u.n_sites)
-        if p.value_dtype == "fp32" and scale == np.float32(1.0):
-            return p.values  # one site, fp32: the values as they are (the optimizer only reads them)
-        buf = self._avg_bufs.get(u.layer)
-        if buf is None or buf.shape[0] < n:
-            buf = self._avg_bufs[u.layer] = np.empty(max(n, 1), dtype=np.float32)
-        out = buf[:n]
-        if p.value_dtype == "fp16":
-            if p.values.flags.writeable:
-                src = torch.from_numpy(p.values)
-            else:  # a received payload is a read-only view of the frame; torch only reads it here
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)
-                    src = torch.from_numpy(p.values)
-            torch.from_numpy(out).copy_(src)
-        else:
-            np.copyto(out, p.values_f32())
-        if scale != np.float32(1.0):
-            torch.from_numpy(out).mul_(float(scale))  # an fp32 tensor times an fp32-exact scalar: fp32
-        return out
+            self._resync.install()
+            self.resyncs += 1
+        self._applier.apply(decision.updates, self._params, self._optimizer)
+        self._settings.schedule(decision.config_changes)
 
     def _switch_config(self) -> None:
-        due = [c for c in self._scheduled if c.effective_iteration <= self._iteration]
-        if not due:
-            return
-        restart: ConfigChange | None = None
-        self._scheduled = [c for c in self._scheduled if c.effective_iteration > self._iteration]
-        for change in sorted(due, key=lambda c: c.effective_iteration):
-            if change.effective_iteration < self._iteration:
-                log.warning(
-                    "config change for iteration %d arrived late; applied from iteration %d",
-                    change.effective_iteration,
-                    self._iteration,
-                )
-            updates: dict[str, Any] = {}
-            if change.density is not None:
-                updates["density"] = change.density
-            if change.staleness is not None:
-                updates["staleness"] = change.staleness
-            if change.local_steps is not None:
-                updates["local_steps"] = change.local_steps
-            self._config = self._config.with_changes(**updates)
-            if self._compressor is not None:
-                self._compressor.set_density(self._config.density)
-            if change.batch_weight is not None:
-                self._batch_weight = change.batch_weight
-            if change.lr_scale is not None and self._optimizer is not None:
-                # STAR §IV-C's ADJUST_LR: on every rank at the same WAN iteration, beside the user's lr
-                self._optimizer.lr_scale = change.lr_scale
-            if change.batch_size is not None:
-                self._batch_size = change.batch_size
-                for cb in self._batch_callbacks:
-                    cb(change.batch_size)
-            if change.restart is not None:
-                if change.effective_iteration < self._iteration:
-                    log.warning(
-                        "restart order for rank %d at iteration %d arrived late (now %d): ignored",
-                        change.restart,
-                        change.effective_iteration,
-                        self._iteration,
-                    )
-                else:
-                    restart = change
+        """Every rank, at a WAN iteration's start: the changes due take effect (:class:`SettingsInForce`)."""
+        restart = self._settings.switch(self._iteration, self._compressor, self._optimizer)
         if restart is not None:
             self._restart(restart)
 
@@ -866,7 +545,7 @@ class Context:
         and the gateway hands the next trainer process the job from the next iteration on."""
         rank = change.restart
         assert rank is not None
-        hook = self._config.on_restart
+        hook = self.config.on_restart
         if hook is not None:
             if rank == self.rank:
                 hook(rank, self._iteration)
@@ -905,7 +584,7 @@ class Context:
                 f"state_dict() between the micro-steps of iteration {self._iteration}",
                 hint="checkpoint after the last micro-step of a WAN iteration",
             )
-        if self._discarding or self._resync_at is not None or self._incoming is not None:
+        if self._resync is not None and self._resync.pending:
             raise LocalProtocolError(
                 "state_dict() while this site waits for the job's parameters (a parameter resync)",
                 hint="checkpoint at another site, or a few steps later",
@@ -918,20 +597,7 @@ class Context:
                 "resumed from it would miss them",
                 hint="call ctx.close() first (it applies every outstanding update), or use staleness 0",
             )
-        cfg = self._config
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "iteration": self._iteration,
-            "kernel": self._optimizer.state_dict(),
-            "lr_scale": self._optimizer.lr_scale,
-            "settings": {
-                "density": cfg.density,
-                "staleness": cfg.staleness,
-                "local_steps": cfg.local_steps,
-                "batch_weight": self._batch_weight,
-            },
-            "compression": None if self._compressor is None else self._compressor.state_dict(),
-        }
+        return checkpoint_state(self._iteration, self._optimizer, self._settings, self._compressor)
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         """``SparseOptimizer.load_state_dict()``: restore :meth:`optimizer_state`'s output. The run must
@@ -939,42 +605,22 @@ class Context:
         gateways let it in only there), before its first step."""
         if self._optimizer is None:
             raise LocalProtocolError("no optimizer bound to this context yet")
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ConfigError(
-                "not a wanrt SparseOptimizer state_dict (format "
-                f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r})",
-                key="state_dict",
-            )
-        it = state.get("iteration")
-        if type(it) is not int or it != self._iteration:
-            raise ConfigError(
-                f"this checkpoint is of iteration {it}, but this run continues at iteration "
-                f"{self._iteration}: pass resume_at={it} to wanrt.init to resume from it",
-                key="resume_at",
-                value=it,
-            )
+        state = check_checkpoint(state, self._iteration)
         if self._began_training():
             raise LocalProtocolError("load_state_dict() after training began: load before the first step")
-        settings = state.get("settings")
-        if not isinstance(settings, dict):
-            raise ConfigError("the checkpoint lacks its 'settings' table", key="state_dict")
-        self._optimizer.load_state_dict(state["kernel"])
-        self._optimizer.lr_scale = float(state.get("lr_scale", 1.0))
-        self._config = self._config.with_changes(
-            density=settings["density"], staleness=settings["staleness"], local_steps=settings["local_steps"]
-        )
-        self._batch_weight = float(settings["batch_weight"])
-        if self._compressor is not None:
-            self._compressor.set_density(self._config.density)
-            comp = state.get("compression")
-            if isinstance(comp, dict):
-                self._compressor.load_state_dict(comp)
+        restore_checkpoint(state, self._optimizer, self._settings, self._compressor)
         if self._reducer is not None:
-            self._reducer.hold = self._config.local_steps > 1
+            self._reducer.hold = self.config.local_steps > 1
 
     def _began_training(self) -> bool:
         start = self._resume_at if self._resume_at is not None else 0
         return self._iteration != start or self._micro != 0
+
+    def job_parameters(self) -> contextlib.AbstractContextManager[None]:
+        """Within ``with ctx.job_parameters():`` the model holds the job's parameters (identical at every
+        site), not the weight-predicted point it holds between steps (wanrt/client/site/prediction.py): for
+        evaluating or checkpointing between two ``step()`` calls. Leaves the predicted point as it was."""
+        return self._prediction.suspended(self._params)
 
     # -- shutdown ----------------------------------------------------------------------------------------
 
@@ -997,7 +643,7 @@ class Context:
                     "close() after %d of %d micro-steps of iteration %d: their accumulated gradients are "
                     "not sent",
                     self._micro,
-                    self._config.local_steps,
+                    self.config.local_steps,
                     self._iteration,
                 )
             if self._reducer is not None:
@@ -1008,7 +654,7 @@ class Context:
             if self._pipeline is not None:
                 self._pipeline.close()
             if self._link is not None:
-                self._link.close(self._config.close_timeout_s)
+                self._link.close(self.config.close_timeout_s)
             if self._owns_group and dist.is_initialized():
                 # a process group left to the interpreter's exit can abort it ("terminate called without
                 # an active exception", gloo's threads); one the user created stays theirs to end
@@ -1025,7 +671,7 @@ class Context:
             if self._pipeline is not None:
                 self._pipeline.close()
             if self._link is not None:
-                self._link.close(self._config.close_timeout_s)
+                self._link.close(self.config.close_timeout_s)
         except Exception as exc:  # at exit: nothing left to tell but the log
             log.warning("leaving at exit: %s", exc)
 

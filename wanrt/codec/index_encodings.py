@@ -24,9 +24,11 @@ import numpy.typing as npt
 
 from wanrt.codec.kernel_choice import CodecKernels
 from wanrt.codec.reference_kernels import gaps_of
+from wanrt.codec.rice_index import rice_decode, rice_encode, rice_k, rice_size_bound
 from wanrt.errors import MalformedPayload
 
 __all__ = [
+    "DEFAULT_CHOICES",
     "INDEX_ENCODINGS",
     "IndexEncoding",
     "choose_encoding",
@@ -34,13 +36,17 @@ __all__ = [
     "encode_indices",
     "encoded_sizes",
     "encoded_sizes_of",
+    "gap_sum_of",
     "is_run",
 ]
 
-IndexEncoding = Literal["run", "u32", "d16", "varint", "bitmap"]
+IndexEncoding = Literal["run", "u32", "d16", "varint", "bitmap", "rice"]
 
 #: Known encodings in order of preference when two are equally small (fastest to decode first).
-INDEX_ENCODINGS: Final[tuple[IndexEncoding, ...]] = ("run", "u32", "d16", "varint", "bitmap")
+INDEX_ENCODINGS: Final[tuple[IndexEncoding, ...]] = ("run", "u32", "d16", "varint", "bitmap", "rice")
+#: Encodings the encoder picks by itself for every payload; ``rice`` only for low-bit values, where the
+#: index is a fifth of the payload (``rice_index``), or when asked for.
+DEFAULT_CHOICES: Final[tuple[IndexEncoding, ...]] = ("run", "u32", "d16", "varint", "bitmap")
 
 _U32_LIMIT: Final = 1 << 32
 _U16_LIMIT: Final = 1 << 16
@@ -49,10 +55,16 @@ Int64Array = npt.NDArray[np.int64]
 
 
 def encoded_sizes(
-    count: int, n_blocks: int, max_gap: int, varint_bytes: int, contiguous: bool = False
+    count: int,
+    n_blocks: int,
+    max_gap: int,
+    varint_bytes: int,
+    contiguous: bool = False,
+    gap_sum: int = 0,
 ) -> dict[IndexEncoding, int]:
     """Wire size in bytes of every encoding able to hold ``count`` valid indices with these gap stats
-    (``contiguous``: they are one run ``first .. first + count - 1``)."""
+    (``contiguous``: they are one run ``first .. first + count - 1``; ``gap_sum``: ``last + 1 - count``;
+    the ``rice`` size is an upper bound, the others exact)."""
     sizes: dict[IndexEncoding, int] = {}
     if contiguous:
         sizes["run"] = 8
@@ -62,6 +74,7 @@ def encoded_sizes(
         sizes["d16"] = 2 * count
     sizes["varint"] = varint_bytes
     sizes["bitmap"] = (n_blocks + 7) // 8
+    sizes["rice"] = rice_size_bound(count, gap_sum, rice_k(count, gap_sum))
     return sizes
 
 
@@ -70,7 +83,14 @@ def encoded_sizes_of(indices: Int64Array, n_blocks: int, kernels: CodecKernels) 
     ok, max_gap, varint_bytes = kernels.gap_stats(indices, n_blocks)
     if not ok:
         raise ValueError("indices are not strictly increasing inside the layer")
-    return encoded_sizes(int(indices.shape[0]), n_blocks, max_gap, varint_bytes, is_run(indices))
+    n = int(indices.shape[0])
+    return encoded_sizes(n, n_blocks, max_gap, varint_bytes, is_run(indices), gap_sum_of(indices))
+
+
+def gap_sum_of(indices: Int64Array) -> int:
+    """Sum of the gaps of valid indices, O(1): ``last + 1 - count``."""
+    n = int(indices.shape[0])
+    return int(indices[-1]) + 1 - n if n else 0
 
 
 def is_run(indices: Int64Array) -> bool:
@@ -79,9 +99,11 @@ def is_run(indices: Int64Array) -> bool:
     return n == 0 or int(indices[-1]) - int(indices[0]) == n - 1
 
 
-def choose_encoding(sizes: dict[IndexEncoding, int]) -> IndexEncoding:
-    """The smallest encoding; ties go to the one fastest to decode."""
-    return min(sizes, key=lambda e: (sizes[e], INDEX_ENCODINGS.index(e)))
+def choose_encoding(
+    sizes: dict[IndexEncoding, int], allowed: tuple[IndexEncoding, ...] = DEFAULT_CHOICES
+) -> IndexEncoding:
+    """The smallest of the ``allowed`` encodings; ties go to the one fastest to decode."""
+    return min((e for e in sizes if e in allowed), key=lambda e: (sizes[e], INDEX_ENCODINGS.index(e)))
 
 
 def encode_indices(
@@ -103,6 +125,8 @@ def encode_indices(
         return gaps_of(indices).astype("<u2")
     if encoding == "varint":
         return kernels.varint_encode(indices, sizes["varint"])
+    if encoding == "rice":
+        return rice_encode(indices, rice_k(int(indices.shape[0]), gap_sum_of(indices)))
     return kernels.bitmap_encode(indices, n_blocks)
 
 
@@ -155,4 +179,6 @@ def decode_indices(
         if n_blocks % 8 and int(b[-1]) >> (n_blocks % 8):
             raise _bad("bitmap has bits set beyond the layer", peer, limit=n_blocks)
         return kernels.bitmap_decode(b, count, peer=peer)
+    if encoding == "rice":
+        return rice_decode(buf, count, n_blocks, peer=peer)
     raise _bad("unknown index encoding", peer, value=encoding)

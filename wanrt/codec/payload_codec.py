@@ -9,7 +9,12 @@ has a data-dependent length and would misalign anything after it).
 Meta (all ints or str)::
 
     {"fmt": 1, "layer": int, "dense_len": int, "block_size": int,
-     "dtype": "fp32"|"fp16"|"bf16", "count": <selected blocks>, "index": "u32"|"d16"|"varint"|"bitmap"}
+     "dtype": "fp32"|"fp16"|"bf16"|"int8"|"int4"|"int2", "count": <selected blocks>,
+     "index": "run"|"u32"|"d16"|"varint"|"bitmap"|"rice"}
+
+The low-bit ``dtype``s (``wanrt.codec.lowbit``) carry codes and per-group scales in the values buffer;
+they decode to an fp32 payload with the codes attached (``coded``), so a gateway that relays it unchanged
+sends the very same bytes on (no requantisation, no compounding error).
 
 Decode trusts nothing: every field's type and range, the buffer lengths implied by ``count`` and the
 encodings, and finally every payload invariant via ``SparsePayload.validate`` are checked, and every size
@@ -19,6 +24,7 @@ a :class:`~wanrt.errors.RemoteProtocolError` subclass.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
@@ -26,12 +32,14 @@ import numpy as np
 import numpy.typing as npt
 
 from wanrt.codec.index_encodings import (
+    DEFAULT_CHOICES,
     INDEX_ENCODINGS,
     IndexEncoding,
     choose_encoding,
     decode_indices,
     encode_indices,
     encoded_sizes,
+    gap_sum_of,
     is_run,
 )
 from wanrt.codec.kernel_choice import codec_kernels
@@ -41,6 +49,16 @@ from wanrt.codec.limits import (
     MAX_DENSE_LEN,
     MAX_LAYER_ID,
     MAX_PAYLOAD_ELEMENTS,
+)
+from wanrt.codec.lowbit import (
+    CODING_BITS,
+    VALUE_CODINGS,
+    LowbitValues,
+    pack,
+    payload_values,
+    quantise_payload,
+    unpack,
+    usable_coded,
 )
 from wanrt.codec.value_casts import cast_for_wire, values_from_wire
 from wanrt.errors import LimitExceeded, LocalProtocolError, MalformedPayload
@@ -58,16 +76,23 @@ def encode_payload(
     """Encode ``p`` as ``(meta, [values_bytes, index_bytes])``.
 
     ``wire_dtype`` downcasts (or upcasts) the values on the wire; fp16 falls back to ``p``'s own dtype when
-    a finite value would overflow (``meta["dtype"]`` says what was sent). ``index_encoding`` forces an
-    encoding (tests, benchmarks); by default the smallest is chosen per payload. Values in ``p``'s own
-    dtype are not copied: the first buffer is a view of ``p.values``, valid as long as ``p`` is unchanged.
+    a finite value would overflow (``meta["dtype"]`` says what was sent). A low-bit ``wire_dtype``
+    (``int8``/``int4``/``int2``) sends ``p.coded`` when it describes ``p.values`` (made by
+    :func:`~wanrt.codec.lowbit.quantise_payload`, whose caller kept the error), else quantises here with
+    the default scale block (the error is then the caller's loss); non-finite values go in ``p``'s dtype.
+    Default (None): ``p.coded``'s coding when it is usable, else ``p``'s own dtype.
+    ``index_encoding`` forces an encoding (tests, benchmarks); by default the smallest is chosen per
+    payload. Values in ``p``'s own dtype are not copied: the first buffer is a view of ``p.values``,
+    valid as long as ``p`` is unchanged.
 
     Raises :class:`LocalProtocolError` when ``p`` breaks its own invariants or an option is unknown. The
     O(nnz) part of that check (sorted, unique, in range) rides on the pass that sizes the encodings, since
     a delta encoding of unsorted indices would silently decode to different ones.
     """
-    dtype = p.value_dtype if wire_dtype is None else wire_dtype
-    if dtype not in VALUE_DTYPES:
+    coded = usable_coded(p)
+    own = p.value_dtype if coded is None else coded.coding
+    dtype = own if wire_dtype is None else wire_dtype
+    if dtype not in VALUE_DTYPES and dtype not in CODING_BITS:
         raise LocalProtocolError("unknown wire dtype", value=wire_dtype)
     _check_shape(p)
     kernels = codec_kernels(values=p.nnz)
@@ -75,15 +100,20 @@ def encode_payload(
     ok, max_gap, varint_bytes = kernels.gap_stats(p.indices, nb)
     if not ok:
         _refuse(p, "indices not strictly increasing inside the layer")
-    sizes = encoded_sizes(p.nnz_blocks, nb, max_gap, varint_bytes, is_run(p.indices))
+    sizes = encoded_sizes(p.nnz_blocks, nb, max_gap, varint_bytes, is_run(p.indices), gap_sum_of(p.indices))
+    lowbit = _lowbit_form(p, dtype, coded)
     if index_encoding is None:
-        encoding = choose_encoding(sizes)
+        encoding = choose_encoding(sizes, INDEX_ENCODINGS if lowbit is not None else DEFAULT_CHOICES)
     elif index_encoding in sizes:
         encoding = index_encoding
     else:
         raise LocalProtocolError("index encoding unknown or unable to hold these", value=index_encoding)
     index = encode_indices(p.indices, nb, encoding, kernels, sizes)
-    values, sent_dtype = cast_for_wire(p.values, p.value_dtype, dtype, kernels)
+    if lowbit is not None:
+        values, sent_dtype = pack(lowbit), lowbit.coding
+    else:  # a float dtype, or values a low-bit coding cannot hold (not finite): p's own dtype then
+        to = p.value_dtype if dtype in CODING_BITS else dtype
+        values, sent_dtype = cast_for_wire(p.values, p.value_dtype, to, kernels)
     meta: dict[str, Any] = {
         "fmt": CODEC_VERSION,
         "layer": p.layer,
@@ -94,6 +124,16 @@ def encode_payload(
         "index": encoding,
     }
     return meta, [_bytes_of(values), _bytes_of(index)]
+
+
+def _lowbit_form(p: SparsePayload, dtype: str, coded: LowbitValues | None) -> LowbitValues | None:
+    """The codes to send for a low-bit ``dtype`` (None: not low-bit, or the values cannot be coded)."""
+    if dtype not in CODING_BITS:
+        return None
+    if coded is not None and coded.coding == dtype:
+        return coded
+    q = usable_coded(quantise_payload(p, dtype))
+    return q
 
 
 def _refuse(p: SparsePayload, why: str) -> NoReturn:
@@ -196,7 +236,7 @@ def decode_payload(
     layer = _int_field(meta, "layer", 0, MAX_LAYER_ID, peer)
     dense_len = _int_field(meta, "dense_len", 0, MAX_DENSE_LEN, peer)
     block_size = _int_field(meta, "block_size", 1, MAX_BLOCK_SIZE, peer)
-    dtype = _str_field(meta, "dtype", tuple(VALUE_DTYPES), peer)
+    dtype = _str_field(meta, "dtype", (*VALUE_DTYPES, *VALUE_CODINGS), peer)
     encoding = _str_field(meta, "index", INDEX_ENCODINGS, peer)
     nb = n_blocks(dense_len, block_size)
     count = _int_field(meta, "count", 0, nb, peer)
@@ -214,13 +254,22 @@ def decode_payload(
         raise MalformedPayload("payload needs exactly two buffers", peer=peer, limit=2, value=len(buffers))
     vbuf = _byte_view(buffers[0], "values", peer)
     ibuf = _byte_view(buffers[1], "index", peer)
-    want = count * block_size * VALUE_DTYPES[dtype].itemsize
-    if len(vbuf) != want:
-        raise MalformedPayload(
-            "values buffer length disagrees with count", peer=peer, limit=want, value=len(vbuf)
-        )
+    lowbit = None
+    if dtype in CODING_BITS:
+        lowbit = unpack(vbuf, dtype, count * block_size, peer=peer)  # checks the exact length first
+    else:
+        want = count * block_size * VALUE_DTYPES[dtype].itemsize
+        if len(vbuf) != want:
+            raise MalformedPayload(
+                "values buffer length disagrees with count", peer=peer, limit=want, value=len(vbuf)
+            )
     indices = decode_indices(ibuf, count, nb, encoding, codec_kernels(values=count * block_size), peer=peer)
-    values = values_from_wire(vbuf, dtype)
-    p = SparsePayload(layer, dense_len, block_size, indices, values, dtype)
+    if lowbit is None:
+        p = SparsePayload(layer, dense_len, block_size, indices, values_from_wire(vbuf, dtype), dtype)
+    else:
+        shell = SparsePayload(layer, dense_len, block_size, indices, np.zeros(0, np.float32))
+        y = payload_values(shell, lowbit)
+        coded = dataclasses.replace(lowbit, values=y)
+        p = SparsePayload(layer, dense_len, block_size, indices, y, "fp32", coded)
     p.validate(peer=peer)
     return p

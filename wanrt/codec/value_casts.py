@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wanrt.codec.kernel_choice import CodecKernels, codec_kernels
+from wanrt.codec.lowbit import CODING_BITS, quantise_payload, usable_coded
 from wanrt.payload import VALUE_DTYPES, SparsePayload, bf16_to_fp32
 
 __all__ = ["WIRE_DTYPES", "cast_for_wire", "in_wire_dtype", "values_from_wire"]
@@ -82,7 +83,12 @@ def in_wire_dtype(p: SparsePayload, wire_dtype: str, out: npt.NDArray[Any] | Non
     """``p`` with its values cast to ``wire_dtype`` by :func:`cast_for_wire` (same rounding, same fp16
     overflow policy: ``p`` itself when a value would overflow), for a sender that must hand a payload,
     not options, to the protocol (the trainer client's ``Push``). ``p`` itself when nothing changes.
-    ``out``: see :func:`cast_for_wire` (the values of the result, when a downcast happened)."""
+    A low-bit ``wire_dtype``: ``p`` when it carries those codes already (the layer compressor quantised it
+    and kept the error), else :func:`~wanrt.codec.lowbit.quantise_payload` with the default scale block.
+    ``out``: see :func:`cast_for_wire` (the values of the result, when a 16-bit downcast happened)."""
+    if wire_dtype in CODING_BITS:  # low-bit: the codes a quantising caller attached, else quantised here
+        coded = usable_coded(p)
+        return p if coded is not None and coded.coding == wire_dtype else quantise_payload(p, wire_dtype)
     if wire_dtype == p.value_dtype:
         return p
     kernels = codec_kernels(values=p.nnz)

@@ -292,8 +292,10 @@ class Demo:
             "standin_critical_batch": float(cfg.critical_batch),
             "standin_batch_ref": float(cfg.batch * cfg.world),
             "standin_fixed_lr": True,
-            # ḡ = coef·(d^−0.5 − 1) equal to the measured penalty at the demo's density
-            "standin_density_coef": float(cfg.compression_penalty) / (cfg.density**-0.5 - 1.0),
+            # ḡ = coef·(d^−p − 1) equal to the measured penalty at the demo's density
+            "standin_density_coef": float(cfg.compression_penalty)
+            / (cfg.density**-cfg.compression_exponent - 1.0),
+            "standin_density_exponent": float(cfg.compression_exponent),
         }
 
     def with_profile(self, cfg: DemoConfig) -> DemoConfig:

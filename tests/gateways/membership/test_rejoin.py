@@ -40,7 +40,7 @@ def _running_at(site: str, frontier: int) -> GatewayNode:
     node._create_engine(frontier, set(SITES), 0.0)
     for peer in SITES:
         if peer != site:
-            node._declare_lost(peer, "its gateway was killed", 0.0)
+            node.declare_lost(peer, "its gateway was killed", 0.0)
     assert node.engine is not None and node.engine.frontier == frontier - 1
     return node
 
@@ -208,7 +208,7 @@ def _survivor4(site: str, start: int) -> GatewayNode:
     node = _node4(site)
     node._create_engine(start, set(FOUR), 0.0)
     for peer in "ac":
-        node._declare_lost(peer, "its gateway was killed", 0.0)
+        node.declare_lost(peer, "its gateway was killed", 0.0)
     return node
 
 

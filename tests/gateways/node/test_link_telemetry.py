@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gateways.config import GatewayConfig
 from gateways.node import GatewayNode
-from gateways.node.node import MAX_REPORTED_LINKS
+from gateways.node.reports import MAX_REPORTED_LINKS
 from gateways.rounds.config import RoundConfig
 from gateways.sending.rx_dispersion import RxDispersion
 from wanrt.protocol.limits import MAX_TELEMETRY_KEYS

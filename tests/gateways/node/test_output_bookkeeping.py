@@ -17,20 +17,20 @@ SCENARIOS = Path(__file__).resolve().parents[3] / "sims" / "scenarios"
 
 
 def _scanned_wakes(node: GatewayNode) -> list[int]:
-    return [ch.link_id for ch in node._channels.values() if not ch.ended and ch.pending()]
+    return [ch.link_id for ch in node.mesh.channels.values() if not ch.ended and ch.pending()]
 
 
 def _scanned_deadline(node: GatewayNode) -> float | None:
-    due = list(node._no_link_deadline.values())
-    if node._next_report is not None:
-        due.append(node._next_report)
+    due = list(node.mesh.no_link_deadline.values())
+    if node.scheduler.next_report is not None:
+        due.append(node.scheduler.next_report)
     if node.engine is not None:
         d = node.engine.next_deadline()
         if d is not None:
             due.append(d)
     t = node.cfg.timeouts
     lost_after = t.heartbeat_interval * t.heartbeat_misses
-    for ch in node._channels.values():
+    for ch in node.mesh.channels.values():
         if not ch.ended:
             due += [ch.next_beat, ch.last_rx + lost_after]
     return min(due) if due else None

@@ -89,7 +89,7 @@ def test_a_plan_naming_an_unknown_site_is_refused_in_prepare_and_never_applied()
     _announce(node, 2, "prepare", {"topology": "warp", "density": 0.5})  # bad topology: refused, no raise
     [reply] = _replies(node)
     assert not reply.accepted
-    assert node.engine.plan_for(20) == before and node._decision == 0
+    assert node.engine.plan_for(20) == before and node.scheduler.decision == 0
 
 
 def test_a_committed_plan_governs_rounds_from_its_iteration_on() -> None:
@@ -104,7 +104,7 @@ def test_a_committed_plan_governs_rounds_from_its_iteration_on() -> None:
     plan = node.engine.plan_for(10)
     assert plan.spec.kind == "ring" and plan.spec.t_w_s == 0.5
     # no trainer settings in the decision: nothing forwarded to the trainers
-    assert node._config_update is None
+    assert node.scheduler.config_update is None
     # the running plan is reported, so a restarted scheduler learns it back
     m = node.telemetry(2.0).metrics
     assert m["plan.parent_child"] == 0.0 and m["plan.t_w_s"] == 0.5
@@ -116,7 +116,8 @@ def test_plan_values_travel_with_trainer_values_but_only_trainer_values_reach_th
     _announce(node, 1, "prepare", values)
     assert _replies(node)[0].accepted
     _announce(node, 1, "commit", values)
-    assert node._config_update is not None and node._config_update.values == {"density": 0.2}
+    update = node.scheduler.config_update
+    assert update is not None and update.values == {"density": 0.2}
 
 
 def test_the_gateways_own_config_endpoint_refuses_plan_settings() -> None:

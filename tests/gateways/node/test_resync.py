@@ -53,7 +53,7 @@ def _running_at(site: str, frontier: int) -> GatewayNode:
     node._create_engine(frontier, set(SITES), 0.0)
     for peer in SITES:
         if peer != site:
-            node._declare_lost(peer, "its gateway was killed", 0.0)
+            node.declare_lost(peer, "its gateway was killed", 0.0)
     return node
 
 
@@ -79,7 +79,7 @@ class _Mesh(NodeMesh):
 
     def forge(self, site: str, peer: str, msg: Message) -> None:
         """``site``'s gateway sends ``msg`` to ``peer`` as a peer breaking the rules would."""
-        ch = self.nodes[site]._by_peer[peer]
+        ch = self.nodes[site].mesh.by_peer[peer]
         ch.send_control(msg)
         self.pump()
 

@@ -53,7 +53,7 @@ def test_every_topology_sums_exactly_and_identically(kind: str) -> None:
     # memory stays bounded by the windows, not by the run length
     for e in net.engines.values():
         assert not e.open_rounds()
-        assert len(e._finals) <= (e.config.retain_finals + 1) * 10
+        assert len(e._finished.finals) <= (e.config.retain_finals + 1) * 10
 
 
 @pytest.mark.parametrize("kind", ["tree", "ring", "allpairs"])
@@ -710,9 +710,9 @@ def test_allpairs_whole_part_must_be_well_formed() -> None:
 
 
 def test_may_be_behind_only_when_cut_off_and_the_others_have_a_quorum() -> None:
-    """The join bound (node._check_claims) believes a peer far ahead only when the job could have gone on
-    without this site: with 2 sites never (a majority of 2 needs both), with 3 only once both others are
-    lost here."""
+    """The join bound (PeerAdmission._check_claims) believes a peer far ahead only when the job could have
+    gone on without this site: with 2 sites never (a majority of 2 needs both), with 3 only once both others
+    are lost here."""
     two = RoundEngine("a", ["a", "b"])
     two.peer_lost("b", 0.0)
     assert not two.may_be_behind()

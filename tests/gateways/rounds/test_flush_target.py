@@ -15,8 +15,8 @@ def test_a_carry_is_never_sent_ahead_into_a_round_older_than_a_contribution_it_h
     engine = RoundEngine("b", "abc")  # tree: a is the root, b a child
     for it in range(25):
         engine.local_push(it, 0, make_payload("b", it, 0), 0.0)  # rounds 0..24 open, waiting for a
-    engine._newest_final[0] = 22  # results up to 22 here; the parent's hint points at 23
-    engine._hint[0] = 23
+    engine._finished.newest[0] = 22  # results up to 22 here; the parent's hint points at 23
+    engine._ledger.hints[0] = 23
     del engine._rounds[(24, 0)]  # round 24 ended here without a result: its contribution is carried
     engine._carry_add(0, make_payload("b", 24, 0), (("b", 24),))
     out: list[Action] = []

@@ -28,7 +28,7 @@ def _rss_mb() -> float:
 
 def _reserved(daemon: object) -> int:
     """Bytes the gateway reserved for site a's partly received chunked frames."""
-    ch = daemon.node._by_peer.get("a")  # type: ignore[attr-defined]
+    ch = daemon.node.mesh.by_peer.get("a")  # type: ignore[attr-defined]
     reasm = None if ch is None else ch.conn._reassembler
     return 0 if reasm is None else int(reasm.reserved_bytes)
 

@@ -37,16 +37,35 @@ def test_a_censored_link_is_probed_once_per_round_of_samples_past_the_prior() ->
     e = _est(bw_probe_every=4, bw_probe_gain=2.0)
     e.apply_delivery(30 * M, now=0.0)  # measured at 30 Mbit/s; then the link rises and nothing backlogs
     kinds, estimates = [], []
-    for tick in range(1, 10):
+    for tick in range(1, 6):
         kinds.append(_hidden_tick(e, now=tick))
         estimates.append(e.estimate_bps / M)
     # a raise only every 4th tick (the samples of the raised plan take that long), doubling from the
-    # measurement, and past the 200 Mbit/s prior: a probe is measured before the next one
-    assert kinds == ["hold", "hold", "hold", "raise", "hold", "hold", "hold", "raise", "hold"]
-    assert estimates == pytest.approx([30, 30, 30, 60, 60, 60, 60, 120, 120])
-    for tick in range(10, 14):
+    # measurement; measured back before the next one
+    assert kinds == ["hold", "hold", "hold", "raise", "hold"]
+    assert estimates == pytest.approx([30, 30, 30, 60, 60])
+    e.apply_delivery(61 * M, now=5.5)  # the raised plan backlogged a link: measured, the probe succeeded
+    assert e.estimate_bps == pytest.approx(61 * M) and e.probe_every == 4
+    for tick in range(6, 10):
         _hidden_tick(e, now=tick)
-    assert e.estimate_bps == pytest.approx(240 * M)  # still carried without backlog: above the prior
+    assert e.estimate_bps == pytest.approx(122 * M)
+
+
+def test_an_unmeasured_probe_is_undone_and_never_raises_the_estimate() -> None:
+    # the runaway of the earlier rule: a probe that no link backlogged (and no train timed) was counted as
+    # carried and the next one doubled from it, 100 Mbit/s -> 10-20 Gbit/s while the payload stopped growing
+    e = _est(bw_probe_every=4, bw_probe_every_max=32, bw_probe_gain=2.0)
+    e.apply_delivery(100 * M, now=0.0)
+    top, spacings = 0.0, []
+    for tick in range(1, 400):
+        kind = _hidden_tick(e, now=tick)
+        top = max(top, e.estimate_bps)
+        if kind == "lower":
+            assert e.estimate_bps == pytest.approx(100 * M)  # back to what was measured
+            spacings.append(e.probe_every)
+    assert top == pytest.approx(200 * M)  # never past one probe's gain over the measurement
+    assert spacings[:4] == [8, 16, 32, 32]  # each unmeasured probe backs the next one off
+    assert e.estimate_bps in (pytest.approx(100 * M), pytest.approx(200 * M))
 
 
 def test_a_probe_measured_back_at_the_old_rate_failed_and_the_next_waits_twice_as_long() -> None:
@@ -85,21 +104,20 @@ def test_probe_knobs_are_validated() -> None:
             dataclasses.replace(SchedulerConfig(), **bad)  # type: ignore[arg-type]
 
 
-def test_a_probe_the_link_carried_resets_a_backed_off_spacing() -> None:
-    # a link measured steady for a while (two failed probes: spacing 16), then it rises: the first probe
-    # still waits 16 ticks, but once that probe is carried without backlog the next one comes 4 ticks later
+def test_a_backed_off_link_that_moved_is_probed_at_the_base_spacing_again() -> None:
+    # two probes measured back at 30 (failed: spacing 16); then the link measures 45 (it moved by more
+    # than a quarter): the next probe comes after the base spacing, not after 16 ticks
     e = _est(bw_probe_every=4, bw_probe_every_max=32, bw_probe_gain=2.0)
     e.apply_delivery(30 * M, now=0.0)
     now = 0.0
-    for _ in range(2):  # two probes, each measured back at 30: failed
+    for _ in range(2):
         while True:
             now += 1
             if _hidden_tick(e, now=now) == "raise":
                 break
         e.apply_delivery(30 * M, now=now + 0.5)
     assert e.probe_every == 16
-    kinds = [_hidden_tick(e, now=now + 1 + i) for i in range(16)]
-    assert kinds == ["hold"] * 15 + ["raise"] and e.estimate_bps == pytest.approx(60 * M)
-    kinds = [_hidden_tick(e, now=now + 17 + i) for i in range(4)]
-    assert kinds == ["hold"] * 3 + ["raise"] and e.estimate_bps == pytest.approx(120 * M)
+    e.apply_delivery(45 * M, now=now + 0.6)
     assert e.probe_every == 4
+    kinds = [_hidden_tick(e, now=now + 1 + i) for i in range(4)]
+    assert kinds == ["hold"] * 3 + ["raise"] and e.estimate_bps == pytest.approx(90 * M)

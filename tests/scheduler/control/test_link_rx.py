@@ -187,3 +187,69 @@ def test_every_link_table_is_bounded_and_forgets_the_stalest(monkeypatch: pytest
         lr.observe_rx(name, nbytes=0.0, seconds=0.0, now=float(i))
     for table in (lr._links, lr._delivery, lr._rx):
         assert sorted(table) == ["s2>r", "s3>r", "s4>r"]
+
+
+def test_a_timed_probe_train_measures_a_link_whose_tails_are_all_fast() -> None:
+    lr = LinkRates(_cfg())
+    rx = lr._rx
+    # every tail of the job's messages on a>b crossed too fast to time: the direction is left out
+    lr.observe_rx("a>b", nbytes=0, seconds=0, now=0.0, n=0, fast=0)
+    lr.observe_rx("a>b", nbytes=0, seconds=0, now=0.5, n=0, fast=5)
+    assert rx["a>b"].judged(0.5, 1.0)[0] == "fast" and lr.delivery_bps(0.5) is None
+    # a train sized to be timed reads the link: it counts, the fast tails notwithstanding
+    lr.observe_probe("a>b", nbytes=0, seconds=0, now=0.0)
+    assert lr.observe_probe("a>b", nbytes=250_000, seconds=0.02, now=0.75) == pytest.approx(100 * M)
+    assert lr.delivery_bps(0.75) == pytest.approx(100 * M)
+    # a report without a new train measures nothing; the train's rate ages out after link_probe_max_age_s
+    assert lr.observe_probe("a>b", nbytes=250_000, seconds=0.02, now=1.0) is None
+    assert lr.delivery_bps(0.75 + lr.cfg.link_probe_max_age_s + 0.01) is None
+    # trains are off with link_probe_max_age_s 0
+    off = LinkRates(_cfg(link_probe_max_age_s=0.0))
+    off.observe_probe("a>b", nbytes=0, seconds=0, now=0.0)
+    off.observe_probe("a>b", nbytes=250_000, seconds=0.02, now=0.75)
+    assert off.delivery_bps(0.8) is None
+
+
+def test_the_receivers_median_wins_over_an_older_train() -> None:
+    lr = LinkRates(_cfg())
+    lr.observe_probe("a>b", nbytes=0, seconds=0, now=0.0)
+    lr.observe_probe("a>b", nbytes=250_000, seconds=0.02, now=0.25)  # 100 Mbit/s, then the link drops
+    _windows(lr, "a>b", [30, 30, 30], 0.25, rx=True)
+    assert lr.delivery_bps(1.0) == pytest.approx(30 * M)
+
+
+def test_probe_trains_arrive_from_the_receiving_gateways_keys() -> None:
+    policy = AdaptivePolicy(("a", "b"), _cfg(bw_initial_bps=200 * M), PowerLawConvergence())
+    now = 0.0
+    for k in range(16):  # b times a train from a every second; every tail of the job's messages is fast
+        now = 0.25 * k
+        for site, peer in (("a", "b"), ("b", "a")):
+            batch = 8 + k % 3 * 8
+            rep = {
+                "frontier": float(k),
+                "cfg.density": 0.01,
+                "cfg.staleness": 1.0,
+                "trainer.iteration": float(k),
+                "trainer.params": 1e6,
+                "trainer.world_size": 1.0,
+                "trainer.batch_size": float(batch),
+                "trainer.compute_s": 0.001 * batch,
+                "trainer.iteration_s": 0.2,
+                f"link.{peer}.bytes_sent": 1e5 * (k + 1),
+            }
+            if site == "b":
+                rep[f"link.{peer}.rx_bytes"] = 0.0
+                rep[f"link.{peer}.rx_s"] = 0.0
+                rep[f"link.{peer}.rx_n"] = 0.0
+                rep[f"link.{peer}.rx_fast"] = float(3 * k)
+                rep[f"link.{peer}.probe_bytes"] = 60 * M / 8 * 0.03 * (k // 4)
+                rep[f"link.{peer}.probe_s"] = 0.03 * (k // 4)
+            policy.observe(site, rep, now)
+        policy.decide(now)
+    assert policy.policy is not None
+    assert policy.policy.links.delivery_bps(now) == pytest.approx(60 * M)
+    assert policy.policy.bandwidth.estimate_bps == pytest.approx(60 * M)  # not the 200 Mbit/s prior
+    with pytest.raises(RemoteProtocolError):
+        LinkRates(_cfg()).observe_probe("a>b", nbytes=-1, seconds=0, now=0.0)
+    with pytest.raises(ConfigError):
+        _cfg(link_probe_max_age_s=-1.0)

@@ -89,7 +89,7 @@ def _check_plan(daemons: dict[str, GatewayDaemon], decision: Decision, base: str
     for d in daemons.values():
         engine = d.node.engine
         assert engine is not None
-        assert d.node._decision == decision.id
+        assert d.node.scheduler.decision == decision.id
         before, after = engine.plan_for(eff - 1), engine.plan_for(eff)
         assert before.spec.kind == base and not before.waits_tw
         assert after.spec.kind == "parent_child" and after.spec.t_w_s == t_w
@@ -125,7 +125,7 @@ async def test_a_committed_parent_child_plan_runs_at_every_gateway_from_its_iter
             decision = node.current
             assert decision is not None
             for d in cluster.daemons.values():
-                await d.wait_for(lambda d=d: d.node._decision == decision.id)  # type: ignore[misc]
+                await d.wait_for(lambda d=d: d.node.scheduler.decision == decision.id)  # type: ignore[misc]
             trainers = trainers_for(cluster, layers=LAYERS, iterations=iterations)
             for t in trainers.values():
                 await t.connect()
@@ -176,7 +176,7 @@ async def test_the_stragglers_policy_detaches_a_persistent_straggler_site_throug
                     decision = node.current
                     assert decision is not None
                     for d in cluster.daemons.values():
-                        await d.wait_for(lambda d=d: d.node._decision >= decision.id)  # type: ignore[misc]
+                        await d.wait_for(lambda d=d: d.node.scheduler.decision >= decision.id)  # type: ignore[misc]
                     upto = decision.effective_iteration + 10
                     for t in trainers.values():  # rounds keep completing under the new plan
                         await t.wait(lambda t=t: all((upto, x) in t.aggregates for x in range(LAYERS)))  # type: ignore[misc]

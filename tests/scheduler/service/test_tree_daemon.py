@@ -47,7 +47,7 @@ async def test_announced_site_costs_move_the_root_at_every_gateway_at_one_iterat
             ids = set()
             for d in cluster.daemons.values():
                 engine = d.node.engine
-                assert engine is not None and d.node._decision == decision.id
+                assert engine is not None and d.node.scheduler.decision == decision.id
                 before, after = engine.plan_for(eff - 1), engine.plan_for(eff)
                 assert before.core == ("a",) and after.core == ("c",)
                 assert dict(after.spec.costs) == {"a": 0.9, "b": 0.4, "c": 0.1}

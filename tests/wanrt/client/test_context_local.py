@@ -102,6 +102,31 @@ def test_weight_prediction_moves_a_late_layer_by_the_own_payload_and_back_exactl
     assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
 
 
+def test_job_parameters_are_the_jobs_between_steps_and_the_prediction_comes_back_exactly(
+    secret_file: Path,
+) -> None:
+    # between steps the late layer holds the predicted point; inside job_parameters() it holds the job's
+    # parameters (what every site agrees on: the update still in flight not applied), and afterwards the
+    # predicted point again, bit for bit, so the next step is unchanged
+    model, opt, _ = make(secret_file, {0: "late", 1: "instant"}, DENSE_STALE)
+    sum_c = torch.zeros(20)
+    for t in range(3):
+        c, d = coeffs(t)
+        model.loss(c, d).backward()
+        opt.step()
+        opt.zero_grad()
+        sum_c += c
+        predicted = model.a.detach().clone()
+        torch.testing.assert_close(predicted, -sum_c)
+        with opt.ctx.job_parameters():
+            torch.testing.assert_close(model.a.detach(), -(sum_c - c))
+        assert torch.equal(model.a.detach(), predicted)
+    opt.ctx.close()
+    torch.testing.assert_close(model.a.detach(), -sum_c)
+    with opt.ctx.job_parameters():  # nothing predicted after close(): the job's parameters as they are
+        torch.testing.assert_close(model.a.detach(), -sum_c)
+
+
 def test_staleness_zero_waits_for_late_updates(secret_file: Path) -> None:
     model, opt, _ = make(
         secret_file, {0: "late", 1: "late"}, ClientConfig.dense_baseline(update_deadline_s=5.0)

@@ -127,7 +127,7 @@ def test_the_optimizer_state_travels_with_the_parameters(secret_file: Path) -> N
     arrays, installed with it (else each site keeps its own; checked at the gateway and the receiver)."""
     site = Site(secret_file, "adam", 0.1)
     ctx, opt, link, step = site.ctx, site.opt, site.link, site.step
-    lengths = state_lengths(opt._kernel, (20, 36), ctx._config.block_size)
+    lengths = state_lengths(opt._kernel, (20, 36), ctx.config.block_size)
     assert link.spec.state_lengths == lengths and len(lengths) == 6  # exp_avg, exp_avg_sq, steps per layer
 
     for t in range(3):
@@ -145,7 +145,7 @@ def test_the_optimizer_state_travels_with_the_parameters(secret_file: Path) -> N
             assert isinstance(frame, ParamChunk)
             got = receiver.on_chunk(frame) or got
     assert got is not None
-    served = export_state(opt._kernel, (20, 36), ctx._config.block_size)
+    served = export_state(opt._kernel, (20, 36), ctx.config.block_size)
     assert [a.tolist() for a in got.state] == [a.tolist() for a in served]
     assert max(float(a.max()) for a in got.state[2::3]) == 4  # four Adam steps on every block
 

@@ -12,24 +12,22 @@ import torch
 
 from tests.wanrt.client.test_context_local import coeffs, make
 from wanrt.client import ClientConfig
-from wanrt.client.context import Context
+from wanrt.client.leader.push_path import LeaderPush
 from wanrt.client.link.gateway_link import GatewayLink
 from wanrt.client.site.decision import ConfigChange
+from wanrt.client.site.settings_in_force import SettingsInForce
 
 
-def _bare_context(batch_weight: float, world_size: int) -> Context:
-    ctx = Context.__new__(Context)  # only what _site_mean reads: no process group, no link
-    ctx._batch_weight = batch_weight
-    ctx.world_size = world_size
-    ctx._config = ClientConfig()  # local_steps = 1: the site mean divides by the ranks only
-    ctx._scaled = {}
-    return ctx
+def _bare_push(batch_weight: float, world_size: int) -> LeaderPush:
+    settings = SettingsInForce(ClientConfig())  # local_steps = 1: the site mean divides by the ranks only
+    settings.batch_weight = batch_weight
+    return LeaderPush(settings, world_size, None, None, lambda: False)  # only what site_mean reads
 
 
 def test_a_scale_of_one_compresses_the_gradient_itself_without_a_copy() -> None:
     flat = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
     before = flat.copy()
-    out = _bare_context(1.0, 1)._site_mean(0, flat)
+    out = _bare_push(1.0, 1).site_mean(0, flat)
     assert out is flat
     assert np.array_equal(out.view(np.uint32), before.view(np.uint32))
 
@@ -38,13 +36,13 @@ def test_a_scale_of_one_compresses_the_gradient_itself_without_a_copy() -> None:
 def test_another_scale_gives_the_old_products_bit_for_bit_in_a_reused_buffer(
     weight: float, world: int
 ) -> None:
-    ctx = _bare_context(weight, world)
+    push = _bare_push(weight, world)
     rng = np.random.default_rng(1)
     first = None
     for _ in range(3):
         flat = rng.standard_normal(4099).astype(np.float32)
         flat[:3] = (-0.0, np.float32(1e-45), np.float32(3e38))  # signed zero, a subnormal, near overflow
-        out = ctx._site_mean(7, flat)
+        out = push.site_mean(7, flat)
         want = flat * np.float32(weight / world)  # what the client computed before the cut
         assert out.dtype == np.float32
         assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
@@ -53,9 +51,9 @@ def test_another_scale_gives_the_old_products_bit_for_bit_in_a_reused_buffer(
 
 
 def test_a_layer_that_changes_length_gets_a_new_buffer() -> None:
-    ctx = _bare_context(0.5, 1)
-    a = ctx._site_mean(0, np.ones(10, dtype=np.float32))
-    b = ctx._site_mean(0, np.ones(12, dtype=np.float32))
+    push = _bare_push(0.5, 1)
+    a = push.site_mean(0, np.ones(10, dtype=np.float32))
+    b = push.site_mean(0, np.ones(12, dtype=np.float32))
     assert a.shape == (10,) and b.shape == (12,) and np.all(b == 0.5)
 
 

@@ -93,7 +93,7 @@ def test_pushes_are_empty_while_the_snapshot_is_pending_and_normal_after(
     assert all(n > 0 for n in site.pushed_blocks(0))
     assert all(r is not None and np.any(r) for r in site.residuals())  # density 0.25: something left out
 
-    caplog.set_level(logging.INFO, logger="wanrt.client.context")
+    caplog.set_level(logging.INFO, logger="wanrt.client.leader.resync_state")
     site.link.inject(ResyncStarted(1))
     site.step()  # iteration 1 was pushed before the leader heard of the resync (at this step's end)
     assert all(n > 0 for n in site.pushed_blocks(1))

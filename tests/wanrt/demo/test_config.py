@@ -130,8 +130,23 @@ def test_the_demo_runs_the_controller_with_the_latency_and_its_models_batch_term
     # the stand-in's compression penalty at the demo's density is the measured one
     from scheduler.control.convergence import PowerLawConvergence
 
-    conv = PowerLawConvergence(density_coef=control.standin_density_coef, batch_coef=0.0)
+    conv = PowerLawConvergence(
+        density_coef=control.standin_density_coef,
+        density_exponent=control.standin_density_exponent,
+        batch_coef=0.0,
+    )
     assert float(conv.penalty(1.0 - cfg.density, 192.0)) == pytest.approx(cfg.compression_penalty)
+    # ... and for the default workload its shape too: +40 % iterations at density 0.005 over 0.02 (measured
+    # 140 against 100), not the +10 % of the width-512 calibration
+    control = SchedulerConfig(**demo.scheduler_control(DEFAULT))
+    conv = PowerLawConvergence(
+        density_coef=control.standin_density_coef,
+        density_exponent=control.standin_density_exponent,
+        batch_coef=0.0,
+    )
+    ratio = (1 + float(conv.penalty(1.0 - 0.005, 192.0))) / (1 + DEFAULT.compression_penalty)
+    assert ratio == pytest.approx(1.40, abs=0.02)
+    assert control.warmup_iterations == 0  # no density warm-up on the default workload (measured)
 
 
 def test_device_flag_sets_the_trainers_device() -> None:

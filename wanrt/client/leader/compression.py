@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wanrt.client.config import ClientConfig
+from wanrt.client.config import LOWBIT_WIRE, ClientConfig
+from wanrt.client.leader.value_coding import ValueCoder
 from wanrt.client.leader.wire_buffers import WireBuffers
 from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.kernels import Compressor, ErrorFeedback, make_compressor
@@ -33,6 +34,9 @@ class LayerCompressor:
         self._ef = ErrorFeedback() if config.error_feedback and config.compressing else None
         self._compressor: Compressor | None = self._make(config.density)
         self._wire_dtype = config.wire_dtype
+        lowbit = config.wire_dtype in LOWBIT_WIRE
+        #: low-bit values: quantised here after selection, the error kept (leader/value_coding.py)
+        self._coder = ValueCoder(config.wire_dtype, config.scale_block) if lowbit else None
         self._all_blocks: dict[int, npt.NDArray[np.int64]] = {}  # n_blocks -> arange (dense payloads)
         self.buffers = WireBuffers(config.reuse_wire_buffer_bytes)  # large dense layers' cast targets
 
@@ -61,6 +65,8 @@ class LayerCompressor:
         the gradients it came from). The AIMD thresholds stay: they track magnitudes, not a direction."""
         if self._ef is not None:
             self._ef.reset()
+        if self._coder is not None:
+            self._coder.reset()
 
     def state_dict(self) -> dict[str, Any]:
         """The residuals and the compressor's per-layer thresholds, for a checkpoint: without them a
@@ -70,6 +76,7 @@ class LayerCompressor:
             "density": self._density,
             "error_feedback": None if self._ef is None else self._ef.state_dict(),
             "compressor": None if self._compressor is None else self._compressor.state_dict(),
+            "value_coding": None if self._coder is None else self._coder.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -81,13 +88,23 @@ class LayerCompressor:
                 self._ef.reset()
         if self._compressor is not None and isinstance(comp, dict):
             self._compressor.load_state_dict(comp)
+        if self._coder is not None:
+            self._coder.load_state_dict(state.get("value_coding"))
 
     def compress(self, layer: int, grad: npt.NDArray[np.float32]) -> SparsePayload:
         if self._compressor is None:
-            return self._dense(layer, grad)
+            return self.code_values(self._dense(layer, grad), None)
         if self._ef is not None:
-            return self._ef.compress(layer, grad, self._compressor)
-        return self._compressor.compress(layer, grad)
+            p = self._ef.compress(layer, grad, self._compressor)
+            return self.code_values(p, self._ef.residual(layer))
+        return self.code_values(self._compressor.compress(layer, grad), None)
+
+    def code_values(self, p: SparsePayload, residual: Any | None) -> SparsePayload:
+        """``p`` in the low-bit wire coding, its error kept in ``residual`` (sparse) or in the coder's own
+        dense residual (``p`` dense); ``p`` itself without a low-bit coding."""
+        if self._coder is None:
+            return p
+        return self._coder.dense(p) if self._compressor is None else self._coder.sparse(p, residual)
 
     def _dense(self, layer: int, grad: npt.NDArray[np.float32]) -> SparsePayload:
         """Every block of ``grad``, cast to the wire dtype here, in the one pass that copies it.
@@ -107,6 +124,10 @@ class LayerCompressor:
         if blocks is None:
             blocks = self._all_blocks[nb] = np.arange(nb, dtype=np.int64)
             blocks.flags.writeable = False  # shared by every dense payload of this layer size
+        if self._coder is not None:  # low-bit: compress() quantises it into values of its own
+            if n % self._block_size:
+                return SparsePayload.from_dense_blocks(layer, grad, blocks, self._block_size)
+            return SparsePayload(layer, n, self._block_size, blocks, grad, "fp32")
         if n % self._block_size:  # the last block is padded: a gathered copy, then the same cast
             gathered = SparsePayload.from_dense_blocks(layer, grad, blocks, self._block_size)
             return in_wire_dtype(gathered, self._wire_dtype)

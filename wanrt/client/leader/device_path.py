@@ -101,6 +101,8 @@ class DeviceLayerCompressor(LayerCompressor):
                 flat = buf
             idx, vals = self._select(layer, flat)
             payload, staged = self._stage(layer, flat, idx, vals)
+            # low-bit values: the error goes back into the residual on this (side) stream
+            payload = self.code_values(payload, self._residuals.get(layer) if self._ef is not None else None)
         self.stats.add(staged, flat.numel() * 4)
         return payload
 

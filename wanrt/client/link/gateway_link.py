@@ -53,6 +53,8 @@ from wanrt.client.link.param_resync import SnapshotReceiver
 from wanrt.client.link.reconnect import Backoff, Outstanding, UnackedPushes
 from wanrt.client.link.signature import compare_info
 from wanrt.client.site.decision import ConfigChange
+from wanrt.codec.lowbit import VALUE_CODINGS
+from wanrt.codec.negotiation import VALUE_CODING_KEY, check_value_coding
 from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.errors import (
     AuthError,
@@ -470,11 +472,14 @@ class GatewayLink:
                     info["resume_at"] = spec.resume_at
                 if reconnect:
                     info["reconnect"] = True
+                if self._cfg.wire_dtype in VALUE_CODINGS:
+                    info[VALUE_CODING_KEY] = self._cfg.wire_dtype
                 await transport.send([conn.hello(info=info)])
                 welcome = await self._handshake_reply()
                 refused = welcome.info.get("refused")
                 if isinstance(refused, str):  # another run is served there (gateways.node.trainer_runs)
                     raise RunRefused(spec.url, refused)
+                check_value_coding(self._cfg.wire_dtype, welcome.info, peer=spec.url)
                 diff = compare_info(spec.signature, dict(welcome.info))
                 self._push_cut = push_cut_hint(welcome.info)
                 if diff is not None:

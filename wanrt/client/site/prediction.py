@@ -25,6 +25,9 @@ state and are not predicted (not measured).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from wanrt.payload import SparsePayload
@@ -68,6 +71,26 @@ class WeightPrediction:
                 pos, vals = _element_index(payload, flat.device)
                 self._saved.append((payload.layer, pos, flat[pos].clone()))
                 flat.index_add_(0, pos, vals.to(flat.dtype), alpha=-lr)
+
+    @contextlib.contextmanager
+    def suspended(self, params: list[torch.Tensor]) -> Iterator[None]:
+        """Within the block the parameters are the job's (every moved element back, bit for bit); after
+        it, the predicted point again, bit for bit. Why: the job's model is ``θ``, identical at every site;
+        ``θ̂`` is one site's guess of where the in-flight update takes it, off by one step of one site's
+        payload. A loss evaluated at ``θ̂`` between steps (the demo's curve) measured that guess, not the
+        model: single bumps of 1.2-1.4× the best loss so far, in the fixed arm (docs/client.md)."""
+        moved: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        with torch.no_grad():
+            for layer, pos, old in reversed(self._saved):
+                flat = params[layer].data.view(-1)
+                moved.append((layer, pos, flat[pos].clone()))
+                flat[pos] = old
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for layer, pos, cur in reversed(moved):
+                    params[layer].data.view(-1)[pos] = cur
 
     def restore(self, params: list[torch.Tensor]) -> None:
         """Put every moved element back exactly (last move first, so overlapping payloads unwind)."""

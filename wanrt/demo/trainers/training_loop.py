@@ -23,6 +23,7 @@ by (``tools/bench_scheduler.py``: communication overhead).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from multiprocessing.connection import Connection
@@ -181,7 +182,7 @@ class Trainer:
             if spec.rank == 0:
                 self.conn.send(Progress(order.run, spec.site_index, 0, iteration, loss.item(), t_last, drawn))
             if evaluating and iteration % order.eval_every == 0:
-                self._evaluate(order.run, model, iteration, t_last)
+                self._evaluate(order.run, model, iteration, t_last, ctx)
         if ctx is not None:
             ctx.close()  # applies every update still outstanding: all ranks of all sites end in one place
         final_loss, final_acc = math.nan, math.nan
@@ -203,9 +204,14 @@ class Trainer:
             )
         )
 
-    def _evaluate(self, run: str, model: torch.nn.Module, iteration: int, t: float) -> None:
-        train_loss, _ = evaluate(model, self.x_train, self.y_train)
-        _, test_acc = evaluate(model, self.x_test, self.y_test)
+    def _evaluate(
+        self, run: str, model: torch.nn.Module, iteration: int, t: float, ctx: wanrt.Context | None
+    ) -> None:
+        # the job's model, not the weight-predicted point the parameters hold between steps: a loss at the
+        # predicted point measured one site's guess of the in-flight update (docs/client.md)
+        with contextlib.nullcontext() if ctx is None else ctx.job_parameters():
+            train_loss, _ = evaluate(model, self.x_train, self.y_train)
+            _, test_acc = evaluate(model, self.x_test, self.y_test)
         self.conn.send(Evaluated(run, iteration, train_loss, test_acc, t))
 
     def shutdown(self) -> None:

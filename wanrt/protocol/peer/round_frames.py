@@ -58,6 +58,7 @@ from wanrt.protocol.peer.contrib_ids import (
     distinct_sites,
     encode_ids,
 )
+from wanrt.protocol.peer.probe_train import ProbeRequest, ProbeTrain
 from wanrt.protocol.peer.round_msg import MSG_KINDS, ContribId, RoundMsg
 from wanrt.protocol.peer.site_fault import SiteFault
 from wanrt.protocol.registry import CORE_REGISTRY
@@ -299,8 +300,11 @@ class JobModel(Message):
         )
 
 
-#: The protocol spoken between gateways: the core messages plus the two above and a site's fault.
-GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(RoundTag, RoundData, JobModel, SiteFault)
+#: The protocol spoken between gateways: the core messages plus the two above, a site's fault and the
+#: timed probe trains (wanrt/protocol/peer/probe_train.py).
+GATEWAY_REGISTRY: Final = CORE_REGISTRY.with_messages(
+    RoundTag, RoundData, JobModel, SiteFault, ProbeRequest, ProbeTrain
+)
 
 
 def _tag_args(msg: RoundMsg, seq: int) -> dict[str, Any]:

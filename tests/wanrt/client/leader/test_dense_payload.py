@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from wanrt.client.config import ClientConfig
-from wanrt.client.context import Context
 from wanrt.client.leader.compression import LayerCompressor
 from wanrt.client.site.decision import SiteUpdate
+from wanrt.client.site.update_apply import UpdateApplier
 from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.payload import SparsePayload, n_blocks
 
@@ -52,10 +52,9 @@ def test_average_bit_identical_to_fp32_product(dtype: str, sites: int) -> None:
     p = in_wire_dtype(p32, dtype)
     if dtype == "fp16":  # received payloads are read-only views of the frame
         p.values.flags.writeable = False
-    ctx = Context.__new__(Context)
-    ctx._avg_bufs = {}
+    applier = UpdateApplier()
     for _ in range(2):  # the buffer is reused on the second call
-        got = ctx._averaged(SiteUpdate(0, 0, sites, p))
+        got = applier.averaged(SiteUpdate(0, 0, sites, p))
         want = (p.values_f32() * np.float32(1.0 / sites)).astype(np.float32, copy=False)
         assert got.dtype == np.float32
         assert got.tobytes() == want.tobytes()
