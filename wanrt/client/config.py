@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from wanrt.config import check
-from wanrt.protocol.job_settings import MAX_LOCAL_STEPS, MAX_STALENESS
+from wanrt.live_settings import MAX_LOCAL_STEPS, MAX_STALENESS
 
 __all__ = ["LOWBIT_WIRE", "MAX_LOCAL_STEPS", "MAX_STALENESS", "ClientConfig", "CompressorKind", "WireDtype"]
 
