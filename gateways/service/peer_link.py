@@ -124,11 +124,14 @@ class PeerLink:
         self._daemon.link_finished(self, self.reason or "link ended")
 
     async def _read(self) -> str:
+        expect = getattr(self.transport, "expect", None)
         while True:
             data = await self.transport.recv(RECV_BYTES)
             self._daemon.link_data(self.link_id, data)
             if not data:
                 return "connection closed (end of stream)"
+            if expect is not None:  # wake for the rest of a large frame at once, not per few KB
+                expect(self.conn.frame_bytes_missing)
 
     async def _write(self) -> str:
         loop = asyncio.get_running_loop()

@@ -43,6 +43,11 @@ class ClientConfig:
     scale_block: int = 16
     #: keep what compression left out and add it to the next gradient (nothing is silently lost)
     error_feedback: bool = True
+    #: a dense layer whose wire values take at least this many bytes is cast into a buffer the leader
+    #: reuses once the link has let go of the previous push (written and acknowledged), instead of a fresh
+    #: array every step: a fresh 50 MB array is a new mmap whose page faults cost more than the cast
+    #: (docs/round_bench.md, "Through the client"); 0 = never reuse
+    reuse_wire_buffer_bytes: int = 4 << 20
     #: how many iterations a layer's update may lag (0 = synchronous, 1 = StellaTrain's partial staleness)
     staleness: int = 1
     #: with staleness, take each gradient at the weights the in-flight updates are about to produce,
@@ -109,6 +114,12 @@ class ClientConfig:
             "on_restart",
             self.on_restart,
             "a callable (rank, iteration) or None",
+        )
+        check(
+            self.reuse_wire_buffer_bytes >= 0,
+            "reuse_wire_buffer_bytes",
+            self.reuse_wire_buffer_bytes,
+            "must be >= 0 (0: never reuse)",
         )
         check(self.max_layer_elements >= 1, "max_layer_elements", self.max_layer_elements, "must be >= 1")
         if self.compressor == "threshold_v_block":

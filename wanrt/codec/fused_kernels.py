@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wanrt.codec.reference_kernels import max_varint_len
+from wanrt.codec.reference_kernels import cast_output, max_varint_len
 from wanrt.errors import KernelError, MalformedPayload
 
 __all__ = ["FusedKernels", "compile_all", "load"]
@@ -223,17 +223,23 @@ class FusedKernels:
             )
         return out[:count]
 
-    def f32_to_f16(self, values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16], bool]:
+    def f32_to_f16(
+        self, values: npt.NDArray[np.float32], out: npt.NDArray[np.float16] | None = None
+    ) -> tuple[npt.NDArray[np.float16], bool]:
         values = np.ascontiguousarray(values, dtype=np.float32)
-        out = np.empty(values.shape[0], dtype=np.uint16)
-        over = int(self._f32_to_f16(values.view(np.uint32), values, out))
-        return out.view(np.float16), over > 0
+        n = values.shape[0]
+        bits = np.empty(n, dtype=np.uint16) if out is None else cast_output(out, values, np.uint16)
+        over = int(self._f32_to_f16(values.view(np.uint32), values, bits))
+        return bits.view(np.float16), over > 0
 
-    def f32_to_bf16(self, values: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
+    def f32_to_bf16(
+        self, values: npt.NDArray[np.float32], out: npt.NDArray[np.uint16] | None = None
+    ) -> npt.NDArray[np.uint16]:
         values = np.ascontiguousarray(values, dtype=np.float32)
-        out = np.empty(values.shape[0], dtype=np.uint16)
-        self._f32_to_bf16(values.view(np.uint32), out)
-        return out
+        n = values.shape[0]
+        bits = np.empty(n, dtype=np.uint16) if out is None else cast_output(out, values, np.uint16)
+        self._f32_to_bf16(values.view(np.uint32), bits)
+        return bits
 
 
 def _read_only(a: npt.NDArray[Any]) -> npt.NDArray[Any]:

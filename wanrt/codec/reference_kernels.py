@@ -24,6 +24,7 @@ __all__ = [
     "NumpyCodecKernels",
     "bitmap_decode",
     "bitmap_encode",
+    "cast_output",
     "f32_to_bf16",
     "f32_to_f16",
     "gap_stats",
@@ -239,9 +240,23 @@ def bitmap_decode(b: U8Array, count: int, *, peer: str | None = None) -> Int64Ar
     return np.flatnonzero(np.unpackbits(b, bitorder="little")).astype(np.int64, copy=False)
 
 
-def f32_to_f16(values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16], bool]:
-    """Round-to-nearest-even fp32 -> fp16, chunked; second item True if a finite value became ±inf."""
-    out = np.empty(values.shape[0], dtype=np.float16)
+def cast_output(out: npt.NDArray[Any], values: npt.NDArray[Any], dtype: type[Any]) -> npt.NDArray[Any]:
+    """A caller's output array for a 16-bit cast (a buffer it reuses, so that a large layer's cast does
+    not fault in fresh pages every step), viewed as ``dtype``. Checked, because the compiled kernels write
+    without bounds checks: a short, strided or read-only buffer is a :class:`KernelError`."""
+    if out.dtype.itemsize != 2 or out.shape != values.shape or not out.flags.c_contiguous:
+        raise KernelError("cast output must be a contiguous 16-bit array of the input's length")
+    if not out.flags.writeable:
+        raise KernelError("cast output is read-only")
+    return out.view(dtype)
+
+
+def f32_to_f16(
+    values: npt.NDArray[np.float32], out: npt.NDArray[np.float16] | None = None
+) -> tuple[npt.NDArray[np.float16], bool]:
+    """Round-to-nearest-even fp32 -> fp16, chunked; second item True if a finite value became ±inf.
+    ``out``: write into this array (the caller's reused buffer) instead of a new one."""
+    out = np.empty(values.shape[0], dtype=np.float16) if out is None else cast_output(out, values, np.float16)
     for start in range(0, values.shape[0], _CHUNK):
         src = values[start : start + _CHUNK]
         dst = out[start : start + _CHUNK]
@@ -253,9 +268,9 @@ def f32_to_f16(values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16]
     return out, False
 
 
-def f32_to_bf16(values: npt.NDArray[np.float32]) -> U16Array:
+def f32_to_bf16(values: npt.NDArray[np.float32], out: U16Array | None = None) -> U16Array:
     """Round-to-nearest-even fp32 -> bf16 bit patterns, chunked to keep temporaries in cache."""
-    out = np.empty(values.shape[0], dtype=np.uint16)
+    out = np.empty(values.shape[0], dtype=np.uint16) if out is None else cast_output(out, values, np.uint16)
     for start in range(0, values.shape[0], _CHUNK):
         out[start : start + _CHUNK] = fp32_to_bf16(values[start : start + _CHUNK])
     return out
@@ -287,9 +302,11 @@ class NumpyCodecKernels:
         return bitmap_decode(b, count, peer=peer)
 
     @staticmethod
-    def f32_to_f16(values: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float16], bool]:
-        return f32_to_f16(values)
+    def f32_to_f16(
+        values: npt.NDArray[np.float32], out: npt.NDArray[np.float16] | None = None
+    ) -> tuple[npt.NDArray[np.float16], bool]:
+        return f32_to_f16(values, out)
 
     @staticmethod
-    def f32_to_bf16(values: npt.NDArray[np.float32]) -> U16Array:
-        return f32_to_bf16(values)
+    def f32_to_bf16(values: npt.NDArray[np.float32], out: U16Array | None = None) -> U16Array:
+        return f32_to_bf16(values, out)

@@ -41,47 +41,58 @@ def _to_f32(values: npt.NDArray[Any], dtype: str) -> npt.NDArray[np.float32]:
 
 
 def _downcast(
-    f32: npt.NDArray[np.float32], wire_dtype: str, kernels: CodecKernels
+    f32: npt.NDArray[np.float32],
+    wire_dtype: str,
+    kernels: CodecKernels,
+    out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any] | None:
-    """fp32 -> ``wire_dtype`` (one new array), or None when fp16 would overflow a finite value."""
+    """fp32 -> ``wire_dtype`` (one new array, or ``out``), or None when fp16 would overflow a finite
+    value."""
     if wire_dtype == "fp32":
         return f32
     if wire_dtype == "bf16":
-        return kernels.f32_to_bf16(f32)
-    out, overflow = kernels.f32_to_f16(f32)
-    return None if overflow else out
+        return kernels.f32_to_bf16(f32, out)
+    cast, overflow = kernels.f32_to_f16(f32, out)
+    return None if overflow else cast
 
 
 def cast_for_wire(
-    values: npt.NDArray[Any], src_dtype: str, wire_dtype: str, kernels: CodecKernels
+    values: npt.NDArray[Any],
+    src_dtype: str,
+    wire_dtype: str,
+    kernels: CodecKernels,
+    out: npt.NDArray[Any] | None = None,
 ) -> tuple[npt.NDArray[Any], str]:
     """Values as a contiguous little-endian array in ``wire_dtype`` (or ``src_dtype`` on fp16 overflow).
 
     Returns ``(array, dtype_name)``. Same dtype on a little-endian host: a view of ``values``, no copy.
     From fp32: one new array, written by a single fused pass. From fp16/bf16 (rare: payloads are built in
-    fp32) via a temporary fp32 copy.
+    fp32) via a temporary fp32 copy. ``out``: a 16-bit array of ``values``' length that a downcast
+    writes instead of a new one (a buffer the caller reuses; left as it is when nothing is cast).
     """
     if wire_dtype != src_dtype:
         f32 = values if src_dtype == "fp32" else _to_f32(values, src_dtype)
-        out = _downcast(f32, wire_dtype, kernels)
-        if out is not None:
-            return (out if _LITTLE else out.astype(WIRE_DTYPES[wire_dtype])), wire_dtype
+        cast = _downcast(f32, wire_dtype, kernels, out)
+        if cast is not None:
+            return (cast if _LITTLE else cast.astype(WIRE_DTYPES[wire_dtype])), wire_dtype
     arr = np.ascontiguousarray(values)
     return (arr if _LITTLE else arr.astype(WIRE_DTYPES[src_dtype])), src_dtype
 
 
-def in_wire_dtype(p: SparsePayload, wire_dtype: str) -> SparsePayload:
+def in_wire_dtype(p: SparsePayload, wire_dtype: str, out: npt.NDArray[Any] | None = None) -> SparsePayload:
     """``p`` with its values cast to ``wire_dtype`` by :func:`cast_for_wire` (same rounding, same fp16
     overflow policy: ``p`` itself when a value would overflow), for a sender that must hand a payload,
     not options, to the protocol (the trainer client's ``Push``). ``p`` itself when nothing changes.
     A low-bit ``wire_dtype``: ``p`` when it carries those codes already (the layer compressor quantised it
-    and kept the error), else :func:`~wanrt.codec.lowbit.quantise_payload` with the default scale block."""
+    and kept the error), else :func:`~wanrt.codec.lowbit.quantise_payload` with the default scale block.
+    ``out``: see :func:`cast_for_wire` (the values of the result, when a 16-bit downcast happened)."""
     if wire_dtype in CODING_BITS:  # low-bit: the codes a quantising caller attached, else quantised here
         coded = usable_coded(p)
         return p if coded is not None and coded.coding == wire_dtype else quantise_payload(p, wire_dtype)
     if wire_dtype == p.value_dtype:
         return p
-    values, dtype = cast_for_wire(p.values, p.value_dtype, wire_dtype, codec_kernels(values=p.nnz))
+    kernels = codec_kernels(values=p.nnz)
+    values, dtype = cast_for_wire(p.values, p.value_dtype, wire_dtype, kernels, out)
     if dtype == p.value_dtype:
         return p
     native = values.astype(VALUE_DTYPES[dtype], copy=False)  # a no-op on a little-endian host

@@ -197,6 +197,12 @@ class Connection:
         return self._reassembler.pending if self._reassembler is not None else 0
 
     @property
+    def frame_bytes_missing(self) -> int:
+        """Bytes still to arrive before the frame being received is complete (0: between frames, or its
+        length not known yet): nothing can be decoded before they are here."""
+        return self._reader.missing
+
+    @property
     def held_bytes(self) -> int:
         """Receive buffers this connection holds (partial frame, unread chunks, chunked items)."""
         reassembling = self._reassembler.reserved_bytes if self._reassembler is not None else 0

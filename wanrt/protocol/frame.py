@@ -422,6 +422,15 @@ class FrameReader:
         return self._fixed is not None or self._avail > 0
 
     @property
+    def missing(self) -> int:
+        """Bytes still to arrive before the frame in progress is complete: 0 between frames and while its
+        fixed header is incomplete (its length is unknown then). What a receiver may wait for before it
+        needs to look at the stream again (``StreamTransport.expect``)."""
+        if self._fixed is None:
+            return 0
+        return max(0, self._fixed.rest_len - self._filled - self._avail)
+
+    @property
     def held_bytes(self) -> int:
         """Bytes this reader holds: a partial frame's whole buffer plus the chunks not cut yet."""
         return self._avail + (len(self._buf) if self._buf is not None else 0)

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from wanrt.client.config import LOWBIT_WIRE, ClientConfig
 from wanrt.client.leader.value_coding import ValueCoder
+from wanrt.client.leader.wire_buffers import WireBuffers
 from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.kernels import Compressor, ErrorFeedback, make_compressor
 from wanrt.payload import SparsePayload, n_blocks
@@ -37,6 +38,7 @@ class LayerCompressor:
         #: low-bit values: quantised here after selection, the error kept (leader/value_coding.py)
         self._coder = ValueCoder(config.wire_dtype, config.scale_block) if lowbit else None
         self._all_blocks: dict[int, npt.NDArray[np.int64]] = {}  # n_blocks -> arange (dense payloads)
+        self.buffers = WireBuffers(config.reuse_wire_buffer_bytes)  # large dense layers' cast targets
 
     def _make(self, density: float) -> Compressor | None:
         if density >= 1.0:
@@ -113,6 +115,8 @@ class LayerCompressor:
         sends it as it is. The payload owns its values (a link may keep it to re-send after a reconnect
         while the caller's gradient memory is reused): the fp32 wire, the rare fp16 cast that falls back
         to fp32 (a value would overflow) and a layer whose last block needs zero padding get a copy.
+        A large layer's cast (or copy) is written into a buffer kept from an earlier step once nothing
+        else holds it (:mod:`wanrt.client.leader.wire_buffers`: no fresh pages to fault in every step).
         """
         n = int(grad.shape[0])
         nb = n_blocks(n, self._block_size)
@@ -128,7 +132,15 @@ class LayerCompressor:
             gathered = SparsePayload.from_dense_blocks(layer, grad, blocks, self._block_size)
             return in_wire_dtype(gathered, self._wire_dtype)
         view = SparsePayload(layer, n, self._block_size, blocks, grad, "fp32")
-        wire = in_wire_dtype(view, self._wire_dtype)
-        if wire is view:  # nothing was cast (fp32 wire, or an fp16 overflow): the payload's own copy
+        if self._wire_dtype != "fp32":  # a large layer's cast goes into a reused buffer (wire_buffers)
+            out = self.buffers.take(layer, n, np.uint16 if self._wire_dtype == "bf16" else np.float16)
+            wire = in_wire_dtype(view, self._wire_dtype, out)
+            del out
+            if wire is not view:
+                return wire
+        # nothing was cast (fp32 wire, or an fp16 overflow): the payload's own copy
+        copy = self.buffers.take(layer, n, np.float32)
+        if copy is None:
             return SparsePayload(layer, n, self._block_size, blocks, grad.copy(), "fp32")
-        return wire
+        np.copyto(copy, grad)
+        return SparsePayload(layer, n, self._block_size, blocks, copy, "fp32")
