@@ -208,28 +208,22 @@ class Context:
         holder and each rank trains its stripe of every shard; the leader shares each grant with the other
         ranks (:mod:`wanrt.client.site.shard_grants`), so every rank must iterate its sampler alike.
         Samples of a step whose gradients were left out (a pending parameter snapshot) are trained again."""
-        from wanrt.client.shard_sampler import ShardSampler, ShardSource
+        from wanrt.client.site.shard_grants import site_sampler
 
         if self._optimizer is None:
             raise LocalProtocolError(
                 "no gateway link that carries shard requests yet", hint="create the SparseOptimizer first"
             )
-        source: ShardSource | None = None
-        if self.is_leader:
-            link = self._link
-            if link is None or not all(
-                hasattr(link, m) for m in ("request_shards", "report_shards", "next_grant")
-            ):
-                raise LocalProtocolError("this gateway link does not carry shard requests")
-            source = link  # type: ignore[assignment]
-        relay = None
-        if self.world_size > 1:
-            from wanrt.client.site.shard_grants import TorchGrantRelay
-
-            relay = TorchGrantRelay(self._group, self._device)
         options.setdefault("discarded", lambda: self.last_step_discarded)
-        return ShardSampler(
-            source, dataset_len, rank=0, stripe=(self.rank, self.world_size), relay=relay, **options
+        return site_sampler(
+            self.is_leader,
+            self._link,
+            dataset_len,
+            self.rank,
+            self.world_size,
+            self._group,
+            self._device,
+            options,
         )
 
     def check_gateway(self, *, probe: bool) -> None:

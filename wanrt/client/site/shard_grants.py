@@ -9,14 +9,19 @@ list when it is not empty.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 import torch.distributed as dist
 
-from wanrt.errors import RemoteProtocolError
+from wanrt.errors import LocalProtocolError, RemoteProtocolError
 from wanrt.protocol.limits import MAX_SHARDS_PER_MESSAGE
 from wanrt.protocol.messages import SHARD_STATUSES, ShardGrant
 
-__all__ = ["TorchGrantRelay"]
+if TYPE_CHECKING:
+    from wanrt.client.shard_sampler import ShardSampler
+
+__all__ = ["TorchGrantRelay", "site_sampler"]
 
 _HEADER = 5  # status, epoch, request, rank, number of shards
 
@@ -55,3 +60,32 @@ class TorchGrantRelay:
         flat = self._bcast(torch.zeros(3 * n, dtype=torch.int64)).tolist() if n else []
         shards = tuple((flat[i], flat[i + 1], flat[i + 2]) for i in range(0, 3 * n, 3))
         return ShardGrant(rank, request, epoch, SHARD_STATUSES[status], shards)
+
+
+def site_sampler(
+    leader: bool,
+    link: object | None,
+    dataset_len: int,
+    rank: int,
+    world_size: int,
+    group: dist.ProcessGroup | None,
+    device: torch.device,
+    options: dict[str, Any],
+) -> ShardSampler:
+    """The sampler behind ``ctx.shards()``: the leader leases through its gateway ``link``, the other ranks
+    take the leader's grants over ``group`` (:class:`TorchGrantRelay`)."""
+    from wanrt.client.shard_sampler import ShardSampler
+
+    if link is not None and not all(
+        hasattr(link, m) for m in ("request_shards", "report_shards", "next_grant")
+    ):
+        raise LocalProtocolError("this gateway link does not carry shard requests")
+    relay = TorchGrantRelay(group, device) if world_size > 1 else None
+    return ShardSampler(
+        link if leader else None,  # type: ignore[arg-type]
+        dataset_len,
+        rank=0,
+        stripe=(rank, world_size),
+        relay=relay,
+        **options,
+    )
