@@ -29,7 +29,6 @@ SANS_IO = (
     "gateways/rounds",
     "gateways/sending",
     "gateways/membership",
-    "gateways/wire",
     "gateways/config.py",
     "gateways/stats.py",
     "wanrt/protocol",
