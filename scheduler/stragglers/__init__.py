@@ -29,10 +29,10 @@ from scheduler.stragglers.decisions import (
     AdjustBatch,
     AdjustLr,
     BackupWorkers,
-    Decision,
     KillRestart,
     NoAction,
     ParentChild,
+    StragglerDecision,
     TreeRebuild,
 )
 from scheduler.stragglers.detection import (
@@ -59,7 +59,6 @@ __all__ = [
     "AdjustLr",
     "BackupWorkers",
     "BatchConfig",
-    "Decision",
     "DetectionConfig",
     "DetectionReport",
     "DeviceGroup",
@@ -75,6 +74,7 @@ __all__ = [
     "NoiseScale",
     "ParentChild",
     "PolicyConfig",
+    "StragglerDecision",
     "StragglerDetector",
     "TreeRebuild",
     "allocate_accumulation",

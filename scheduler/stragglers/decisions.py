@@ -20,10 +20,10 @@ __all__ = [
     "AdjustBatch",
     "AdjustLr",
     "BackupWorkers",
-    "Decision",
     "KillRestart",
     "NoAction",
     "ParentChild",
+    "StragglerDecision",
     "TreeRebuild",
 ]
 
@@ -118,6 +118,6 @@ class NoAction:
     reason: str
 
 
-Decision: TypeAlias = (
+StragglerDecision: TypeAlias = (
     AdjustBatch | BackupWorkers | ParentChild | TreeRebuild | AdjustLr | KillRestart | NoAction
 )

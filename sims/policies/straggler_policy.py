@@ -29,10 +29,10 @@ from scheduler.stragglers.decisions import (
     AdjustBatch,
     AdjustLr,
     BackupWorkers,
-    Decision,
     KillRestart,
     NoAction,
     ParentChild,
+    StragglerDecision,
     TreeRebuild,
 )
 from scheduler.stragglers.detection import (
@@ -125,10 +125,10 @@ class StragglerPolicy:
 
     # -- AntDT: ranks --------------------------------------------------------------------------------
 
-    def decide_ranks(self, now: float, *, cluster_pending_s: float = 0.0) -> list[Decision]:
+    def decide_ranks(self, now: float, *, cluster_pending_s: float = 0.0) -> list[StragglerDecision]:
         """KILL_RESTART persistent stragglers, ADJUST_BS for transient ones or a stale allocation."""
         report = self.ranks.report(now)
-        out: list[Decision] = []
+        out: list[StragglerDecision] = []
         killed = set()
         if self.cfg.kill_restart:
             for member in report.persistent:
@@ -186,7 +186,7 @@ class StragglerPolicy:
         *,
         child_s: Mapping[str, float] | None = None,
         link_costs: Mapping[tuple[str, str], float] | None = None,
-    ) -> list[Decision]:
+    ) -> list[StragglerDecision]:
         """Choose bsp / x-order / parent–child (/ dynamic) by Eq. 1–3; emit decisions on a switch."""
         if predicted_s is None:
             report = self.sites.report(now)
@@ -215,7 +215,9 @@ class StragglerPolicy:
         reason = (
             f"{current_kind} → {choice.kind}: predicted {current_time:.3g} → {choice.time:.3g} (φ={phi:.3g})"
         )
-        out: list[Decision] = [self._mode_decision(now, choice, names, reason, predicted_s, link_costs)]
+        out: list[StragglerDecision] = [
+            self._mode_decision(now, choice, names, reason, predicted_s, link_costs)
+        ]
         out.append(AdjustLr(now, self._mode_lr(choice, names), f"STAR §IV-C lr ∝ batch per update; {reason}"))
         return out
 
@@ -227,7 +229,7 @@ class StragglerPolicy:
         reason: str,
         predicted_s: Mapping[str, float],
         link_costs: Mapping[tuple[str, str], float] | None,
-    ) -> Decision:
+    ) -> StragglerDecision:
         groups = tuple(tuple(names[i] for i in g) for g in choice.groups)
         if choice.kind == "parent_child":
             ring, kids = groups
@@ -252,7 +254,7 @@ class StragglerPolicy:
         now: float,
         costs: Mapping[str, float],
         link_costs: Mapping[tuple[str, str], float] | None = None,
-    ) -> list[Decision]:
+    ) -> list[StragglerDecision]:
         """Rebuild the STAR §IV-D2 tree when the sites' costs change its shape."""
         parents = latency_tree(costs, self.cfg.tree_arity, link_costs)
         if parents == self._tree:
@@ -272,7 +274,7 @@ class StragglerPolicy:
         costs: Mapping[str, float] | None = None,
         link_costs: Mapping[tuple[str, str], float] | None = None,
         cluster_pending_s: float = 0.0,
-    ) -> list[Decision]:
+    ) -> list[StragglerDecision]:
         """One Controller round: ranks, sites' mode, tree, and the WAN-wide check; NONEs dropped unless
         nothing else was decided."""
         links = self.links.report(now)
@@ -281,7 +283,7 @@ class StragglerPolicy:
             out += self.decide_mode(now, predicted_s, child_s=child_s, link_costs=link_costs)
         if costs:
             out += self.decide_tree(now, costs, link_costs)
-        acted: list[Decision] = [d for d in out if not isinstance(d, NoAction)]
+        acted: list[StragglerDecision] = [d for d in out if not isinstance(d, NoAction)]
         if links.all_slow:
             acted.append(NoAction(now, _wan_reason(links)))
         if acted:
