@@ -245,8 +245,7 @@ def probe_model_mismatch(job: Job) -> dict[str, Any]:
 
 def probe_relative_paths(work: Path) -> dict[str, Any]:
     """The demo's config writer and ``wanrt job init`` given relative paths, loaded from elsewhere."""
-    from wanrt.demo.config import DemoConfig
-    from wanrt.demo.sites.config_files import fluctuating_trace, write_run_files, write_secret
+    from tools.harness.relative_demo_files import write_relative_demo_run
     from wanrt.job.files import write_job
 
     here = Path.cwd()
@@ -255,18 +254,7 @@ def probe_relative_paths(work: Path) -> dict[str, Any]:
     rel.mkdir()
     try:
         os.chdir(rel)
-        cfg = DemoConfig(sites=2)
-        run = Path("demo-out") / "dense"
-        run.mkdir(parents=True)
-        fluctuating_trace(cfg).save(run / "fluctuating-site.csv")
-        files = write_run_files(
-            cfg,
-            job="j",
-            run_dir=run,
-            sock_dir=Path("socks"),
-            secret_file=write_secret(run / "job.secret"),
-            trace_file=run / "fluctuating-site.csv",
-        )
+        files = write_relative_demo_run()
         jobfiles = write_job(Path("job"), job="j", sites=["a", "b"], base_port=7700)
         os.chdir(work)  # another working directory
         for path in [f.config for f in files] + list(jobfiles.gateways.values()):

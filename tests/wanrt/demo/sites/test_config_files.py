@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateways.config import load_gateway_config
+from tools.harness.relative_demo_files import write_relative_demo_run
 from transports.traces import BandwidthTrace
 from wanrt.demo.config import DemoConfig
 from wanrt.demo.sites.config_files import fluctuating_trace, toml_text, write_run_files, write_secret
@@ -139,18 +140,7 @@ def test_relative_paths_are_written_absolute(tmp_path: Path, monkeypatch: pytest
     .../demo-out/dense/demo-out/dense/fluctuating-site.csv": a relative path written into a TOML is read
     relative to that TOML's directory."""
     monkeypatch.chdir(tmp_path)
-    cfg = DemoConfig(sites=2)
-    run = Path("demo-out") / "dense"
-    run.mkdir(parents=True)
-    fluctuating_trace(cfg).save(run / "fluctuating-site.csv")
-    files = write_run_files(
-        cfg,
-        job="j",
-        run_dir=run,
-        sock_dir=Path("socks"),
-        secret_file=write_secret(run / "job.secret"),
-        trace_file=run / "fluctuating-site.csv",
-    )
+    files = write_relative_demo_run()
     for f in files:
         gw = load_gateway_config(f.config)  # the trace file is found
         traces = [s.trace for s in gw.shaping.values() if s.trace is not None]
