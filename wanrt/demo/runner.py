@@ -297,6 +297,7 @@ class Demo:
             "standin_density_coef": float(cfg.compression_penalty)
             / (cfg.density**-cfg.compression_exponent - 1.0),
             "standin_density_exponent": float(cfg.compression_exponent),
+            "first_plan_settle": float(cfg.first_plan_settle),
         }
 
     def with_profile(self, cfg: DemoConfig) -> DemoConfig:
