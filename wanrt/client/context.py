@@ -119,6 +119,11 @@ class Context:
         self._channel = SiteChannel(group, device, max_elements=config.max_layer_elements)
         self._iteration = 0
         self._micro = 0  # micro-steps of the current WAN iteration already done (local_steps > 1)
+        # an outer loop (wanrt.client.outer) drives the exchange: backward hooks never issue, local_step()
+        # ends an inner step, step() pushes every parameter's .grad (the pseudo-gradient) as set
+        self._outer_loop = False
+        self._inner = 0  # inner steps of the current WAN iteration (outer loop), for the telemetry
+        self._on_close: list[Callable[[], None]] = []
         self._announced: list[ConfigChange] = []  # leader: received, not yet broadcast
         self._params: list[torch.Tensor] = []
         self._optimizer: KernelOptimizer | None = None
@@ -259,8 +264,18 @@ class Context:
 
     # -- binding the model -------------------------------------------------------------------------------
 
-    def attach(self, named_params: Sequence[tuple[str, torch.Tensor]], optimizer: KernelOptimizer) -> None:
-        """Bind the model's parameters; collective: every rank of the site calls it (via SparseOptimizer)."""
+    def attach(
+        self,
+        named_params: Sequence[tuple[str, torch.Tensor]],
+        optimizer: KernelOptimizer,
+        *,
+        outer_loop: bool = False,
+    ) -> None:
+        """Bind the model's parameters; collective: every rank of the site calls it (via SparseOptimizer).
+
+        ``outer_loop``: an outer loop (:class:`wanrt.client.outer.DiLoCo`) drives the exchange: backward
+        passes exchange nothing, :meth:`local_step` ends an inner step, and :meth:`step` pushes every
+        parameter's ``.grad`` as the loop set it (the pseudo-gradient, DiLoCo Algorithm 1)."""
         if self._closed:
             raise LocalProtocolError("this wanrt context is closed")
         if self._params:
@@ -281,6 +296,7 @@ class Context:
         check_site_model(sig, group=self._group, device=self._device, max_layers=MAX_LAYERS)
         self._params = [p for _, p in named_params]
         self._optimizer = optimizer
+        self._outer_loop = outer_loop
         self._resync = ResyncState(
             self._params,
             optimizer,
@@ -344,7 +360,12 @@ class Context:
             dst=self._leader_global_rank(),
             on_issued=self._on_issued,
         )
-        self._reducer.hold = self.config.local_steps > 1
+        self._reducer.hold = self._holding()
+
+    def _holding(self) -> bool:
+        """Whether backward hooks only mark their layer (no reduce): between micro-steps, or always under
+        an outer loop (it pushes at its outer step)."""
+        return self._outer_loop or self.config.local_steps > 1
 
     def _reset_residuals(self) -> None:
         """Leader: drop the error-feedback residuals (a parameter resync: computed at other parameters)."""
@@ -368,14 +389,39 @@ class Context:
 
     # -- the step ----------------------------------------------------------------------------------------
 
-    def step(self) -> None:
-        """End of iteration: wait for this step's updates, apply them everywhere, switch config if due."""
+    def _check_steppable(self) -> None:
         if self._reducer is None or self._optimizer is None:
             raise LocalProtocolError("wanrt context has no optimizer bound", hint="create a SparseOptimizer")
         if self._closed:
             raise LocalProtocolError("step() after close()")
         if self._broken is not None:
             raise LocalProtocolError(f"this wanrt context failed earlier: {self._broken}")
+
+    def local_step(self) -> None:
+        """Outer loop only: end one inner step (DiLoCo's inner optimizer step, arXiv 2311.08105 Algorithm
+        1): the backward's hooks are reset and nothing is exchanged; the WAN iteration does not advance."""
+        self._check_steppable()
+        if not self._outer_loop:
+            raise LocalProtocolError(
+                "local_step() is for an outer loop (wanrt.DiLoCo)", hint="call step() with SparseOptimizer"
+            )
+        assert self._reducer is not None
+        self._reducer.finish()  # held: only clears the marks of this inner step's backward
+        self._inner += 1
+
+    def step(self) -> None:
+        """End of iteration: wait for this step's updates, apply them everywhere, switch config if due.
+
+        Under an outer loop (``attach(..., outer_loop=True)``) this is the outer step: every parameter's
+        ``.grad`` (the pseudo-gradient the loop set, no backward needed) is the site's contribution."""
+        self._check_steppable()
+        assert self._reducer is not None and self._optimizer is not None
+        if self._outer_loop:
+            self._reducer.finish()  # the last inner backward's marks
+            self._inner += 1
+            self._reducer.issue_all()  # the pseudo-gradients, in the fixed layer order
+            self._end_iteration()
+            return
         if self._reducer.finish() == 0:
             raise StepWithoutBackward(self._iteration)
         if self._micro + 1 < self.config.local_steps:
@@ -385,6 +431,11 @@ class Context:
             self._reducer.hold = self._micro + 1 < self.config.local_steps
             return
         self._micro = 0
+        self._end_iteration()
+
+    def _end_iteration(self) -> None:
+        """The exchange, the apply and the switch that end a WAN iteration (every rank)."""
+        assert self._reducer is not None and self._optimizer is not None
         self._timer.step(time.monotonic())
         try:
             decision = self._exchange(final=False)
@@ -403,13 +454,16 @@ class Context:
             )
         self._report(self._iteration)
         self._iteration += 1
+        self._inner = 0
         self._switch_config()
-        self._reducer.hold = self.config.local_steps > 1  # a new WAN iteration: k may have changed
+        self._reducer.hold = self._holding()  # a new WAN iteration: k may have changed
 
     def _report(self, iteration: int) -> None:
         """Leader: this iteration's timing to the gateway (StellaTrain §4.1's telemetry), with every rank's
         batch processing time (AntDT §VI-A2's Monitor: a straggler rank inside the site)."""
-        metrics = self._telemetry.collect(self._settings, self._params, self.lr_scale, self.discarded_steps)
+        metrics = self._telemetry.collect(
+            self._settings, self._params, self.lr_scale, self.discarded_steps, inner_steps=max(1, self._inner)
+        )
         if metrics is not None and self._link is not None:
             self._link.telemetry(iteration, metrics)
 
@@ -473,7 +527,11 @@ class Context:
             self._poll(remaining, block=True)
             self._timer.waited(time.monotonic() - blocked)
         self._poll(0.0)
-        updates = [r.item for r in self._tracker.take_ready(t)]
+        # an outer loop restarts every round from the parameters after the step (its anchor), so a step
+        # must apply the same updates at every site: exactly those at the staleness bound, not whichever
+        # arrived early (a per-step exchange only needs the same sequence, whatever step applies each)
+        upto = t - bound if self._outer_loop and not final else t
+        updates = [r.item for r in self._tracker.take_ready(upto)]
         changes, self._announced = self._announced, []
         updates, snapshot = self._resync.take(updates)  # held while a snapshot is on its way
         updates.sort(key=lambda u: (u.iteration, u.layer))
@@ -493,6 +551,8 @@ class Context:
         outstanding = self._tracker.unapplied()
         own = self._push.own = {k: v for k, v in self._push.own.items() if k in outstanding}
         kind = getattr(self._optimizer, "kind", None)
+        if self._outer_loop:  # the outer loop's parameters between steps are its inner steps', not a guess
+            return []
         if final or holding or self._resync.discarding or not self.config.weight_prediction or kind != "sgd":
             return []
         return [SiteUpdate(it, layer, OWN_IN_FLIGHT, own[(it, layer)]) for it, layer in sorted(own)]
@@ -604,11 +664,15 @@ class Context:
             raise LocalProtocolError("load_state_dict() after training began: load before the first step")
         restore_checkpoint(state, self._optimizer, self._settings, self._compressor)
         if self._reducer is not None:
-            self._reducer.hold = self.config.local_steps > 1
+            self._reducer.hold = self._holding()
 
     def _began_training(self) -> bool:
         start = self._resume_at if self._resume_at is not None else 0
-        return self._iteration != start or self._micro != 0
+        return self._iteration != start or self._micro != 0 or self._inner != 0
+
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Run ``hook()`` at the start of :meth:`close`, before its final exchange (every rank)."""
+        self._on_close.append(hook)
 
     def job_parameters(self) -> contextlib.AbstractContextManager[None]:
         """Within ``with ctx.job_parameters():`` the model holds the job's parameters (identical at every
@@ -630,6 +694,8 @@ class Context:
         self._closed = True
         if self._unwatch is not None:
             self._unwatch()
+        for hook in self._on_close:  # an outer loop puts the job's parameters back (its anchor)
+            hook()
         self._prediction.restore(self._params)  # also after a failed step: leave the job's parameters
         try:
             if self._micro and self._broken is None:
