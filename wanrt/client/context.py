@@ -43,7 +43,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -64,6 +64,7 @@ from wanrt.client.link.signature import LayerSignature
 
 if TYPE_CHECKING:
     from wanrt.client.shard_sampler import ShardSampler
+    from wanrt.client.tensor_api import AllReduceHandle, TensorAverager
 from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import OWN_IN_FLIGHT, ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
@@ -122,8 +123,10 @@ class Context:
         # an outer loop (wanrt.client.outer) drives the exchange: backward hooks never issue, local_step()
         # ends an inner step, step() pushes every parameter's .grad (the pseudo-gradient) as set
         self._outer_loop = False
+        self._synchronous = False  # the tensor API: staleness 0 whatever the config says
         self._inner = 0  # inner steps of the current WAN iteration (outer loop), for the telemetry
         self._on_close: list[Callable[[], None]] = []
+        self._tensors: TensorAverager | None = None  # the tensor API's registered tensors
         self._announced: list[ConfigChange] = []  # leader: received, not yet broadcast
         self._params: list[torch.Tensor] = []
         self._optimizer: KernelOptimizer | None = None
@@ -270,12 +273,15 @@ class Context:
         optimizer: KernelOptimizer,
         *,
         outer_loop: bool = False,
+        synchronous: bool = False,
     ) -> None:
         """Bind the model's parameters; collective: every rank of the site calls it (via SparseOptimizer).
 
         ``outer_loop``: an outer loop (:class:`wanrt.client.outer.DiLoCo`) drives the exchange: backward
         passes exchange nothing, :meth:`local_step` ends an inner step, and :meth:`step` pushes every
-        parameter's ``.grad`` as the loop set it (the pseudo-gradient, DiLoCo Algorithm 1)."""
+        parameter's ``.grad`` as the loop set it (the pseudo-gradient, DiLoCo Algorithm 1).
+        ``synchronous``: every step waits for its own iteration's updates whatever the staleness setting
+        (the tensor API: an all-reduce returns its own result)."""
         if self._closed:
             raise LocalProtocolError("this wanrt context is closed")
         if self._params:
@@ -297,6 +303,7 @@ class Context:
         self._params = [p for _, p in named_params]
         self._optimizer = optimizer
         self._outer_loop = outer_loop
+        self._synchronous = synchronous
         self._resync = ResyncState(
             self._params,
             optimizer,
@@ -409,6 +416,24 @@ class Context:
         self._reducer.finish()  # held: only clears the marks of this inner step's backward
         self._inner += 1
 
+    def begin_exchange(self) -> None:
+        """Outer loop only: push every parameter's ``.grad`` as this WAN iteration's contribution (the
+        leader compresses and sends it from its worker thread while the caller goes on); :meth:`end_exchange`
+        then waits for the updates and applies them. :meth:`step` is the two back to back; the tensor API's
+        ``all_reduce_async`` puts the caller's work between them."""
+        self._check_steppable()
+        if not self._outer_loop:
+            raise LocalProtocolError("begin_exchange() is for an outer loop or the tensor API")
+        assert self._reducer is not None
+        self._reducer.finish()  # the last inner backward's marks
+        self._inner += 1
+        self._reducer.issue_all()  # in the fixed layer order, on every rank alike
+
+    def end_exchange(self) -> None:
+        """Outer loop only: the rest of the WAN iteration :meth:`begin_exchange` began."""
+        self._check_steppable()
+        self._end_iteration()
+
     def step(self) -> None:
         """End of iteration: wait for this step's updates, apply them everywhere, switch config if due.
 
@@ -417,10 +442,8 @@ class Context:
         self._check_steppable()
         assert self._reducer is not None and self._optimizer is not None
         if self._outer_loop:
-            self._reducer.finish()  # the last inner backward's marks
-            self._inner += 1
-            self._reducer.issue_all()  # the pseudo-gradients, in the fixed layer order
-            self._end_iteration()
+            self.begin_exchange()
+            self.end_exchange()
             return
         if self._reducer.finish() == 0:
             raise StepWithoutBackward(self._iteration)
@@ -506,7 +529,7 @@ class Context:
         assert self._tracker is not None and self._resync is not None
         t = self._iteration
         cfg = self.config
-        bound = cfg.staleness
+        bound = 0 if self._synchronous else cfg.staleness
         deadline = time.monotonic() + cfg.update_deadline_s
         self._poll(0.0)
         while True:
@@ -669,6 +692,35 @@ class Context:
     def _began_training(self) -> bool:
         start = self._resume_at if self._resume_at is not None else 0
         return self._iteration != start or self._micro != 0 or self._inner != 0
+
+    # -- the tensor API ----------------------------------------------------------------------------------
+
+    def register_tensors(self, tensors: Mapping[str, torch.Tensor | tuple[int, ...]]) -> None:
+        """Collective (every rank of every site, before the first :meth:`all_reduce`): the tensors this
+        context averages, by name and shape (a tensor, or its shape). They are the job's layer signature,
+        checked against the other sites' (:class:`~wanrt.client.errors.ModelMismatch`). Floating dtypes
+        only. A context drives registered tensors or a model's optimizer, not both
+        (wanrt/client/tensor_api.py)."""
+        from wanrt.client.tensor_api import TensorAverager
+
+        if self._tensors is not None:
+            raise LocalProtocolError("register_tensors() was called already on this context")
+        self._tensors = TensorAverager(self, tensors)
+
+    def all_reduce(self, name: str, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        """The average of ``tensor`` over every site (and rank), through the gateways with the config's
+        codecs: a new tensor, identical at every rank of every site. Collective: every rank calls it with
+        the same names in the same order."""
+        return self.all_reduce_async(name, tensor, op).wait()
+
+    def all_reduce_async(self, name: str, tensor: torch.Tensor, op: str = "mean") -> AllReduceHandle:
+        """Start :meth:`all_reduce` (the push leaves now) and return a handle; ``handle.wait()`` collects
+        the average. Work between the two overlaps the exchange; one all-reduce in flight at a time."""
+        if self._tensors is None:
+            from wanrt.client.errors import UnknownTensor
+
+            raise UnknownTensor(name, [])
+        return self._tensors.start(name, tensor, op)
 
     def on_close(self, hook: Callable[[], None]) -> None:
         """Run ``hook()`` at the start of :meth:`close`, before its final exchange (every rank)."""
