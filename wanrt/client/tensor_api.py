@@ -141,7 +141,7 @@ class TensorAverager:
                     b.grad = tensor.detach().to(device=b.device, dtype=torch.float32).neg().contiguous()
                 else:
                     b.grad = torch.zeros_like(b)
-        self._ctx.begin_exchange()
+        self._ctx.outer_exchange.begin()
         handle = self._pending = AllReduceHandle(self, name, tensor)
         return handle
 
@@ -149,7 +149,7 @@ class TensorAverager:
         if handle is not self._pending:
             raise LocalProtocolError(f"this all_reduce({handle.name!r}) handle was already collected")
         try:
-            self._ctx.end_exchange()
+            self._ctx.outer_exchange.end()
         finally:
             self._pending = None
             for b in self._buffers:

@@ -115,11 +115,12 @@ class DiLoCo:
         self._params = [p for _, p in named]
         self._kernel = kernel
         ctx.attach(named, kernel, outer_loop=True)
+        self._exchange = ctx.outer_exchange
         with torch.no_grad():
             self._anchor = [p.detach().clone() for p in self._params]
         self._done = 0  # inner steps of the current round
         self._h = self.sync_every()
-        ctx.on_close(self._back_to_anchor)
+        self._exchange.on_close(self._back_to_anchor)
 
     # -- the round ---------------------------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class DiLoCo:
         self.inner.step()
         self._done += 1
         if self._done < self._h:
-            self.ctx.local_step()
+            self._exchange.local_step()
             return
         self._outer_step()
 

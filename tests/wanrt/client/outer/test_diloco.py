@@ -275,7 +275,7 @@ def test_mistakes_raise_typed_errors(secret_file: Path) -> None:
     )
     sgd = wanrt.SparseOptimizer(model(), "sgd", lr=0.1, ctx=ctx2)
     with pytest.raises(LocalProtocolError):
-        ctx2.local_step()  # only under an outer loop
+        ctx2.outer_exchange.local_step()  # only under an outer loop
     ctx2.close()
     del sgd
 
