@@ -451,7 +451,6 @@ class SchedulerPolicy:
         self._awaiting = decision
         return decision
 
-
     def _unsettled(self) -> bool:
         """The estimate moved by ``first_plan_settle`` or more between the last two decide ticks."""
         return self.cfg.first_plan_settle > 0 and self._estimate_move >= self.cfg.first_plan_settle

@@ -284,7 +284,9 @@ def test_a_moved_latency_replans_and_its_jitter_does_not() -> None:
 def _startup_dip_run(settle: float) -> tuple[int, object]:
     """Ticks 0.5 s apart; the probe trains read the link slow for the first 1.5 s (start-up load; rising, as
     the trains' max filter reads it), then at its 100 Mbit/s. Returns (the first decision's tick, it)."""
-    cfg = SchedulerConfig(bytes_per_element=4.0, latency_window=8, warmup_iterations=0, first_plan_settle=settle)
+    cfg = SchedulerConfig(
+        bytes_per_element=4.0, latency_window=8, warmup_iterations=0, first_plan_settle=settle
+    )
     conv = PowerLawConvergence.from_critical_batch(12.0, 96.0, fixed_lr=True)
     pol = SchedulerPolicy(cfg, conv, n_params=4_350_000, ranks=[0, 1], initial_density=0.02)
     rates = [18, 30, 45, 90, 100, 100, 100, 100, 100, 100, 100, 100]
@@ -322,10 +324,14 @@ def test_first_plan_settle_skips_a_start_up_dip_of_the_estimate() -> None:
     rates=st.lists(st.floats(min_value=5.0, max_value=200.0), min_size=14, max_size=14),
     settle=st.sampled_from([0.1, 0.25, 0.5]),
 )
-def test_first_plan_is_never_made_on_a_moving_estimate_before_the_cap(rates: list[float], settle: float) -> None:
+def test_first_plan_is_never_made_on_a_moving_estimate_before_the_cap(
+    rates: list[float], settle: float
+) -> None:
     """Property: whatever the start-up readings, the first plan comes on a tick whose estimate moved less
     than ``first_plan_settle`` since the tick before, or at the cap (``FIRST_PLAN_SETTLE_MAX_WINDOWS``)."""
-    cfg = SchedulerConfig(bytes_per_element=4.0, latency_window=8, warmup_iterations=0, first_plan_settle=settle)
+    cfg = SchedulerConfig(
+        bytes_per_element=4.0, latency_window=8, warmup_iterations=0, first_plan_settle=settle
+    )
     conv = PowerLawConvergence.from_critical_batch(12.0, 96.0, fixed_lr=True)
     pol = SchedulerPolicy(cfg, conv, n_params=4_350_000, ranks=[0, 1], initial_density=0.02)
     now, it, sent, secs = 0.0, 0, 0.0, 0.0
