@@ -134,6 +134,15 @@ class DemoConfig:
     #: the table reports its speedup as a lower bound ("≥ N×": dense would have needed longer): on a link
     #: where the dense exchange is many times the compute it would otherwise run for many minutes
     dense_budget_s: float = 0.0
+    #: when the dense arm stopped at ``dense_budget_s`` before the target: count its iterations to the target
+    #: in a replay on unshaped links (:attr:`shaping` off), stopping at the target or after this many
+    #: iterations (0: no replay). The dense arm's trajectory does not depend on the link (staleness 0: each
+    #: update is applied at the iteration it was computed for; fixed density 1, batch, seed; no scheduler),
+    #: so the replay's count is the shaped arm's; its time is not, and is never reported as one. Runs only
+    #: with a ``dense_budget_s``
+    dense_replay_max_iters: int = 200
+    #: emulate the WAN links (``[gateway.shaping.*]``: rate, delay, trace); off only for the dense replay
+    shaping: bool = True
     #: ``--straggler``: slow one site's trainers (wanrt/demo/straggler.py); the demo then compares the run
     #: with the scheduler's straggler mitigation off (``wanrt``) and on (``mitigated``)
     straggler: StragglerSpec | None = None
@@ -216,6 +225,12 @@ class DemoConfig:
         check(0.0 <= self.max_train_s <= 86_400, "max_train_s", self.max_train_s, "0 (off) .. 86400 s")
         check(
             0.0 <= self.dense_budget_s <= 86_400, "dense_budget_s", self.dense_budget_s, "0 (off) .. 86400 s"
+        )
+        check(
+            0 <= self.dense_replay_max_iters <= 1_000_000,
+            "dense_replay_max_iters",
+            self.dense_replay_max_iters,
+            "must be in 0 (off)..1e6",
         )
         if self.straggler is not None:
             names = site_names(self.sites)
