@@ -320,8 +320,9 @@ class Context:
             self._compressor = DeviceLayerCompressor(self.config)
             resync = self._resync
             push = self._push = LeaderPush(
-                self._settings, self.world_size, self._compressor, self._link, lambda: resync.discarding
-            )
+                self._settings, self.world_size, self._compressor, self._link, lambda: resync.discarding,
+                silent=lambda layer: self._outer is not None and layer in self._outer.silent,
+            )  # fmt: skip
             self._pipeline = LeaderPipeline(push.compress_and_push)
             self._tracker = StalenessTracker(len(self._params), peer=self.gateway)
         else:

@@ -49,6 +49,7 @@ def run_sites(
     *,
     sites: tuple[str, ...] = ("a", "b"),
     make: Callable[[torch.nn.Module, wanrt.Context], wanrt.DiLoCo] | None = None,
+    on_made: Callable[[dict[str, wanrt.DiLoCo]], None] | None = None,
 ) -> tuple[Hub, dict[str, wanrt.DiLoCo], dict[str, torch.nn.Module]]:
     hub = Hub(sites)
     opts: dict[str, wanrt.DiLoCo] = {}
@@ -63,6 +64,8 @@ def run_sites(
         else:
             inner = torch.optim.AdamW(m.parameters(), lr=0.01)
             opts[s] = wanrt.DiLoCo(m, inner, ctx=ctx, sync_every=4)
+    if on_made is not None:
+        on_made(opts)
     errors: list[BaseException] = []
 
     def body(s: str) -> None:
@@ -117,11 +120,20 @@ def test_every_site_holds_identical_parameters_after_every_outer_step(
     secret_file: Path, config: ClientConfig
 ) -> None:
     seen, record = snapshots()
-    hub, opts, models = run_sites(secret_file, config, train(24, record))
-    assert {opts[s].ctx.iteration for s in "ab"} == {6}  # 24 inner steps, H = 4
+    anchors: dict[tuple[str, int], torch.Tensor] = {}
+    opts: dict[str, wanrt.DiLoCo] = {}
+
+    def keep(site: str, it: int, m: torch.nn.Module) -> None:
+        record(site, it, m)
+        anchors[(site, it)] = flat(opts[site].anchor).clone()
+
+    hub, opts_, models = run_sites(secret_file, config, train(24, keep), on_made=opts.update)
+    assert {opts_[s].ctx.iteration for s in "ab"} == {6}  # 24 inner steps, H = 4
     for it in range(1, 7):
-        assert torch.equal(seen[("a", it)], seen[("b", it)]), it
-    assert not torch.equal(seen[("a", 1)], seen[("a", 6)])  # they trained
+        assert torch.equal(anchors[("a", it)], anchors[("b", it)]), it  # the job's parameters
+        if config.staleness == 0:  # and the model's: nothing in flight, every local copy is the anchor
+            assert torch.equal(seen[("a", it)], seen[("b", it)]), it
+    assert not torch.equal(anchors[("a", 1)], anchors[("a", 6)])  # they trained
     assert torch.equal(flat(models["a"].parameters()), flat(models["b"].parameters()))
     # one push per layer per outer step, not per inner step
     assert sorted({it for (_, it, _) in hub.pushes}) == list(range(6))
