@@ -40,6 +40,7 @@ class LeaderPush:
         link: Link | None,
         discarding: Callable[[], bool],
         silent: Callable[[int], bool] = lambda layer: False,
+        outer_loop: bool = False,
     ) -> None:
         self._settings = settings
         self._world_size = world_size
@@ -47,6 +48,7 @@ class LeaderPush:
         self._link = link
         self._discarding = discarding
         self._silent = silent  # an outer loop's layers not synchronised this iteration: empty, residual kept
+        self._outer_loop = outer_loop  # its .grad is a pseudo-gradient, never a sum of micro-steps
         self._scaled: dict[int, npt.NDArray[np.float32]] = {}  # per-layer scaled gradients
         #: the site's own payloads by (iteration, layer) until their job update is applied
         self.own: dict[tuple[int, int], SparsePayload] = {}
@@ -107,4 +109,5 @@ class LeaderPush:
     def site_scale(self) -> np.float32:
         """The factor from the site's gradient sum to its weighted mean (see :meth:`site_mean`)."""
         s = self._settings
-        return np.float32(s.batch_weight / (self._world_size * s.config.local_steps))
+        k = 1 if self._outer_loop else s.config.local_steps
+        return np.float32(s.batch_weight / (self._world_size * k))

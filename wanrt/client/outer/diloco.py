@@ -9,25 +9,31 @@ round's start at every worker.
 How it sits on wanrt: the outer step *is* one WAN iteration of the existing machinery. The wrapper binds
 the model to the context with the outer optimizer as the context's sparse kernel optimizer
 (``momentum`` kind with Nesterov, or ``sgd`` without momentum); at the outer step it writes Δ into every
-parameter's ``.grad``, puts the parameters back to the anchor and calls the context's step. So the
+parameter's ``.grad``, swaps the model's tensors for the anchors and calls the context's step. So the
 pseudo-gradient travels exactly as a gradient does: reduced to the site's mean inside the site, compressed
 by the leader (top-k / threshold blocks, the handshake's wire dtype incl. int8/int4/int2) with error
 feedback — what a round does not send stays in the residual and is added to the next round's Δ, as
-SparseLoCo does with its pseudo-gradients — summed by the gateways, and applied at every rank of every
-site by the same deterministic kernel, in the same order: every site holds bit-identical parameters after
-each outer step. Kill/restart, resync, checkpoints and the scheduler's settings are those of the context:
-a replacement trainer fetches the job's parameters *and* the outer optimizer's momentum (the kernel's
-state) from another site.
+SparseLoCo does with its pseudo-gradients — summed by the gateways, and applied to the anchors at every
+rank of every site by the same deterministic kernel, in the same order: the anchors (the job's
+parameters) are bit-identical at every site after each outer step. Kill/restart, resync, checkpoints and
+the scheduler's settings are those of the context: a replacement trainer fetches the job's parameters
+*and* the outer optimizer's momentum (the kernel's state) from another site.
 
-What differs from the paper, and why:
+Streaming DiLoCo (Douillard et al., arXiv 2501.18512) is the same class with ``fragments`` P > 1: an
+exchange every H/P inner steps carries one fragment (wanrt/client/outer/fragments.py, §2.2), and with
+``ClientConfig.staleness`` s ≥ 1 each exchange lands s outer steps later, overlapped with the inner steps
+in between and mixed into the local copy with ``mixing`` α (§2.3); see :meth:`DiLoCo._outer_step`.
+
+What differs from the papers, and why:
 
 * the outer momentum is the kernel's *lazy* momentum (wanrt/kernels/sparse_optim.py): with a sparse Δ it
   moves only the blocks that the round's average touched (StellaTrain §3.1); with ``density=1`` it is
   exactly ``torch.optim.SGD(momentum, nesterov=True)``;
-* with ``ClientConfig.staleness`` ≥ 1 (the default 1) a round's average is applied one outer step late (the
-  exchange overlaps the next H inner steps, as Streaming DiLoCo's overlapping does, arXiv 2501.18512 §2.3,
-  without its α mixing); ``staleness=0`` is the paper's synchronous DiLoCo;
-* ranks of one site each take their own inner steps (more DiLoCo workers, averaged inside the site first).
+* an exchange that lands after its fragment's next exchange (s ≥ P, e.g. DiLoCo with s = 1; the paper
+  takes τ < H) keeps the in-flight progress in the local copy instead of mixing (see ``_outer_step``);
+* ranks of one site each take their own inner steps (more DiLoCo workers, averaged inside the site first);
+* ``ClientConfig.local_steps`` (gradient accumulation) does not apply: the inner loop is the user's, and
+  the pushed pseudo-gradient is never divided by it.
 """
 
 from __future__ import annotations
@@ -69,7 +75,8 @@ class DiLoCo:
     sites average the pseudo-gradient and apply it with the outer optimizer (Nesterov momentum SGD,
     ``outer_lr`` 0.7, ``outer_momentum`` 0.9: DiLoCo §3; ``outer_momentum=0`` is plain SGD, and
     ``outer_lr=1, outer_momentum=0`` makes the outer step the plain average of the sites' parameters).
-    ``ctx.iteration`` counts outer steps: one gateway round per outer step.
+    ``ctx.iteration`` counts outer steps: one gateway round per outer step. ``fragments`` P > 1 is
+    Streaming DiLoCo (an exchange of one fragment every H/P calls), ``mixing`` its α.
 
     Construct it on every rank of the site, as a SparseOptimizer (it binds the model to ``ctx``).
     """

@@ -139,9 +139,13 @@ def test_every_site_holds_identical_parameters_after_every_outer_step(
     assert sorted({it for (_, it, _) in hub.pushes}) == list(range(6))
 
 
-def test_the_outer_step_is_nesterov_sgd_on_the_averaged_pseudo_gradient(secret_file: Path) -> None:
+@pytest.mark.parametrize("local_steps", [1, 3])
+def test_the_outer_step_is_nesterov_sgd_on_the_averaged_pseudo_gradient(
+    secret_file: Path, local_steps: int
+) -> None:
     """Dense and synchronous: anchor_{t+1} = torch.optim.SGD(lr 0.7, momentum 0.9, nesterov) applied to the
-    anchor with the mean of the sites' Δ = anchor − θ_i (DiLoCo Algorithm 1, §3)."""
+    anchor with the mean of the sites' Δ = anchor − θ_i (DiLoCo Algorithm 1, §3). A ``local_steps`` setting
+    (gradient accumulation of the per-step exchange) changes nothing: Δ is never divided by it."""
     deltas: dict[tuple[str, int], torch.Tensor] = {}
     seen, record = snapshots()
 
@@ -156,7 +160,7 @@ def test_the_outer_step_is_nesterov_sgd_on_the_averaged_pseudo_gradient(secret_f
         inner.register_step_post_hook(hook)
         return opt
 
-    cfg = ClientConfig.dense_baseline(staleness=0)
+    cfg = ClientConfig.dense_baseline(staleness=0, local_steps=local_steps)
     run_sites(secret_file, cfg, train(12, record), make=make)
     ref = torch.nn.Parameter(flat(model().parameters()).clone())
     outer = torch.optim.SGD([ref], lr=0.7, momentum=0.9, nesterov=True)
@@ -234,9 +238,10 @@ def test_h_switches_at_a_round_boundary_at_every_site(secret_file: Path) -> None
 
 
 def test_telemetry_reports_the_time_of_one_inner_step(secret_file: Path) -> None:
-    hub, _, _ = run_sites(secret_file, ClientConfig.dense_baseline(staleness=0), train(16))
+    config = ClientConfig.dense_baseline(staleness=0, local_steps=2)
+    hub, _, _ = run_sites(secret_file, config, train(16))
     _, metrics = hub.telemetry["a"][-1]
-    assert metrics["inner_steps"] == 4.0
+    assert metrics["inner_steps"] == 4.0 and metrics["local_steps"] == 1.0
     assert metrics["micro_step_s"] == pytest.approx(metrics["compute_s"] / 4)
 
 
