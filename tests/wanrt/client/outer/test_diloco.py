@@ -1,5 +1,5 @@
 """wanrt.DiLoCo with the public client and torch, several sites in one process over an in-memory hub that
-sums as the gateways do (tests/wanrt/client/outer/hub.py): bit-identical parameters at every site after
+sums as the gateways do (tools/harness/summing_hub.py): bit-identical parameters at every site after
 every outer step, the outer step is DiLoCo's (Algorithm 1 with torch's Nesterov SGD), error feedback loses
 nothing of the pseudo-gradients, H switches at a round boundary, and the mistakes raise typed errors."""
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import wanrt
-from tests.wanrt.client.outer.hub import Hub
+from tools.harness.summing_hub import Hub
 from wanrt.client import ClientConfig
 from wanrt.errors import ConfigError, LocalProtocolError
 
