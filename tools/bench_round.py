@@ -201,10 +201,13 @@ def expected_sum(payloads: Sequence[SparsePayload]) -> tuple[float, float]:
 async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bool = False) -> int:
     """Commands on stdin, one JSON object per line; one JSON reply per command on stdout."""
     from transports import connect
+    from wanrt.client.link.result_streams import ResultStreams
     from wanrt.protocol import (
         NEED_DATA,
         Ack,
         Aggregate,
+        AggregateEnd,
+        AggregatePiece,
         Bye,
         Connection,
         ConnectionClosed,
@@ -237,11 +240,24 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bo
     arrived: dict[tuple[int, int], tuple[float, Aggregate]] = {}
     changed = asyncio.Event()
     failed: list[str] = []
+    # a dense result streamed piece by piece as it is final (wanrt.protocol.streamed_results), put together
+    # as a real trainer does; the layers' lengths are set by "prepare"
+    lengths: list[int] = []
+    streams = [ResultStreams(lengths, peer=url)]
 
     async def reader() -> None:
         try:
             while True:
                 event = await next_event()
+                if isinstance(event, AggregatePiece):
+                    streams[0].piece(event)
+                    continue
+                if isinstance(event, AggregateEnd):
+                    whole = streams[0].end(event)
+                    if whole is None:
+                        raise RuntimeError(f"trainer {site}: a streamed result without its pieces")
+                    p, e = whole, event
+                    event = Aggregate(JOB, e.iteration, e.layer, e.round, e.sender, p, e.sites)
                 if isinstance(event, Aggregate):
                     arrived[(event.iteration, event.layer)] = (time.monotonic(), event)
                     await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
@@ -274,6 +290,9 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bo
         if op == "prepare":
             row = Row(cmd["name"], cmd["density"], cmd["dtype"], cmd["layer"])
             payloads[row.layer] = make_payload(index, row, cmd["elements"])
+            lengths.extend([0] * (row.layer + 1 - len(lengths)))
+            lengths[row.layer] = cmd["elements"]
+            streams[0] = ResultStreams(lengths, peer=url)  # no round is in flight between rows
             p = payloads[row.layer]
             streamed = hint is not None and cut_push(JOB, 0, row.layer, site, p, hint) is not None
             reply({"event": "prepared", "streamed": streamed})
