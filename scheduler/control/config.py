@@ -148,6 +148,12 @@ class SchedulerConfig:
     #: iteration is GPU compute against bytes / B; at 40 ms of round trip and a few ms of compute, the
     #: round trip paces the iteration and the idle rule reads it as a slow link (docs/scheduler.md)
     latency_window: int = 0
+    #: with the latency on, the first plan also waits (at most ``FIRST_PLAN_SETTLE_MAX_WINDOWS`` windows)
+    #: until the bandwidth estimate moved by less than this share between two decide ticks; 0: off. The
+    #: first receiver-tail and train readings come while every process is starting and read the link slow
+    #: (the demo: 18–49 Mbit/s for 1–1.5 s on a 100 Mbit/s link in 4 of 6 runs, issue 25), and a first plan
+    #: made then ran the job at a density for a link a third as fast until the next re-plan
+    first_plan_settle: float = 0.0
     #: with the latency on, an exchange that paced the iteration says something about B only if its bytes'
     #: predicted time at the estimate is at least this share of L (below, the bytes are lost in the
     #: latency's own jitter and the estimate holds, as ``bw_raise_min_utilisation`` holds a hidden one)
@@ -432,6 +438,12 @@ class SchedulerConfig:
             "search_polish_max_ranks",
             self.search_polish_max_ranks,
             "must be an integer >= 0",
+        )
+        check(
+            0 <= self.first_plan_settle < 1,
+            "first_plan_settle",
+            self.first_plan_settle,
+            "must be in [0, 1)",
         )
         check(self.replan_period_s > 0, "replan_period_s", self.replan_period_s, "must be > 0")
         check(

@@ -64,6 +64,10 @@ FIRST_PLAN_WINDOWS = 3
 #: them): one start-up iteration of 830 ms under load set L, and the first plan sent 0.23 of the gradient
 FIRST_PLAN_MAX_WINDOWS = 8
 
+#: ... and, with ``first_plan_settle``, for up to this many windows until the estimate settles (a link whose
+#: estimate never stops moving still gets a plan, 6 s in at the demo's 0.5 s ticks)
+FIRST_PLAN_SETTLE_MAX_WINDOWS = 12
+
 #: iterations of telemetry kept between two decisions; a daemon that stops calling ``decide`` must not
 #: make the policy grow without bound (the oldest iterations are dropped first)
 MAX_PENDING_ITERATIONS = 4096
@@ -137,6 +141,9 @@ class SchedulerPolicy:
         self._fed = 0  # windows fed to the estimator
         self._delivery_seen = False  # a link has reported its delivery while backlogged
         self._censored = True  # no link's delivery rate was measured at this tick (paced probing)
+        #: the bandwidth estimate at the previous decide tick and its relative move since (first_plan_settle)
+        self._prev_estimate: float | None = None
+        self._estimate_move = math.inf
 
     # -- telemetry in --------------------------------------------------------------------------------------
     def observe_rank(
@@ -376,15 +383,22 @@ class SchedulerPolicy:
             step = self.bandwidth.apply_delivery(delivery, now)
             if step is not None:
                 self.last_bandwidth_step = step
-        waiting = self._fed < FIRST_PLAN_WINDOWS or (
-            self.latency.count < FIRST_PLAN_WINDOWS and self._fed < FIRST_PLAN_MAX_WINDOWS
+        est = self.bandwidth.estimate_bps
+        if self._prev_estimate is not None:
+            self._estimate_move = abs(est / self._prev_estimate - 1.0)
+        self._prev_estimate = est
+        waiting = (
+            self._fed < FIRST_PLAN_WINDOWS
+            or (self.latency.count < FIRST_PLAN_WINDOWS and self._fed < FIRST_PLAN_MAX_WINDOWS)
+            or (self._unsettled() and self._fed < FIRST_PLAN_SETTLE_MAX_WINDOWS)
         )
         if self.latency.enabled and self._plan is None and self._in_effect and waiting:
             # the first plan waits for a few windows of the running plan: priced without the latency it is
             # the paper's Eq. 6 plan (density 0.35 in the demo, 125–200 ms per iteration for 40 iterations),
             # and from one iteration per site the Eq. 2 fits split 97 samples per rank as 1/48/48 for good.
             # Until L is measured it waits longer: the first iterations are slow (connections, first
-            # rounds: compute-bound at 60-90 ms under load), and a plan made then was the paper's
+            # rounds: compute-bound at 60-90 ms under load), and a plan made then was the paper's. And
+            # with first_plan_settle until the estimate stopped moving (a start-up dip, config.py)
             return None
         bw = self.bandwidth.estimate_bps
         lat = self.search_latency.latency_s
@@ -436,6 +450,10 @@ class SchedulerPolicy:
         self._decision = decision
         self._awaiting = decision
         return decision
+
+    def _unsettled(self) -> bool:
+        """The estimate moved by ``first_plan_settle`` or more between the last two decide ticks."""
+        return self.cfg.first_plan_settle > 0 and self._estimate_move >= self.cfg.first_plan_settle
 
 
 def _same_config(a: Decision, b: Decision) -> bool:

@@ -225,7 +225,11 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def _its(r: RunResult | None) -> float | None:
-    return None if r is None or r.iters_to_target is None else float(r.iters_to_target)
+    return None if r is None else _n(r.iters_to_target)
+
+
+def _n(iterations: int | None) -> float | None:
+    return None if iterations is None else float(iterations)
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,9 @@ class Comparison:
     wanrt: RunResult
     #: the run with the scheduler (None: ``--no-scheduler``)
     adaptive: RunResult | None = None
+    #: the dense arm again on unshaped links, counting its iterations to the target when the shaped arm
+    #: stopped at its budget (:meth:`~wanrt.demo.runner.Demo.replay_dense`); None: no replay
+    dense_replay: RunResult | None = None
 
     @property
     def arms(self) -> tuple[RunResult, ...]:
@@ -273,8 +280,23 @@ class Comparison:
         return _bytes_per_iter_ratio(self.dense, self.wanrt)
 
     @property
+    def dense_iters_to_target(self) -> int | None:
+        """The dense arm's iterations to the target: its own, or (stopped at its budget) the unshaped
+        replay's, which is the same count (staleness 0 makes the trajectory link-independent)."""
+        if self.dense.iters_to_target is not None:
+            return self.dense.iters_to_target
+        return None if self.dense_replay is None else self.dense_replay.iters_to_target
+
+    @property
+    def dense_iters_to_target_source(self) -> str | None:
+        """Where :attr:`dense_iters_to_target` comes from: ``dense arm`` or ``unshaped replay``."""
+        if self.dense.iters_to_target is not None:
+            return "dense arm"
+        return "unshaped replay" if self.dense_iters_to_target is not None else None
+
+    @property
     def iters_to_target_ratio(self) -> float | None:
-        return _ratio(_its(self.wanrt), _its(self.dense))
+        return _ratio(_its(self.wanrt), _n(self.dense_iters_to_target))
 
     # -- the adaptive arm ------------------------------------------------------------------------------
 
@@ -316,8 +338,9 @@ class Comparison:
 
     @property
     def adaptive_iters_to_target_ratio(self) -> float | None:
-        """Adaptive iterations to target over dense's."""
-        return _ratio(_its(self.adaptive), _its(self.dense))
+        """Adaptive iterations to target over dense's (issue 25's ``iters_to_target_ratio``, adaptive over
+        dense), dense's count from :attr:`dense_iters_to_target`."""
+        return _ratio(_its(self.adaptive), _n(self.dense_iters_to_target))
 
     def to_json(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -329,6 +352,8 @@ class Comparison:
             "bytes_ratio": self.bytes_ratio,
             "bytes_per_iter_ratio": self.bytes_per_iter_ratio,
             "iters_to_target_ratio": self.iters_to_target_ratio,
+            "dense_iters_to_target": self.dense_iters_to_target,
+            "dense_iters_to_target_source": self.dense_iters_to_target_source,
             "adaptive_vs_fixed_tta": self.adaptive_vs_fixed_tta,
             "adaptive_vs_fixed_iters": self.adaptive_vs_fixed_iters,
             "adaptive_tta_speedup": self.adaptive_tta_speedup,
@@ -342,6 +367,7 @@ class Comparison:
             "dense": self.dense.to_json(),
             "wanrt": self.wanrt.to_json(),
             "adaptive": None if self.adaptive is None else self.adaptive.to_json(),
+            "dense_replay": None if self.dense_replay is None else self.dense_replay.to_json(),
         }
         out.update(extra or {})
         return out
@@ -359,8 +385,13 @@ def _bytes_per_iter_ratio(dense: RunResult, other: RunResult) -> float | None:
     return _ratio(d, w)
 
 
-def compare(dense: RunResult, wanrt: RunResult, adaptive: RunResult | None = None) -> Comparison:
-    return Comparison(dense, wanrt, adaptive)
+def compare(
+    dense: RunResult,
+    wanrt: RunResult,
+    adaptive: RunResult | None = None,
+    dense_replay: RunResult | None = None,
+) -> Comparison:
+    return Comparison(dense, wanrt, adaptive, dense_replay)
 
 
 def _bytes(n: float) -> str:
@@ -414,7 +445,11 @@ def format_table(c: Comparison) -> str:
         return _x(exact, "faster")
 
     def its(r: RunResult) -> str:
-        return str(r.iters_to_target) if r.iters_to_target is not None else "—"
+        if r.iters_to_target is not None:
+            return str(r.iters_to_target)
+        if r is d and c.dense_iters_to_target is not None:
+            return f"{c.dense_iters_to_target} (unshaped replay)"
+        return "—"
 
     def same(r: RunResult) -> str:
         return "yes" if r.distinct_final_models == 1 else f"no ({r.distinct_final_models})"

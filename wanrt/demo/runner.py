@@ -297,6 +297,7 @@ class Demo:
             "standin_density_coef": float(cfg.compression_penalty)
             / (cfg.density**-cfg.compression_exponent - 1.0),
             "standin_density_exponent": float(cfg.compression_exponent),
+            "first_plan_settle": float(cfg.first_plan_settle),
         }
 
     def with_profile(self, cfg: DemoConfig) -> DemoConfig:
@@ -377,9 +378,10 @@ class Demo:
                 trace_file=trace_file,
                 scheduler_url=scheduler_url,
             )
-            if self.netns is not None:
-                self.netns.adapt_run_files(files)
-            start = start_gateways if self.netns is None else self.netns.start_gateways
+            netns = self.netns if cfg.shaping else None  # unshaped: plain local sockets, not the veths
+            if netns is not None:
+                netns.adapt_run_files(files)
+            start = start_gateways if netns is None else netns.start_gateways
             self._gateways = start(files, command=self.gateway_command)
             daemons: list[DaemonProcess] = [*self._gateways]
             if self._scheduler is not None:
@@ -433,6 +435,32 @@ class Demo:
             decisions = read_decisions(sched_files.decisions)
         stats = {g.files.site: read_stats(g) for g in gateways}
         return self._result(state, stats, decisions, batch)
+
+    def replay_dense(self, dense: RunResult) -> RunResult | None:
+        """The dense arm's iterations to the target when its shaped run stopped at ``dense_budget_s``: the
+        same trainers, model, data, seed and dense settings again, on unshaped links (no rate, delay or
+        trace), until the target or ``dense_replay_max_iters``. None when there is nothing to replay.
+
+        Why the count carries over: the dense settings are staleness 0 (each iteration's update is applied
+        at that iteration, whenever its bytes arrive), density 1 with no error feedback, the fixed batch and
+        no scheduler, and the gateways sum in a fixed order; so the link changes only how long an iteration
+        takes, never which model it produces. The replay's times are not the shaped arm's and are reported
+        only as the replay's own (``dense_replay`` in the JSON)."""
+        cfg = self.cfg
+        if dense.reached or dense.budget_s is None or cfg.dense_replay_max_iters <= 0:
+            return None
+        client = self.client_config("dense", cfg)
+        assert client is not None and client.staleness == 0  # what makes the count link-independent
+        links = dataclasses.replace(
+            cfg,
+            shaping=False,
+            fluctuating=False,
+            dense_budget_s=0.0,
+            max_train_s=0.0,
+            max_iters=cfg.dense_replay_max_iters,
+        )
+        self.say(f"dense: counting its iterations to the target on unshaped links (≤ {links.max_iters} it)")
+        return self.run("dense", label="dense-replay", links=links)
 
     @contextlib.contextmanager
     def _bar(self, label: str, max_iters: int) -> Iterator[Any]:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scheduler.control.bandwidth import BandwidthEstimator
 from scheduler.control.config import Eq6Latency, SchedulerConfig
 from scheduler.control.convergence import PowerLawConvergence
 from scheduler.control.latency import ExchangeLatency
-from scheduler.control.policy import SchedulerPolicy
+from scheduler.control.policy import FIRST_PLAN_SETTLE_MAX_WINDOWS, SchedulerPolicy
 from scheduler.control.search import search
 from scheduler.control.throughput import ThroughputFit
 from sims.policies.toy_sim import run_toy_loop
@@ -276,3 +279,77 @@ def test_a_moved_latency_replans_and_its_jitter_does_not() -> None:
     assert r.reason(1.0, 100 * M, 0.055) is None  # +10 %: jitter
     assert r.reason(1.0, 100 * M, 0.07) == "latency_change"
     assert r.reason(1.0, 100 * M, 0.0) is None  # the paper's mode: no latency, no such reason
+
+
+def _startup_dip_run(settle: float) -> tuple[int, object]:
+    """Ticks 0.5 s apart; the probe trains read the link slow for the first 1.5 s (start-up load; rising, as
+    the trains' max filter reads it), then at its 100 Mbit/s. Returns (the first decision's tick, it)."""
+    cfg = SchedulerConfig(
+        bytes_per_element=4.0, latency_window=8, warmup_iterations=0, first_plan_settle=settle
+    )
+    conv = PowerLawConvergence.from_critical_batch(12.0, 96.0, fixed_lr=True)
+    pol = SchedulerPolicy(cfg, conv, n_params=4_350_000, ranks=[0, 1], initial_density=0.02)
+    rates = [18, 30, 45, 90, 100, 100, 100, 100, 100, 100, 100, 100]
+    now, it, sent, secs = 0.0, 0, 0.0, 0.0
+    for tick, mbps in enumerate(rates):
+        for _ in range(3):  # 100 ms of compute paced by a 200 ms exchange
+            now += 0.5 / 3
+            for r in (0, 1):
+                pol.observe_rank(r, iteration=it, batch_size=32, compute_s=0.1, iteration_s=0.2, now=now)
+            it += 1
+        train = 250_000.0
+        pol.observe_link_probe("a>c", nbytes=sent, seconds=secs, now=now - 0.01)
+        sent, secs = sent + train, secs + 8 * train / (mbps * M)
+        pol.observe_link_probe("a>c", nbytes=sent, seconds=secs, now=now)
+        d = pol.decide(now)
+        if d is not None:
+            return tick, d
+    raise AssertionError("no decision")
+
+
+def test_first_plan_settle_skips_a_start_up_dip_of_the_estimate() -> None:
+    # issue 25: in 4 of 6 demo runs the first plan was made at 18-49 Mbit/s on a 100 Mbit/s link
+    tick0, d0 = _startup_dip_run(0.0)
+    assert d0.bandwidth_bps < 50 * M  # without it: planned inside the dip
+    tick, d = _startup_dip_run(0.25)
+    assert tick > tick0
+    assert d.bandwidth_bps >= 80 * M  # with it: once two ticks agreed, on the link's own rate
+    with pytest.raises(ConfigError) as e:
+        SchedulerConfig(first_plan_settle=1.0)
+    assert e.value.key == "first_plan_settle"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rates=st.lists(st.floats(min_value=5.0, max_value=200.0), min_size=14, max_size=14),
+    settle=st.sampled_from([0.1, 0.25, 0.5]),
+)
+def test_first_plan_is_never_made_on_a_moving_estimate_before_the_cap(
+    rates: list[float], settle: float
+) -> None:
+    """Property: whatever the start-up readings, the first plan comes on a tick whose estimate moved less
+    than ``first_plan_settle`` since the tick before, or at the cap (``FIRST_PLAN_SETTLE_MAX_WINDOWS``)."""
+    cfg = SchedulerConfig(
+        bytes_per_element=4.0, latency_window=8, warmup_iterations=0, first_plan_settle=settle
+    )
+    conv = PowerLawConvergence.from_critical_batch(12.0, 96.0, fixed_lr=True)
+    pol = SchedulerPolicy(cfg, conv, n_params=4_350_000, ranks=[0, 1], initial_density=0.02)
+    now, it, sent, secs = 0.0, 0, 0.0, 0.0
+    estimates: list[float] = []
+    for mbps in rates:
+        for _ in range(3):
+            now += 0.5 / 3
+            for r in (0, 1):
+                pol.observe_rank(r, iteration=it, batch_size=32, compute_s=0.1, iteration_s=0.2, now=now)
+            it += 1
+        pol.observe_link_probe("a>c", nbytes=sent, seconds=secs, now=now - 0.01)
+        sent, secs = sent + 250_000.0, secs + 8 * 250_000.0 / (mbps * M)
+        pol.observe_link_probe("a>c", nbytes=sent, seconds=secs, now=now)
+        d = pol.decide(now)
+        estimates.append(pol.bandwidth_estimate_bps)
+        if d is not None:
+            moved = abs(estimates[-1] / estimates[-2] - 1.0) if len(estimates) > 1 else math.inf
+            assert moved < settle or len(estimates) >= FIRST_PLAN_SETTLE_MAX_WINDOWS
+            assert d.bandwidth_bps == pytest.approx(estimates[-1])
+            return
+    assert len(estimates) < FIRST_PLAN_SETTLE_MAX_WINDOWS  # never reached the cap, so no plan is fine

@@ -147,6 +147,18 @@ def test_the_demo_runs_the_controller_with_the_latency_and_its_models_batch_term
     ratio = (1 + float(conv.penalty(1.0 - 0.005, 192.0))) / (1 + DEFAULT.compression_penalty)
     assert ratio == pytest.approx(1.40, abs=0.02)
     assert control.warmup_iterations == 0  # no density warm-up on the default workload (measured)
+    # its first plan waits for the start-up estimate to settle (issue 25); other configs keep the controller's
+    assert control.first_plan_settle == DEFAULT.first_plan_settle > 0
+    assert SchedulerConfig(**demo.scheduler_control(QUICK)).first_plan_settle == 0.0
+
+
+def test_the_default_link_makes_the_wan_the_bottleneck() -> None:
+    """Issue 25's workload: at 50 Mbit/s the fixed density's iteration is WAN-bound (at 100 Mbit/s the two
+    cores bound it and no policy could gain 1.25×, docs/demo.md); the trace still spans 5× (10–50 Mbit/s),
+    ``--bandwidth`` still sets it, and ``--quick`` keeps the old small workload's 100 Mbit/s."""
+    assert DEFAULT.bandwidth_bps == 50e6 and DEFAULT.trace_floor == 0.2
+    assert QUICK.bandwidth_bps == 100e6 and QUICK.model_hidden == 256
+    assert config_from_args(parse("--bandwidth", "100M")).bandwidth_bps == 100e6
 
 
 def test_device_flag_sets_the_trainers_device() -> None:

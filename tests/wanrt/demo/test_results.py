@@ -233,3 +233,33 @@ def test_a_decisions_line_carries_its_reason_to_the_result_and_the_plot(tmp_path
     dense = result("dense", tta=60.0, its=100, train_s=60.0, sent=1_000_000, loss=0.1)
     fixed = result("wanrt", tta=20.0, its=120, train_s=20.0, sent=10_000, loss=0.09)
     assert plot_loss_vs_time(compare(dense, fixed, adaptive), tmp_path / "p.png", title="t").is_file()
+
+
+def test_a_budget_stopped_dense_arm_takes_its_iterations_to_target_from_the_unshaped_replay() -> None:
+    dense = dataclasses.replace(
+        result("dense", tta=None, its=8, train_s=61.0, sent=10**9, loss=1.5), budget_s=60.0
+    )
+    wanrt = result("wanrt", tta=30.0, its=110, train_s=30.0, sent=10**7, loss=0.1)
+    adaptive = result("adaptive", tta=20.0, its=120, train_s=20.0, sent=10**7, loss=0.1)
+    replay = result("dense", tta=40.0, its=100, train_s=40.0, sent=10**9, loss=0.09)
+    c = compare(dense, wanrt, adaptive, replay)
+    assert c.dense_iters_to_target == 100 and c.dense_iters_to_target_source == "unshaped replay"
+    assert c.iters_to_target_ratio == pytest.approx(1.1)
+    assert c.adaptive_iters_to_target_ratio == pytest.approx(1.2)
+    # time comes only from the shaped arm: the replay's 40 s is not a time to target
+    assert c.tta_speedup is None and c.tta_speedup_at_least == pytest.approx(61.0 / 30.0)
+    data = c.to_json()
+    assert data["dense_iters_to_target"] == 100 and data["dense_iters_to_target_source"] == "unshaped replay"
+    assert data["adaptive_iters_to_target_ratio"] == pytest.approx(1.2)
+    assert data["dense_replay"]["iters_to_target"] == 100
+    assert "100 (unshaped replay)" in format_table(c)
+    # a replay that hit its cap before the target gives no count and no ratio
+    missed = result("dense", tta=None, its=200, train_s=80.0, sent=10**9, loss=0.2)
+    c = compare(dense, wanrt, adaptive, missed)
+    assert c.dense_iters_to_target is None and c.dense_iters_to_target_source is None
+    assert c.iters_to_target_ratio is None and c.adaptive_iters_to_target_ratio is None
+    assert c.to_json()["adaptive_iters_to_target_ratio"] is None
+    # a dense arm that reached the target itself is its own source, whatever a replay said
+    reached = result("dense", tta=50.0, its=90, train_s=50.0, sent=10**9, loss=0.1)
+    c = compare(reached, wanrt, adaptive, replay)
+    assert c.dense_iters_to_target == 90 and c.dense_iters_to_target_source == "dense arm"

@@ -37,6 +37,9 @@ __all__ = [
     "write_secret",
 ]
 
+#: the gateways' own rate (their pacing and plan) when ``DemoConfig.shaping`` is off: local sockets, no
+#: emulated link, so a rate no loopback reaches
+UNSHAPED_RATE_BPS: Final = 1e11
 #: the trace repeats after this many steps, so a run of any length keeps fluctuating
 TRACE_STEPS: Final = 60
 #: Gateways dial their peers as soon as they are up, and the peers of one run start within a second or two
@@ -190,7 +193,7 @@ def write_run_files(
                 "secret_file": str(secret_file),
                 "listen": files.listen_url,
                 "trainer_listen": files.trainer_url,
-                "link_rate_bps": float(cfg.bandwidth_bps),
+                "link_rate_bps": float(cfg.bandwidth_bps if cfg.shaping else UNSHAPED_RATE_BPS),
                 **RECONNECT,
                 **(
                     {}
@@ -204,7 +207,7 @@ def write_run_files(
                 "round_deadline_s": float(cfg.round_deadline_s),
             },
         }
-        for peer in peers:
+        for peer in peers if cfg.shaping else []:
             shape: dict[str, Any] = {
                 "rate_bps": float(cfg.bandwidth_bps),
                 "delay_s": cfg.rtt_s / 2.0,
