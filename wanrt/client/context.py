@@ -181,6 +181,24 @@ class Context:
         return 1.0 if self._optimizer is None else self._optimizer.lr_scale
 
     @property
+    def outer_steps(self) -> int:
+        """Inner steps per outer step the scheduler set (DiLoCo's H; 1 = exchange every step; live
+        ``outer_steps``, docs/scheduler.md "The mode choice"). Changes at an announced WAN iteration like
+        every setting; an outer loop reads it when it starts an outer step, so all sites switch alike."""
+        return self._settings.outer_steps
+
+    @property
+    def fragments(self) -> int:
+        """Fragments of a streaming outer loop the scheduler set (1 = plain DiLoCo; live ``fragments``)."""
+        return self._settings.fragments
+
+    @property
+    def outer_coding(self) -> str | None:
+        """The pseudo-gradient's value coding the scheduler set (fp32/fp16/int8/int4/int2; live
+        ``outer_coding``), or None: none announced, the trainer's own."""
+        return self._settings.outer_coding
+
+    @property
     def micro_step(self) -> int:
         """How many micro-steps of the current WAN iteration are done (0 at its start)."""
         return self._micro
