@@ -1,0 +1,160 @@
+"""In-process convergence of the outer loop on the demo's link-bound workload: inner steps to the target
+loss for per-step sparse exchange and for DiLoCo with H inner steps and a sparse, low-bit pseudo-gradient.
+
+Why in process: the mode choice's cost model (scheduler/control/mode_cost.py) needs the convergence
+penalty of a larger H and fewer value bits as a *measured* factor (docs/scheduler.md, "The mode choice");
+iterations to a loss do not depend on the link, so they are measured here without daemons, on the same
+model, data split, batch and optimizer as the demo (wanrt/demo/workload), and the factor is the ratio of
+inner steps to target against per-step exchange. The real-daemon arms of tools/bench_outer.py measure time
+and WAN bytes; this measures steps.
+
+The algorithm is DiLoCo (Douillard et al., arXiv 2311.08105, Algorithm 1): each site takes H inner steps
+with its own optimizer (here the demo's SGD), the pseudo-gradient Δ = θ_sync − θ_local is averaged across
+sites and applied by an outer Nesterov SGD (the paper's lr 0.7, momentum 0.9). The pseudo-gradient is sent
+as SparseLoCo does (arXiv 2508.15706): error feedback, the top ``density`` of 16-element blocks, values in
+the low-bit coding of wanrt/codec/lowbit.py (one scale per 16 values), the residual keeping what was not
+sent. Sites sum in fp32, as the gateways do (docs/codec.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from wanrt.codec.lowbit import dequantise, quantise
+from wanrt.demo.workload.data import Sampler, load_split
+from wanrt.demo.workload.model import build_mlp, evaluate
+
+__all__ = ["OuterRun", "steps_to_target"]
+
+BLOCK = 16
+
+
+@dataclass(frozen=True)
+class OuterRun:
+    """One arm: ``outer_steps`` 1 = per-step sparse exchange of the gradient (wanrt's default mode)."""
+
+    outer_steps: int
+    density: float
+    coding: str  # fp32 | fp16 | int8 | int4 | int2
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+
+
+def _code(x: np.ndarray, coding: str) -> np.ndarray:
+    if coding == "fp32":
+        return x
+    if coding == "fp16":
+        return x.astype(np.float16).astype(np.float32)
+    lv = quantise(x, coding, BLOCK)
+    return x if lv is None else dequantise(lv)[: x.size]
+
+
+def _sparse_ef(x: np.ndarray, residual: np.ndarray, density: float, coding: str) -> np.ndarray:
+    """What one site sends of ``x`` (error feedback: the residual is added first and keeps the rest)."""
+    acc = x + residual
+    n = acc.size
+    if density >= 1.0:
+        sent = _code(acc, coding)
+    else:
+        nb = -(-n // BLOCK)
+        padded = np.zeros(nb * BLOCK, np.float32)
+        padded[:n] = acc
+        norms = np.square(padded.reshape(nb, BLOCK)).sum(axis=1)
+        k = max(1, round(density * nb))
+        keep = np.argpartition(norms, nb - k)[nb - k :]
+        mask = np.zeros(nb, bool)
+        mask[keep] = True
+        sel = padded.reshape(nb, BLOCK)[mask].reshape(-1)
+        out = np.zeros((nb, BLOCK), np.float32)
+        out[mask] = _code(sel, coding).reshape(-1, BLOCK)
+        sent = out.reshape(-1)[:n]
+    residual[:] = acc - sent
+    return sent
+
+
+def steps_to_target(
+    run: OuterRun,
+    *,
+    seed: int,
+    sites: int,
+    batch: int,
+    hidden: int,
+    lr: float,
+    target: float,
+    max_steps: int,
+    eval_every: int = 5,
+) -> dict[str, Any]:
+    """Inner steps until the loss on the training split is ≤ ``target`` (None: not within ``max_steps``),
+    the held-out accuracy then, and the values sent per site per inner step (for the byte ratio)."""
+    torch.set_num_threads(1)
+    data = load_split(seed)
+    x_train, y_train, x_test, y_test = data.tensors()
+    ref = build_mlp(hidden, seed)
+    models = [build_mlp(hidden, seed) for _ in range(sites)]
+    sync = [p.detach().reshape(-1).numpy().astype(np.float32, copy=True) for p in ref.parameters()]
+    residuals = [[np.zeros_like(s) for s in sync] for _ in range(sites)]
+    momentum = [np.zeros_like(s) for s in sync]
+    samplers = [Sampler(data, index=i, world=sites, batch=batch, seed=seed) for i in range(sites)]
+    sent_values = 0
+    hit: int | None = None
+    loss, acc = float("nan"), float("nan")
+    h = run.outer_steps
+    for step in range(max_steps):
+        grads: list[list[np.ndarray]] = []
+        for s, model in enumerate(models):
+            model.zero_grad()
+            xb, yb = samplers[s].at(step)
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            if h == 1:
+                grads.append([p.grad.detach().reshape(-1).numpy().copy() for p in model.parameters()])  # type: ignore[union-attr]
+            else:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.sub_(lr * p.grad)  # type: ignore[operator]
+        if h == 1:  # per-step sparse exchange: the averaged sparse gradient, one SGD step everywhere
+            for layer, theta in enumerate(sync):
+                total = np.zeros_like(theta)
+                for s in range(sites):
+                    total += _sparse_ef(grads[s][layer], residuals[s][layer], run.density, run.coding)
+                theta -= np.float32(lr) * total / np.float32(sites)
+            sent_values += sum(max(1, round(run.density * -(-t.size // BLOCK))) * BLOCK for t in sync)
+            _load(models, sync)
+        elif (step + 1) % h == 0:  # DiLoCo's outer step (Algorithm 1, lines 8-12)
+            for layer, theta in enumerate(sync):
+                total = np.zeros_like(theta)
+                for s, model in enumerate(models):
+                    local = list(model.parameters())[layer].detach().reshape(-1).numpy()
+                    total += _sparse_ef(theta - local, residuals[s][layer], run.density, run.coding)
+                delta = total / np.float32(sites)
+                mom = momentum[layer]
+                mom *= np.float32(run.outer_momentum)
+                mom += delta
+                theta -= np.float32(run.outer_lr) * (delta + np.float32(run.outer_momentum) * mom)  # Nesterov
+            sent_values += sum(max(1, round(run.density * -(-t.size // BLOCK))) * BLOCK for t in sync)
+            _load(models, sync)
+        # the synchronised parameters are what every site holds: with an outer loop they exist only at an
+        # outer step, so it is evaluated at each (and at every ``eval_every``-th inner step without one)
+        if (step + 1) % (eval_every if h == 1 else h) == 0:
+            probe = models[0] if h == 1 else _synced(ref, sync)
+            loss, _ = evaluate(probe, x_train, y_train)
+            if loss <= target:
+                hit = step + 1
+                _, acc = evaluate(probe, x_test, y_test)
+                break
+    return {"steps": hit, "final_loss": loss, "test_acc": acc, "values_sent_per_site": sent_values}
+
+
+def _load(models: list[torch.nn.Module], sync: list[np.ndarray]) -> None:
+    with torch.no_grad():
+        for model in models:
+            for p, theta in zip(model.parameters(), sync, strict=True):
+                p.copy_(torch.from_numpy(theta).reshape(p.shape))
+
+
+def _synced(ref: torch.nn.Module, sync: list[np.ndarray]) -> torch.nn.Module:
+    _load([ref], sync)
+    return ref
