@@ -5,7 +5,8 @@ announcements, so a mode switch takes effect at one job-wide iteration like ever
 
 Inputs, from the gateways' reports: the adaptive policy's bandwidth estimate (Eq. 6's B) and exchange
 latency, each site's compute per inner step (``trainer.micro_step_s``, else ``trainer.compute_s`` over
-``trainer.local_steps``; the slowest site paces a synchronous job), the model's size and the density and
+``trainer.local_steps``, over the ``outer_steps`` in force: a WAN iteration is then an outer step; the
+slowest site paces a synchronous job), the model's size and the density and
 staleness in force. ``[scheduler.mode] enabled = true`` with ``policy = "adaptive"`` turns it on
 (scheduler/service/policies.py). Sans-IO: time comes in as an argument.
 """
@@ -81,6 +82,11 @@ class ModePolicy:
         if step is None:
             compute, k = _finite(metrics, "trainer.compute_s"), _finite(metrics, "trainer.local_steps")
             step = None if compute is None else compute / (k if k is not None and k >= 1 else 1.0)
+        # with an outer loop a WAN iteration is one outer step of H inner steps (wanrt.DiLoCo: ctx.iteration
+        # counts outer steps), so its compute is H inner steps' (the gateway reports the H in force)
+        outer = _finite(metrics, "cfg.outer_steps")
+        if step is not None and outer is not None and outer >= 1:
+            step /= outer
         if step is not None and step > 0:
             self._step_s[site] = step
 

@@ -110,6 +110,17 @@ def test_a_mode_switch_is_announced_for_one_iteration_everywhere_and_confirmed()
     assert view["mode"] == "per_step" and "bandwidth_change" in view["why"]
 
 
+def test_an_outer_steps_compute_is_divided_by_its_h() -> None:
+    policy = ModePolicy(SITES, _Adaptive(1e6), MODE)  # type: ignore[arg-type]
+    for s in SITES:
+        m = _metrics(3, step_s=0.06 * 16)  # one WAN iteration = one outer step of 16 inner steps
+        m["cfg.outer_steps"] = 16.0
+        policy.observe(s, m, 0.1)
+    assert policy.decide(1.0) is not None
+    plan = policy.last_mode_plan
+    assert plan is not None and abs(plan.compute_s - 0.06) < 1e-12
+
+
 def test_no_plan_until_every_site_reported_its_step_time() -> None:
     inner = _Adaptive(1e6)
     policy = ModePolicy(SITES, inner, ModeConfig(enabled=True))  # type: ignore[arg-type]

@@ -13,10 +13,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from gateways.rounds.topology import TOPOLOGY_KINDS, TopologyKind
 from transports.urls import parse_duration, parse_rate
+from wanrt.client.config import WireDtype
 from wanrt.config import check
 from wanrt.demo.straggler import StragglerSpec, parse_straggler
 from wanrt.errors import ConfigError
@@ -60,6 +61,9 @@ class DemoConfig:
     density: float = 0.02
     #: wanrt's partial-staleness bound (the dense baseline uses 0, like DDP)
     staleness: int = 1
+    #: wanrt's value coding on the wire (fp32, fp16, bf16, int8, int4, int2: docs/codec.md); the dense
+    #: baseline sends fp32
+    wire_dtype: WireDtype = "fp32"
     #: SGD with error feedback loses almost nothing to compression (see docs/demo.md for Adam)
     optimizer: OptimizerKind = "sgd"
     lr: float = 0.3
@@ -168,6 +172,8 @@ class DemoConfig:
         check(self.topology in TOPOLOGY_KINDS, "topology", self.topology, f"one of {TOPOLOGY_KINDS}")
         check(0.0 < self.density < 1.0, "density", self.density, "must be in (0, 1); 1 is the baseline")
         check(0 <= self.staleness <= 4, "staleness", self.staleness, "must be in 0..4")
+        wires = get_args(WireDtype)
+        check(self.wire_dtype in wires, "wire_dtype", self.wire_dtype, f"one of {', '.join(wires)}")
         check(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
         check(0.0 < self.lr <= 10.0, "lr", self.lr, "must be in (0, 10]")
         check(self.device in DEVICES, "device", self.device, f"one of {DEVICES}")

@@ -251,7 +251,11 @@ class Demo:
             return None
         if mode == "dense":
             return ClientConfig.dense_baseline()
-        return ClientConfig(density=cfg.density, staleness=cfg.staleness)
+        return ClientConfig(
+            density=cfg.density,
+            staleness=cfg.staleness,
+            wire_dtype=cfg.wire_dtype,
+        )
 
     @staticmethod
     def straggler_tables(cfg: DemoConfig) -> dict[str, dict[str, Any]]:
