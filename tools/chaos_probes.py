@@ -57,8 +57,9 @@ __all__ = ["FAST_S", "run_probes"]
 
 #: a mistake "fails fast" when every site has its message within this long (issue 21's done-when)
 FAST_S = 5.0
-#: unique per run: the job's trainer sockets are /tmp/wanrt-<job>-<site>.sock (wanrt job init's default),
-#: so two runs on one host (two test sessions, a CI run beside a developer's) must not share a job name
+#: unique per run: the job's trainer sockets are /tmp/wanrt-<job>-<base port>-<site>.sock (wanrt job init's
+#: default), so two runs on one host (two test sessions, a CI run beside a developer's) must not share a job
+#: name
 JOB = f"probe-job-{os.getpid()}"
 SITES = ("a", "b")
 #: how long a daemon or a trainer may take before the probe gives up on it

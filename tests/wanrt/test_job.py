@@ -82,6 +82,19 @@ def test_bad_settings_name_their_key(tmp_path: Path) -> None:
         write_job(tmp_path, job="j", sites=["a", "a"])
 
 
+def test_two_jobs_of_one_name_at_different_ports_do_not_share_a_trainer_socket(tmp_path: Path) -> None:
+    first = write_job(tmp_path / "1", job="run-1", sites=["a", "b"], base_port=7700)
+    second = write_job(tmp_path / "2", job="run-1", sites=["a", "b"], base_port=7800)
+    assert first.trainer_urls["a"] == "unix:///tmp/wanrt-run-1-7700-a.sock"
+    assert set(first.trainer_urls.values()).isdisjoint(second.trainer_urls.values())
+
+
+def test_a_trainer_socket_path_too_long_for_unix_is_refused_before_any_daemon_starts(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="longer than a unix socket allows") as err:
+        write_job(tmp_path, job="j" * 60, sites=["s" * 40])
+    assert err.value.key == "sites"
+
+
 def test_cli_writes_and_prints_the_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["job", "init", "--sites", "a,b", "--dir", str(tmp_path / "j"), "--no-scheduler"]) == 0
     out = capsys.readouterr().out

@@ -39,6 +39,10 @@ class JobFiles:
     status_urls: dict[str, str]
 
 
+#: sun_path is 108 bytes on Linux, one of them the terminating NUL
+_UNIX_PATH_MAX = 107
+
+
 def write_job(
     directory: Path,
     *,
@@ -84,7 +88,17 @@ def write_job(
     gateways: dict[str, Path] = {}
     trainer_urls: dict[str, str] = {}
     for site in sorted(sites):
-        trainer_url = f"unix:///tmp/wanrt-{job}-{site}.sock"
+        # the base port is in the name because it is what two jobs on one host must already differ in (their
+        # TCP ports): two runs of one job name at different ports no longer race for the same socket
+        sock = f"/tmp/wanrt-{job}-{base_port}-{site}.sock"
+        if len(sock.encode()) > _UNIX_PATH_MAX:
+            raise ConfigError(
+                f"the trainer socket path {sock!r} is longer than a unix socket allows"
+                f" ({_UNIX_PATH_MAX} bytes): use shorter job or site names",
+                key="sites",
+                value=site,
+            )
+        trainer_url = f"unix://{sock}"
         gateway: dict[str, Any] = {
             "site": site,
             "job": job,
