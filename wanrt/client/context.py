@@ -68,6 +68,7 @@ from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import OWN_IN_FLIGHT, ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model
+from wanrt.client.site.outer_mode import OuterModeView
 from wanrt.client.site.prediction import WeightPrediction
 from wanrt.client.site.settings_in_force import SettingsInForce
 from wanrt.client.site.step_report import StepReport
@@ -88,7 +89,7 @@ MAX_LAYERS = 1 << 20
 PROBE_RETRY_S = 20.0
 
 
-class Context:
+class Context(OuterModeView):
     """Per-process state of a wanrt trainer. Create with :func:`wanrt.init`; bind with a SparseOptimizer."""
 
     def __init__(
@@ -179,24 +180,6 @@ class Context:
         """The job's factor on the optimizer's learning rate in force (live ``lr_scale``, 1 by default;
         STAR §IV-C: the scheduler raises it with the samples per WAN iteration, docs/local_steps.md)."""
         return 1.0 if self._optimizer is None else self._optimizer.lr_scale
-
-    @property
-    def outer_steps(self) -> int:
-        """Inner steps per outer step the scheduler set (DiLoCo's H; 1 = exchange every step; live
-        ``outer_steps``, docs/scheduler.md "The mode choice"). Changes at an announced WAN iteration like
-        every setting; an outer loop reads it when it starts an outer step, so all sites switch alike."""
-        return self._settings.outer_steps
-
-    @property
-    def fragments(self) -> int:
-        """Fragments of a streaming outer loop the scheduler set (1 = plain DiLoCo; live ``fragments``)."""
-        return self._settings.fragments
-
-    @property
-    def outer_coding(self) -> str | None:
-        """The pseudo-gradient's value coding the scheduler set (fp32/fp16/int8/int4/int2; live
-        ``outer_coding``), or None: none announced, the trainer's own."""
-        return self._settings.outer_coding
 
     @property
     def micro_step(self) -> int:

@@ -4,10 +4,15 @@ effective iteration, and are then what the Context reports (what the outer loop 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from tests.wanrt.client.test_context_local import coeffs
+from tests.wanrt.client.test_local_steps import cfg, make
 from wanrt.client.config import ClientConfig
+from wanrt.client.link.gateway_link import _config_change
 from wanrt.client.site.decision import (
     CONFIG_FIELDS,
     ConfigChange,
@@ -18,6 +23,7 @@ from wanrt.client.site.decision import (
 )
 from wanrt.client.site.settings_in_force import SettingsInForce
 from wanrt.errors import MalformedPayload
+from wanrt.protocol import ConfigUpdate
 from wanrt.protocol.job_settings import OUTER_CODINGS, JobSettings
 
 
@@ -63,3 +69,21 @@ def test_the_mode_switches_at_its_iteration_and_survives_a_checkpoint() -> None:
     back.restore(old)  # a checkpoint from before the mode existed: per-step exchange
     assert (back.outer_steps, back.fragments, back.outer_coding) == (1, 1, None)
     assert np.isfinite(back.batch_weight)
+
+
+@pytest.mark.usefixtures("single_rank_group")
+def test_the_context_shows_the_mode_from_its_wan_iteration(secret_file: Path) -> None:
+    """Through the real Context and link path (a scripted gateway): what ``wanrt.DiLoCo`` reads."""
+    model, opt, link = make(secret_file, cfg(1))
+    update = ConfigUpdate(
+        JobSettings(outer_steps=8, fragments=2, outer_coding="int4").for_site("a").to_wire(), 2
+    )
+    link.announce(_config_change(update))
+    for t in range(4):
+        ctx = opt.ctx
+        want = (8, 2, "int4") if t >= 2 else (1, 1, None)
+        assert (ctx.iteration, ctx.outer_steps, ctx.fragments, ctx.outer_coding) == (t, *want)
+        model.loss(*coeffs(t)).backward()
+        opt.step()
+        opt.zero_grad()
+    opt.ctx.close()
