@@ -5,8 +5,15 @@ announcements, so a mode switch takes effect at one job-wide iteration like ever
 
 Inputs, from the gateways' reports: the adaptive policy's bandwidth estimate (Eq. 6's B) and exchange
 latency, each site's compute per inner step (``trainer.micro_step_s``, else ``trainer.compute_s`` over
-``trainer.local_steps``, over the ``outer_steps`` in force: a WAN iteration is then an outer step; the
-slowest site paces a synchronous job), the model's size and the density and
+``trainer.local_steps`` × the ``outer_steps`` in force; the slowest site paces a synchronous job), the
+model's size and the density and staleness in force.
+
+While an outer mode is in force the pseudo-gradient's density is the live ``density`` (wanrt.DiLoCo
+compresses with the client's config), so this pins ``density`` to the plan's coding's ``outer_density``
+over whatever the adaptive policy decides for per-step exchange; and ``wanrt.DiLoCo`` codes values in the
+wire dtype the trainers connected with, so ``[scheduler.mode] codings`` should list that one coding (a
+live switch of the wire coding does not exist; ``outer_coding`` is announced for an outer loop that reads
+it), the model's size and the density and
 staleness in force. ``[scheduler.mode] enabled = true`` with ``policy = "adaptive"`` turns it on
 (scheduler/service/policies.py). Sans-IO: time comes in as an argument.
 """
@@ -78,15 +85,17 @@ class ModePolicy:
         staleness = _finite(metrics, "cfg.staleness")
         if staleness is not None:
             self._staleness = int(staleness)
+        # one inner step: the trainer's micro_step_s is that already (wanrt.DiLoCo divides its round's
+        # compute by local_steps·H); from a WAN iteration's compute divide by both (the gateway reports the
+        # H in force: with an outer loop a WAN iteration is one outer step of H inner steps)
         step = _finite(metrics, "trainer.micro_step_s")
         if step is None:
             compute, k = _finite(metrics, "trainer.compute_s"), _finite(metrics, "trainer.local_steps")
-            step = None if compute is None else compute / (k if k is not None and k >= 1 else 1.0)
-        # with an outer loop a WAN iteration is one outer step of H inner steps (wanrt.DiLoCo: ctx.iteration
-        # counts outer steps), so its compute is H inner steps' (the gateway reports the H in force)
-        outer = _finite(metrics, "cfg.outer_steps")
-        if step is not None and outer is not None and outer >= 1:
-            step /= outer
+            outer = _finite(metrics, "cfg.outer_steps")
+            per = (k if k is not None and k >= 1 else 1.0) * (
+                outer if outer is not None and outer >= 1 else 1.0
+            )
+            step = None if compute is None else compute / per
         if step is not None and step > 0:
             self._step_s[site] = step
 
@@ -112,11 +121,19 @@ class ModePolicy:
         values = self.inner.decide(now)
         state = self._state()
         plan = None if state is None else self.chooser.plan(state, now)
-        if plan is None:
-            return values
-        self._announced = plan
-        log.info("mode %s", plan.why)
-        return (values or JobSettings()).overlay(mode_settings(plan))
+        if plan is not None:
+            self._announced = plan
+            log.info("mode %s", plan.why)
+            values = (values or JobSettings()).overlay(self._settings_of(plan))
+        elif values is not None and (running := self.last_mode_plan) is not None:
+            values = values.overlay(self._settings_of(running))  # the adaptive density is per-step's
+        return values
+
+    def _settings_of(self, plan: ModePlan) -> JobSettings:
+        mode = mode_settings(plan)
+        if plan.mode == "per_step":
+            return mode
+        return mode.overlay(JobSettings(density=self.cfg.outer_density[plan.coding]))
 
     def committed(self, values: JobSettings, effective_iteration: int) -> None:
         self.inner.committed(values, effective_iteration)

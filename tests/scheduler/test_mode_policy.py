@@ -38,13 +38,14 @@ class _Adaptive:
 
     def __init__(self, bandwidth: float) -> None:
         self.policy = _Controller(bandwidth)
+        self.next: JobSettings | None = None
         self.commits: list[int] = []
 
     def observe(self, site: str, metrics: Any, now: float) -> None:
         return None
 
     def decide(self, now: float) -> JobSettings | None:
-        return None
+        return self.next
 
     def committed(self, values: JobSettings, effective_iteration: int) -> None:
         self.commits.append(effective_iteration)
@@ -93,10 +94,18 @@ def test_a_mode_switch_is_announced_for_one_iteration_everywhere_and_confirmed()
         "outer_steps": plan.outer_steps,
         "fragments": plan.fragments,
         "outer_coding": plan.coding,
+        "density": MODE.outer_density[plan.coding],  # the pseudo-gradient's density: the live density
     }
     assert plan.effective_iteration == effective == 12 + 5  # the frontier plus the announce margin
     assert inner.commits == [effective]
     # the link becomes a LAN: back to per-step exchange, again at one iteration everywhere
+    # the adaptive policy's own density is per-step's: while the outer mode runs, the plan's pins it
+    inner.next = JobSettings(density=0.2, staleness=0)
+    _report_all(node, {"a": 20, "b": 20, "c": 20}, 2.0)
+    node.tick(2.0)
+    _, pinned = _commit(node, 2.0)
+    assert pinned["density"] == MODE.outer_density[plan.coding] and pinned["staleness"] == 0
+    inner.next = None
     inner.policy.bandwidth_estimate_bps = 100e9
     _report_all(node, {"a": 40, "b": 41, "c": 40}, 5.0)
     node.tick(6.0)
@@ -113,7 +122,9 @@ def test_a_mode_switch_is_announced_for_one_iteration_everywhere_and_confirmed()
 def test_an_outer_steps_compute_is_divided_by_its_h() -> None:
     policy = ModePolicy(SITES, _Adaptive(1e6), MODE)  # type: ignore[arg-type]
     for s in SITES:
-        m = _metrics(3, step_s=0.06 * 16)  # one WAN iteration = one outer step of 16 inner steps
+        m = _metrics(3)
+        del m["trainer.micro_step_s"]  # a trainer that reports only its WAN iteration's compute
+        m["trainer.compute_s"] = 0.06 * 16  # one WAN iteration = one outer step of 16 inner steps
         m["cfg.outer_steps"] = 16.0
         policy.observe(s, m, 0.1)
     assert policy.decide(1.0) is not None

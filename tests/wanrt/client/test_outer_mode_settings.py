@@ -54,11 +54,11 @@ def test_an_unknown_coding_index_is_refused() -> None:
 
 def test_the_mode_switches_at_its_iteration_and_survives_a_checkpoint() -> None:
     s = SettingsInForce(ClientConfig())
-    assert (s.outer_steps, s.fragments, s.outer_coding) == (1, 1, None)
+    assert (s.outer_steps, s.fragments, s.outer_coding) == (None, None, None)  # no decision yet
     s.schedule([ConfigChange(5, outer_steps=16, fragments=2, outer_coding="int2")])
     for it in range(5):
         s.switch(it, None, None)
-        assert (s.outer_steps, s.fragments) == (1, 1)
+        assert (s.outer_steps, s.fragments) == (None, None)
     s.switch(5, None, None)
     assert (s.outer_steps, s.fragments, s.outer_coding) == (16, 2, "int2")
     saved = s.checkpoint()
@@ -66,8 +66,8 @@ def test_the_mode_switches_at_its_iteration_and_survives_a_checkpoint() -> None:
     back.restore(saved)
     assert (back.outer_steps, back.fragments, back.outer_coding) == (16, 2, "int2")
     old = {k: v for k, v in saved.items() if not k.startswith(("outer", "fragments"))}
-    back.restore(old)  # a checkpoint from before the mode existed: per-step exchange
-    assert (back.outer_steps, back.fragments, back.outer_coding) == (1, 1, None)
+    back.restore(old)  # a checkpoint from before the mode existed: no decision had set it
+    assert (back.outer_steps, back.fragments, back.outer_coding) == (None, None, None)
     assert np.isfinite(back.batch_weight)
 
 
@@ -81,7 +81,7 @@ def test_the_context_shows_the_mode_from_its_wan_iteration(secret_file: Path) ->
     link.announce(_config_change(update))
     for t in range(4):
         ctx = opt.ctx
-        want = (8, 2, "int4") if t >= 2 else (1, 1, None)
+        want = (8, 2, "int4") if t >= 2 else (None, None, None)
         assert (ctx.iteration, ctx.outer_steps, ctx.fragments, ctx.outer_coding) == (t, *want)
         model.loss(*coeffs(t)).backward()
         opt.step()

@@ -19,14 +19,15 @@ class OuterModeView:
     _settings: SettingsInForce
 
     @property
-    def outer_steps(self) -> int:
+    def outer_steps(self) -> int | None:
         """Inner steps per outer step the scheduler set (DiLoCo's H; 1 = exchange every step; live
-        ``outer_steps``)."""
+        ``outer_steps``), or None: no decision set it (``wanrt.DiLoCo`` keeps its own H)."""
         return self._settings.outer_steps
 
     @property
-    def fragments(self) -> int:
-        """Fragments of a streaming outer loop the scheduler set (1 = plain DiLoCo; live ``fragments``)."""
+    def fragments(self) -> int | None:
+        """Fragments of a streaming outer loop the scheduler set (1 = plain DiLoCo; live ``fragments``),
+        or None: no decision set it."""
         return self._settings.fragments
 
     @property

@@ -43,10 +43,10 @@ class SettingsInForce:
         #: this rank's batch size as the user set it or the scheduler changed it (None: not told)
         self.batch_size: int | None = None
         #: the outer loop's mode in force (the scheduler's ``outer_steps``/``fragments``/``outer_coding``,
-        #: docs/scheduler.md "The mode choice"): 1/1 = per-step exchange; None = the trainer's own coding.
-        #: The outer loop reads them at its next outer step (every site at the same inner step)
-        self.outer_steps = 1
-        self.fragments = 1
+        #: docs/scheduler.md "The mode choice"); None: no decision set it, the trainer's own (wanrt.DiLoCo
+        #: then keeps its constructor's H). The outer loop reads them at its next outer step
+        self.outer_steps: int | None = None
+        self.fragments: int | None = None
         self.outer_coding: str | None = None
         self._batch_callbacks: list[Callable[[int], None]] = []
         self._scheduled: list[ConfigChange] = []
@@ -131,8 +131,8 @@ class SettingsInForce:
             density=settings["density"], staleness=settings["staleness"], local_steps=settings["local_steps"]
         )
         self.batch_weight = float(settings["batch_weight"])
-        # checkpoints written before the outer loop's mode existed ran per-step exchange
-        self.outer_steps = int(settings.get("outer_steps", 1))
-        self.fragments = int(settings.get("fragments", 1))
-        coding = settings.get("outer_coding")
+        # checkpoints written before the outer loop's mode existed have none: no decision had set it
+        h, f, coding = (settings.get(k) for k in ("outer_steps", "fragments", "outer_coding"))
+        self.outer_steps = None if h is None else int(h)
+        self.fragments = None if f is None else int(f)
         self.outer_coding = None if coding is None else str(coding)
