@@ -49,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from wanrt.client.config import WireDtype
 from wanrt.demo.config import DEFAULT, QUICK, DemoConfig
 from wanrt.demo.results import RunResult
 from wanrt.demo.runner import Demo
@@ -57,7 +58,7 @@ from wanrt.demo.runner import Demo
 RATES: tuple[float, ...] = (100e6, 10e6)
 #: the dense arm's link (see the module docstring: its bytes and iterations do not depend on the rate)
 DENSE_BPS = 1e9
-LOWBIT = ("int8", "int4", "int2")
+LOWBIT: tuple[WireDtype, ...] = ("int8", "int4", "int2")
 TARGETS = {
     "bytes_per_selected_int8": ("<=", 1.15),
     "bytes_per_selected_4bit": ("<=", 0.65),

@@ -65,6 +65,7 @@ from wanrt.demo.trainers.messages import (
     Failed,
     Finished,
     Go,
+    OuterSpec,
     Progress,
     Ready,
     RunOrder,
@@ -86,16 +87,24 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL_MODES", "ARMS", "MODES", "Demo", "Mode"]
 
-Mode = Literal["dense", "wanrt", "adaptive", "local", "mitigated"]
+Mode = Literal["dense", "wanrt", "adaptive", "local", "mitigated", "diloco", "auto"]
 #: the two fixed-setting modes: the dense baseline and wanrt with the scheduler off
 MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt")
 #: what ``wanrt demo`` compares: the fixed-setting modes and wanrt with the job's scheduler
 ARMS: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive")
 #: every mode a :class:`Demo` can run (each has its own stop-control slot); ``mitigated``: wanrt's fixed
 #: settings plus the job's scheduler running the straggler policy (``--straggler``'s "mitigation on")
-ALL_MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive", "local", "mitigated")
+#: ``diloco``: the outer loop at a fixed H; ``auto``: the outer loop with the scheduler choosing the mode
+#: and H (``--mode``, docs/scheduler.md "The mode choice")
+ALL_MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive", "local", "mitigated", "diloco", "auto")
 #: modes that run the job's scheduler, and the policy it runs
-SCHEDULER_POLICY: Final[dict[str, str]] = {"adaptive": "adaptive", "mitigated": "stragglers"}
+SCHEDULER_POLICY: Final[dict[str, str]] = {
+    "adaptive": "adaptive",
+    "mitigated": "stragglers",
+    "auto": "adaptive",
+}
+#: modes whose trainers run the outer loop (wanrt.DiLoCo)
+OUTER_MODES: Final = ("diloco", "auto")
 
 #: starting S gateway daemons (Python imports, listeners) on a busy 2-core machine
 GATEWAY_READY_TIMEOUT_S: Final = 60.0
@@ -251,6 +260,8 @@ class Demo:
             return None
         if mode == "dense":
             return ClientConfig.dense_baseline()
+        if mode in OUTER_MODES:  # the pseudo-gradient: SparseLoCo's density and value coding
+            return ClientConfig(density=cfg.outer_density, staleness=cfg.staleness, wire_dtype=cfg.outer_wire)
         return ClientConfig(
             density=cfg.density,
             staleness=cfg.staleness,
@@ -301,6 +312,19 @@ class Demo:
             "standin_density_coef": float(cfg.compression_penalty)
             / (cfg.density**-cfg.compression_exponent - 1.0),
             "standin_density_exponent": float(cfg.compression_exponent),
+        }
+
+    @staticmethod
+    def mode_table(cfg: DemoConfig) -> dict[str, Any]:
+        """``[scheduler.mode]`` of the ``auto`` arm: the mode choice on, over the one value coding the
+        trainers connected with (``outer_wire``: wanrt.DiLoCo codes in the wire dtype, fixed at connect) at
+        the pseudo-gradient density the arm runs (docs/scheduler.md, "The mode choice")."""
+        return {
+            "enabled": True,
+            "modes": ["per_step", "diloco"],
+            "codings": [cfg.outer_wire],
+            "outer_density": {cfg.outer_wire: float(cfg.outer_density)},
+            "per_step_coding": cfg.outer_wire,
         }
 
     def with_profile(self, cfg: DemoConfig) -> DemoConfig:
@@ -369,6 +393,7 @@ class Demo:
                     control={**self.scheduler_control(cfg), **(scheduler_control or {})},
                     policy=SCHEDULER_POLICY[mode],
                     stragglers=self.straggler_tables(cfg) if mode == "mitigated" else None,
+                    mode=self.mode_table(cfg) if mode == "auto" else None,
                 )
                 scheduler_url = sched_files.listen_url
                 self._scheduler = start_scheduler(sched_files, command=self.scheduler_command)
@@ -395,6 +420,9 @@ class Demo:
             self.say(f"{label}: {len(files)} gateways{with_scheduler} listening; trainers connecting")
         self._stops.arm(slot, cfg.max_iters)
         client = self.client_config(mode, cfg)
+        outer = None
+        if mode in OUTER_MODES:
+            outer = OuterSpec(cfg.outer_steps, cfg.outer_lr, cfg.outer_momentum)
         slow = cfg.straggler
         for t in self._trainers:
             url = files[t.spec.site_index].trainer_url if files else ""
@@ -402,7 +430,9 @@ class Demo:
             slowdown = None
             if slow is not None and slow.site == t.spec.site:
                 slowdown = Slowdown.of(slow, cfg.straggler_sleep_s, cfg.batch, cfg.straggler_period_s)
-            t.conn.send(RunOrder(mode, slot, url, job, client, cfg.eval_every, own, slowdown))
+            # the outer loop's parameters are the job's only at an outer step: evaluate at every one
+            every = 1 if outer is not None and cfg.eval_every > 0 else cfg.eval_every
+            t.conn.send(RunOrder(mode, slot, url, job, client, every, own, slowdown, outer))
         self._pump(
             lambda m: self._on_message(state, m, None),
             lambda: len(state.ready) == len(self._trainers),
@@ -507,6 +537,8 @@ class Demo:
             settings.update(JobSettings(site_batch_size=batch).to_wire())
         if client is not None:
             settings.update(density=client.density, staleness=client.staleness)
+        if s.mode in OUTER_MODES:  # the H it started with (wanrt.demo.mode_results counts inner steps by it)
+            settings.update(outer_steps=s.cfg.outer_steps, wire_dtype=s.cfg.outer_wire)
         link_trace: tuple[tuple[float, float], ...] = ()
         if s.trace is not None:
             origin = s.trace_origin if s.trace_origin is not None else s.t_go
