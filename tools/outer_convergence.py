@@ -18,17 +18,21 @@ sent. Sites sum in fp32, as the gateways do (docs/codec.md).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from wanrt.codec.lowbit import dequantise, quantise
 from wanrt.demo.workload.data import Sampler, load_split
 from wanrt.demo.workload.model import build_mlp, evaluate
 
-__all__ = ["OuterRun", "steps_to_target"]
+__all__ = ["OuterRun", "grid", "steps_to_target"]
 
 BLOCK = 16
 
@@ -158,3 +162,54 @@ def _load(models: list[torch.nn.Module], sync: list[np.ndarray]) -> None:
 def _synced(ref: torch.nn.Module, sync: list[np.ndarray]) -> torch.nn.Module:
     _load([ref], sync)
     return ref
+
+
+def grid(*, hidden: int, sites: int, batch: int, lr: float, target: float, seed: int) -> dict[str, Any]:
+    """The mode choice's calibration: per-step exchange (density 0.02 and dense), then DiLoCo for each H
+    candidate of ``[scheduler.mode]`` with a dense fp32 and a 3 % low-bit pseudo-gradient; each entry's
+    ``factor`` is its inner steps over per-step's (scheduler/control/mode_config.py's table)."""
+    from scheduler.control.mode_config import ModeConfig
+
+    cfg = ModeConfig()
+    runs = [OuterRun(1, 0.02, "fp32"), OuterRun(1, 1.0, "fp32")]
+    for h in cfg.outer_steps:
+        runs += [OuterRun(h, cfg.outer_density[c], c) for c in cfg.codings]
+    out: dict[str, Any] = {
+        "workload": f"MLP width {hidden}, {sites} sites x batch {batch}, SGD lr {lr}, target train loss "
+        f"{target}, seed {seed}; outer Nesterov lr 0.7 momentum 0.9",
+        "runs": {},
+    }
+    base: int | None = None
+    for run in runs:
+        r = steps_to_target(
+            run, seed=seed, sites=sites, batch=batch, hidden=hidden, lr=lr, target=target, max_steps=800
+        )
+        if base is None:
+            base = r["steps"]
+        r["factor"] = None if r["steps"] is None or not base else r["steps"] / base
+        out["runs"][f"H{run.outer_steps} d{run.density:g} {run.coding}"] = r
+        print(f"H={run.outer_steps:<4} d={run.density:<5g} {run.coding:<5} {r}", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--sites", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=64, help="per site (the demo's 2 ranks x 32)")
+    ap.add_argument("--lr", type=float, default=0.3)
+    ap.add_argument("--target", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    out = grid(hidden=a.hidden, sites=a.sites, batch=a.batch, lr=a.lr, target=a.target, seed=a.seed)
+    if a.json is not None:
+        a.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
