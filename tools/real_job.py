@@ -58,6 +58,8 @@ class RealJob:
     #: run each gateway as tools.chaos_real_gateway (the daemon plus a rounds log per site) instead of
     #: ``wanrt gateway``
     rounds_logs: bool = False
+    #: the trainer module each site runs (tools.outer_trainer: the same job with wanrt.DiLoCo)
+    trainer_module: str = "tools.real_trainer"
     job: str = field(default_factory=lambda: f"rj{os.getpid()}x{random.randrange(1 << 20)}")
     gateways: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     trainers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -137,7 +139,7 @@ class RealJob:
 
     def trainer_command(self, site: str, *args: str) -> list[str]:
         return [
-            sys.executable, "-m", "tools.real_trainer", "--site", site,
+            sys.executable, "-m", self.trainer_module, "--site", site,
             "--gateway", self.files.trainer_urls[site], "--job", self.job,
             "--secret-file", str(self.files.trainer_secrets[site]),
             "--log", str(self.root / f"tr-{site}.jsonl"), "--out", str(self.root / f"out-{site}.json"), *args,

@@ -24,7 +24,7 @@ from wanrt.errors import (
 from wanrt.payload import SparsePayload
 
 if TYPE_CHECKING:
-    from wanrt.client import ClientConfig, Context, SparseOptimizer, init
+    from wanrt.client import ClientConfig, Context, DiLoCo, SparseOptimizer, init
 
 __version__ = "0.1.0"
 
@@ -33,6 +33,7 @@ __all__ = [
     "ClientConfig",
     "ConfigError",
     "Context",
+    "DiLoCo",
     "KernelError",
     "LimitExceeded",
     "LocalProtocolError",
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 #: trainer-client names resolved on first use, so ``import wanrt`` never imports torch
-_CLIENT_NAMES = frozenset({"ClientConfig", "Context", "SparseOptimizer", "init"})
+_CLIENT_NAMES = frozenset({"ClientConfig", "Context", "DiLoCo", "SparseOptimizer", "init"})
 
 
 def restart_count() -> int:

@@ -10,10 +10,12 @@
         opt.zero_grad()
     ctx.close()
 
-Public names (also on :mod:`wanrt`: ``init``, ``SparseOptimizer``, ``Context``, ``ClientConfig``):
+Public names (also on :mod:`wanrt`: ``init``, ``SparseOptimizer``, ``DiLoCo``, ``Context``, ``ClientConfig``):
 
 * :func:`init` (:mod:`~wanrt.client.bootstrap`): this process's :class:`Context`; call on every rank.
 * :class:`SparseOptimizer` (:mod:`~wanrt.client.optimizer`): swapped in for ``torch.optim.Adam`` & co.
+* :class:`DiLoCo` (:mod:`~wanrt.client.outer`): an outer loop around any torch optimizer, exchanging the
+  pseudo-gradient every H steps (arXiv 2311.08105; docs/outer_loop.md).
 * :class:`Context` (:mod:`~wanrt.client.context`): the per-process handle; ``close()`` at the end.
 * :class:`ClientConfig` (:mod:`~wanrt.client.config`): density, wire dtype, staleness, timeouts;
   ``ClientConfig.dense_baseline()`` is what DDP would send.
@@ -47,12 +49,14 @@ if TYPE_CHECKING:
         StepWithoutBackward,
     )
     from wanrt.client.optimizer import SparseOptimizer
+    from wanrt.client.outer.diloco import DiLoCo
     from wanrt.client.unclosed import UnclosedContextWarning
 
 #: public name -> module that defines it
 EXPORTS: dict[str, str] = {
     "ClientConfig": "wanrt.client.config",
     "Context": "wanrt.client.context",
+    "DiLoCo": "wanrt.client.outer.diloco",
     "DistributedNotInitialized": "wanrt.client.errors",
     "GatewayUnreachable": "wanrt.client.errors",
     "LeaderFailed": "wanrt.client.errors",
@@ -67,6 +71,7 @@ EXPORTS: dict[str, str] = {
 __all__ = [
     "ClientConfig",
     "Context",
+    "DiLoCo",
     "DistributedNotInitialized",
     "GatewayUnreachable",
     "LeaderFailed",

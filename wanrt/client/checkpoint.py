@@ -15,13 +15,44 @@ from typing import Any
 
 from wanrt.client.leader.device_path import DeviceLayerCompressor
 from wanrt.client.site.settings_in_force import SettingsInForce
-from wanrt.errors import ConfigError
+from wanrt.errors import ConfigError, LocalProtocolError
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
 
-__all__ = ["CHECKPOINT_FORMAT", "check_checkpoint", "checkpoint_state", "restore_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "check_checkpoint",
+    "check_checkpointable",
+    "checkpoint_state",
+    "restore_checkpoint",
+]
 
 #: what SparseOptimizer.state_dict() says it is (load_state_dict refuses anything else)
 CHECKPOINT_FORMAT = "wanrt-sparse-optimizer-1"
+
+
+def check_checkpointable(
+    iteration: int, *, micro: int, resync_pending: bool, in_flight: list[tuple[int, int]]
+) -> None:
+    """A checkpoint taken now would resume exactly where the run stands, else a LocalProtocolError that
+    says when to take it: not between micro-steps, not while a parameter snapshot is pending, and with no
+    update in flight (a run resumed from it would miss them)."""
+    if micro:
+        raise LocalProtocolError(
+            f"state_dict() between the micro-steps of iteration {iteration}",
+            hint="checkpoint after the last micro-step of a WAN iteration",
+        )
+    if resync_pending:
+        raise LocalProtocolError(
+            "state_dict() while this site waits for the job's parameters (a parameter resync)",
+            hint="checkpoint at another site, or a few steps later",
+        )
+    if in_flight:
+        it, layer = in_flight[0]
+        raise LocalProtocolError(
+            f"state_dict() with {len(in_flight)} updates in flight (iteration {it} layer {layer}): a run "
+            "resumed from it would miss them",
+            hint="call ctx.close() first (it applies every outstanding update), or use staleness 0",
+        )
 
 
 def checkpoint_state(

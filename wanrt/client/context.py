@@ -43,15 +43,20 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
-from wanrt.client.checkpoint import check_checkpoint, checkpoint_state, restore_checkpoint
+from wanrt.client.checkpoint import (
+    check_checkpoint,
+    check_checkpointable,
+    checkpoint_state,
+    restore_checkpoint,
+)
 from wanrt.client.config import ClientConfig
-from wanrt.client.errors import LeaderFailed, StepWithoutBackward
+from wanrt.client.errors import StepWithoutBackward, UnknownTensor
 from wanrt.client.leader.device_path import DeviceLayerCompressor
 from wanrt.client.leader.push_path import LeaderPush
 from wanrt.client.leader.resync_state import ResyncState
@@ -60,21 +65,23 @@ from wanrt.client.leader.step_timing import StepTimer
 from wanrt.client.leader.worker import LeaderPipeline
 from wanrt.client.link.api import Link, LinkFactory, LinkSpec, UpdateArrived
 from wanrt.client.link.reconnect import ReconnectPolicy
-from wanrt.client.link.signature import LayerSignature
+from wanrt.client.outer.exchange import OuterExchange
 
 if TYPE_CHECKING:
     from wanrt.client.shard_sampler import ShardSampler
+    from wanrt.client.tensor_api import AllReduceHandle, TensorAverager
 from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import OWN_IN_FLIGHT, ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
-from wanrt.client.site.model_check import check_site_model
+from wanrt.client.site.model_check import check_site_model, model_signature
 from wanrt.client.site.outer_mode import OuterModeView
 from wanrt.client.site.prediction import WeightPrediction
+from wanrt.client.site.restart_order import carry_out_restart, log_start
 from wanrt.client.site.settings_in_force import SettingsInForce
 from wanrt.client.site.step_report import StepReport
 from wanrt.client.site.update_apply import UpdateApplier, site_update
-from wanrt.client.unclosed import watch_unclosed
-from wanrt.errors import LocalProtocolError, RestartRequested, WanrtTimeout
+from wanrt.client.unclosed import leave_quietly, watch_unclosed
+from wanrt.errors import LocalProtocolError, WanrtTimeout
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
 
 __all__ = ["Context"]
@@ -120,6 +127,8 @@ class Context(OuterModeView):
         self._channel = SiteChannel(group, device, max_elements=config.max_layer_elements)
         self._iteration = 0
         self._micro = 0  # micro-steps of the current WAN iteration already done (local_steps > 1)
+        self._outer: OuterExchange | None = None  # an outer loop drives the exchange (DiLoCo, tensor API)
+        self._tensors: TensorAverager | None = None  # the tensor API's registered tensors
         self._announced: list[ConfigChange] = []  # leader: received, not yet broadcast
         self._params: list[torch.Tensor] = []
         self._optimizer: KernelOptimizer | None = None
@@ -232,27 +241,18 @@ class Context(OuterModeView):
         tells every rank the outcome, so a run the gateway will not serve fails at once on every rank."""
         failure: BaseException | None = None
         if self.is_leader and probe:
-            from wanrt.client.link.probe import probe_gateway
+            from wanrt.client.link.probe import probe_failure
 
             assert self._secret is not None
-            try:
-                probe_gateway(
-                    self.gateway,
-                    site=self.site,
-                    job=self.job,
-                    secret=self._secret,
-                    run=self._run,
-                    resume_at=self._resume_at,
-                    timeout_s=self.config.connect_timeout_s,
-                    retry_s=PROBE_RETRY_S,
-                )
-            except Exception as exc:
-                failure = exc
+            failure = probe_failure(
+                self.gateway, self.site, self.job, self._secret, self._run, self._resume_at,
+                timeout_s=self.config.connect_timeout_s, retry_s=PROBE_RETRY_S,
+            )  # fmt: skip
         try:
             if self.is_leader:
-                self._send_decision(SiteDecision(), failure)
+                self._channel.send_outcome(SiteDecision(), failure)
             else:
-                self._recv_decision()
+                self._channel.recv_checked()
         except BaseException:
             if self._owns_group and dist.is_initialized():
                 dist.destroy_process_group()  # as close() would (gloo's threads at exit)
@@ -260,8 +260,16 @@ class Context(OuterModeView):
 
     # -- binding the model -------------------------------------------------------------------------------
 
-    def attach(self, named_params: Sequence[tuple[str, torch.Tensor]], optimizer: KernelOptimizer) -> None:
-        """Bind the model's parameters; collective: every rank of the site calls it (via SparseOptimizer)."""
+    def attach(
+        self,
+        named_params: Sequence[tuple[str, torch.Tensor]],
+        optimizer: KernelOptimizer,
+        *,
+        outer_loop: bool = False,
+        synchronous: bool = False,
+    ) -> None:
+        """Bind the model's parameters; collective: every rank of the site calls it (via SparseOptimizer).
+        ``outer_loop``/``synchronous``: see :class:`~wanrt.client.outer.exchange.OuterExchange`."""
         if self._closed:
             raise LocalProtocolError("this wanrt context is closed")
         if self._params:
@@ -269,16 +277,7 @@ class Context(OuterModeView):
                 "this wanrt context already drives an optimizer",
                 hint="create one SparseOptimizer per wanrt.init()",
             )
-        if not named_params:
-            raise LocalProtocolError("the optimizer got no trainable parameters")
-        for name, p in named_params:
-            if not p.is_contiguous():
-                raise LocalProtocolError(f"parameter {name!r} is not contiguous", name=name)
-        sig = LayerSignature.of(
-            [n for n, _ in named_params],
-            [tuple(p.shape) for _, p in named_params],
-            [str(p.dtype).removeprefix("torch.") for _, p in named_params],
-        )
+        sig = model_signature(named_params)
         check_site_model(sig, group=self._group, device=self._device, max_layers=MAX_LAYERS)
         self._params = [p for _, p in named_params]
         self._optimizer = optimizer
@@ -318,7 +317,7 @@ class Context(OuterModeView):
                 failure = exc
             # the iteration this site starts at travels to the ranks as the first decision's one change
             # (not 0 for processes that replace ones the scheduler restarted: the job is further on)
-            self._send_decision(SiteDecision(config_changes=[ConfigChange(self._iteration)]), failure)
+            self._channel.send_outcome(SiteDecision(config_changes=[ConfigChange(self._iteration)]), failure)
             self._compressor = DeviceLayerCompressor(self.config)
             resync = self._resync
             push = self._push = LeaderPush(
@@ -327,17 +326,9 @@ class Context(OuterModeView):
             self._pipeline = LeaderPipeline(push.compress_and_push)
             self._tracker = StalenessTracker(len(self._params), peer=self.gateway)
         else:
-            first = self._recv_decision()
+            first = self._channel.recv_checked()
             self._iteration = first.config_changes[0].effective_iteration if first.config_changes else 0
-        if self._resume_at is not None and self._iteration == self._resume_at:
-            log.info("resuming the job from a checkpoint of iteration %d", self._iteration)
-        elif self._iteration:
-            log.warning(
-                "this trainer replaces one that stopped (it crashed, or the scheduler restarted it): "
-                "starting at the job's iteration %d (the job's parameters and optimizer state follow by a "
-                "parameter resync)",
-                self._iteration,
-            )
+        log_start(self._iteration, self._resume_at)
         self._reducer = LayerReducer(
             self._params,
             group=self._group,
@@ -345,7 +336,17 @@ class Context(OuterModeView):
             dst=self._leader_global_rank(),
             on_issued=self._on_issued,
         )
-        self._reducer.hold = self.config.local_steps > 1
+        if outer_loop:
+            self._outer = OuterExchange(
+                self._reducer, check=self._check_steppable, end_iteration=self._end_iteration,
+                synchronous=synchronous,
+            )  # fmt: skip
+        self._reducer.hold = self._holding()
+
+    def _holding(self) -> bool:
+        """Whether backward hooks only mark their layer (no reduce): between micro-steps, or always under
+        an outer loop (it pushes at its outer step)."""
+        return self._outer is not None or self.config.local_steps > 1
 
     def _reset_residuals(self) -> None:
         """Leader: drop the error-feedback residuals (a parameter resync: computed at other parameters)."""
@@ -369,14 +370,31 @@ class Context(OuterModeView):
 
     # -- the step ----------------------------------------------------------------------------------------
 
-    def step(self) -> None:
-        """End of iteration: wait for this step's updates, apply them everywhere, switch config if due."""
+    def _check_steppable(self) -> None:
         if self._reducer is None or self._optimizer is None:
             raise LocalProtocolError("wanrt context has no optimizer bound", hint="create a SparseOptimizer")
         if self._closed:
             raise LocalProtocolError("step() after close()")
         if self._broken is not None:
             raise LocalProtocolError(f"this wanrt context failed earlier: {self._broken}")
+
+    @property
+    def outer_exchange(self) -> OuterExchange:
+        """The outer loop's side of the step (``attach(..., outer_loop=True)``: DiLoCo, the tensor API)."""
+        if self._outer is None:
+            raise LocalProtocolError("this context is not driven by an outer loop", hint="use wanrt.DiLoCo")
+        return self._outer
+
+    def step(self) -> None:
+        """End of iteration: wait for this step's updates, apply them everywhere, switch config if due.
+
+        Under an outer loop (``attach(..., outer_loop=True)``) this is the outer step: every parameter's
+        ``.grad`` (the pseudo-gradient the loop set, no backward needed) is the site's contribution."""
+        self._check_steppable()
+        assert self._reducer is not None and self._optimizer is not None
+        if self._outer is not None:
+            self._outer.step()
+            return
         if self._reducer.finish() == 0:
             raise StepWithoutBackward(self._iteration)
         if self._micro + 1 < self.config.local_steps:
@@ -386,6 +404,11 @@ class Context(OuterModeView):
             self._reducer.hold = self._micro + 1 < self.config.local_steps
             return
         self._micro = 0
+        self._end_iteration()
+
+    def _end_iteration(self) -> None:
+        """The exchange, the apply and the switch that end a WAN iteration (every rank)."""
+        assert self._reducer is not None and self._optimizer is not None
         self._timer.step(time.monotonic())
         try:
             decision = self._exchange(final=False)
@@ -402,15 +425,17 @@ class Context(OuterModeView):
             self._prediction.predict(
                 self._params, [u.payload for u in decision.predict], self._optimizer.effective_lr
             )
-        self._report(self._iteration)
+        self._report(self._iteration, 1 if self._outer is None else self._outer.iteration_done())
         self._iteration += 1
         self._switch_config()
-        self._reducer.hold = self.config.local_steps > 1  # a new WAN iteration: k may have changed
+        self._reducer.hold = self._holding()  # a new WAN iteration: k may have changed
 
-    def _report(self, iteration: int) -> None:
+    def _report(self, iteration: int, inner_steps: int) -> None:
         """Leader: this iteration's timing to the gateway (StellaTrain §4.1's telemetry), with every rank's
         batch processing time (AntDT §VI-A2's Monitor: a straggler rank inside the site)."""
-        metrics = self._telemetry.collect(self._settings, self._params, self.lr_scale, self.discarded_steps)
+        metrics = self._telemetry.collect(
+            self._settings, self._params, self.lr_scale, self.discarded_steps, inner_steps=inner_steps
+        )
         if metrics is not None and self._link is not None:
             self._link.telemetry(iteration, metrics)
 
@@ -420,7 +445,7 @@ class Context(OuterModeView):
             works, self._works = self._works, []
             for w in works:
                 w.wait()
-            return self._recv_decision()
+            return self._channel.recv_checked()
         decision = SiteDecision()
         failure: BaseException | None = None
         try:
@@ -429,31 +454,14 @@ class Context(OuterModeView):
             decision = self._decide(final=final)
         except Exception as exc:
             failure = exc
-        self._send_decision(decision, failure)
-        return decision
-
-    def _send_decision(self, decision: SiteDecision, failure: BaseException | None) -> None:
-        # a site of one rank has nobody to tell: three gloo broadcasts (and the encoding of every update
-        # into them) cost ~1 ms per step for nothing (docs/client.md, "Where an iteration's time goes")
-        if self.world_size > 1:
-            if failure is None:
-                self._channel.send(decision)
-                return
-            self._channel.send(SiteDecision(error=(type(failure).__name__, str(failure))))
-        if failure is not None:
-            raise failure
-
-    def _recv_decision(self) -> SiteDecision:
-        decision = self._channel.recv()
-        if decision.error is not None:
-            raise LeaderFailed(*decision.error)
+        self._channel.send_outcome(decision, failure)
         return decision
 
     def _decide(self, *, final: bool) -> SiteDecision:
         assert self._tracker is not None and self._resync is not None
         t = self._iteration
         cfg = self.config
-        bound = cfg.staleness
+        bound = cfg.staleness if self._outer is None else self._outer.bound(cfg.staleness)
         deadline = time.monotonic() + cfg.update_deadline_s
         self._poll(0.0)
         while True:
@@ -474,7 +482,8 @@ class Context(OuterModeView):
             self._poll(remaining, block=True)
             self._timer.waited(time.monotonic() - blocked)
         self._poll(0.0)
-        updates = [r.item for r in self._tracker.take_ready(t)]
+        upto = t if self._outer is None else self._outer.apply_upto(t, bound, final=final)
+        updates = [r.item for r in self._tracker.take_ready(upto)]
         changes, self._announced = self._announced, []
         updates, snapshot = self._resync.take(updates)  # held while a snapshot is on its way
         updates.sort(key=lambda u: (u.iteration, u.layer))
@@ -494,6 +503,8 @@ class Context(OuterModeView):
         outstanding = self._tracker.unapplied()
         own = self._push.own = {k: v for k, v in self._push.own.items() if k in outstanding}
         kind = getattr(self._optimizer, "kind", None)
+        if self._outer is not None:  # between steps the parameters are the inner steps', not a guess
+            return []
         if final or holding or self._resync.discarding or not self.config.weight_prediction or kind != "sgd":
             return []
         return [SiteUpdate(it, layer, OWN_IN_FLIGHT, own[(it, layer)]) for it, layer in sorted(own)]
@@ -530,39 +541,11 @@ class Context(OuterModeView):
     def _switch_config(self) -> None:
         """Every rank, at a WAN iteration's start: the changes due take effect (:class:`SettingsInForce`)."""
         restart = self._settings.switch(self._iteration, self._compressor, self._optimizer)
-        if restart is not None:
-            self._restart(restart)
-
-    def _restart(self, change: ConfigChange) -> None:
-        """The scheduler's KILL_RESTART (AntDT §V-E3) reached its iteration, on every rank of the site at
-        once: the hook on the named rank, or (no hook) a clean close everywhere and RestartRequested. The
-        close first, so the process leaves nothing owed: its pushes are sent and their results received,
-        and the gateway hands the next trainer process the job from the next iteration on."""
-        rank = change.restart
-        assert rank is not None
-        hook = self.config.on_restart
-        if hook is not None:
-            if rank == self.rank:
-                hook(rank, self._iteration)
-            return
-        iteration = self._iteration
-        log.warning(
-            "the scheduler ordered rank %d of site %s restarted at iteration %d: closing this context",
-            rank,
-            self.site,
-            iteration,
-        )
-        self.close()
-        who = "this rank" if rank == self.rank else f"rank {rank} of this site"
-        raise RestartRequested(
-            f"the scheduler asked to restart {who} at iteration {iteration} (a persistent straggler, "
-            "AntDT KILL_RESTART); the context is closed. Let the exception end the process: under "
-            "`torchrun --max-restarts=N` the elastic agent restarts the site's worker group, which rejoins "
-            "the job with its current parameters (set ClientConfig.on_restart to handle it yourself)",
-            rank=rank,
-            iteration=iteration,
-            site=self.site,
-        )
+        if restart is not None and restart.restart is not None:  # KILL_RESTART (AntDT §V-E3)
+            carry_out_restart(
+                restart.restart, rank=self.rank, site=self.site, iteration=self._iteration,
+                config=self.config, close=self.close,
+            )  # fmt: skip
 
     # -- checkpoint and resume ---------------------------------------------------------------------------
 
@@ -574,24 +557,12 @@ class Context(OuterModeView):
         staleness 0 between steps — so a run resumed from it continues exactly where this one stopped."""
         if self._optimizer is None:
             raise LocalProtocolError("no optimizer bound to this context yet")
-        if self._micro:
-            raise LocalProtocolError(
-                f"state_dict() between the micro-steps of iteration {self._iteration}",
-                hint="checkpoint after the last micro-step of a WAN iteration",
-            )
-        if self._resync is not None and self._resync.pending:
-            raise LocalProtocolError(
-                "state_dict() while this site waits for the job's parameters (a parameter resync)",
-                hint="checkpoint at another site, or a few steps later",
-            )
-        in_flight = [] if self._closed or self._tracker is None else self._tracker.outstanding()
-        if in_flight:
-            it, layer = in_flight[0]
-            raise LocalProtocolError(
-                f"state_dict() with {len(in_flight)} updates in flight (iteration {it} layer {layer}): a run "
-                "resumed from it would miss them",
-                hint="call ctx.close() first (it applies every outstanding update), or use staleness 0",
-            )
+        check_checkpointable(
+            self._iteration,
+            micro=self._micro,
+            resync_pending=self._resync is not None and self._resync.pending,
+            in_flight=[] if self._closed or self._tracker is None else self._tracker.outstanding(),
+        )
         return checkpoint_state(self._iteration, self._optimizer, self._settings, self._compressor)
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
@@ -605,11 +576,33 @@ class Context(OuterModeView):
             raise LocalProtocolError("load_state_dict() after training began: load before the first step")
         restore_checkpoint(state, self._optimizer, self._settings, self._compressor)
         if self._reducer is not None:
-            self._reducer.hold = self.config.local_steps > 1
+            self._reducer.hold = self._holding()
 
     def _began_training(self) -> bool:
         start = self._resume_at if self._resume_at is not None else 0
-        return self._iteration != start or self._micro != 0
+        inner = 0 if self._outer is None else self._outer.inner
+        return self._iteration != start or self._micro != 0 or inner != 0
+
+    # -- the tensor API ----------------------------------------------------------------------------------
+
+    def register_tensors(self, tensors: Mapping[str, torch.Tensor | tuple[int, ...]]) -> None:
+        """Collective, once: the tensors :meth:`all_reduce` averages, by name and shape (a tensor or a
+        shape): the job's signature, checked across sites (wanrt/client/tensor_api.py)."""
+        from wanrt.client.tensor_api import TensorAverager
+
+        if self._tensors is not None:
+            raise LocalProtocolError("register_tensors() was called already on this context")
+        self._tensors = TensorAverager(self, tensors)
+
+    def all_reduce(self, name: str, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        """Collective: the average of ``tensor`` over every site and rank, through the gateways."""
+        return self.all_reduce_async(name, tensor, op).wait()
+
+    def all_reduce_async(self, name: str, tensor: torch.Tensor, op: str = "mean") -> AllReduceHandle:
+        """:meth:`all_reduce` started (the push leaves now); ``handle.wait()`` collects the average."""
+        if self._tensors is None:
+            raise UnknownTensor(name, [])
+        return self._tensors.start(name, tensor, op)
 
     def job_parameters(self) -> contextlib.AbstractContextManager[None]:
         """Within ``with ctx.job_parameters():`` the model holds the job's parameters (identical at every
@@ -631,6 +624,8 @@ class Context(OuterModeView):
         self._closed = True
         if self._unwatch is not None:
             self._unwatch()
+        if self._outer is not None:  # DiLoCo puts the job's parameters back (its anchor)
+            self._outer.closing()
         self._prediction.restore(self._params)  # also after a failed step: leave the job's parameters
         try:
             if self._micro and self._broken is None:
@@ -659,16 +654,9 @@ class Context(OuterModeView):
         """The leader's non-collective part of :meth:`close`, for a context left open at interpreter exit
         (wanrt/client/unclosed.py): finish the pushes handed to the worker, flush the link and say Bye, so
         no other site waits for them. Every failure is swallowed: the process is exiting anyway."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._pipeline is not None:
-                self._pipeline.close()
-            if self._link is not None:
-                self._link.close(self.config.close_timeout_s)
-        except Exception as exc:  # at exit: nothing left to tell but the log
-            log.warning("leaving at exit: %s", exc)
+        if not self._closed:
+            self._closed = True
+            leave_quietly(self._pipeline, self._link, self.config.close_timeout_s)
 
     @property
     def unclosed_steps(self) -> int:

@@ -19,6 +19,9 @@ __all__ = [
     "RunRefused",
     "SiteFailed",
     "StepWithoutBackward",
+    "TensorMismatch",
+    "UnknownTensor",
+    "UnsupportedTensorDtype",
 ]
 
 
@@ -108,3 +111,39 @@ class RunRefused(ConfigError):
             "(wanrt.init(..., resume_at=N))"
         )
         self.hint = self.fields["hint"]
+
+
+class UnknownTensor(LocalProtocolError):
+    """``ctx.all_reduce`` named a tensor that was not registered with ``ctx.register_tensors``."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(
+            f"no tensor named {name!r} is registered for all_reduce "
+            f"(registered: {', '.join(known) or 'none'})",
+            name=name,
+            hint="register every tensor by name and shape before the first all_reduce: "
+            "ctx.register_tensors({name: tensor, ...}) on every rank of every site",
+        )
+
+
+class TensorMismatch(LocalProtocolError):
+    """``ctx.all_reduce`` got a tensor whose shape differs from the one registered under its name (a
+    mismatch *between sites* is a :class:`ModelMismatch` at registration, as for a model)."""
+
+    def __init__(self, name: str, registered: tuple[int, ...], got: tuple[int, ...]) -> None:
+        super().__init__(
+            f"tensor {name!r} was registered with shape {registered}, all_reduce got {got}",
+            name=name,
+            hint="all_reduce the tensor registered under this name (its shape is in the job's signature)",
+        )
+
+
+class UnsupportedTensorDtype(LocalProtocolError):
+    """The tensor API averages floating-point tensors only (they travel as fp32 or the wire dtype)."""
+
+    def __init__(self, name: str, dtype: str) -> None:
+        super().__init__(
+            f"tensor {name!r} has dtype {dtype}: all_reduce averages floating-point tensors only",
+            name=name,
+            hint="cast to float32 (integer counts: average their float32 copy and round)",
+        )

@@ -16,12 +16,19 @@ waits. So at exit the leader does that, and warns, naming the consequence for th
 from __future__ import annotations
 
 import atexit
+import logging
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["UnclosedContextWarning", "watch_unclosed"]
+if TYPE_CHECKING:
+    from wanrt.client.leader.worker import LeaderPipeline
+    from wanrt.client.link.api import Link
+
+__all__ = ["UnclosedContextWarning", "leave_quietly", "watch_unclosed"]
+
+log = logging.getLogger(__name__)
 
 
 class UnclosedContextWarning(UserWarning):
@@ -59,3 +66,16 @@ def watch_unclosed(ctx: _Watched) -> Callable[[], None]:
 
     atexit.register(at_exit)
     return lambda: atexit.unregister(at_exit)
+
+
+def leave_quietly(pipeline: LeaderPipeline | None, link: Link | None, timeout_s: float) -> None:
+    """The leader's non-collective part of a close, at interpreter exit: finish the pushes handed to the
+    worker, flush the link and say Bye, so no other site waits for them. Every failure is only logged: the
+    process is exiting anyway."""
+    try:
+        if pipeline is not None:
+            pipeline.close()
+        if link is not None:
+            link.close(timeout_s)
+    except Exception as exc:  # at exit: nothing left to tell but the log
+        log.warning("leaving at exit: %s", exc)

@@ -22,7 +22,7 @@ def test_every_public_name_resolves_and_is_listed() -> None:
         "    obj = getattr(c, name)\n"
         "    assert obj.__name__ == name, name\n"
         "    assert name in c.__doc__, f'{name} missing from the package docstring'\n"
-        "for name in ('init', 'SparseOptimizer', 'Context', 'ClientConfig'):\n"
+        "for name in ('init', 'SparseOptimizer', 'DiLoCo', 'Context', 'ClientConfig'):\n"
         "    assert getattr(wanrt, name) is getattr(c, name)\n"
         "try:\n"
         "    c.site_message\n"

@@ -49,14 +49,23 @@ class StepTimer:
         return max(0.0, self.step_called - self.start)
 
     def metrics(
-        self, now: float, *, batch_size: int | None, world_size: int, local_steps: int = 1
+        self,
+        now: float,
+        *,
+        batch_size: int | None,
+        world_size: int,
+        local_steps: int = 1,
+        inner_steps: int = 1,
     ) -> dict[str, float] | None:
         """The finished iteration's measurements (None for the first, which has no start), then begin
         the next one at ``now``.
 
         With ``local_steps`` k (ElasticBSP §4) an iteration is k micro-steps: ``compute_s`` stays the WAN
         iteration's (their sum), ``micro_step_s`` = compute_s / k is what a scheduler predicts micro-step
-        ends with (ZipLine), and samples/s counts the k batches."""
+        ends with (ZipLine), and samples/s counts the k batches. An outer loop's round (DiLoCo, arXiv
+        2311.08105: H inner optimizer steps per exchange) is ``inner_steps`` = H batches the same way:
+        ``micro_step_s`` is then the time of one inner step (compute_s / H), reported with
+        ``inner_steps``, so a round of H steps is never mistaken for one slow batch."""
         out: dict[str, float] | None = None
         if self.start is not None:
             total = max(now - self.start, 1e-9)
@@ -72,10 +81,12 @@ class StepTimer:
                 "optimizer_s": self.optimizer,
                 "world_size": float(world_size),
                 "local_steps": float(local_steps),
-                "micro_step_s": max(0.0, total - self.idle) / local_steps,
+                "micro_step_s": max(0.0, total - self.idle) / (local_steps * inner_steps),
             }
+            if inner_steps > 1:
+                out["inner_steps"] = float(inner_steps)
             if batch_size is not None:
                 out["batch_size"] = float(batch_size)
-                out["samples_per_s"] = batch_size * world_size * local_steps / total
+                out["samples_per_s"] = batch_size * world_size * local_steps * inner_steps / total
         self.begin(now)
         return out

@@ -25,7 +25,7 @@ from wanrt.errors import AuthError, RemoteProtocolError, TransportError, WanrtTi
 from wanrt.protocol.connection import Connection
 from wanrt.protocol.messages import ErrorCode, Reject, Welcome
 
-__all__ = ["probe_gateway"]
+__all__ = ["probe_failure", "probe_gateway"]
 
 #: between two probes while the gateway still sees an earlier trainer of this site connected
 RETRY_EVERY_S = 0.5
@@ -94,3 +94,26 @@ def probe_gateway(
             time.sleep(RETRY_EVERY_S)
             continue
         raise RunRefused(url, refused)
+
+
+def probe_failure(
+    url: str,
+    site: str,
+    job: str,
+    secret: bytes,
+    run: str,
+    resume_at: int | None,
+    *,
+    timeout_s: float,
+    retry_s: float,
+) -> BaseException | None:
+    """:func:`probe_gateway`'s error as a value (None: the gateway will serve this run), for the leader
+    to broadcast to its ranks so every rank of the site fails alike."""
+    try:
+        probe_gateway(
+            url, site=site, job=job, secret=secret, run=run, resume_at=resume_at,
+            timeout_s=timeout_s, retry_s=retry_s,
+        )  # fmt: skip
+    except Exception as exc:
+        return exc
+    return None

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from wanrt.client.errors import LeaderFailed
 from wanrt.client.site.decision import HEADER_LEN, SiteDecision, decode_body, decode_header, encode
 
 __all__ = ["SiteChannel"]
@@ -21,6 +22,7 @@ class SiteChannel:
 
     def __init__(self, group: dist.ProcessGroup | None, device: torch.device, *, max_elements: int) -> None:
         self._group = group
+        self._world = dist.get_world_size(group)
         self._device = device
         self._src = 0 if group is None else dist.get_global_rank(group, 0)
         self._max = max_elements
@@ -61,6 +63,26 @@ class SiteChannel:
             return []
         mine = state or [np.zeros(n, np.float32) for n in lengths]
         return [self._bcast(torch.from_numpy(np.ascontiguousarray(a, np.float32))).numpy() for a in mine]
+
+    def send_outcome(self, decision: SiteDecision, failure: BaseException | None) -> None:
+        """Leader: the decision to every rank, or the leader's failure (then raised here too), so a failure
+        on the leader stops the whole site with its message instead of a hang."""
+        # a site of one rank has nobody to tell: three gloo broadcasts (and the encoding of every update
+        # into them) cost ~1 ms per step for nothing (docs/client.md, "Where an iteration's time goes")
+        if self._world > 1:
+            if failure is None:
+                self.send(decision)
+                return
+            self.send(SiteDecision(error=(type(failure).__name__, str(failure))))
+        if failure is not None:
+            raise failure
+
+    def recv_checked(self) -> SiteDecision:
+        """The other ranks: the leader's decision, or its failure as :class:`LeaderFailed`."""
+        decision = self.recv()
+        if decision.error is not None:
+            raise LeaderFailed(*decision.error)
+        return decision
 
     def recv(self) -> SiteDecision:
         header = self._bcast(torch.zeros(HEADER_LEN, dtype=torch.int64)).numpy()

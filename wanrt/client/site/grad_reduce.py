@@ -102,6 +102,17 @@ class LayerReducer:
             work = dist.reduce(grad, dst=self._dst, op=dist.ReduceOp.SUM, group=self._group, async_op=True)
         self._on_issued(layer, work, grad)
 
+    def issue_all(self) -> None:
+        """Issue every layer's current ``.grad`` now, in the fixed order, whether or not a backward ran:
+        an outer loop sets the pseudo-gradients itself (wanrt.client.outer). Every rank calls it at the same
+        step, so the collective sequence matches."""
+        self._ready = [True] * len(self._params)
+        self._next = 0
+        self._issue_ready()
+        self._ready = [False] * len(self._params)
+        self._next = 0
+        self._fired = 0
+
     def finish(self) -> int:
         """Issue every layer not issued yet (in order; nothing while held); return how many hooks fired.
         Resets for the next step."""

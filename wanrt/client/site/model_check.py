@@ -8,14 +8,32 @@ collective the others never reach.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from wanrt.client.errors import ModelMismatch
 from wanrt.client.link.signature import LayerSignature, first_difference
+from wanrt.errors import LocalProtocolError
 
-__all__ = ["check_site_model"]
+__all__ = ["check_site_model", "model_signature"]
+
+
+def model_signature(named_params: Sequence[tuple[str, torch.Tensor]]) -> LayerSignature:
+    """The names, shapes and dtypes of the parameters a context binds (what every rank and every site
+    must agree on), after checking there are some and each is contiguous (the kernels write in place)."""
+    if not named_params:
+        raise LocalProtocolError("the optimizer got no trainable parameters")
+    for name, p in named_params:
+        if not p.is_contiguous():
+            raise LocalProtocolError(f"parameter {name!r} is not contiguous", name=name)
+    return LayerSignature.of(
+        [n for n, _ in named_params],
+        [tuple(p.shape) for _, p in named_params],
+        [str(p.dtype).removeprefix("torch.") for _, p in named_params],
+    )
 
 
 def check_site_model(
