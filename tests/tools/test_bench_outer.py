@@ -54,6 +54,26 @@ def test_the_low_bit_iteration_ratios_are_against_the_fp32_arm_at_the_first_rate
     assert set(TARGETS) >= {"bytes_per_selected_2bit", "sites_identical_after_outer_step"} and len(RATES) == 2
 
 
+def test_the_outer_keys_pick_the_cheapest_accurate_diloco_arm_and_the_best_fixed_mode() -> None:
+    arms = {
+        "dense": _arm(100, 30_000_000, link=1e9) | {"test_accuracy": 0.96},
+        "per_step_100mbit": _arm(100, 1_000_000, tta=20.0),
+        "per_step_10mbit": _arm(100, 1_000_000, tta=80.0, link=1e7),
+        "diloco_100mbit": _arm(10, 70_000, tta=16.0),
+        "auto_100mbit": _arm(20, 80_000, tta=17.0),
+        "diloco_10mbit": _arm(10, 60_000, tta=25.0, link=1e7) | {"test_accuracy": 0.955},
+        "auto_10mbit": _arm(8, 50_000, tta=20.0, link=1e7),
+        "diloco_10mbit_h64": _arm(4, 20_000, tta=30.0, link=1e7) | {"test_accuracy": 0.94},  # 2 points off
+    }
+    keys = keys_of(arms, {})
+    assert keys["diloco_bytes_arm"] == "diloco_10mbit"  # h64 sent less but lost 2 points of accuracy
+    assert keys["diloco_bytes_to_target_vs_dense"] == pytest.approx(500.0)
+    assert keys["diloco_tta_vs_per_step_10mbit"] == pytest.approx(80.0 / 20.0)  # the best outer arm: auto
+    assert keys["auto_mode_tta_vs_best_fixed_100mbit"] == pytest.approx(16.0 / 17.0)
+    assert keys["auto_mode_tta_vs_best_fixed_10mbit"] == pytest.approx(25.0 / 20.0)
+    assert keys["diloco_test_acc_minus_dense"]["diloco_10mbit_h64"] == pytest.approx(-0.02)
+
+
 @pytest.mark.slow
 def test_quick_runs_on_real_daemons_and_writes_its_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
