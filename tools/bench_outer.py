@@ -335,9 +335,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the small form (< 60 s; see the module doc)")
     ap.add_argument("--json", type=Path, help="write the result here")
+    ap.add_argument(
+        "--no-lowbit",
+        action="store_true",
+        help="skip the low-bit per-step arms (their keys are then None): a full run within ~8 minutes",
+    )
     ap.add_argument("--out", type=Path, help="run directory (default: a temporary one)")
     args = ap.parse_args(argv)
     plan = make_plan(args.quick)
+    if args.no_lowbit:
+        plan = dataclasses.replace(plan, lowbit_arms=False)
     t0 = time.monotonic()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-outer-") as tmp:
