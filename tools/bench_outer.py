@@ -97,11 +97,11 @@ class BenchPlan:
     cfg: DemoConfig
     lowbit_arms: bool
     #: the diloco arms' H at both rates, a second diloco arm's larger H at 10 Mbit/s, and the H the auto
-    #: arm starts at (its first decision takes effect ``announce_margin`` outer steps later, so a start at
-    #: a large H would hold it there for most of the run)
+    #: arm starts at: the diloco arm's, so auto is the hand-fixed mode plus the scheduler's changes (its
+    #: first decision takes effect ``announce_margin`` outer steps after the first reports)
     diloco_h: int = 16
-    long_h: int = 64
-    auto_h: int = 4
+    long_h: int = 32
+    auto_h: int = 16
 
 
 def make_plan(quick: bool) -> BenchPlan:
@@ -323,7 +323,12 @@ def format_table(result: dict[str, Any]) -> str:
     for name, value in result["keys"].items():
         if name == "missing":
             continue
-        shown = "None" if value is None else f"{value:.4g}"
+        if isinstance(value, dict):
+            shown = ", ".join(f"{k} {v:+.3f}" for k, v in value.items())
+        elif isinstance(value, (int, float)):
+            shown = f"{value:.4g}"
+        else:
+            shown = str(value)
         target = " ".join(str(x) for x in TARGETS[name]) if name in TARGETS else ""
         lines.append(f"{name:<42}{shown:>10}  {target:<10} {verdict(name, value)}")
     for name, why in result["keys"].get("missing", {}).items():
@@ -376,10 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["keys"]["missing"].pop("sites_identical_after_outer_step", None)
     result["seconds"] = time.monotonic() - t0
     result["load"] = {"start": load, "end": os.getloadavg()[0]}
+    if args.json is not None:  # first: the table must not cost the measurement
+        args.json.write_text(json.dumps(result, indent=2, default=str))
     print(format_table(result))
     print(f"\n{result['seconds']:.1f} s; load {load:.2f} -> {result['load']['end']:.2f}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2, default=str))
     return 0
 
 

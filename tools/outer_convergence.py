@@ -46,6 +46,9 @@ class OuterRun:
     coding: str  # fp32 | fp16 | int8 | int4 | int2
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
+    #: outer steps by which an average is applied late (wanrt.DiLoCo's ``staleness``: 1 overlaps the
+    #: exchange with the next H inner steps; docs/outer_loop.md)
+    staleness: int = 0
 
 
 def _code(x: np.ndarray, coding: str) -> np.ndarray:
@@ -91,18 +94,23 @@ def steps_to_target(
     target: float,
     max_steps: int,
     eval_every: int = 5,
+    ranks: int = 1,
 ) -> dict[str, Any]:
     """Inner steps until the loss on the training split is ≤ ``target`` (None: not within ``max_steps``),
     the held-out accuracy then, and the values sent per site per inner step (for the byte ratio)."""
+    if run.outer_steps == 1 and ranks != 1:
+        raise ValueError("per-step exchange is modelled with one worker per site (batch = the site's)")
     torch.set_num_threads(1)
     data = load_split(seed)
     x_train, y_train, x_test, y_test = data.tensors()
     ref = build_mlp(hidden, seed)
-    models = [build_mlp(hidden, seed) for _ in range(sites)]
+    workers = sites * ranks  # each rank of a site takes its own inner steps (docs/outer_loop.md)
+    models = [build_mlp(hidden, seed) for _ in range(workers)]
     sync = [p.detach().reshape(-1).numpy().astype(np.float32, copy=True) for p in ref.parameters()]
     residuals = [[np.zeros_like(s) for s in sync] for _ in range(sites)]
     momentum = [np.zeros_like(s) for s in sync]
-    samplers = [Sampler(data, index=i, world=sites, batch=batch, seed=seed) for i in range(sites)]
+    samplers = [Sampler(data, index=i, world=workers, batch=batch, seed=seed) for i in range(workers)]
+    late: list[list[np.ndarray]] = []  # averages not applied yet (staleness)
     sent_values = 0
     hit: int | None = None
     loss, acc = float("nan"), float("nan")
@@ -128,12 +136,20 @@ def steps_to_target(
             sent_values += sum(max(1, round(run.density * -(-t.size // BLOCK))) * BLOCK for t in sync)
             _load(models, sync)
         elif (step + 1) % h == 0:  # DiLoCo's outer step (Algorithm 1, lines 8-12)
+            averages = []
             for layer, theta in enumerate(sync):
                 total = np.zeros_like(theta)
-                for s, model in enumerate(models):
-                    local = list(model.parameters())[layer].detach().reshape(-1).numpy()
+                for s in range(sites):  # the site's ranks averaged, then its leader's EF compression
+                    own = [list(models[s * ranks + r].parameters())[layer] for r in range(ranks)]
+                    local = sum(p.detach().reshape(-1).numpy() for p in own) / np.float32(ranks)
                     total += _sparse_ef(theta - local, residuals[s][layer], run.density, run.coding)
-                delta = total / np.float32(sites)
+                averages.append(total / np.float32(sites))
+            late.append(averages)
+            due = late.pop(0) if len(late) > run.staleness else None
+            for layer, theta in enumerate(sync):
+                if due is None:
+                    continue
+                delta = due[layer]
                 mom = momentum[layer]
                 mom *= np.float32(run.outer_momentum)
                 mom += delta
@@ -164,7 +180,18 @@ def _synced(ref: torch.nn.Module, sync: list[np.ndarray]) -> torch.nn.Module:
     return ref
 
 
-def grid(*, hidden: int, sites: int, batch: int, lr: float, target: float, seed: int) -> dict[str, Any]:
+def grid(
+    *,
+    hidden: int,
+    sites: int,
+    batch: int,
+    lr: float,
+    target: float,
+    seed: int,
+    ranks: int = 1,
+    staleness: int = 0,
+    codings: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
     """The mode choice's calibration: per-step exchange (density 0.02 and dense), then DiLoCo for each H
     candidate of ``[scheduler.mode]`` with a dense fp32 and a 3 % low-bit pseudo-gradient; each entry's
     ``factor`` is its inner steps over per-step's (scheduler/control/mode_config.py's table)."""
@@ -173,7 +200,7 @@ def grid(*, hidden: int, sites: int, batch: int, lr: float, target: float, seed:
     cfg = ModeConfig()
     runs = [OuterRun(1, 0.02, "fp32"), OuterRun(1, 1.0, "fp32")]
     for h in cfg.outer_steps:
-        runs += [OuterRun(h, cfg.outer_density[c], c) for c in cfg.codings]
+        runs += [OuterRun(h, cfg.outer_density[c], c, staleness=staleness) for c in codings or cfg.codings]
     out: dict[str, Any] = {
         "workload": f"MLP width {hidden}, {sites} sites x batch {batch}, SGD lr {lr}, target train loss "
         f"{target}, seed {seed}; outer Nesterov lr 0.7 momentum 0.9",
@@ -181,8 +208,17 @@ def grid(*, hidden: int, sites: int, batch: int, lr: float, target: float, seed:
     }
     base: int | None = None
     for run in runs:
+        outer = run.outer_steps > 1  # per-step: one worker per site with the site's whole batch
         r = steps_to_target(
-            run, seed=seed, sites=sites, batch=batch, hidden=hidden, lr=lr, target=target, max_steps=800
+            run,
+            seed=seed,
+            sites=sites,
+            batch=batch // ranks if outer else batch,
+            hidden=hidden,
+            lr=lr,
+            target=target,
+            max_steps=1200,
+            ranks=ranks if outer else 1,
         )
         if base is None:
             base = r["steps"]
@@ -203,9 +239,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=0.3)
     ap.add_argument("--target", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ranks", type=int, default=1, help="outer-loop workers per site (each batch/ranks)")
+    ap.add_argument("--staleness", type=int, default=0, help="outer steps an average is applied late")
+    ap.add_argument("--codings", help="comma-separated (default: [scheduler.mode]'s)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    out = grid(hidden=a.hidden, sites=a.sites, batch=a.batch, lr=a.lr, target=a.target, seed=a.seed)
+    codings = tuple(a.codings.split(",")) if a.codings else None
+    out = grid(
+        hidden=a.hidden,
+        sites=a.sites,
+        batch=a.batch,
+        lr=a.lr,
+        target=a.target,
+        seed=a.seed,
+        ranks=a.ranks,
+        staleness=a.staleness,
+        codings=codings,
+    )
     if a.json is not None:
         a.json.write_text(json.dumps(out, indent=2))
     return 0

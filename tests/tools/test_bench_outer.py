@@ -72,6 +72,8 @@ def test_the_outer_keys_pick_the_cheapest_accurate_diloco_arm_and_the_best_fixed
     assert keys["auto_mode_tta_vs_best_fixed_100mbit"] == pytest.approx(16.0 / 17.0)
     assert keys["auto_mode_tta_vs_best_fixed_10mbit"] == pytest.approx(25.0 / 20.0)
     assert keys["diloco_test_acc_minus_dense"]["diloco_10mbit_h64"] == pytest.approx(-0.02)
+    table = format_table({"arms": arms, "keys": keys})  # a dict-valued and a str-valued key print too
+    assert "diloco_10mbit_h64 -0.020" in table and "diloco_bytes_arm" in table
 
 
 @pytest.mark.slow
@@ -81,9 +83,12 @@ def test_quick_runs_on_real_daemons_and_writes_its_keys(
     out = tmp_path / "outer.json"
     assert main(["--quick", "--json", str(out), "--out", str(tmp_path / "runs")]) == 0
     data = json.loads(out.read_text())
-    assert set(data["arms"]) == {"dense", "per_step_100mbit", "per_step_10mbit"}
+    fixed = {"dense", "per_step_100mbit", "per_step_10mbit"}
+    outer = {"diloco_100mbit", "auto_100mbit", "diloco_10mbit", "auto_10mbit", "diloco_10mbit_h32"}
+    assert set(data["arms"]) == fixed | outer
     for arm in data["arms"].values():
         assert arm["iters_to_target"] is not None and arm["distinct_final_models"] == 1
+    assert data["kill_restart"]["restarted"] and data["keys"]["sites_identical_after_outer_step"] == 1.0
     keys = data["keys"]
     assert keys["bytes_per_selected_2bit"] <= 0.40 and keys["bytes_per_selected_int8"] <= 1.15
     assert keys["per_step_bytes_to_target_vs_dense_10mbit"] > 1.0  # sparse per-step sends less than dense

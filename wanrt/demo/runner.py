@@ -105,6 +105,12 @@ SCHEDULER_POLICY: Final[dict[str, str]] = {
 }
 #: modes whose trainers run the outer loop (wanrt.DiLoCo)
 OUTER_MODES: Final = ("diloco", "auto")
+#: the auto arm's convergence factors (inner steps to the target over per-step exchange's 100) per H, measured
+#: on real daemons on the default workload (3 sites × 2 ranks, int2 at 3 %, staleness 1; tools/bench_outer.py
+#: runs of 14:26 and 14:37 UTC session 11): H 16 took 224 inner steps, 32 took 416, 64 took 1 472. The
+#: in-process defaults of ``[scheduler.mode]`` (3 workers, synchronous: 2.4 at H 64) do not hold for 6
+#: workers applying each average one outer step late, and had the 10 Mbit/s auto arm pick H 64
+DEMO_OUTER_STEPS_FACTOR: Final = {16: 2.24, 32: 4.16, 64: 14.72}
 
 #: starting S gateway daemons (Python imports, listeners) on a busy 2-core machine
 GATEWAY_READY_TIMEOUT_S: Final = 60.0
@@ -325,6 +331,8 @@ class Demo:
             "codings": [cfg.outer_wire],
             "outer_density": {cfg.outer_wire: float(cfg.outer_density)},
             "per_step_coding": cfg.outer_wire,
+            "outer_steps": list(DEMO_OUTER_STEPS_FACTOR),
+            "steps_factor": {cfg.outer_wire: list(DEMO_OUTER_STEPS_FACTOR.values())},
         }
 
     def with_profile(self, cfg: DemoConfig) -> DemoConfig:
