@@ -14,6 +14,13 @@ sites and applied by an outer Nesterov SGD (the paper's lr 0.7, momentum 0.9). T
 as SparseLoCo does (arXiv 2508.15706): error feedback, the top ``density`` of 16-element blocks, values in
 the low-bit coding of wanrt/codec/lowbit.py (one scale per 16 values), the residual keeping what was not
 sent. Sites sum in fp32, as the gateways do (docs/codec.md).
+
+Limits, measured: the synchronous, one-worker-per-site form (the defaults) is what the mode choice's
+default factors come from. The ``--ranks``/``--staleness`` form is *not* faithful to wanrt.DiLoCo yet: at
+ranks 2, staleness 1, int2 3 % it took 232 inner steps at H 4 and did not converge at H 8 within 1 200,
+where the real loop (lazy outer momentum, tools/bench_outer.py) reached the target in 224 at H 16. Until it
+is, a workload's factors for that form come from real-daemon runs (wanrt/demo/runner.py's
+``DEMO_OUTER_STEPS_FACTOR``).
 """
 
 from __future__ import annotations
