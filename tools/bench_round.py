@@ -34,8 +34,10 @@ layer as ``PushPiece`` s in the gateway's forwarding order (``wanrt.protocol.pus
 starts with the first piece; ``--push-whole`` sends one ``Push`` per layer instead (A/B runs). Each row
 reports ``streamed_push``.
 
-``--chunk-bytes N`` sets ``[gateway.rounds] allpairs_chunk_bytes`` (the all-pairs cut-through piece size;
-0 = store-and-forward, for A/B runs in the same conditions). ``--profile DIR`` runs each gateway under
+``--whole-results`` sets ``[gateway.rounds] stream_results = false`` (results go to the trainers whole, not
+piece by piece as each is final; A/B runs). ``--chunk-bytes N`` sets ``[gateway.rounds]
+allpairs_chunk_bytes`` (the all-pairs cut-through piece size; 0 = store-and-forward, for A/B runs in the
+same conditions). ``--profile DIR`` runs each gateway under
 cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``); ``--rows`` and ``--topologies`` select
 what runs. Needs root (namespaces, tc); every namespace and process is removed on exit, also on an error or
 Ctrl-C.
@@ -201,10 +203,13 @@ def expected_sum(payloads: Sequence[SparsePayload]) -> tuple[float, float]:
 async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bool = False) -> int:
     """Commands on stdin, one JSON object per line; one JSON reply per command on stdout."""
     from transports import connect
+    from wanrt.client.link.result_streams import ResultStreams
     from wanrt.protocol import (
         NEED_DATA,
         Ack,
         Aggregate,
+        AggregateEnd,
+        AggregatePiece,
         Bye,
         Connection,
         ConnectionClosed,
@@ -237,11 +242,24 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bo
     arrived: dict[tuple[int, int], tuple[float, Aggregate]] = {}
     changed = asyncio.Event()
     failed: list[str] = []
+    # a dense result streamed piece by piece as it is final (wanrt.protocol.streamed_results), put together
+    # as a real trainer does; the layers' lengths are set by "prepare"
+    lengths: list[int] = []
+    streams = [ResultStreams(lengths, peer=url)]
 
     async def reader() -> None:
         try:
             while True:
                 event = await next_event()
+                if isinstance(event, AggregatePiece):
+                    streams[0].piece(event)
+                    continue
+                if isinstance(event, AggregateEnd):
+                    whole = streams[0].end(event)
+                    if whole is None:
+                        raise RuntimeError(f"trainer {site}: a streamed result without its pieces")
+                    p, e = whole, event
+                    event = Aggregate(JOB, e.iteration, e.layer, e.round, e.sender, p, e.sites)
                 if isinstance(event, Aggregate):
                     arrived[(event.iteration, event.layer)] = (time.monotonic(), event)
                     await transport.send(conn.send_parts(Ack(event.iteration, event.layer, event.round)))
@@ -274,6 +292,9 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bo
         if op == "prepare":
             row = Row(cmd["name"], cmd["density"], cmd["dtype"], cmd["layer"])
             payloads[row.layer] = make_payload(index, row, cmd["elements"])
+            lengths.extend([0] * (row.layer + 1 - len(lengths)))
+            lengths[row.layer] = cmd["elements"]
+            streams[0] = ResultStreams(lengths, peer=url)  # no round is in flight between rows
             p = payloads[row.layer]
             streamed = hint is not None and cut_push(JOB, 0, row.layer, site, p, hint) is not None
             reply({"event": "prepared", "streamed": streamed})
@@ -494,6 +515,7 @@ def gateway_toml(
     direct: bool,
     chunk_bytes: int | None = None,
     rates: bool = False,
+    stream_results: bool = True,
 ) -> str:
     i = SITES.index(site)
     peers = "\n".join(
@@ -524,6 +546,7 @@ t_w_s = 120.0
 suspect_after_s = 120.0
 allpairs_direct = {"true" if direct else "false"}
 {"" if chunk_bytes is None else f"allpairs_chunk_bytes = {chunk_bytes}"}
+stream_results = {"true" if stream_results else "false"}
 
 [gateway.rates]
 enabled = {"true" if rates else "false"}
@@ -560,6 +583,7 @@ async def session(
     push_whole: bool = False,
     client: ClientRow | None = None,
     rates: bool = False,
+    stream_results: bool = True,
 ) -> AsyncIterator[Session]:
     """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit.
     With ``client`` the trainers are the public client (``tools/round_client.py``) training that row's
@@ -572,7 +596,9 @@ async def session(
             i = SITES.index(site)
             cfg = work / f"{topology}-{site}.toml"
             cfg.write_text(
-                gateway_toml(site, emu, work, topology, secret, rate_bps, direct, chunk_bytes, rates)
+                gateway_toml(
+                    site, emu, work, topology, secret, rate_bps, direct, chunk_bytes, rates, stream_results
+                )
             )
             ready = work / f"{topology}-{site}.ready"
             ready.unlink(missing_ok=True)
@@ -880,6 +906,7 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
             args.chunk_bytes,
             args.push_whole,
             rates=args.rates_on,
+            stream_results=not args.whole_results,
         ) as s:
             print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
@@ -922,6 +949,7 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
             args.chunk_bytes,
             client=crow,
             rates=args.rates_on,
+            stream_results=not args.whole_results,
         ) as s:
             print(
                 f"  {crow.name}: gateways and client trainers up in {time.monotonic() - t_start:.1f} s",
@@ -1190,6 +1218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "median over the repetitions, client_over_gateway_round the median of the paired ratios",
     )
     ap.add_argument(
+        "--whole-results",
+        action="store_true",
+        help="[gateway.rounds] stream_results = false: results go to the trainers whole (for A/B runs)",
+    )
+    ap.add_argument(
         "--rates-on",
         action="store_true",
         help="[gateway.rates] enabled = true: the straggler rate allocator paces the links (default off)",
@@ -1298,6 +1331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rows_by_rep": raw_results if args.repeat > 1 else None,
             "hivemind": hm,
             "rate_allocator_enabled": args.rates_on,
+            "stream_results": not args.whole_results,
             **k,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -2,19 +2,23 @@
 
 Like :mod:`tools.real_trainer` (the same model, text and batches; launched as a process per site by
 :class:`tools.real_job.RealJob`, killed with SIGKILL and launched again with the same command), but the
-loop is ``wanrt.DiLoCo`` around ``torch.optim.AdamW``: ``--sync-every`` H inner steps per outer step.
+loop is ``wanrt.DiLoCo`` around ``torch.optim.AdamW``: ``--sync-every`` H inner steps per fragment's
+outer step, ``--fragments`` P (Streaming DiLoCo) with ``--mixing`` α.
 After every outer step it appends one JSON line to ``--log``: the outer step (``ctx.iteration``), a
-digest of the parameters, the held-out loss, the resyncs installed and whether that round's push was left
-out (its parameters were not yet the job's). ``--out`` gets the final digest.
+digest of the job's parameters (the anchors) and one of the model's (the local copy), the held-out
+loss, the resyncs installed and whether that round's push was left out (its parameters were not yet the
+job's). ``--out`` gets the final digest.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python tools/outer_trainer.py` from the worktree root
@@ -25,6 +29,13 @@ import torch
 import wanrt
 from tools.real_trainer import batch, build_model, digest, text
 from wanrt.client import ClientConfig
+
+
+def anchor_digest(tensors: Sequence[torch.Tensor]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for t in tensors:
+        h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--outer-momentum", type=float, default=0.9)
+    ap.add_argument("--fragments", type=int, default=1, help="Streaming DiLoCo's P")
+    ap.add_argument("--mixing", type=float, default=0.0, help="Streaming DiLoCo's α")
     ap.add_argument("--density", type=float, default=0.25)
     ap.add_argument("--wire-dtype", default="fp32")
     ap.add_argument("--staleness", type=int, default=0)
@@ -64,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         sync_every=args.sync_every,
         outer_lr=args.outer_lr,
         outer_momentum=args.outer_momentum,
+        fragments=args.fragments,
+        mixing=args.mixing,
     )
     ctx.set_batch_size(args.batch)
     data = text()
@@ -85,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             rec = {
                 "t": time.time(),
                 "it": ctx.iteration,
-                "digest": digest(model),
+                "digest": anchor_digest(opt.anchor),  # the job's parameters
+                "model": digest(model),  # the local copy (differs between sites while updates fly)
                 "eval": round(held_out, 5),
                 "discarded": ctx.last_step_discarded,
                 "resyncs": ctx.resyncs,

@@ -69,7 +69,7 @@ from gateways.node.trainer_admission import TrainerAdmission
 from gateways.node.trainer_restart import TrainerRestart
 from gateways.node.trainer_runs import TrainerRuns
 from gateways.node.trainer_side import TrainerSide
-from gateways.rounds.actions import Action, Deliver, PeerSuspect, RoundClosed, Send
+from gateways.rounds.actions import Action, Deliver, DeliverPiece, PeerSuspect, RoundClosed, Send
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.topology import PlanSpec, build_plan
 from gateways.sending.edf_queue import make_send_queue
@@ -318,6 +318,8 @@ class GatewayNode:
                     self._send_round(action.peer, action.msg, now)
                 elif isinstance(action, Deliver):
                     self.trainer.deliver(action, from_peer=self._peer_final)
+                elif isinstance(action, DeliverPiece):
+                    self.trainer.deliver_piece(action)
                 elif isinstance(action, RoundClosed):
                     self._round_closed(action, now)
                 elif isinstance(action, PeerSuspect):

@@ -24,18 +24,22 @@ from gateways.node.held_acks import Acks, HeldAcks
 from gateways.node.peer_mesh import PeerMesh
 from gateways.node.push_stream import PushStreams
 from gateways.node.trainer_runs import TrainerRuns
-from gateways.rounds.actions import Action, Deliver
+from gateways.rounds.actions import Action, Deliver, DeliverPiece
 from gateways.rounds.engine import RoundEngine
 from gateways.stats import GatewayStats
 from wanrt.errors import LocalProtocolError, RemoteProtocolError
 from wanrt.payload import SparsePayload
-from wanrt.protocol import Ack, Aggregate, Message, Push, PushPiece, Telemetry
+from wanrt.protocol import Ack, Aggregate, AggregateEnd, AggregatePiece, Message, Push, PushPiece, Telemetry
 from wanrt.protocol.limits import MAX_RANK
 from wanrt.protocol.peer.contrib_ids import distinct_sites
 from wanrt.protocol.peer.site_fault import SiteFault
 from wanrt.rank_telemetry import parse_rank_times
 
-__all__ = ["TrainerHost", "TrainerSide"]
+__all__ = ["MAX_STREAMING", "TrainerHost", "TrainerSide"]
+
+#: Results being streamed to the trainer at a time (one per open dense round); past it the oldest stream
+#: is forgotten, and its round's result goes whole (never wrong, only slower)
+MAX_STREAMING = 1024
 
 log = logging.getLogger("gateways.node")
 
@@ -92,6 +96,8 @@ class TrainerSide:
         #: when the trainer's resent pushes that no outcome so far reached back to are carried anyway
         self.give_up_at: float | None = None
         self._filling = False  # empty pushes for a dead trainer are being made (no re-entry)
+        #: results being streamed: (iteration, layer) -> (trainer session, pieces sent to it)
+        self._streaming: dict[tuple[int, int], tuple[int, int]] = {}
 
     # -- sending -------------------------------------------------------------------------------------
 
@@ -119,6 +125,7 @@ class TrainerSide:
         self.session = session
         self.runs.connected()
         self.streams.clear()  # the old session's unfinished pushes are never counted
+        self._streaming.clear()  # nor do results streamed to it end in the new one: those go whole
         self._stats.trainer_connections += 1
 
     def disconnect(self, session: int, reason: str, *, clean: bool, now: float) -> bool:
@@ -241,7 +248,14 @@ class TrainerSide:
         ledger.answer(d.iteration, d.layer)
         self.delivered_max = max(self.delivered_max, d.iteration)
         sites = distinct_sites(d.sites) or (self.site,)
-        self._result(Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites))
+        whole = Aggregate(self.job, d.iteration, d.layer, 0, self.site, d.payload, sites)
+        # the trainer session has every piece of the result already: only the end goes (the whole result
+        # is still what is kept for a reconnecting trainer)
+        sent = self._streaming.pop((d.iteration, d.layer), None)
+        end = None
+        if d.streamed and self.session is not None and sent == (self.session, d.streamed):
+            end = AggregateEnd(self.job, d.iteration, d.layer, 0, self.site, d.streamed, sites)
+        self._result(whole, end)
         self._stats.aggregates_delivered += 1
         if acks and not from_peer:
             # a result made here exists nowhere else until a peer has it (gateways.node.held_acks): the
@@ -249,6 +263,19 @@ class TrainerSide:
             self.held.hold((d.iteration, d.layer), acks)
             return
         self.send_acks(acks)
+
+    def deliver_piece(self, d: DeliverPiece) -> None:
+        """A finished piece of a round's result: to the trainer now, while the round's later pieces are
+        still on the wire (:mod:`wanrt.protocol.streamed_results`); :meth:`deliver` ends the stream."""
+        session = self.session
+        if session is None:
+            return
+        key = (d.iteration, d.layer)
+        s, n = self._streaming.pop(key, (session, 0))
+        self._streaming[key] = (session, n + 1 if s == session else 1)
+        if len(self._streaming) > MAX_STREAMING:
+            del self._streaming[next(iter(self._streaming))]
+        self.send(AggregatePiece(self.job, d.iteration, d.layer, self.site, d.lo, d.hi, d.payload))
 
     def answer_empty(self, iteration: int, layer: int) -> None:
         """Round (iteration, layer) ended here without a result: cut off from the others and settled when
@@ -258,18 +285,20 @@ class TrainerSide:
         ledger = self._host.ledger
         assert ledger is not None
         shape = ledger.shape(layer)
+        self._streaming.pop((iteration, layer), None)
         if shape is None or not ledger.answer(iteration, layer):
             return  # the trainer never pushed this layer, or already has its answer
         empty = SparsePayload.empty(layer, *shape)
         self._result(Aggregate(self.job, iteration, layer, 0, self.site, empty, (self.site,)))
 
-    def _result(self, msg: Aggregate) -> None:
+    def _result(self, msg: Aggregate, end: AggregateEnd | None = None) -> None:
+        """``msg`` kept until acknowledged, and sent (``end`` instead: the trainer has its pieces)."""
         ledger = self._host.ledger
         assert ledger is not None
         if self.session is None and self.runs.empties_started:
             return  # a result of the empty pushes made for a dead trainer: nobody of that run will ask
         ledger.retain(msg)
-        self.send(msg)
+        self.send(msg if end is None else end)
 
     def result_sent(self, peer: str, seq: int, key: tuple[int, int]) -> None:
         """The result of round ``key`` went to ``peer`` in frame ``seq``: its held acks wait for that."""

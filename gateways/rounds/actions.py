@@ -14,7 +14,7 @@ from typing import TypeAlias
 from wanrt.payload import SparsePayload
 from wanrt.protocol.peer.round_msg import ContribId, MsgKind, RoundMsg
 
-__all__ = ["Action", "Deliver", "PeerSuspect", "RoundClosed", "Send"]
+__all__ = ["Action", "Deliver", "DeliverPiece", "PeerSuspect", "RoundClosed", "Send"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +51,29 @@ class Deliver:
     """The final aggregate of (iteration, layer) for the local trainers: the sum over ``sites``.
 
     ``payload`` is ``None`` only if no contributor knew the layer's shape (nothing was pushed).
+    ``streamed``: the number of :class:`DeliverPiece` s of this round delivered before it that make up
+    ``payload`` exactly (0: none, or not all of them are the result's; the trainer needs ``payload``).
     """
 
     iteration: int
     layer: int
     payload: SparsePayload | None
     sites: tuple[ContribId, ...]
+    streamed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverPiece:
+    """Blocks ``[lo, hi)`` of the result of (iteration, layer), final here while later pieces are still
+    on the wire (all-pairs cut-through, ``RoundConfig.stream_results``): the daemon may pass it on to the
+    trainer now (:mod:`wanrt.protocol.streamed_results`). Provisional: only the round's :class:`Deliver`
+    says (``streamed``) whether the pieces delivered are its result."""
+
+    iteration: int
+    layer: int
+    lo: int
+    hi: int
+    payload: SparsePayload
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,4 +106,4 @@ class PeerSuspect:
     reason: str
 
 
-Action: TypeAlias = Send | Deliver | RoundClosed | PeerSuspect
+Action: TypeAlias = Send | Deliver | DeliverPiece | RoundClosed | PeerSuspect

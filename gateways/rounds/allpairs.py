@@ -264,6 +264,7 @@ def stage_final(r: OpenRound, m: RoundMsg, pieces: int) -> None:
     if r.ap_staged < 0 or p is None or m.segment < 0:
         r.ap_staged = -1
         r.ap_buf = None
+        r.ap_fresh.clear()
         return
     n = len(r.plan.core)
     b = piece_bounds(n_blocks(p.dense_len, p.block_size), n, pieces)
@@ -272,11 +273,13 @@ def stage_final(r: OpenRound, m: RoundMsg, pieces: int) -> None:
     if p.nnz_blocks != hi - lo or (r.ap_buf is not None and r.ap_buf.dtype != p.values.dtype):
         r.ap_staged = -1
         r.ap_buf = None
+        r.ap_fresh.clear()
         return
     if r.ap_buf is None:
         r.ap_buf = np.empty(n_blocks(p.dense_len, bs) * bs, dtype=p.values.dtype)
     r.ap_buf[lo * bs : hi * bs] = p.values
     r.ap_staged += 1
+    r.ap_fresh.append((lo, hi, p))  # the engine may stream it to the trainer now (DeliverPiece)
 
 
 def _slice(m: RoundMsg, g: int, n: int) -> SparsePayload | None:

@@ -72,6 +72,10 @@ class RoundConfig:
       instead of each waiting for a whole segment. 0 turns it off (one piece per segment); with
       ``forward_policy = "cap"`` a segment is always one piece (the cap is per segment). Every gateway of a
       job must use the same value: a piece outside the receiver's cut is refused.
+    * ``stream_results`` — under ``allpairs`` with cut-through, every finished piece of a dense layer's
+      result goes to the trainer as soon as it is final here (``DeliverPiece``,
+      :mod:`wanrt.protocol.streamed_results`), so the trainer has all but the last piece when the round
+      ends instead of receiving and decoding the whole layer after it; ``false`` delivers results whole.
     * ``topology`` / ``tree_arity`` — the default :class:`~gateways.rounds.topology.PlanSpec` (see
     :meth:`spec`).
     """
@@ -93,6 +97,7 @@ class RoundConfig:
     partial_sums: str = "wire"
     allpairs_direct: bool = True
     allpairs_chunk_bytes: int = 1 << 20
+    stream_results: bool = True
 
     def __post_init__(self) -> None:
         check(0 < self.round_deadline_s <= 3600, "round_deadline_s", self.round_deadline_s, "0 < s <= 3600")
@@ -118,7 +123,7 @@ class RoundConfig:
         check(
             isinstance(self.allpairs_direct, bool), "allpairs_direct", self.allpairs_direct, "true or false"
         )
-
+        check(isinstance(self.stream_results, bool), "stream_results", self.stream_results, "true or false")
         check(
             type(self.allpairs_chunk_bytes) is int
             and (self.allpairs_chunk_bytes == 0 or 1 << 12 <= self.allpairs_chunk_bytes <= 1 << 30),

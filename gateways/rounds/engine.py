@@ -55,7 +55,8 @@ it composes, each in its own module:
 * :class:`~gateways.rounds.layer_formats.LayerFormats` — each layer's shape and wire dtype;
 * :class:`~gateways.rounds.held_messages.HeldMessages` — messages held for a plan not adopted yet;
 * :class:`~gateways.rounds.rejoin_outcomes.RejoinOutcomes` — what a rejoining peer is told was counted;
-* :class:`~gateways.rounds.round_timers.RoundTimers` — the rounds' deadlines and silent-peer suspicion.
+* :class:`~gateways.rounds.round_timers.RoundTimers` — the rounds' deadlines and silent-peer suspicion;
+* :mod:`~gateways.rounds.result_stream` — result pieces handed to the trainer as they are final.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from gateways.rounds.layer_formats import LayerFormats
 from gateways.rounds.own_ledger import OwnLedger
 from gateways.rounds.peer_inputs import PeerInputs
 from gateways.rounds.rejoin_outcomes import RejoinOutcomes
+from gateways.rounds.result_stream import stream_fresh, streamed_result
 from gateways.rounds.round_timers import RoundTimers
 from gateways.rounds.state import EngineStats, OpenRound, merge_ids
 from gateways.rounds.timeline import PlanTimeline
@@ -425,6 +427,7 @@ class RoundEngine:
             self._ring_progress(r, now, out)
             if key not in self._rounds:
                 return
+        stream_fresh(r, self.config.stream_results, out)  # result pieces final here: to the trainer
         self._timers.rearm(r, None if gather_at == math.inf else gather_at)
 
     def _gather(self, r: OpenRound, now: float, out: list[Action]) -> None:
@@ -467,7 +470,9 @@ class RoundEngine:
         del self._rounds[key]
         targets = self._finished.record(key, final, r.plan, source, self.site)
         self.stats.rounds_closed += 1
-        out.append(Deliver(r.iteration, r.layer, final.payload, final.sites))
+        stream_fresh(r, self.config.stream_results, out)
+        streamed = streamed_result(r, final.payload, source is None)  # the pieces handed over are it?
+        out.append(Deliver(r.iteration, r.layer, final.payload, final.sites, streamed))
         if source is not None and source == r.plan.parent_of(self.site):
             self._ledger.note_hint(r.layer, final.step)
         self._ledger.closed(r, final)

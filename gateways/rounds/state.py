@@ -83,6 +83,11 @@ class OpenRound:
     #: pieces are in it (-1: not every piece is dense; the result is concatenated at the end instead)
     ap_buf: npt.NDArray[Any] | None = None
     ap_staged: int = 0
+    #: pieces staged in ``ap_buf`` not yet handed to the trainer (``(lo, hi, payload)``), how many were
+    #: (``DeliverPiece``), and whether this round streams no more (a re-run: its pieces may differ)
+    ap_fresh: list[tuple[int, int, SparsePayload]] = field(default_factory=list)
+    ap_streamed: int = 0
+    ap_stream_off: bool = False
     #: streamed push (all-pairs): pieces of this site's coming push, ``(lo, hi, payload)`` sorted by ``lo``,
     #: and the (piece, segment) slices already forwarded from them under plan ``pre_plan``
     pre_parts: list[tuple[int, int, SparsePayload]] = field(default_factory=list)
@@ -135,6 +140,8 @@ class OpenRound:
         self.ap_recv.clear()
         self.ap_finals.clear()
         self.ap_buf, self.ap_staged = None, 0
+        self.ap_fresh.clear()
+        self.ap_stream_off = self.ap_stream_off or self.ap_streamed > 0
         self.seg_finals.clear()
         self.wait_peer = None
         self.suspected = False

@@ -321,8 +321,10 @@ class Context(OuterModeView):
             self._compressor = DeviceLayerCompressor(self.config)
             resync = self._resync
             push = self._push = LeaderPush(
-                self._settings, self.world_size, self._compressor, self._link, lambda: resync.discarding
-            )
+                self._settings, self.world_size, self._compressor, self._link, lambda: resync.discarding,
+                silent=lambda layer: self._outer is not None and layer in self._outer.silent,
+                outer_loop=outer_loop,
+            )  # fmt: skip
             self._pipeline = LeaderPipeline(push.compress_and_push)
             self._tracker = StalenessTracker(len(self._params), peer=self.gateway)
         else:
@@ -425,12 +427,12 @@ class Context(OuterModeView):
             self._prediction.predict(
                 self._params, [u.payload for u in decision.predict], self._optimizer.effective_lr
             )
-        self._report(self._iteration, 1 if self._outer is None else self._outer.iteration_done())
+        self._report(self._iteration, None if self._outer is None else self._outer.iteration_done())
         self._iteration += 1
         self._switch_config()
         self._reducer.hold = self._holding()  # a new WAN iteration: k may have changed
 
-    def _report(self, iteration: int, inner_steps: int) -> None:
+    def _report(self, iteration: int, inner_steps: int | None) -> None:
         """Leader: this iteration's timing to the gateway (StellaTrain §4.1's telemetry), with every rank's
         batch processing time (AntDT §VI-A2's Monitor: a straggler rank inside the site)."""
         metrics = self._telemetry.collect(

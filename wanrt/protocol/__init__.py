@@ -37,6 +37,7 @@ from wanrt.protocol.messages import (
 from wanrt.protocol.params import ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
 from wanrt.protocol.registry import CORE_REGISTRY, SCHEDULER_TYPES, MessageRegistry
 from wanrt.protocol.states import Side, State
+from wanrt.protocol.streamed_results import AggregateEnd, AggregatePiece
 
 __all__ = [
     "CORE_REGISTRY",
@@ -46,6 +47,8 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "Ack",
     "Aggregate",
+    "AggregateEnd",
+    "AggregatePiece",
     "Auth",
     "Bye",
     "Chunk",

@@ -115,6 +115,8 @@ class MsgType(IntEnum):
     CHUNK = 0x13
     CHUNK_CANCEL = 0x14
     PUSH_PIECE = 0x15
+    AGGREGATE_PIECE = 0x16  # a result streamed to the trainer (wanrt.protocol.streamed_results)
+    AGGREGATE_END = 0x17
     TELEMETRY = 0x20
     CONFIG_UPDATE = 0x21
     SHARD_REQUEST = 0x22
@@ -363,6 +365,20 @@ def _check_update_ids(job: Any, iteration: Any, layer: Any, round_: Any, sender:
     check_name(sender, "sender")
 
 
+def check_piece(payload: Any, layer: int, lo: Any, hi: Any, what: str) -> None:
+    """A piece of a layer (:class:`PushPiece`, ``AggregatePiece``): blocks ``[lo, hi)`` of the layer, its
+    payload holding no block outside the range."""
+    check_payload(payload, layer)
+    total = n_blocks(payload.dense_len, payload.block_size) if payload.block_size > 0 else 0
+    check_uint(lo, "lo", MAX_PAYLOAD_ELEMENTS)
+    check_uint(hi, "hi", MAX_PAYLOAD_ELEMENTS)
+    if not lo < hi <= total:
+        raise LocalProtocolError(f"{what} range must be lo < hi <= n_blocks", value=(lo, hi))
+    idx = payload.indices
+    if idx.shape[0] and (int(idx[0]) < lo or int(idx[-1]) >= hi):
+        raise LocalProtocolError(f"{what} holds blocks outside its range", value=(lo, hi))
+
+
 def check_payload(payload: Any, layer: int) -> None:
     # Cheap structural checks only: the O(nnz) invariants are the codec's job on receive, and the
     # compressor's on send (re-validating a 100 MB payload per send would cost more than framing it).
@@ -553,16 +569,7 @@ class PushPiece(Message):
 
     def __post_init__(self) -> None:
         _check_update_ids(self.job, self.iteration, self.layer, 0, self.sender)
-        check_payload(self.payload, self.layer)
-        p = self.payload
-        total = n_blocks(p.dense_len, p.block_size) if p.block_size > 0 else 0
-        check_uint(self.lo, "lo", MAX_PAYLOAD_ELEMENTS)
-        check_uint(self.hi, "hi", MAX_PAYLOAD_ELEMENTS)
-        if not self.lo < self.hi <= total:
-            raise LocalProtocolError("push piece range must be lo < hi <= n_blocks", value=(self.lo, self.hi))
-        idx = p.indices
-        if idx.shape[0] and (int(idx[0]) < self.lo or int(idx[-1]) >= self.hi):
-            raise LocalProtocolError("push piece holds blocks outside its range", value=(self.lo, self.hi))
+        check_piece(self.payload, self.layer, self.lo, self.hi, "push piece")
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
         return _with_payload_to_wire(self)

@@ -37,6 +37,7 @@ from wanrt.protocol.messages import (
     Welcome,
 )
 from wanrt.protocol.params import PARAM_MESSAGES
+from wanrt.protocol.streamed_results import AggregateEnd, AggregatePiece
 
 __all__ = [
     "CORE_MESSAGES",
@@ -62,6 +63,8 @@ CORE_MESSAGES: Final[tuple[type[Message], ...]] = (
     Push,
     Aggregate,
     PushPiece,
+    AggregatePiece,
+    AggregateEnd,
     Ack,
     Chunk,
     ChunkCancel,

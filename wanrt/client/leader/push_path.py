@@ -39,12 +39,16 @@ class LeaderPush:
         compressor: DeviceLayerCompressor | None,
         link: Link | None,
         discarding: Callable[[], bool],
+        silent: Callable[[int], bool] = lambda layer: False,
+        outer_loop: bool = False,
     ) -> None:
         self._settings = settings
         self._world_size = world_size
         self._compressor = compressor
         self._link = link
         self._discarding = discarding
+        self._silent = silent  # an outer loop's layers not synchronised this iteration: empty, residual kept
+        self._outer_loop = outer_loop  # its .grad is a pseudo-gradient, never a sum of micro-steps
         self._scaled: dict[int, npt.NDArray[np.float32]] = {}  # per-layer scaled gradients
         #: the site's own payloads by (iteration, layer) until their job update is applied
         self.own: dict[tuple[int, int], SparsePayload] = {}
@@ -52,7 +56,7 @@ class LeaderPush:
     def compress_and_push(self, iteration: int, layer: int, work: Any, grad: torch.Tensor) -> None:
         """Leader worker thread: the site-averaged gradient of one layer → payload → gateway."""
         assert self._compressor is not None and self._link is not None
-        discarding = self._discarding()
+        discarding = self._discarding() or self._silent(layer)
         if grad.is_cuda and not discarding:
             # GPU-resident path: reduce wait, residual and selection on a side stream; only the selection
             # crosses to the host (wanrt/client/leader/device_path.py, docs/client.md "On a GPU")
@@ -65,7 +69,8 @@ class LeaderPush:
         if discarding:
             # a snapshot is pending: the gradient was computed at parameters known to differ from the
             # job's. An empty push keeps the round protocol whole (the site is seen, no round waits for
-            # it) and carries no gradient; the residual is not fed either (the resync reset it)
+            # it) and carries no gradient; the residual is not fed either (the resync reset it). Also an
+            # outer loop's silent layer (a fragment not synchronised now): its residual waits for its turn
             empty = SparsePayload.empty(layer, grad.numel(), self._settings.config.block_size)
             self._link.push(iteration, layer, empty)
             return
@@ -104,4 +109,5 @@ class LeaderPush:
     def site_scale(self) -> np.float32:
         """The factor from the site's gradient sum to its weighted mean (see :meth:`site_mean`)."""
         s = self._settings
-        return np.float32(s.batch_weight / (self._world_size * s.config.local_steps))
+        k = 1 if self._outer_loop else s.config.local_steps
+        return np.float32(s.batch_weight / (self._world_size * k))

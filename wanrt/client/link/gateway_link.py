@@ -51,6 +51,7 @@ from wanrt.client.link.api import (
 from wanrt.client.link.notices import notice_error
 from wanrt.client.link.param_resync import SnapshotReceiver
 from wanrt.client.link.reconnect import Backoff, Outstanding, UnackedPushes
+from wanrt.client.link.result_streams import ResultStreams
 from wanrt.client.link.signature import compare_info
 from wanrt.client.site.decision import ConfigChange
 from wanrt.codec.lowbit import VALUE_CODINGS
@@ -92,6 +93,7 @@ from wanrt.protocol.messages import (
 )
 from wanrt.protocol.params import ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
 from wanrt.protocol.push_pieces import cut_push, push_cut_hint
+from wanrt.protocol.streamed_results import AggregateEnd, AggregatePiece
 
 __all__ = ["GatewayLink", "open_gateway_link"]
 
@@ -149,9 +151,11 @@ class GatewayLink:
         self._push_cut: tuple[int, int] | None = None  # the gateway's cut for streamed pushes
         self._unacked = UnackedPushes()  # loop thread only (reconnect)
         self._outstanding = Outstanding()  # loop thread only
+        self._streams = ResultStreams(lengths, peer=spec.url)  # loop thread only; cleared on a reconnect
         self._reconnecting: asyncio.Task[None] | None = None
         self.reconnects = 0  # gateways found again after losing one
         self.resent = 0  # pushes sent again after reconnecting
+        self.results_streamed = 0  # results put together from pieces the gateway streamed as they were final
         # messages from the training side not yet moved to the writer's queue (see _enqueue)
         self._outbox: list[Message] = []
         self._outbox_lock = threading.Lock()
@@ -372,6 +376,7 @@ class GatewayLink:
         join_at = welcome.info.get("join_at", -1)
         if isinstance(join_at, int) and not isinstance(join_at, bool) and join_at > 0:
             self._raise_floor(join_at)
+        self._streams.clear()  # the new session sends every result not acknowledged yet whole
         try:
             self._drop_queued_pushes()  # every queued push is unacknowledged: sent whole below
             for it, layer, payload in self._unacked.pending():  # oldest first, before anything queued
@@ -513,11 +518,21 @@ class GatewayLink:
             while True:
                 event = await self._next()
                 if isinstance(event, Aggregate):
-                    update = UpdateArrived(event.iteration, event.layer, event.payload, event.sites)
-                    deliver = self._outstanding.result(event.iteration, event.layer, update)
-                    if deliver is not None:
-                        self._events.put(deliver)
-                    self._send_soon(Ack(event.iteration, event.layer, event.round))
+                    self._streams.drop(event.iteration, event.layer)  # whole: its pieces are not needed
+                    self._result(event.iteration, event.layer, event.round, event.payload, event.sites)
+                elif isinstance(event, AggregatePiece):
+                    self._streams.piece(event)  # checked against the model before anything is allocated
+                elif isinstance(event, AggregateEnd):
+                    payload = self._streams.end(event)
+                    if payload is not None:
+                        self.results_streamed += 1
+                        self._result(event.iteration, event.layer, event.round, payload, event.sites)
+                    elif self._outstanding.expects(event.iteration, event.layer):
+                        raise RemoteProtocolError(
+                            f"gateway {url} ended a streamed result it sent no piece of", peer=url
+                        )
+                    else:  # a result this trainer already has (a reconnect's duplicate): acknowledged
+                        self._send_soon(Ack(event.iteration, event.layer, event.round))
                 elif isinstance(event, ConfigUpdate):
                     self._events.put(_config_change(event))
                 elif isinstance(event, Notice):
@@ -577,6 +592,16 @@ class GatewayLink:
                 await self._transport.send([self._conn.abort(exc)])
         except Exception as exc:  # a bug must still wake the training thread, never hang it
             self._fail(exc)
+
+    def _result(
+        self, iteration: int, layer: int, round_: int, payload: SparsePayload, sites: tuple[str, ...]
+    ) -> None:
+        """A round's result (whole or put together from its pieces): to the training thread, acknowledged."""
+        update = UpdateArrived(iteration, layer, payload, sites)
+        deliver = self._outstanding.result(iteration, layer, update)
+        if deliver is not None:
+            self._events.put(deliver)
+        self._send_soon(Ack(iteration, layer, round_))
 
     def _send_soon(self, msg: Message) -> None:
         """Reader side: hand a reply (an Ack, a resync request) to the writer instead of writing it here.

@@ -163,6 +163,12 @@ class Outstanding:
             )
         return None
 
+    def expects(self, iteration: int, layer: int) -> bool:
+        """Whether a result for this round would be delivered or held (not dropped as a duplicate)."""
+        if (iteration, layer) in self._waiting:
+            return True
+        return not (iteration < self._top or (iteration == self._top and layer in self._top_layers))
+
     def answered(self, iteration: int, layer: int) -> None:
         """Answered here (an empty update): it waits no longer."""
         self._waiting.discard((iteration, layer))

@@ -41,6 +41,9 @@ class OuterExchange:
         self.synchronous = synchronous
         #: inner steps of the current WAN iteration (its telemetry divides the round's compute by them)
         self.inner = 0
+        #: layers whose push this iteration is empty, their residual untouched (Streaming DiLoCo: the
+        #: fragments not synchronised now); set by the outer loop between steps
+        self.silent: frozenset[int] = frozenset()
         self._on_close: list[Callable[[], None]] = []
 
     def local_step(self) -> None:

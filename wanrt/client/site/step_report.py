@@ -51,13 +51,14 @@ class StepReport:
         lr_scale: float,
         discarded_steps: int,
         *,
-        inner_steps: int = 1,
+        inner_steps: int | None = None,
     ) -> dict[str, float] | None:
         """Every rank, once per WAN iteration: close the iteration's timing; on the leader, the metrics to
         report (None elsewhere, and for the first iteration, which has no start).
 
-        ``inner_steps``: the batches an outer loop's round took (DiLoCo's H, arXiv 2311.08105 Algorithm 1):
-        the iteration's compute spans them all, so the per-batch times and samples/s divide by them."""
+        ``inner_steps``: under an outer loop, the batches its round took (DiLoCo's H, arXiv 2311.08105
+        Algorithm 1): the iteration's compute spans them all, so the per-batch times and samples/s divide
+        by them (``local_steps`` does not apply there). None: a per-step exchange."""
         bpt = self._timer.bpt()
         times = self.rank_times(-1.0 if bpt is None else bpt)
         cfg = settings.config
@@ -65,8 +66,8 @@ class StepReport:
             time.monotonic(),
             batch_size=settings.batch_size,
             world_size=self._world_size,
-            local_steps=cfg.local_steps,
-            inner_steps=inner_steps,
+            local_steps=cfg.local_steps if inner_steps is None else 1,
+            inner_steps=1 if inner_steps is None else inner_steps,
         )
         if metrics is None or not self._is_leader:
             return None

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import wanrt
-from tests.wanrt.client.outer.hub import Hub
+from tools.harness.summing_hub import Hub
 from wanrt.client import ClientConfig
 from wanrt.client.errors import TensorMismatch, UnknownTensor, UnsupportedTensorDtype
 from wanrt.errors import ConfigError, LocalProtocolError

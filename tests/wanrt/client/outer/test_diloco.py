@@ -1,5 +1,5 @@
 """wanrt.DiLoCo with the public client and torch, several sites in one process over an in-memory hub that
-sums as the gateways do (tests/wanrt/client/outer/hub.py): bit-identical parameters at every site after
+sums as the gateways do (tools/harness/summing_hub.py): bit-identical parameters at every site after
 every outer step, the outer step is DiLoCo's (Algorithm 1 with torch's Nesterov SGD), error feedback loses
 nothing of the pseudo-gradients, H switches at a round boundary, and the mistakes raise typed errors."""
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import wanrt
-from tests.wanrt.client.outer.hub import Hub
+from tools.harness.summing_hub import Hub
 from wanrt.client import ClientConfig
 from wanrt.client.site.decision import ConfigChange
 from wanrt.errors import ConfigError, LocalProtocolError
@@ -50,6 +50,7 @@ def run_sites(
     *,
     sites: tuple[str, ...] = ("a", "b"),
     make: Callable[[torch.nn.Module, wanrt.Context], wanrt.DiLoCo] | None = None,
+    on_made: Callable[[dict[str, wanrt.DiLoCo]], None] | None = None,
 ) -> tuple[Hub, dict[str, wanrt.DiLoCo], dict[str, torch.nn.Module]]:
     hub = Hub(sites)
     opts: dict[str, wanrt.DiLoCo] = {}
@@ -64,6 +65,8 @@ def run_sites(
         else:
             inner = torch.optim.AdamW(m.parameters(), lr=0.01)
             opts[s] = wanrt.DiLoCo(m, inner, ctx=ctx, sync_every=4)
+    if on_made is not None:
+        on_made(opts)
     errors: list[BaseException] = []
 
     def body(s: str) -> None:
@@ -118,19 +121,32 @@ def test_every_site_holds_identical_parameters_after_every_outer_step(
     secret_file: Path, config: ClientConfig
 ) -> None:
     seen, record = snapshots()
-    hub, opts, models = run_sites(secret_file, config, train(24, record))
-    assert {opts[s].ctx.iteration for s in "ab"} == {6}  # 24 inner steps, H = 4
+    anchors: dict[tuple[str, int], torch.Tensor] = {}
+    opts: dict[str, wanrt.DiLoCo] = {}
+
+    def keep(site: str, it: int, m: torch.nn.Module) -> None:
+        record(site, it, m)
+        anchors[(site, it)] = flat(opts[site].anchor).clone()
+
+    hub, opts_, models = run_sites(secret_file, config, train(24, keep), on_made=opts.update)
+    assert {opts_[s].ctx.iteration for s in "ab"} == {6}  # 24 inner steps, H = 4
     for it in range(1, 7):
-        assert torch.equal(seen[("a", it)], seen[("b", it)]), it
-    assert not torch.equal(seen[("a", 1)], seen[("a", 6)])  # they trained
+        assert torch.equal(anchors[("a", it)], anchors[("b", it)]), it  # the job's parameters
+        if config.staleness == 0:  # and the model's: nothing in flight, every local copy is the anchor
+            assert torch.equal(seen[("a", it)], seen[("b", it)]), it
+    assert not torch.equal(anchors[("a", 1)], anchors[("a", 6)])  # they trained
     assert torch.equal(flat(models["a"].parameters()), flat(models["b"].parameters()))
     # one push per layer per outer step, not per inner step
     assert sorted({it for (_, it, _) in hub.pushes}) == list(range(6))
 
 
-def test_the_outer_step_is_nesterov_sgd_on_the_averaged_pseudo_gradient(secret_file: Path) -> None:
+@pytest.mark.parametrize("local_steps", [1, 3])
+def test_the_outer_step_is_nesterov_sgd_on_the_averaged_pseudo_gradient(
+    secret_file: Path, local_steps: int
+) -> None:
     """Dense and synchronous: anchor_{t+1} = torch.optim.SGD(lr 0.7, momentum 0.9, nesterov) applied to the
-    anchor with the mean of the sites' Δ = anchor − θ_i (DiLoCo Algorithm 1, §3)."""
+    anchor with the mean of the sites' Δ = anchor − θ_i (DiLoCo Algorithm 1, §3). A ``local_steps`` setting
+    (gradient accumulation of the per-step exchange) changes nothing: Δ is never divided by it."""
     deltas: dict[tuple[str, int], torch.Tensor] = {}
     seen, record = snapshots()
 
@@ -145,7 +161,7 @@ def test_the_outer_step_is_nesterov_sgd_on_the_averaged_pseudo_gradient(secret_f
         inner.register_step_post_hook(hook)
         return opt
 
-    cfg = ClientConfig.dense_baseline(staleness=0)
+    cfg = ClientConfig.dense_baseline(staleness=0, local_steps=local_steps)
     run_sites(secret_file, cfg, train(12, record), make=make)
     ref = torch.nn.Parameter(flat(model().parameters()).clone())
     outer = torch.optim.SGD([ref], lr=0.7, momentum=0.9, nesterov=True)
@@ -224,9 +240,10 @@ def test_h_switches_at_a_round_boundary_at_every_site(secret_file: Path) -> None
 
 
 def test_telemetry_reports_the_time_of_one_inner_step(secret_file: Path) -> None:
-    hub, _, _ = run_sites(secret_file, ClientConfig.dense_baseline(staleness=0), train(16))
+    config = ClientConfig.dense_baseline(staleness=0, local_steps=2)
+    hub, _, _ = run_sites(secret_file, config, train(16))
     _, metrics = hub.telemetry["a"][-1]
-    assert metrics["inner_steps"] == 4.0
+    assert metrics["inner_steps"] == 4.0 and metrics["local_steps"] == 1.0
     assert metrics["micro_step_s"] == pytest.approx(metrics["compute_s"] / 4)
 
 

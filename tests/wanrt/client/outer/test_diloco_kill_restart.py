@@ -1,8 +1,10 @@
 """DiLoCo as processes against real gateways (tools/real_job.py, tools/outer_trainer.py): site b's trainer
 is killed with SIGKILL once and launched again with the same command; it rejoins the running job, fetches
 the job's parameters and the outer optimizer's momentum from site a (docs/kill_restart.md), and from the
-outer step it installed them on, every outer step leaves both sites with the same parameter digest — as
-does every outer step before the kill (issue 23: ``sites_identical_after_outer_step``)."""
+outer step it installed them on, every outer step leaves both sites with the same digest of the job's
+parameters (the anchors) — as does every outer step before the kill (issue 23:
+``sites_identical_after_outer_step``). DiLoCo synchronous, overlapped (staleness 1: the local copies
+differ while updates fly, the anchors do not) and streaming (2 fragments, α 0.5)."""
 
 from __future__ import annotations
 
@@ -15,13 +17,16 @@ from tools.real_job import RealJob
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("staleness", [0, 1])
+@pytest.mark.parametrize(
+    ("staleness", "fragments"), [(0, 1), (1, 1), (1, 2)], ids=["diloco", "overlapped", "streaming"]
+)
 def test_parameters_are_identical_after_every_outer_step_with_one_trainer_killed(
-    tmp_path: Path, staleness: int
+    tmp_path: Path, staleness: int, fragments: int
 ) -> None:
     args = [
-        "--outer-steps", "70", "--sync-every", "4", "--compute-s", "0.02", "--deadline-s", "30",
-        "--density", "0.25", "--wire-dtype", "int8", "--staleness", str(staleness),
+        "--outer-steps", "70", "--sync-every", str(4 * fragments), "--compute-s", "0.02",
+        "--deadline-s", "30", "--density", "0.25", "--wire-dtype", "int8", "--staleness", str(staleness),
+        "--fragments", str(fragments), "--mixing", "0.5" if fragments > 1 else "0",
     ]  # fmt: skip
     with RealJob(tmp_path, trainer_module="tools.outer_trainer") as job:
         job.start_gateways()
@@ -36,7 +41,7 @@ def test_parameters_are_identical_after_every_outer_step_with_one_trainer_killed
         a_res, b_res = job.result("a"), job.result("b")
     assert a_res is not None and b_res is not None
     assert b_res["resyncs"] == 1 and b_res["first_iteration"] >= 8  # rejoined the running job
-    assert a_res["digest"] == b_res["digest"]
+    assert a_res["digest"] == b_res["digest"]  # after close: every update applied, the model = the job's
     a_at = {r["it"]: r["digest"] for r in a_recs}
     assert sorted(a_at) == list(range(1, 71))  # a never stopped: a record per outer step
     pids = sorted({r["pid"] for r in b_recs}, key=[r["pid"] for r in b_recs].index)

@@ -1,6 +1,7 @@
-"""An in-memory stand-in for the gateways, for outer-loop tests of several sites in one process: it sums
-every site's push of an (iteration, layer) as the rounds do (fp32, over the union of the pushed blocks) and
-hands each site the result naming every site. Each site's loop runs in its own thread."""
+"""An in-memory stand-in for the gateways (outer-loop tests, tools/outer_inprocess.py): several sites in
+one process push to it; it sums every site's push of an (iteration, layer) as the rounds do (fp32, over
+the union of the pushed blocks) and hands each site the result naming every site. Each site's loop runs in
+its own thread."""
 
 from __future__ import annotations
 
