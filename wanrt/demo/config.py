@@ -207,7 +207,7 @@ class DemoConfig:
             "streaming" not in modes,
             "modes",
             modes,
-            "streaming needs the outer loop's fragments, which this build's wanrt.DiLoCo does not have",
+            "the demo has no streaming arm yet (wanrt.DiLoCo(fragments=P) exists: docs/outer_loop.md)",
         )
         check(1 <= self.outer_steps <= 20_000, "outer_steps", self.outer_steps, "must be in 1..20000")
         check(0.0 < self.outer_lr <= 10.0, "outer_lr", self.outer_lr, "must be in (0, 10]")

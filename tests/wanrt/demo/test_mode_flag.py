@@ -39,7 +39,7 @@ def test_the_flag_lists_arms_in_order_and_leaves_the_default_alone() -> None:
     [
         (("--mode", "ring"), "--mode"),
         (("--mode", "diloco,diloco"), "--mode"),
-        (("--mode", "streaming"), "--mode"),  # no fragments in this build's outer loop: said, not faked
+        (("--mode", "streaming"), "--mode"),  # no streaming arm in the demo yet: said, not faked
         (("--outer-steps", "0"), "--outer-steps"),
     ],
 )
