@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from scheduler.control.config import SchedulerConfig
+from scheduler.control.mode_config import ModeConfig
 from scheduler.sharding.config import ShardingConfig
 from scheduler.stragglers.site_config import SiteStragglerConfig
 from transports.timeouts import Timeouts
@@ -50,6 +51,8 @@ class SchedulerDaemonConfig:
     * ``[scheduler.control]`` — the controller's knobs (:class:`~scheduler.control.config.SchedulerConfig`).
     * ``[scheduler.stragglers]`` — the ``stragglers`` policy's windows, λ and Eq. 3 bounds
       (:class:`~scheduler.stragglers.site_config.SiteStragglerConfig`).
+    * ``[scheduler.mode]`` — the exchange-mode choice (per-step, DiLoCo, streaming; off by default; with
+      the ``adaptive`` policy only): :class:`~scheduler.control.mode_config.ModeConfig`.
     * ``[scheduler.sharding]`` — the data-shard service (:class:`~scheduler.sharding.config.ShardingConfig`).
     """
 
@@ -66,6 +69,7 @@ class SchedulerDaemonConfig:
     profile: str | None = None
     control: SchedulerConfig = field(default_factory=SchedulerConfig)
     stragglers: SiteStragglerConfig = field(default_factory=SiteStragglerConfig)
+    mode: ModeConfig = field(default_factory=ModeConfig)
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
     announce_margin: int = 8
     decide_interval_s: float = 5.0
@@ -86,6 +90,10 @@ class SchedulerDaemonConfig:
             raise ConfigError(f"invalid value for 'listen': {exc.message}", key="listen") from None
         check(0 <= self.metrics_port <= 65535, "metrics_port", self.metrics_port, "0 (off) or a port")
         check(self.policy in POLICIES, "policy", self.policy, f"one of {', '.join(POLICIES)}")
+        # the mode choice reads the adaptive policy's bandwidth estimate (docs/scheduler.md "The mode choice")
+        check(
+            not self.mode.enabled or self.policy == "adaptive", "mode", "enabled", 'needs policy = "adaptive"'
+        )
         check(1 <= self.announce_margin <= 10_000, "announce_margin", self.announce_margin, "1..10000")
         for key in ("decide_interval_s", "reply_timeout_s"):
             value = getattr(self, key)

@@ -122,6 +122,9 @@ class DecisionsFile:
         }
         if kind != "tick" and cur is not None:
             rec["values"] = cur.values.to_wire()
+            mode_plan = getattr(policy, "last_mode_plan", None)  # the exchange mode's plan, if chosen
+            if mode_plan is not None:
+                rec["mode_plan"] = mode_plan.view()
             made = getattr(controller, "last_decision", None)
             if made is not None:
                 # why this plan (a bandwidth change, the warm-up's next stage, ...) and what it was made
@@ -334,6 +337,9 @@ class SchedulerDaemon:
         estimate = getattr(controller, "bandwidth_estimate_bps", None)
         if isinstance(estimate, (int, float)) and math.isfinite(estimate):
             st["bandwidth_estimate_bps"] = float(estimate)
+        mode_plan = getattr(self._policy, "last_mode_plan", None)  # the exchange mode's plan, if chosen
+        if mode_plan is not None:
+            st["mode_plan"] = mode_plan.view()
         made = getattr(controller, "last_decision", None)
         if made is not None:
             st["last_plan"] = {

@@ -36,4 +36,9 @@ def make_policy(cfg: SchedulerDaemonConfig) -> DecisionPolicy:
             density_coef=c.standin_density_coef,
             density_exponent=c.standin_density_exponent,
         )
-    return AdaptivePolicy(cfg.sites, cfg.control, convergence)
+    adaptive = AdaptivePolicy(cfg.sites, cfg.control, convergence)
+    if cfg.mode.enabled:  # the exchange mode chosen beside (docs/scheduler.md, "The mode choice")
+        from scheduler.mode_policy import ModePolicy
+
+        return ModePolicy(cfg.sites, adaptive, cfg.mode)
+    return adaptive

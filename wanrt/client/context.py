@@ -74,6 +74,7 @@ from wanrt.client.site.broadcast import SiteChannel
 from wanrt.client.site.decision import OWN_IN_FLIGHT, ConfigChange, SiteDecision, SiteUpdate
 from wanrt.client.site.grad_reduce import LayerReducer
 from wanrt.client.site.model_check import check_site_model, model_signature
+from wanrt.client.site.outer_mode import OuterModeView
 from wanrt.client.site.prediction import WeightPrediction
 from wanrt.client.site.restart_order import carry_out_restart, log_start
 from wanrt.client.site.settings_in_force import SettingsInForce
@@ -95,7 +96,7 @@ MAX_LAYERS = 1 << 20
 PROBE_RETRY_S = 20.0
 
 
-class Context:
+class Context(OuterModeView):
     """Per-process state of a wanrt trainer. Create with :func:`wanrt.init`; bind with a SparseOptimizer."""
 
     def __init__(

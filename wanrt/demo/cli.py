@@ -17,10 +17,11 @@ from gateways.rounds.topology import TOPOLOGY_KINDS
 from wanrt.demo.config import DEFAULT, OPTIMIZERS, DemoConfig, check_device, config_from_args
 from wanrt.demo.ddp_option import ENABLE_HINT, add_ddp_argument, ddp_setup
 from wanrt.demo.ddp_results import ddp_headline, ddp_json, format_ddp_table
+from wanrt.demo.mode_results import format_mode_table, mode_rows, modes_json
 from wanrt.demo.plot import plot_loss_vs_time
 from wanrt.demo.profile_cache import CachedProfile
-from wanrt.demo.results import compare, format_table, write_json
-from wanrt.demo.runner import Demo
+from wanrt.demo.results import RunResult, compare, format_table, write_json
+from wanrt.demo.runner import Demo, Mode
 from wanrt.demo.straggler_results import StragglerComparison, format_straggler_table
 
 __all__ = ["add_arguments", "run"]
@@ -67,6 +68,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--density",
         type=float,
         help=f"wanrt's fraction of gradient elements sent (default {DEFAULT.density:g})",
+    )
+    p.add_argument(
+        "--mode",
+        help="compare the dense baseline with wanrt in these exchange modes, comma-separated: per-step, "
+        "diloco (wanrt.DiLoCo: --outer-steps inner steps per exchange), auto (the scheduler chooses the mode "
+        "and H from the measured link; docs/scheduler.md). Default: the dense / wanrt / scheduler arms",
+    )
+    p.add_argument(
+        "--outer-steps",
+        dest="outer_steps",
+        type=int,
+        help=f"the diloco arm's H, and the auto arm's start (default {DEFAULT.outer_steps})",
     )
     p.add_argument(
         "--staleness", type=int, help=f"wanrt's partial-staleness bound (default {DEFAULT.staleness})"
@@ -176,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"wanrt demo: output in {out}", flush=True)
     if cfg.straggler is not None:
         return _run_straggler(cfg, out, args)
+    if cfg.modes:
+        return _run_modes(cfg, out, args)
     ddp = None
     try:
         with (
@@ -247,6 +262,31 @@ def run(args: argparse.Namespace) -> int:
                 f"{cfg.target_loss:g} (final {r.final_loss:.3f}); raise --max-iters or the target",
                 file=sys.stderr,
             )
+    return 0
+
+
+#: ``--mode`` → the runner's mode of that arm (per-step exchange is the demo's fixed-setting wanrt run)
+_ARM_OF: dict[str, Mode] = {"per-step": "wanrt", "diloco": "diloco", "auto": "auto"}
+
+
+def _run_modes(cfg: DemoConfig, out: Path, args: argparse.Namespace) -> int:
+    """``--mode``: the dense baseline, then wanrt in each mode given; a row per mode (docs/demo.md)."""
+    try:
+        with Demo(cfg, out, progress=not args.no_progress) as demo:
+            print(_describe(dataclasses.replace(cfg, scheduler=False), demo.parameters), flush=True)
+            dense = demo.run("dense")
+            runs: dict[str, RunResult] = {m: demo.run(_ARM_OF[m], label=m) for m in cfg.modes}
+    except KeyboardInterrupt:
+        print(f"\nwanrt demo: interrupted; every child process was stopped (logs in {out})", file=sys.stderr)
+        return 130
+    rows = mode_rows(dense, runs)
+    print()
+    print(format_mode_table(rows))
+    data = modes_json(rows, {"config": dataclasses.asdict(cfg), "out_dir": str(out)})
+    write_json(out / "results.json", data)
+    if args.json:
+        write_json(Path(args.json), data)
+    print(f"results: {out / 'results.json'}" + (f" and {args.json}" if args.json else ""))
     return 0
 
 

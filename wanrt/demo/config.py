@@ -13,17 +13,33 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from gateways.rounds.topology import TOPOLOGY_KINDS, TopologyKind
 from transports.urls import parse_duration, parse_rate
+from wanrt.client.config import WireDtype
 from wanrt.config import check
 from wanrt.demo.straggler import StragglerSpec, parse_straggler
 from wanrt.errors import ConfigError
 
-__all__ = ["DEFAULT", "FLAG_OF", "QUICK", "DemoConfig", "OptimizerKind", "config_from_args", "site_names"]
+__all__ = [
+    "DEFAULT",
+    "DEMO_MODES",
+    "FLAG_OF",
+    "QUICK",
+    "DemoConfig",
+    "DemoMode",
+    "OptimizerKind",
+    "config_from_args",
+    "site_names",
+]
 
 OptimizerKind = Literal["sgd", "momentum", "adam", "adamw"]
+#: ``--mode``: how wanrt exchanges (issue 23): every step (the sparse per-step exchange), DiLoCo's outer loop
+#: (``wanrt.DiLoCo``: H inner steps, then one exchange of the pseudo-gradient), Streaming DiLoCo, or the
+#: scheduler's choice among them (docs/scheduler.md "The mode choice")
+DemoMode = Literal["per-step", "diloco", "streaming", "auto"]
+DEMO_MODES: Final[tuple[DemoMode, ...]] = ("per-step", "diloco", "streaming", "auto")
 #: where trainers may compute (DemoConfig.device)
 DEVICES: Final = ("cpu", "cuda")
 OPTIMIZERS: Final = ("sgd", "momentum", "adam", "adamw")
@@ -60,6 +76,22 @@ class DemoConfig:
     density: float = 0.02
     #: wanrt's partial-staleness bound (the dense baseline uses 0, like DDP)
     staleness: int = 1
+    #: wanrt's value coding on the wire (fp32, fp16, bf16, int8, int4, int2: docs/codec.md); the dense
+    #: baseline sends fp32
+    wire_dtype: WireDtype = "fp32"
+    #: ``--mode``: compare the dense baseline with one wanrt arm per mode given, in the order given (empty:
+    #: the default demo's arms, dense, wanrt and the scheduler's)
+    modes: tuple[DemoMode, ...] = ()
+    #: the outer loop's H (inner steps per outer step) of the ``diloco`` arm, and the ``auto`` arm's start
+    #: (the scheduler then decides it); 16 is where the measured convergence factor of int2 at 3 % is still
+    #: ~1.5× per-step's (docs/scheduler.md, "The mode choice")
+    outer_steps: int = 16
+    #: DiLoCo §3's outer Nesterov optimizer
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    #: the pseudo-gradient's density and value coding (SparseLoCo: 1–3 % with 2-bit values)
+    outer_density: float = 0.03
+    outer_wire: WireDtype = "int2"
     #: SGD with error feedback loses almost nothing to compression (see docs/demo.md for Adam)
     optimizer: OptimizerKind = "sgd"
     lr: float = 0.3
@@ -181,6 +213,22 @@ class DemoConfig:
         check(self.topology in TOPOLOGY_KINDS, "topology", self.topology, f"one of {TOPOLOGY_KINDS}")
         check(0.0 < self.density < 1.0, "density", self.density, "must be in (0, 1); 1 is the baseline")
         check(0 <= self.staleness <= 4, "staleness", self.staleness, "must be in 0..4")
+        modes = self.modes
+        ok_modes = all(m in DEMO_MODES for m in modes) and len(set(modes)) == len(modes)
+        check(ok_modes, "modes", modes, f"each of {', '.join(DEMO_MODES)} at most once")
+        check(
+            "streaming" not in modes,
+            "modes",
+            modes,
+            "the demo has no streaming arm yet (wanrt.DiLoCo(fragments=P) exists: docs/outer_loop.md)",
+        )
+        check(1 <= self.outer_steps <= 20_000, "outer_steps", self.outer_steps, "must be in 1..20000")
+        check(0.0 < self.outer_lr <= 10.0, "outer_lr", self.outer_lr, "must be in (0, 10]")
+        check(0.0 <= self.outer_momentum < 1.0, "outer_momentum", self.outer_momentum, "must be in [0, 1)")
+        check(0.0 < self.outer_density <= 1.0, "outer_density", self.outer_density, "must be in (0, 1]")
+        check(self.outer_wire in get_args(WireDtype), "outer_wire", self.outer_wire, "a wire dtype")
+        wires = get_args(WireDtype)
+        check(self.wire_dtype in wires, "wire_dtype", self.wire_dtype, f"one of {', '.join(wires)}")
         check(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
         check(0.0 < self.lr <= 10.0, "lr", self.lr, "must be in (0, 10]")
         check(self.device in DEVICES, "device", self.device, f"one of {DEVICES}")
@@ -335,6 +383,8 @@ FLAG_OF: Final = {
     "scheduler": "--scheduler",
     "profile": "--profile",
     "straggler": "--straggler",
+    "modes": "--mode",
+    "outer_steps": "--outer-steps",
 }
 
 
@@ -393,7 +443,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
     if getattr(args, "dense_budget", None) is not None:
         changes["dense_budget_s"] = parse_duration(str(args.dense_budget), key="--dense-budget")
     for name in FLAG_OF:
-        if name in ("bandwidth_bps", "rtt_s", "dense_budget_s", "trace_step_s", "straggler"):
+        if name in ("bandwidth_bps", "rtt_s", "dense_budget_s", "trace_step_s", "straggler", "modes"):
             continue
         value = getattr(args, name, None)
         if value is not None:
@@ -406,6 +456,9 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         if not profile.is_file():
             raise ConfigError(f"--profile: no such file: {profile}", key="--profile", value=str(profile))
         changes["profile"] = str(profile.resolve())  # the scheduler's config lives in another directory
+    mode = getattr(args, "mode", None)
+    if mode is not None:  # "per-step,diloco": one arm per mode, in the order given
+        changes["modes"] = tuple(m.strip() for m in str(mode).split(",") if m.strip())
     straggler = getattr(args, "straggler", None)
     if straggler is not None:
         sites = int(changes.get("sites", base.sites))

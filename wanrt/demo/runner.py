@@ -65,6 +65,7 @@ from wanrt.demo.trainers.messages import (
     Failed,
     Finished,
     Go,
+    OuterSpec,
     Progress,
     Ready,
     RunOrder,
@@ -86,16 +87,30 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL_MODES", "ARMS", "MODES", "Demo", "Mode"]
 
-Mode = Literal["dense", "wanrt", "adaptive", "local", "mitigated"]
+Mode = Literal["dense", "wanrt", "adaptive", "local", "mitigated", "diloco", "auto"]
 #: the two fixed-setting modes: the dense baseline and wanrt with the scheduler off
 MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt")
 #: what ``wanrt demo`` compares: the fixed-setting modes and wanrt with the job's scheduler
 ARMS: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive")
 #: every mode a :class:`Demo` can run (each has its own stop-control slot); ``mitigated``: wanrt's fixed
 #: settings plus the job's scheduler running the straggler policy (``--straggler``'s "mitigation on")
-ALL_MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive", "local", "mitigated")
+#: ``diloco``: the outer loop at a fixed H; ``auto``: the outer loop with the scheduler choosing the mode
+#: and H (``--mode``, docs/scheduler.md "The mode choice")
+ALL_MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive", "local", "mitigated", "diloco", "auto")
 #: modes that run the job's scheduler, and the policy it runs
-SCHEDULER_POLICY: Final[dict[str, str]] = {"adaptive": "adaptive", "mitigated": "stragglers"}
+SCHEDULER_POLICY: Final[dict[str, str]] = {
+    "adaptive": "adaptive",
+    "mitigated": "stragglers",
+    "auto": "adaptive",
+}
+#: modes whose trainers run the outer loop (wanrt.DiLoCo)
+OUTER_MODES: Final = ("diloco", "auto")
+#: the auto arm's convergence factors (inner steps to the target over per-step exchange's 100) per H, measured
+#: on real daemons on the default workload (3 sites × 2 ranks, int2 at 3 %, staleness 1; tools/bench_outer.py
+#: runs of 14:26 and 14:37 UTC session 11): H 16 took 224 inner steps, 32 took 416, 64 took 1 472. The
+#: in-process defaults of ``[scheduler.mode]`` (3 workers, synchronous: 2.4 at H 64) do not hold for 6
+#: workers applying each average one outer step late, and had the 10 Mbit/s auto arm pick H 64
+DEMO_OUTER_STEPS_FACTOR: Final = {16: 2.24, 32: 4.16, 64: 14.72}
 
 #: starting S gateway daemons (Python imports, listeners) on a busy 2-core machine
 GATEWAY_READY_TIMEOUT_S: Final = 60.0
@@ -251,7 +266,13 @@ class Demo:
             return None
         if mode == "dense":
             return ClientConfig.dense_baseline()
-        return ClientConfig(density=cfg.density, staleness=cfg.staleness)
+        if mode in OUTER_MODES:  # the pseudo-gradient: SparseLoCo's density and value coding
+            return ClientConfig(density=cfg.outer_density, staleness=cfg.staleness, wire_dtype=cfg.outer_wire)
+        return ClientConfig(
+            density=cfg.density,
+            staleness=cfg.staleness,
+            wire_dtype=cfg.wire_dtype,
+        )
 
     @staticmethod
     def straggler_tables(cfg: DemoConfig) -> dict[str, dict[str, Any]]:
@@ -298,6 +319,24 @@ class Demo:
             / (cfg.density**-cfg.compression_exponent - 1.0),
             "standin_density_exponent": float(cfg.compression_exponent),
             "first_plan_settle": float(cfg.first_plan_settle),
+        }
+
+    @staticmethod
+    def mode_table(cfg: DemoConfig) -> dict[str, Any]:
+        """``[scheduler.mode]`` of the ``auto`` arm: the mode choice on, over the one value coding the
+        trainers connected with (``outer_wire``: wanrt.DiLoCo codes in the wire dtype, fixed at connect) at
+        the pseudo-gradient density the arm runs (docs/scheduler.md, "The mode choice")."""
+        return {
+            "enabled": True,
+            # its trainers run the outer loop: "per-step" for them is DiLoCo at H = 1, whose convergence
+            # is not per-step exchange's (factor 1) and was not measured; at 100 Mbit/s that candidate
+            # priced within the hysteresis of H = 16 and the arm switched back and forth (14:50 UTC run)
+            "modes": ["diloco"],
+            "codings": [cfg.outer_wire],
+            "outer_density": {cfg.outer_wire: float(cfg.outer_density)},
+            "per_step_coding": cfg.outer_wire,
+            "outer_steps": list(DEMO_OUTER_STEPS_FACTOR),
+            "steps_factor": {cfg.outer_wire: list(DEMO_OUTER_STEPS_FACTOR.values())},
         }
 
     def with_profile(self, cfg: DemoConfig) -> DemoConfig:
@@ -366,6 +405,7 @@ class Demo:
                     control={**self.scheduler_control(cfg), **(scheduler_control or {})},
                     policy=SCHEDULER_POLICY[mode],
                     stragglers=self.straggler_tables(cfg) if mode == "mitigated" else None,
+                    mode=self.mode_table(cfg) if mode == "auto" else None,
                 )
                 scheduler_url = sched_files.listen_url
                 self._scheduler = start_scheduler(sched_files, command=self.scheduler_command)
@@ -393,6 +433,9 @@ class Demo:
             self.say(f"{label}: {len(files)} gateways{with_scheduler} listening; trainers connecting")
         self._stops.arm(slot, cfg.max_iters)
         client = self.client_config(mode, cfg)
+        outer = None
+        if mode in OUTER_MODES:
+            outer = OuterSpec(cfg.outer_steps, cfg.outer_lr, cfg.outer_momentum)
         slow = cfg.straggler
         for t in self._trainers:
             url = files[t.spec.site_index].trainer_url if files else ""
@@ -400,7 +443,9 @@ class Demo:
             slowdown = None
             if slow is not None and slow.site == t.spec.site:
                 slowdown = Slowdown.of(slow, cfg.straggler_sleep_s, cfg.batch, cfg.straggler_period_s)
-            t.conn.send(RunOrder(mode, slot, url, job, client, cfg.eval_every, own, slowdown))
+            # the outer loop's parameters are the job's only at an outer step: evaluate at every one
+            every = 1 if outer is not None and cfg.eval_every > 0 else cfg.eval_every
+            t.conn.send(RunOrder(mode, slot, url, job, client, every, own, slowdown, outer))
         self._pump(
             lambda m: self._on_message(state, m, None),
             lambda: len(state.ready) == len(self._trainers),
@@ -531,6 +576,8 @@ class Demo:
             settings.update(JobSettings(site_batch_size=batch).to_wire())
         if client is not None:
             settings.update(density=client.density, staleness=client.staleness)
+        if s.mode in OUTER_MODES:  # the H it started with (wanrt.demo.mode_results counts inner steps by it)
+            settings.update(outer_steps=s.cfg.outer_steps, wire_dtype=s.cfg.outer_wire)
         link_trace: tuple[tuple[float, float], ...] = ()
         if s.trace is not None:
             origin = s.trace_origin if s.trace_origin is not None else s.t_go

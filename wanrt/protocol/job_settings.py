@@ -7,7 +7,9 @@ Three frozen records:
 
 - :class:`TrainerSettings`: what one site's trainers apply from an iteration on — density, staleness
   bound, per-rank batch size, the site's share of the job's samples (``batch_weight``), local micro-steps
-  per WAN iteration, the job's learning-rate scale, and a one-shot KILL_RESTART order. A ``ConfigUpdate``
+  per WAN iteration, the job's learning-rate scale, the outer loop's mode (inner steps per outer step,
+  fragments, the pseudo-gradient's coding: docs/scheduler.md "The mode choice"), and a one-shot
+  KILL_RESTART order. A ``ConfigUpdate``
   carries exactly this.
 - :class:`PlanSettings`: the gateways' WAN plan (STAR §IV-B parent–child: ``topology = "parent_child"``,
   ``stragglers = ("c",)`` detaches site c and attaches it to a ring member that waits ``t_w_s`` for it;
@@ -45,11 +47,14 @@ __all__ = [
     "JOB_WIDE_KEYS",
     "LIVE_KEYS",
     "MAX_BATCH_SIZE",
+    "MAX_FRAGMENTS",
     "MAX_LOCAL_STEPS",
     "MAX_LR_SCALE",
+    "MAX_OUTER_STEPS",
     "MAX_SITE_COSTS_CHARS",
     "MAX_STALENESS",
     "MAX_T_W_S",
+    "OUTER_CODINGS",
     "PER_SITE_KEYS",
     "PLAN_KEYS",
     "PLAN_TOPOLOGIES",
@@ -85,12 +90,18 @@ TRAINER_KEYS: Final = (
     "batch_weight",
     "local_steps",
     "lr_scale",
+    "outer_steps",
+    "fragments",
+    "outer_coding",
     RESTART_KEY,
 )
 #: Settings that hold one value for the whole job and have no per-site form. ``lr_scale``: every site
 #: applies the same aggregated update, so a learning rate that differed between sites would make their
 #: parameter copies diverge after the first step.
-JOB_WIDE_KEYS: Final = ("lr_scale",)
+#: ``outer_steps``, ``fragments`` and ``outer_coding`` (the outer loop's mode, docs/scheduler.md "The mode
+#: choice"): every site must take its outer step at the same inner step, with the same fragment and the same
+#: pseudo-gradient coding, or the averaged pseudo-gradient mixes sites at different points.
+JOB_WIDE_KEYS: Final = ("lr_scale", "outer_steps", "fragments", "outer_coding")
 #: Settings that may differ per site (:class:`JobSettings`' ``site_<key>`` maps). A restart is per site only.
 PER_SITE_KEYS: Final = ("batch_size", "batch_weight", "local_steps", RESTART_KEY)
 #: The gateways' WAN plan settings (the fields of :class:`PlanSettings`; never forwarded to trainers).
@@ -126,12 +137,25 @@ MAX_LOCAL_STEPS: Final = 256
 #: Goyal et al.'s warm-up-free regime has long broken down; more means a unit error, not a batch.
 MAX_LR_SCALE: Final = 64.0
 
+#: Inner steps per outer step (DiLoCo's H, arXiv 2311.08105 §2; 1 = per-step exchange). DiLoCo runs H = 500
+#: (its Fig. 5 goes to 2 000); ten times that leaves a site's progress unshared for hours at any step time.
+MAX_OUTER_STEPS: Final = 20_000
+#: Fragments of a streaming outer loop (Streaming DiLoCo, arXiv 2501.18512 §2.2; 1 = plain DiLoCo). The
+#: paper splits a model into its layer groups (P of a few to tens); more fragments than this would make each
+#: fragment's exchange a handful of bytes, whose round latency no link amortises.
+MAX_FRAGMENTS: Final = 256
+#: The pseudo-gradient's value codings (wanrt/codec: fp32/fp16 casts and the low-bit codes with a scale
+#: per block; the per-step path keeps the wire dtype the trainer connected with).
+OUTER_CODINGS: Final = ("fp32", "fp16", "int8", "int4", "int2")
+
 #: The integer settings and their inclusive bounds (x_order: STAR §IV-B static x-order, 0 = wait for all).
 _INT_RANGES: Final[dict[str, tuple[int, int]]] = {
     "x_order": (0, MAX_SITES),
     "local_steps": (1, MAX_LOCAL_STEPS),
     "staleness": (0, MAX_STALENESS),
     "batch_size": (1, MAX_BATCH_SIZE),
+    "outer_steps": (1, MAX_OUTER_STEPS),
+    "fragments": (1, MAX_FRAGMENTS),
 }
 #: The wire's separator between a per-site setting and its site (``batch_size@a``).
 _AT: Final = "@"
@@ -164,9 +188,11 @@ def check_setting(name: str, value: Any, key: str | None = None) -> None:
         parse_site_costs(value)
     elif name == "t_w_s":
         check(_number(value) and 0 <= value <= MAX_T_W_S, key, value, f"seconds in [0, {MAX_T_W_S:g}]")
+    elif name == "outer_coding":
+        check(value in OUTER_CODINGS, key, value, f"one of {', '.join(OUTER_CODINGS)}")
     elif name == RESTART_KEY:
         check(type(value) is int and 0 <= value < MAX_RANK, key, value, f"a rank in [0, {MAX_RANK})")
-    else:  # x_order (STAR §IV-B: the root goes on after x sites), local_steps, staleness, batch_size
+    else:  # x_order (STAR §IV-B), local_steps, staleness, batch_size, outer_steps, fragments
         lo, hi = _INT_RANGES[name]
         check(type(value) is int and lo <= value <= hi, key, value, f"an integer in [{lo}, {hi}]")
 
@@ -248,6 +274,12 @@ class TrainerSettings:
     local_steps: int | None = None
     #: the job's factor on the user's learning rate (STAR §IV-C's ADJUST_LR); the same at every site
     lr_scale: float | None = None
+    #: inner steps per outer step (DiLoCo's H; 1 = per-step exchange), the same at every site
+    outer_steps: int | None = None
+    #: fragments of a streaming outer loop (1 = plain DiLoCo), the same at every site
+    fragments: int | None = None
+    #: the pseudo-gradient's value coding (:data:`OUTER_CODINGS`), the same at every site
+    outer_coding: str | None = None
     #: the scheduler's KILL_RESTART order (AntDT §V-E3): this rank of the site restarts at the iteration
     restart: int | None = None
 
@@ -256,6 +288,7 @@ class TrainerSettings:
             value = getattr(self, name)
             if value is not None:
                 check_setting(name, value)
+        _check_fragments(self.outer_steps, self.fragments)
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) is not None for name in TRAINER_KEYS)
@@ -330,6 +363,13 @@ class PlanSettings:
         return PlanSettings(*(_newer(getattr(newer, n), getattr(self, n)) for n in PLAN_KEYS))
 
 
+def _check_fragments(outer_steps: int | None, fragments: int | None) -> None:
+    """Streaming DiLoCo (arXiv 2501.18512 §2.2) syncs each fragment at its own inner step of the H, so a
+    decision that sets both needs ``fragments <= outer_steps``."""
+    if outer_steps is not None and fragments is not None:
+        check(fragments <= outer_steps, "fragments", fragments, f"at most outer_steps ({outer_steps})")
+
+
 def _check_given(values: Mapping[str, Any]) -> None:
     """A change of nothing is a caller's mistake (an empty ``POST /config``), not a no-op to announce."""
     if not values:
@@ -355,6 +395,9 @@ class JobSettings:
     batch_weight: float | None = None
     local_steps: int | None = None
     lr_scale: float | None = None
+    outer_steps: int | None = None
+    fragments: int | None = None
+    outer_coding: str | None = None
     #: per-rank batch size per site (AntDT-DD ADJUST_BS, Eq. 3; StellaTrain's per-rank batches)
     site_batch_size: Mapping[str, int] = field(default_factory=dict)
     #: each site's share of the job's samples × the site count, so the sum across sites averages samples
@@ -376,6 +419,7 @@ class JobSettings:
                 check_setting(name, value, f"{name}{_AT}{site}")
         if not isinstance(self.plan, PlanSettings):
             raise ConfigError("plan must be PlanSettings", key="plan", value=type(self.plan).__name__)
+        _check_fragments(self.outer_steps, self.fragments)
 
     def __bool__(self) -> bool:
         return (
@@ -407,6 +451,9 @@ class JobSettings:
             batch_weight=_newer(own["batch_weight"], self.batch_weight),
             local_steps=_newer(own["local_steps"], self.local_steps),
             lr_scale=self.lr_scale,
+            outer_steps=self.outer_steps,
+            fragments=self.fragments,
+            outer_coding=self.outer_coding,
             restart=own[RESTART_KEY],
         )
 
@@ -479,8 +526,8 @@ class JobSettings:
                 if name in JOB_WIDE_KEYS:
                     raise ConfigError(
                         f"{key}: {name} is one value for the whole job, never per site (every site "
-                        f"applies the same aggregated update: different learning rates would make the "
-                        f"sites' parameters diverge); set {name} without @<site>",
+                        f"applies the same aggregated update: a learning rate or an outer-loop mode that "
+                        f"differed would make the sites' parameters diverge); set {name} without @<site>",
                         key=key,
                         value=value,
                     )

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from wanrt.errors import LimitExceeded, MalformedPayload
 from wanrt.payload import SparsePayload
-from wanrt.protocol.job_settings import TrainerSettings
+from wanrt.protocol.job_settings import OUTER_CODINGS, TrainerSettings
 
 __all__ = [
     "CONFIG_FIELDS",
@@ -44,8 +44,9 @@ UPDATE_FIELDS: Final = 6  # iteration, layer, dense_len, block_size, nnz_blocks,
 #: ``n_sites`` of a row that is the site's own in-flight payload (``SiteDecision.predict``), not a job update
 OWN_IN_FLIGHT: Final = 0
 #: effective_iteration, density bits (NaN = unchanged), batch_size, staleness (-1), batch_weight bits (NaN),
-#: restart rank (-1 = none), local_steps (-1 = unchanged), lr_scale bits (NaN = unchanged)
-CONFIG_FIELDS: Final = 8
+#: restart rank (-1 = none), local_steps (-1 = unchanged), lr_scale bits (NaN = unchanged), outer_steps (-1),
+#: fragments (-1), outer_coding as its index in OUTER_CODINGS (-1)
+CONFIG_FIELDS: Final = 11
 #: an error message longer than this is cut: it is for humans, and it must not size an allocation
 MAX_ERROR_BYTES: Final = 4096
 #: at most this many configuration changes per step; the scheduler announces a handful per minute
@@ -70,6 +71,11 @@ class ConfigChange:
     #: the job's factor on the user's learning rate from this iteration on (STAR §IV-C's ADJUST_LR, announced
     #: with local steps: docs/local_steps.md); the same at every site
     lr_scale: float | None = None
+    #: the outer loop's mode from this iteration on (docs/scheduler.md "The mode choice"): inner steps per
+    #: outer step (1 = per-step exchange), fragments (1 = plain DiLoCo), the pseudo-gradient's coding
+    outer_steps: int | None = None
+    fragments: int | None = None
+    outer_coding: str | None = None
 
     @classmethod
     def of(cls, effective_iteration: int, s: TrainerSettings) -> ConfigChange:
@@ -84,6 +90,9 @@ class ConfigChange:
             s.restart,
             s.local_steps,
             None if s.lr_scale is None else float(s.lr_scale),
+            s.outer_steps,
+            s.fragments,
+            s.outer_coding,
         )
 
 
@@ -149,6 +158,9 @@ def encode(
             -1 if c.restart is None else c.restart,
             -1 if c.local_steps is None else c.local_steps,
             int(floats[2]),
+            -1 if c.outer_steps is None else c.outer_steps,
+            -1 if c.fragments is None else c.fragments,
+            -1 if c.outer_coding is None else OUTER_CODINGS.index(c.outer_coding),
         )
     err = b""
     if decision.error is not None:
@@ -221,6 +233,9 @@ def decode_body(
         density = float(row[1:2].view(np.float64)[0])
         weight = float(row[4:5].view(np.float64)[0])
         lr_scale = float(row[7:8].view(np.float64)[0])
+        coding = int(row[10])
+        if not -1 <= coding < len(OUTER_CODINGS):
+            raise MalformedPayload("site broadcast: unknown outer coding", value=coding)
         changes.append(
             ConfigChange(
                 int(row[0]),
@@ -231,6 +246,9 @@ def decode_body(
                 None if row[5] < 0 else int(row[5]),
                 None if row[6] < 0 else int(row[6]),
                 None if np.isnan(lr_scale) else lr_scale,
+                None if row[8] < 0 else int(row[8]),
+                None if row[9] < 0 else int(row[9]),
+                None if coding < 0 else OUTER_CODINGS[coding],
             )
         )
     pos += n_cfg * CONFIG_FIELDS

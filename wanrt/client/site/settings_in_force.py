@@ -42,6 +42,12 @@ class SettingsInForce:
         self.batch_weight = 1.0
         #: this rank's batch size as the user set it or the scheduler changed it (None: not told)
         self.batch_size: int | None = None
+        #: the outer loop's mode in force (the scheduler's ``outer_steps``/``fragments``/``outer_coding``,
+        #: docs/scheduler.md "The mode choice"); None: no decision set it, the trainer's own (wanrt.DiLoCo
+        #: then keeps its constructor's H). The outer loop reads them at its next outer step
+        self.outer_steps: int | None = None
+        self.fragments: int | None = None
+        self.outer_coding: str | None = None
         self._batch_callbacks: list[Callable[[int], None]] = []
         self._scheduled: list[ConfigChange] = []
 
@@ -81,6 +87,12 @@ class SettingsInForce:
                 compressor.set_density(self.config.density)
             if change.batch_weight is not None:
                 self.batch_weight = change.batch_weight
+            if change.outer_steps is not None:
+                self.outer_steps = change.outer_steps
+            if change.fragments is not None:
+                self.fragments = change.fragments
+            if change.outer_coding is not None:
+                self.outer_coding = change.outer_coding
             if change.lr_scale is not None and optimizer is not None:
                 # STAR §IV-C's ADJUST_LR: on every rank at the same WAN iteration, beside the user's lr
                 optimizer.lr_scale = change.lr_scale
@@ -108,6 +120,9 @@ class SettingsInForce:
             "staleness": cfg.staleness,
             "local_steps": cfg.local_steps,
             "batch_weight": self.batch_weight,
+            "outer_steps": self.outer_steps,
+            "fragments": self.fragments,
+            "outer_coding": self.outer_coding,
         }
 
     def restore(self, settings: dict[str, Any]) -> None:
@@ -116,3 +131,8 @@ class SettingsInForce:
             density=settings["density"], staleness=settings["staleness"], local_steps=settings["local_steps"]
         )
         self.batch_weight = float(settings["batch_weight"])
+        # checkpoints written before the outer loop's mode existed have none: no decision had set it
+        h, f, coding = (settings.get(k) for k in ("outer_steps", "fragments", "outer_coding"))
+        self.outer_steps = None if h is None else int(h)
+        self.fragments = None if f is None else int(f)
+        self.outer_coding = None if coding is None else str(coding)

@@ -130,6 +130,8 @@ def _toml_value(value: Any) -> str:
         return json.dumps(value)  # a JSON string is a valid TOML basic string
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):  # an inline table (``outer_density = {"int2" = 0.03}``)
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
 
@@ -234,13 +236,14 @@ def write_scheduler_files(
     control: Mapping[str, Any] | None = None,
     policy: str = "adaptive",
     stragglers: Mapping[str, Mapping[str, Any]] | None = None,
+    mode: Mapping[str, Any] | None = None,
 ) -> SchedulerFiles:
     """Write ``scheduler.toml`` (``policy`` over every site) into ``run_dir``.
 
     ``control`` sets knobs of the controller (``[scheduler.control]``, :class:`SchedulerConfig` fields);
     the demo itself sets none: it runs the controller with its paper defaults. ``stragglers`` holds the
     sub-tables of ``[scheduler.stragglers]`` (``{"detection": {...}, "batch": {...}}``) for the
-    ``stragglers`` policy.
+    ``stragglers`` policy. ``mode`` is ``[scheduler.mode]`` (the exchange-mode choice).
     """
     run_dir, sock_dir, secret_file = run_dir.resolve(), sock_dir.resolve(), secret_file.resolve()  # as above
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -266,6 +269,8 @@ def write_scheduler_files(
     tables: dict[str, Mapping[str, Any]] = {"scheduler": table}
     if control:
         tables["scheduler.control"] = dict(control)
+    if mode:
+        tables["scheduler.mode"] = dict(mode)
     for name, sub_table in (stragglers or {}).items():
         tables[f"scheduler.stragglers.{name}"] = dict(sub_table)
     files.config.write_text(

@@ -21,11 +21,23 @@ __all__ = [
     "Failed",
     "Finished",
     "Go",
+    "OuterSpec",
     "Progress",
     "Ready",
     "RunOrder",
     "TrainerMessage",
 ]
+
+
+@dataclass(frozen=True)
+class OuterSpec:
+    """Train with ``wanrt.DiLoCo`` (the outer loop, docs/outer_loop.md): the demo optimizer's torch form as
+    the inner optimizer, ``sync_every`` inner steps per outer step (a live ``outer_steps`` decision of the
+    scheduler replaces it), DiLoCo §3's outer Nesterov step."""
+
+    sync_every: int
+    outer_lr: float
+    outer_momentum: float
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,8 @@ class RunOrder:
     batch: int | None = None
     #: this trainer's site is the run's straggler (``--straggler``): sleep this much per sample
     slowdown: Slowdown | None = None
+    #: train with the outer loop (``--mode diloco|auto``); None: the per-step SparseOptimizer
+    outer: OuterSpec | None = None
 
 
 @dataclass(frozen=True)

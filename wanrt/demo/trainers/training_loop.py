@@ -130,7 +130,7 @@ class Trainer:
             self.data, index=spec.global_rank, world=spec.world, batch=batch, seed=spec.seed
         )
         ctx: wanrt.Context | None = None
-        opt: SparseOptimizer | torch.optim.Optimizer
+        opt: SparseOptimizer | torch.optim.Optimizer | wanrt.DiLoCo
         if order.client is None:
             model = build_mlp(spec.hidden, spec.seed).to(self.device)
             opt = _local_optimizer(spec.optimizer, model, spec.lr)
@@ -143,7 +143,19 @@ class Trainer:
                 config=order.client,
             )
             model = build_mlp(spec.hidden, spec.seed).to(self.device)
-            opt = SparseOptimizer(model.named_parameters(), spec.optimizer, lr=spec.lr, ctx=ctx)
+            if order.outer is None:
+                opt = SparseOptimizer(model.named_parameters(), spec.optimizer, lr=spec.lr, ctx=ctx)
+            else:  # the outer loop (--mode diloco|auto): the same optimizer, local, as DiLoCo's inner one
+                o = order.outer
+                inner = _local_optimizer(spec.optimizer, model, spec.lr)
+                opt = wanrt.DiLoCo(
+                    model.named_parameters(),
+                    inner,
+                    ctx=ctx,
+                    sync_every=o.sync_every,
+                    outer_lr=o.outer_lr,
+                    outer_momentum=o.outer_momentum,
+                )
             ctx.set_batch_size(batch)
             ctx.on_batch_size(sampler.set_batch)
         evaluating = spec.evaluator and order.eval_every > 0

@@ -17,6 +17,7 @@ import torch
 import wanrt
 from tools.harness.summing_hub import Hub
 from wanrt.client import ClientConfig
+from wanrt.client.site.decision import ConfigChange
 from wanrt.errors import ConfigError, LocalProtocolError
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
@@ -226,8 +227,9 @@ def test_h_switches_at_a_round_boundary_at_every_site(secret_file: Path) -> None
             if opt.ctx.iteration != before:
                 pushes_at[site].append(t)
                 if opt.ctx.iteration == 2:  # both sites learn it at the same outer step
-                    opt.ctx.outer_steps = 1  # type: ignore[attr-defined]
-                    assert opt.round_length == 4  # the round that began keeps its H
+                    # the scheduler's decision as the site broadcast delivers it: in force from iteration 3
+                    opt.ctx._settings.schedule([ConfigChange(3, outer_steps=1)])
+                    assert opt.ctx.outer_steps is None and opt.round_length == 4  # the round keeps its H
         opt.close()
 
     _, opts, models = run_sites(secret_file, ClientConfig.dense_baseline(staleness=0), loop)
