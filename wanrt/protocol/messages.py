@@ -365,6 +365,22 @@ def _check_update_ids(job: Any, iteration: Any, layer: Any, round_: Any, sender:
     check_name(sender, "sender")
 
 
+def check_result_sites(sites: Any) -> tuple[str, ...]:
+    """The sites a result sums (:class:`Aggregate`, ``AggregateEnd``): a bounded, non-empty list of distinct
+    names, returned as the interned tuple. The distinctness check is skipped for the tuple the last result
+    had (the same sites every round), so a round's many results do not each build a set."""
+    global _last_distinct
+    if not isinstance(sites, (tuple, list)):
+        raise LocalProtocolError("sites must be a sequence of site names")
+    check_count(len(sites), "sites", "MAX_SITES", MAX_SITES)
+    names = check_names(sites, "site")
+    if names is not _last_distinct:
+        if not names or len(set(names)) != len(names):
+            raise LocalProtocolError("sites must be a non-empty list of distinct names", value=names)
+        _last_distinct = names
+    return names
+
+
 def check_piece(payload: Any, layer: int, lo: Any, hi: Any, what: str) -> None:
     """A piece of a layer (:class:`PushPiece`, ``AggregatePiece``): blocks ``[lo, hi)`` of the layer, its
     payload holding no block outside the range."""
@@ -532,31 +548,16 @@ class Aggregate(Push):
 
     def __post_init__(self) -> None:
         Push.__post_init__(self)
-        if not isinstance(self.sites, (tuple, list)):
-            raise LocalProtocolError("sites must be a sequence of site names")
-        check_count(len(self.sites), "sites", "MAX_SITES", MAX_SITES)
-        sites = check_names(self.sites, "site")
-        global _last_distinct
-        if sites is not _last_distinct:
-            if not sites or len(set(sites)) != len(sites):
-                raise LocalProtocolError("sites must be a non-empty list of distinct names", value=sites)
-            _last_distinct = sites
-        _set(self, "sites", sites)
+        _set(self, "sites", check_result_sites(self.sites))
 
 
 @dataclass(frozen=True, slots=True)
-class PushPiece(Message):
-    """Blocks ``[lo, hi)`` of one layer's push: trainer -> gateway, a push sent in pieces (streamed).
+class LayerPiece(Message):
+    """Blocks ``[lo, hi)`` of one (iteration, layer)'s payload: the fields, checks and wire form that a
+    push piece (:class:`PushPiece`) and a result piece (``AggregatePiece``) share. Never sent itself (it has
+    no ``TYPE``); its subclasses are siblings, so a result piece is never taken for a push piece."""
 
-    Why: a dense layer's push (10 MB of fp16 for 5 M elements) takes 30-60 ms to cross the trainer
-    socket and be decoded; sent whole, the gateway's round cannot start before its last byte. In pieces,
-    the gateway forwards the first reduce-scatter slices after the first piece (docs/round_bench.md,
-    "Streamed push"). Not a :class:`Push` subclass on purpose: a piece is never a whole push to anything
-    that handles pushes. The pieces of one (iteration, layer) have disjoint ranges, may come in any
-    order and complete the push once they cover every block; the gateway counts it then, never before.
-    ``payload`` holds only blocks of the range (its ``dense_len``/``block_size`` are the layer's)."""
-
-    TYPE: ClassVar[int] = MsgType.PUSH_PIECE
+    WHAT: ClassVar[str]
     STREAM: ClassVar[bool] = True
     MAX_BUFFERS: ClassVar[int] = MAX_BUFFERS_PER_MESSAGE
     job: str
@@ -569,7 +570,7 @@ class PushPiece(Message):
 
     def __post_init__(self) -> None:
         _check_update_ids(self.job, self.iteration, self.layer, 0, self.sender)
-        check_piece(self.payload, self.layer, self.lo, self.hi, "push piece")
+        check_piece(self.payload, self.layer, self.lo, self.hi, self.WHAT)
 
     def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
         return _with_payload_to_wire(self)
@@ -577,6 +578,22 @@ class PushPiece(Message):
     @classmethod
     def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
         return cls(**_with_payload_fields(cls, header, buffers, peer))
+
+
+@dataclass(frozen=True, slots=True)
+class PushPiece(LayerPiece):
+    """Blocks ``[lo, hi)`` of one layer's push: trainer -> gateway, a push sent in pieces (streamed).
+
+    Why: a dense layer's push (10 MB of fp16 for 5 M elements) takes 30-60 ms to cross the trainer
+    socket and be decoded; sent whole, the gateway's round cannot start before its last byte. In pieces,
+    the gateway forwards the first reduce-scatter slices after the first piece (docs/round_bench.md,
+    "Streamed push"). Not a :class:`Push` subclass on purpose: a piece is never a whole push to anything
+    that handles pushes. The pieces of one (iteration, layer) have disjoint ranges, may come in any
+    order and complete the push once they cover every block; the gateway counts it then, never before.
+    ``payload`` holds only blocks of the range (its ``dense_len``/``block_size`` are the layer's)."""
+
+    TYPE: ClassVar[int] = MsgType.PUSH_PIECE
+    WHAT: ClassVar[str] = "push piece"
 
 
 #: The last (immutable) site tuple an :class:`Aggregate` found non-empty and distinct: a gateway of a

@@ -24,22 +24,18 @@ Bounds (the message's own, before anything is kept): a piece's range and blocks 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Self
+from typing import ClassVar, Final
 
 from wanrt.errors import LocalProtocolError
-from wanrt.payload import SparsePayload
-from wanrt.protocol.checks import check_count, check_name, check_names, check_uint
-from wanrt.protocol.limits import MAX_BUFFERS_PER_MESSAGE, MAX_COUNTER, MAX_LAYER_ID, MAX_SITES
+from wanrt.protocol.checks import check_uint
 from wanrt.protocol.messages import (
+    LayerPiece,
     Message,
     MsgType,
     _check_update_ids,
     _set,
-    _with_payload_fields,
-    _with_payload_to_wire,
-    check_piece,
+    check_result_sites,
 )
 
 __all__ = ["MAX_RESULT_PIECES", "AggregateEnd", "AggregatePiece"]
@@ -49,33 +45,14 @@ MAX_RESULT_PIECES: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class AggregatePiece(Message):
+class AggregatePiece(LayerPiece):
     """Blocks ``[lo, hi)`` of the result of one (iteration, layer), final at the gateway; provisional at
     the trainer until the round's :class:`AggregateEnd`. ``payload`` holds only blocks of the range (its
     ``dense_len``/``block_size`` are the layer's). Not an ``Aggregate`` subclass on purpose: a piece is
     never a result to anything that handles results."""
 
     TYPE: ClassVar[int] = MsgType.AGGREGATE_PIECE
-    STREAM: ClassVar[bool] = True
-    MAX_BUFFERS: ClassVar[int] = MAX_BUFFERS_PER_MESSAGE
-    job: str
-    iteration: int
-    layer: int
-    sender: str
-    lo: int
-    hi: int
-    payload: SparsePayload
-
-    def __post_init__(self) -> None:
-        _check_update_ids(self.job, self.iteration, self.layer, 0, self.sender)
-        check_piece(self.payload, self.layer, self.lo, self.hi, "result piece")
-
-    def to_wire(self) -> tuple[dict[str, Any], list[memoryview]]:
-        return _with_payload_to_wire(self)
-
-    @classmethod
-    def from_wire(cls, header: dict[str, Any], buffers: Sequence[memoryview], *, peer: str | None) -> Self:
-        return cls(**_with_payload_fields(cls, header, buffers, peer))
+    WHAT: ClassVar[str] = "result piece"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,18 +71,8 @@ class AggregateEnd(Message):
     sites: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        check_name(self.job, "job")
-        check_uint(self.iteration, "iteration", MAX_COUNTER)
-        check_uint(self.layer, "layer", MAX_LAYER_ID)
-        check_uint(self.round, "round", MAX_LAYER_ID)
-        check_name(self.sender, "sender")
+        _check_update_ids(self.job, self.iteration, self.layer, self.round, self.sender)
         check_uint(self.pieces, "pieces", MAX_RESULT_PIECES)
         if self.pieces < 1:
             raise LocalProtocolError("a streamed result has at least one piece", value=self.pieces)
-        if not isinstance(self.sites, (tuple, list)):
-            raise LocalProtocolError("sites must be a sequence of site names")
-        check_count(len(self.sites), "sites", "MAX_SITES", MAX_SITES)
-        sites = check_names(self.sites, "site")
-        if not sites or len(set(sites)) != len(sites):
-            raise LocalProtocolError("sites must be a non-empty list of distinct names", value=sites)
-        _set(self, "sites", sites)
+        _set(self, "sites", check_result_sites(self.sites))
