@@ -13,12 +13,10 @@ job's). ``--out`` gets the final digest.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python tools/outer_trainer.py` from the worktree root
@@ -27,15 +25,8 @@ if __package__ in (None, ""):  # `python tools/outer_trainer.py` from the worktr
 import torch
 
 import wanrt
-from tools.real_trainer import batch, build_model, digest, text
+from tools.real_trainer import batch, build_model, digest, tensors_digest, text
 from wanrt.client import ClientConfig
-
-
-def anchor_digest(tensors: Sequence[torch.Tensor]) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for t in tensors:
-        h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             rec = {
                 "t": time.time(),
                 "it": ctx.iteration,
-                "digest": anchor_digest(opt.anchor),  # the job's parameters
+                "digest": tensors_digest(opt.anchor),  # the job's parameters
                 "model": digest(model),  # the local copy (differs between sites while updates fly)
                 "eval": round(held_out, 5),
                 "discarded": ctx.last_step_discarded,

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python tools/real_trainer.py` from the worktree root
@@ -70,11 +71,16 @@ def batch(data: torch.Tensor, site: str, rank: int, iteration: int, size: int) -
     return data[idx], data[starts + CONTEXT]
 
 
-def digest(model: torch.nn.Module) -> str:
+def tensors_digest(tensors: Iterable[torch.Tensor]) -> str:
+    """BLAKE2b-128 of the tensors' fp32 bytes in order: equal at two sites only if every value is."""
     h = hashlib.blake2b(digest_size=16)
-    for _, p in sorted(model.state_dict().items()):
-        h.update(p.detach().to(torch.float32).contiguous().numpy().tobytes())
+    for t in tensors:
+        h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def digest(model: torch.nn.Module) -> str:
+    return tensors_digest(p for _, p in sorted(model.state_dict().items()))
 
 
 def main(argv: list[str] | None = None) -> int:
