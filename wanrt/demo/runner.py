@@ -417,6 +417,7 @@ class Demo:
                 secret_file=self._secret,
                 trace_file=trace_file,
                 scheduler_url=scheduler_url,
+                rounds=cfg.outer_rounds() if mode in OUTER_MODES else None,
             )
             netns = self.netns if cfg.shaping else None  # unshaped: plain local sockets, not the veths
             if netns is not None:
