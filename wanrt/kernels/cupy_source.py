@@ -101,41 +101,63 @@ extern "C" __global__ void wanrt_block_sums(float* __restrict__ x, const long lo
 extern "C" __global__ void wanrt_select(float* __restrict__ x, const float* __restrict__ add,
                                         const long long n, const long long nb, const float v,
                                         unsigned long long* __restrict__ keys, const long long cap,
-                                        unsigned long long* __restrict__ counters) {
-    __shared__ unsigned int s_count;
+                                        unsigned long long* __restrict__ counters,
+                                        long long* __restrict__ table) {
+    /* Positions inside a CUDA block follow the block index (warp ballots in (item, warp, lane) order, which
+       is index order), so a CUDA block's candidates land in index order in its reserved range; the range
+       itself is claimed with one global atomic, in whatever order the CUDA blocks run. ``table`` records
+       each CUDA block's (start, count), so wanrt_order_cut can lay the ranges out in index order without a
+       sort. */
+    __shared__ unsigned int s_warp[ITEMS][32];
     __shared__ unsigned long long s_base;
-    if (threadIdx.x == 0) {
-        s_count = 0u;
-    }
-    __syncthreads();
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned nwarps = (blockDim.x + 31u) >> 5;
+    const unsigned below = (1u << lane) - 1u;
     const long long first = (long long)blockIdx.x * blockDim.x * ITEMS;
     float sums[ITEMS];
-    int slot[ITEMS];
+    unsigned int rank[ITEMS];
+    bool pass[ITEMS];
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
         const long long b = first + (long long)it * blockDim.x + threadIdx.x;
-        slot[it] = -1;
+        pass[it] = false;
         sums[it] = 0.0f;
         if (b < nb) {
             const float s = wanrt_block_sum(x, add, b, n);
             sums[it] = s;
             if (!(s < v)) {  /* NaN passes, so a non-finite gradient is reported, not skipped */
-                slot[it] = (int)atomicAdd(&s_count, 1u);
+                pass[it] = true;
                 if (!isfinite(s)) {
                     counters[1] = 1ull;
                 }
             }
         }
+        const unsigned m = __ballot_sync(0xffffffffu, pass[it]);
+        rank[it] = __popc(m & below);
+        if (lane == 0) {
+            s_warp[it][warp] = __popc(m);
+        }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        s_base = s_count ? atomicAdd(&counters[0], (unsigned long long)s_count) : 0ull;
+    if (threadIdx.x == 0) {  /* exclusive offsets in (item, warp) order: ITEMS * 8 numbers */
+        unsigned int run = 0u;
+        for (int it = 0; it < ITEMS; ++it) {
+            for (unsigned w = 0; w < nwarps; ++w) {
+                const unsigned int c = s_warp[it][w];
+                s_warp[it][w] = run;
+                run += c;
+            }
+        }
+        s_base = run ? atomicAdd(&counters[0], (unsigned long long)run) : 0ull;
+        table[2 * (long long)blockIdx.x] = (long long)s_base;
+        table[2 * (long long)blockIdx.x + 1] = (long long)run;
     }
     __syncthreads();
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
-        if (slot[it] >= 0) {
-            const unsigned long long pos = s_base + (unsigned long long)slot[it];
+        if (pass[it]) {
+            const unsigned long long pos = s_base + (unsigned long long)(s_warp[it][warp] + rank[it]);
             if (pos < (unsigned long long)cap) {
                 const long long b = first + (long long)it * blockDim.x + threadIdx.x;
                 keys[pos] = ((unsigned long long)b << 32) | (unsigned long long)__float_as_uint(sums[it]);
@@ -406,6 +428,224 @@ extern "C" __global__ void wanrt_trim(const long long* __restrict__ ids, const f
             s_ties += tied;
         }
         __syncthreads();
+    }
+}
+
+/* The k-th largest (1-based, k <= count) of the non-negative floats s[0..count), exactly: their bit
+   patterns order as their values do, so four rounds of an 8-bit radix select (a 256-bin histogram in
+   shared memory per round) pin it down bit by bit. Every thread of the block calls it. */
+__device__ float wanrt_kth_largest(const float* __restrict__ s, const long long count, const long long k,
+                                   unsigned int* hist, unsigned long long* sel) {
+    unsigned int prefix = 0u, mask = 0u;
+    long long rem = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (unsigned d = threadIdx.x; d < 256u; d += blockDim.x) {
+            hist[d] = 0u;
+        }
+        __syncthreads();
+        for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+            const unsigned int u = __float_as_uint(s[i]);
+            if ((u & mask) == prefix) {
+                atomicAdd(&hist[(u >> shift) & 255u], 1u);
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned int d = 255u;
+            for (;;) {
+                const long long c = (long long)hist[d];
+                if (c >= rem || d == 0u) {
+                    break;
+                }
+                rem -= c;
+                --d;
+            }
+            sel[0] = (unsigned long long)(prefix | (d << shift));
+            sel[1] = (unsigned long long)rem;
+        }
+        __syncthreads();
+        prefix = (unsigned int)sel[0];
+        rem = (long long)sel[1];
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    return __uint_as_float(prefix);
+}
+
+/* how many of s[0..count) are >= thr (strict: > thr); every thread of the block calls it */
+__device__ long long wanrt_count_at_least(const float* __restrict__ s, const long long count, const float thr,
+                                          const bool strict, unsigned long long* acc) {
+    if (threadIdx.x == 0) {
+        *acc = 0ull;
+    }
+    __syncthreads();
+    unsigned long long local = 0ull;
+    for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+        local += strict ? (s[i] > thr) : (s[i] >= thr);
+    }
+    if (local) {
+        atomicAdd(acc, local);
+    }
+    __syncthreads();
+    const long long total = (long long)*acc;
+    __syncthreads();
+    return total;
+}
+
+/* After wanrt_select, in ONE block of exactly 1024 threads and with no sort: (1) lay the CUDA blocks'
+   candidate ranges out in index order (an exclusive scan of their counts from ``table``) into idx_buf /
+   sum_buf, as the reference's select_above leaves them; (2) the controller's numbers, as the reference's
+   threshold_stats: the aim-th largest sum and how many reach ratio times it (v times ratio when fewer
+   than aim passed); (3) the payload's blocks, as the reference's trim: all candidates when count <= cap,
+   else the cap largest with ties at the cut taken in index order. ``stats`` gets (count, non-finite,
+   aim-th largest or -1, probe, blocks out): the selection's one device-to-host read. Nothing is done
+   when more passed than the buffer holds or a sum was not finite (the caller selects exactly then). */
+extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict__ keys,
+                                           const long long* __restrict__ table, const long long groups,
+                                           const unsigned long long* __restrict__ counters,
+                                           const long long buffer, const long long aim, const long long cap,
+                                           const double ratio, const double v,
+                                           long long* __restrict__ idx_buf, float* __restrict__ sum_buf,
+                                           long long* __restrict__ out,
+                                           double* __restrict__ stats) {
+    __shared__ long long s_part[1024];
+    __shared__ unsigned int s_hist[256];
+    __shared__ unsigned long long s_sel[2];
+    __shared__ unsigned long long s_acc;
+    __shared__ int s_keep[32];
+    __shared__ int s_tie[32];
+    __shared__ long long s_base;
+    __shared__ long long s_ties;
+    const long long count = (long long)counters[0];
+    const bool bad = counters[1] != 0ull;
+    if (count > buffer || bad) {
+        if (threadIdx.x == 0) {
+            stats[0] = (double)count;
+            stats[1] = bad ? 1.0 : 0.0;
+            stats[2] = -1.0;
+            stats[3] = 0.0;
+            stats[4] = 0.0;
+        }
+        return;
+    }
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    /* (1) each thread owns a run of consecutive CUDA blocks' ranges */
+    const long long per = (groups + (long long)blockDim.x - 1) / (long long)blockDim.x;
+    const long long g0 = (long long)threadIdx.x * per;
+    const long long g1 = g0 + per < groups ? g0 + per : groups;
+    long long mine = 0;
+    for (long long g = g0; g < g1; ++g) {
+        mine += table[2 * g + 1];
+    }
+    s_part[threadIdx.x] = mine;
+    __syncthreads();
+    if (warp == 0) {  /* exclusive scan of the 1024 runs: 32 per lane, then across the warp */
+        long long sum = 0;
+        for (int j = 0; j < 32; ++j) {
+            sum += s_part[lane * 32 + j];
+        }
+        long long inc = sum;
+        for (int o = 1; o < 32; o <<= 1) {
+            const long long y = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= (unsigned)o) {
+                inc += y;
+            }
+        }
+        long long ex = inc - sum;
+        for (int j = 0; j < 32; ++j) {
+            const long long c = s_part[lane * 32 + j];
+            s_part[lane * 32 + j] = ex;
+            ex += c;
+        }
+    }
+    __syncthreads();
+    long long dst = s_part[threadIdx.x];
+    for (long long g = g0; g < g1; ++g) {
+        const long long start = table[2 * g];
+        const long long c = table[2 * g + 1];
+        for (long long j = 0; j < c; ++j) {
+            const unsigned long long key = keys[start + j];
+            idx_buf[dst] = (long long)(key >> 32);
+            sum_buf[dst] = __uint_as_float((unsigned int)(key & 0xffffffffull));
+            ++dst;
+        }
+    }
+    __syncthreads();
+    /* (2) the controller's numbers */
+    double aim_v = -1.0;
+    float probe_at;
+    if (count >= aim) {
+        aim_v = (double)wanrt_kth_largest(sum_buf, count, aim, s_hist, s_sel);
+        probe_at = (float)(aim_v * ratio);
+    } else {
+        probe_at = (float)(v * ratio);
+    }
+    const long long probe = wanrt_count_at_least(sum_buf, count, probe_at, false, &s_acc);
+    /* (3) the payload's blocks */
+    long long nout = count;
+    if (count > cap) {
+        const float cut = wanrt_kth_largest(sum_buf, count, cap, s_hist, s_sel);
+        const long long room = cap - wanrt_count_at_least(sum_buf, count, cut, true, &s_acc);
+        const unsigned below = (1u << lane) - 1u;
+        const unsigned nwarps = (blockDim.x + 31u) >> 5;
+        if (threadIdx.x == 0) {
+            s_base = 0;
+            s_ties = 0;
+        }
+        __syncthreads();
+        for (long long start = 0; start < count; start += blockDim.x) {
+            const long long i = start + threadIdx.x;
+            const bool valid = i < count;
+            const float s = valid ? sum_buf[i] : 0.0f;
+            const bool greater = valid && s > cut;
+            const bool tie = valid && s == cut;
+            const unsigned tb = __ballot_sync(0xffffffffu, tie);
+            if (lane == 0) {
+                s_tie[warp] = __popc(tb);
+            }
+            __syncthreads();
+            long long ties_before = s_ties + __popc(tb & below);
+            for (unsigned w = 0; w < warp; ++w) {
+                ties_before += s_tie[w];
+            }
+            const bool keep = greater || (tie && ties_before < room);
+            const unsigned kb = __ballot_sync(0xffffffffu, keep);
+            if (lane == 0) {
+                s_keep[warp] = __popc(kb);
+            }
+            __syncthreads();
+            if (keep) {
+                long long pos = s_base + __popc(kb & below);
+                for (unsigned w = 0; w < warp; ++w) {
+                    pos += s_keep[w];
+                }
+                out[pos] = idx_buf[i];
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                long long kept = 0, tied = 0;
+                for (unsigned w = 0; w < nwarps; ++w) {
+                    kept += s_keep[w];
+                    tied += s_tie[w];
+                }
+                s_base += kept;
+                s_ties += tied;
+            }
+            __syncthreads();
+        }
+        nout = cap;
+    } else {
+        for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+            out[i] = idx_buf[i];
+        }
+    }
+    if (threadIdx.x == 0) {
+        stats[0] = (double)count;
+        stats[1] = 0.0;
+        stats[2] = aim_v;
+        stats[3] = (double)probe;
+        stats[4] = (double)nout;
     }
 }
 """
