@@ -431,91 +431,104 @@ extern "C" __global__ void wanrt_trim(const long long* __restrict__ ids, const f
     }
 }
 
-/* The k-th largest (1-based, k <= count) of the non-negative floats s[0..count), exactly: their bit
-   patterns order as their values do, so four rounds of an 8-bit radix select pin it down bit by bit.
-   Sums of one layer share their top bits, so most of them land in a few bins: each warp counts into its
-   own histogram (hist: 32 x 256) and lanes with the same digit add once (__match_any_sync), else the
-   shared atomics on one hot bin serialise (measured: 0.23 ms for 20 K sums on an H200). Every thread of
-   the block (1024) calls it. */
-__device__ float wanrt_kth_largest(const float* __restrict__ s, const long long count, const long long k,
-                                   unsigned int (*hist)[256], unsigned int* total,
-                                   unsigned long long* sel) {
+/* Exclusive prefix, over warps before ``warp``, of per-warp counts tot[0..32) (and their total): one
+   shuffle scan in every warp, instead of each thread adding up to 31 shared counts one by one. */
+__device__ __forceinline__ long long wanrt_warp_prefix(const int* tot, const unsigned warp,
+                                                       const unsigned lane, long long* total) {
+    const int v = tot[lane];
+    int inc = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= (unsigned)o) {
+            inc += y;
+        }
+    }
+    *total = (long long)__shfl_sync(0xffffffffu, inc, 31);
+    return (long long)__shfl_sync(0xffffffffu, inc - v, (int)warp);
+}
+
+/* The ka-th and kb-th largest (1-based, <= count) of the non-negative floats s[0..count), exactly, in the
+   same four rounds: their bit patterns order as their values do, so an 8-bit radix select per round pins
+   each down bit by bit. Sums of one layer share their top bits and crowd a few bins: each group of four
+   warps counts into its own histogram and lanes with the same digit add once (__match_any_sync); one
+   shared histogram serialised on its hot bin (0.23 ms for 20 K sums on an H200, issue 26). Every
+   thread of the block (1024) calls it. */
+__device__ void wanrt_two_largest(const float* __restrict__ s, const long long count, const long long ka,
+                                  const long long kb, unsigned int (*hist)[8][256],
+                                  unsigned int (*total)[256], unsigned long long* sel, float* out_a,
+                                  float* out_b) {
     const unsigned lane = threadIdx.x & 31u;
-    const unsigned warp = threadIdx.x >> 5;
-    unsigned int prefix = 0u, mask = 0u;
-    long long rem = k;
+    const unsigned grp = threadIdx.x >> 7;
+    unsigned int pa = 0u, pb = 0u, mask = 0u;
+    long long ra = ka, rb = kb;
+    unsigned int* flat = &hist[0][0][0];
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (unsigned d = lane; d < 256u; d += 32u) {
-            hist[warp][d] = 0u;
+        for (unsigned d = threadIdx.x; d < 2u * 8u * 256u; d += blockDim.x) {
+            flat[d] = 0u;
         }
         __syncthreads();
         for (long long base = 0; base < count; base += blockDim.x) {
             const long long i = base + threadIdx.x;
             unsigned int u = 0u;
-            bool hit = false;
+            bool ha = false, hb = false;
             if (i < count) {
                 u = __float_as_uint(s[i]);
-                hit = (u & mask) == prefix;
+                ha = (u & mask) == pa;
+                hb = (u & mask) == pb;
             }
-            const unsigned active = __ballot_sync(0xffffffffu, hit);
-            if (hit) {
-                const unsigned digit = (u >> shift) & 255u;
-                const unsigned peers = __match_any_sync(active, digit);
+            const unsigned digit = (u >> shift) & 255u;
+            const unsigned act_a = __ballot_sync(0xffffffffu, ha);
+            if (ha) {
+                const unsigned peers = __match_any_sync(act_a, digit);
                 if (lane == (unsigned)(__ffs(peers) - 1)) {
-                    atomicAdd(&hist[warp][digit], (unsigned int)__popc(peers));
+                    atomicAdd(&hist[0][grp][digit], (unsigned int)__popc(peers));
+                }
+            }
+            const unsigned act_b = __ballot_sync(0xffffffffu, hb);
+            if (hb) {
+                const unsigned peers = __match_any_sync(act_b, digit);
+                if (lane == (unsigned)(__ffs(peers) - 1)) {
+                    atomicAdd(&hist[1][grp][digit], (unsigned int)__popc(peers));
                 }
             }
         }
         __syncthreads();
-        if (threadIdx.x < 256u) {
+        if (threadIdx.x < 512u) {
+            const unsigned which = threadIdx.x >> 8;
+            const unsigned d = threadIdx.x & 255u;
             unsigned int t = 0u;
-            for (unsigned w = 0; w < (blockDim.x >> 5); ++w) {
-                t += hist[w][threadIdx.x];
+            for (unsigned g = 0; g < 8u; ++g) {
+                t += hist[which][g][d];
             }
-            total[threadIdx.x] = t;
+            total[which][d] = t;
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
+        if (threadIdx.x == 0 || threadIdx.x == 32) {  /* two warps, one search each, side by side */
+            const unsigned which = threadIdx.x == 0 ? 0u : 1u;
+            long long rem = which == 0u ? ra : rb;
+            const unsigned int prefix = which == 0u ? pa : pb;
             unsigned int d = 255u;
             for (;;) {
-                const long long c = (long long)total[d];
+                const long long c = (long long)total[which][d];
                 if (c >= rem || d == 0u) {
                     break;
                 }
                 rem -= c;
                 --d;
             }
-            sel[0] = (unsigned long long)(prefix | (d << shift));
-            sel[1] = (unsigned long long)rem;
+            sel[2 * which] = (unsigned long long)(prefix | (d << shift));
+            sel[2 * which + 1] = (unsigned long long)rem;
         }
         __syncthreads();
-        prefix = (unsigned int)sel[0];
-        rem = (long long)sel[1];
+        pa = (unsigned int)sel[0];
+        ra = (long long)sel[1];
+        pb = (unsigned int)sel[2];
+        rb = (long long)sel[3];
         mask |= 255u << shift;
         __syncthreads();
     }
-    return __uint_as_float(prefix);
-}
-
-/* how many of s[0..count) are >= thr (strict: > thr); a warp sum, then one shared atomic per warp */
-__device__ long long wanrt_count_at_least(const float* __restrict__ s, const long long count, const float thr,
-                                          const bool strict, unsigned long long* acc) {
-    if (threadIdx.x == 0) {
-        *acc = 0ull;
-    }
-    __syncthreads();
-    unsigned int local = 0u;
-    for (long long i = threadIdx.x; i < count; i += blockDim.x) {
-        local += strict ? (s[i] > thr) : (s[i] >= thr);
-    }
-    const unsigned int warp_sum = __reduce_add_sync(0xffffffffu, local);
-    if ((threadIdx.x & 31u) == 0u && warp_sum) {
-        atomicAdd(acc, (unsigned long long)warp_sum);
-    }
-    __syncthreads();
-    const long long total = (long long)*acc;
-    __syncthreads();
-    return total;
+    *out_a = __uint_as_float(pa);
+    *out_b = __uint_as_float(pb);
 }
 
 /* After wanrt_select, in ONE block of exactly 1024 threads and with no sort: (1) lay the CUDA blocks'
@@ -535,14 +548,12 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
                                            long long* __restrict__ out,
                                            double* __restrict__ stats) {
     __shared__ long long s_part[1024];
-    __shared__ unsigned int s_hist[32][256];
-    __shared__ unsigned int s_total[256];
-    __shared__ unsigned long long s_sel[2];
-    __shared__ unsigned long long s_acc;
+    __shared__ unsigned int s_hist[2][8][256];
+    __shared__ unsigned int s_total[2][256];
+    __shared__ unsigned long long s_sel[4];
+    __shared__ unsigned long long s_acc[2];
     __shared__ int s_keep[32];
     __shared__ int s_tie[32];
-    __shared__ long long s_base;
-    __shared__ long long s_ties;
     const long long count = (long long)counters[0];
     const bool bad = counters[1] != 0ull;
     if (count > buffer || bad) {
@@ -557,6 +568,7 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
     }
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warp = threadIdx.x >> 5;
+    const unsigned below = (1u << lane) - 1u;
     /* (1) each thread owns a run of consecutive CUDA blocks' ranges */
     const long long per = (groups + (long long)blockDim.x - 1) / (long long)blockDim.x;
     const long long g0 = (long long)threadIdx.x * per;
@@ -566,6 +578,9 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
         mine += table[2 * g + 1];
     }
     s_part[threadIdx.x] = mine;
+    if (threadIdx.x < 2u) {
+        s_acc[threadIdx.x] = 0ull;
+    }
     __syncthreads();
     if (warp == 0) {  /* exclusive scan of the 1024 runs: 32 per lane, then across the warp */
         long long sum = 0;
@@ -599,67 +614,67 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
         }
     }
     __syncthreads();
-    /* (2) the controller's numbers */
-    double aim_v = -1.0;
-    float probe_at;
-    if (count >= aim) {
-        aim_v = (double)wanrt_kth_largest(sum_buf, count, aim, s_hist, s_total, s_sel);
-        probe_at = (float)(aim_v * ratio);
-    } else {
-        probe_at = (float)(v * ratio);
+    /* (2) the aim-th and cap-th largest in one radix select, then both counts in one pass */
+    const bool want_aim = count >= aim;
+    const bool trim = count > cap;
+    float aim_f = 0.0f, cut = 0.0f;
+    if (want_aim || trim) {
+        wanrt_two_largest(sum_buf, count, want_aim ? aim : 1, trim ? cap : 1, s_hist, s_total, s_sel, &aim_f,
+                          &cut);
     }
-    const long long probe = wanrt_count_at_least(sum_buf, count, probe_at, false, &s_acc);
-    /* (3) the payload's blocks */
-    long long nout = count;
-    if (count > cap) {
-        const float cut = wanrt_kth_largest(sum_buf, count, cap, s_hist, s_total, s_sel);
-        const long long room = cap - wanrt_count_at_least(sum_buf, count, cut, true, &s_acc);
-        const unsigned below = (1u << lane) - 1u;
-        const unsigned nwarps = (blockDim.x + 31u) >> 5;
-        if (threadIdx.x == 0) {
-            s_base = 0;
-            s_ties = 0;
+    const double aim_v = want_aim ? (double)aim_f : -1.0;
+    const float probe_at = want_aim ? (float)(aim_v * ratio) : (float)(v * ratio);
+    unsigned int reach = 0u, above = 0u;
+    for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+        const float x = sum_buf[i];
+        reach += x >= probe_at;
+        above += x > cut;
+    }
+    reach = __reduce_add_sync(0xffffffffu, reach);
+    above = __reduce_add_sync(0xffffffffu, above);
+    if (lane == 0u) {
+        if (reach) {
+            atomicAdd(&s_acc[0], (unsigned long long)reach);
         }
-        __syncthreads();
+        if (above) {
+            atomicAdd(&s_acc[1], (unsigned long long)above);
+        }
+    }
+    __syncthreads();
+    const long long probe = (long long)s_acc[0];
+    /* (3) the payload's blocks: ties at the cut in index order, two barriers per 1024 candidates */
+    long long nout = count;
+    if (trim) {
+        const long long room = cap - (long long)s_acc[1];
+        long long written = 0, ties_seen = 0;
         for (long long start = 0; start < count; start += blockDim.x) {
             const long long i = start + threadIdx.x;
             const bool valid = i < count;
-            const float s = valid ? sum_buf[i] : 0.0f;
-            const bool greater = valid && s > cut;
-            const bool tie = valid && s == cut;
+            const float x = valid ? sum_buf[i] : 0.0f;
+            const bool greater = valid && x > cut;
+            const bool tie = valid && x == cut;
             const unsigned tb = __ballot_sync(0xffffffffu, tie);
-            if (lane == 0) {
+            if (lane == 0u) {
                 s_tie[warp] = __popc(tb);
             }
             __syncthreads();
-            long long ties_before = s_ties + __popc(tb & below);
-            for (unsigned w = 0; w < warp; ++w) {
-                ties_before += s_tie[w];
-            }
+            long long ties_here;
+            const long long ties_before = ties_seen + wanrt_warp_prefix(s_tie, warp, lane, &ties_here) +
+                                          __popc(tb & below);
             const bool keep = greater || (tie && ties_before < room);
-            const unsigned kb = __ballot_sync(0xffffffffu, keep);
-            if (lane == 0) {
-                s_keep[warp] = __popc(kb);
+            const unsigned kbits = __ballot_sync(0xffffffffu, keep);
+            if (lane == 0u) {
+                s_keep[warp] = __popc(kbits);
             }
             __syncthreads();
+            long long kept_here;
+            const long long pos = written + wanrt_warp_prefix(s_keep, warp, lane, &kept_here) +
+                                  __popc(kbits & below);
             if (keep) {
-                long long pos = s_base + __popc(kb & below);
-                for (unsigned w = 0; w < warp; ++w) {
-                    pos += s_keep[w];
-                }
                 out[pos] = idx_buf[i];
             }
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                long long kept = 0, tied = 0;
-                for (unsigned w = 0; w < nwarps; ++w) {
-                    kept += s_keep[w];
-                    tied += s_tie[w];
-                }
-                s_base += kept;
-                s_ties += tied;
-            }
-            __syncthreads();
+            written += kept_here;
+            ties_seen += ties_here;
         }
         nout = cap;
     } else {

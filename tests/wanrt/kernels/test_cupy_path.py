@@ -143,10 +143,20 @@ def test_select_stats_equals_the_reference(bs: int, with_add: bool, case: str) -
     """The fused pass + order/cut block (no sort, one read) against the reference's select_above,
     partition, threshold_stats and trim: the count, the controller's numbers, the payload's blocks, the
     ordered candidates and the residual update, bit for bit; ties at the cut taken in index order."""
+    _check_select_stats(bs, with_add, case, 300_007)
+
+
+@pytest.mark.parametrize("case", ["trim", "ties"])
+def test_select_stats_equals_the_reference_with_many_candidates(case: str) -> None:
+    """Tens of thousands of candidates: every thread of the order/cut block walks several CUDA blocks'
+    ranges and the trim several chunks of 1024."""
+    _check_select_stats(1, True, case, 1_600_003)
+
+
+def _check_select_stats(bs: int, with_add: bool, case: str, n: int) -> None:
     cp = _cp()
     ref, dev = kernels_by_name("numpy"), kernels_by_name("cupy")
     rng = np.random.default_rng(100 * bs + 10 * with_add + len(case))
-    n = 300_007
     x = rng.standard_normal(n).astype(np.float32)
     add = rng.standard_normal(n).astype(np.float32) if with_add else None
     if case == "ties":  # values on a coarse grid: many block sums equal, the cut falls inside a tie
