@@ -6,16 +6,19 @@ temporary each), and its optimizers gathered, updated and scattered rows in ~10 
 round trips. On one H200 that made selection 5× slower than ``torch.topk`` and the sparse optimizers 5-9×
 slower than torch's *dense* fused step (issue 26). This path replaces the hot kernels:
 
-* **Threshold selection** (StellaTrain §3.2, block and element): ONE kernel reads each block once (adding
-  the new gradient into the residual in the same pass when error feedback asks), forms the halving-tree
-  block sum, compares, and compacts the passing blocks with one global atomic per CUDA block; a radix sort
-  of the packed (index, sum) keys puts them in index order. One small device-to-host read (count and a
-  non-finite flag) is the only host round trip.
+* **Threshold selection** (StellaTrain §3.2, block and element), :meth:`CupyKernels.select_stats`: ONE
+  kernel reads each block once (adding the new gradient into the residual in the same pass when error
+  feedback asks), forms the halving-tree block sum, compares, and writes the passing blocks in index order
+  within each CUDA block (warp ballots) into a range reserved with one global atomic; then ONE block of
+  1024 threads lays the ranges out in index order, finds the controller's two ranks by radix select and
+  trims to ``cap`` (ties in index order). One small device-to-host read (count, non-finite flag, the
+  aim-th largest, the probe, the blocks kept) is the only host round trip; no sort.
 * **Block sums** (the exact pass and top-k): one kernel, one read pass.
 * **Top-k**: ``torch.topk`` through DLPack when torch has CUDA (the fastest top-k at hand), else CuPy's
   ``argpartition``. Ties at the cut may be broken differently from NumPy's ``argpartition``.
-* **Partition** (the threshold controller's ranks over the few candidates): a radix sort, which is a valid
-  partition at every position, so the values at the asked ranks equal the reference's.
+* **Partition** (the exact pass's rank, and the reference's own select_stats where the fused one does not
+  apply): a radix sort, which is a valid partition at every position, so the values at the asked ranks
+  equal the reference's.
 * **Sparse SGD / momentum / Adam / AdamW** (§3.1): ONE launch each. The update's indices and values come
   from the host; they are validated there (range, strictly increasing: cheap NumPy on the 1 % that is
   sent), copied into a reused pinned buffer and sent to the device with one asynchronous copy on the

@@ -30,11 +30,12 @@ def compile_options(**defines: int) -> tuple[str, ...]:
 
 
 #: Block sums and threshold selection (StellaTrain §3.2): one read pass over ``x`` (and ``add``), one
-#: write pass over ``x`` when HAS_ADD, and a compaction of the passing blocks. Each CUDA block counts its
-#: passing blocks in shared memory and reserves its output range with ONE global atomic, so the
-#: compaction costs one atomic per 256*ITEMS blocks rather than one per passing block. The output is
-#: unordered; each entry packs (block index << 32 | float bits of the sum) into a 64-bit key, so one radix
-#: sort of the keys restores index order and carries the sums along.
+#: write pass over ``x`` when HAS_ADD, and a compaction of the passing blocks. Each CUDA block places its
+#: passing blocks in index order (warp ballots) and reserves its output range with ONE global atomic, so
+#: the compaction costs one atomic per 256*ITEMS blocks rather than one per passing block; the ranges'
+#: (start, count) table lets ``wanrt_order_cut`` (BLOCKS_SOURCE) put the ranges in index order without a
+#: sort. Each entry packs (block index << 32 | float bits of the sum) into a 64-bit key, so a radix sort of
+#: the keys also restores index order (``select_above``, kept for callers that want only the candidates).
 SELECT_SOURCE = r"""
 __device__ __forceinline__ float wanrt_block_sum(float* __restrict__ x, const float* __restrict__ add,
                                                  long long b, long long n) {
