@@ -154,6 +154,12 @@ class PinnedStaging:
 class CupyKernels(ReferenceKernels):
     """The fused CUDA kernels behind the reference's interface (what is not overridden is the reference)."""
 
+    #: Largest aim (candidates expected per step) that :meth:`select_stats` hands to its one-block
+    #: ``wanrt_order_cut``: one SM walks the candidates several times, which beats two multi-block sorts for
+    #: the ~20 K of a 25 M-element layer in 16-float blocks at 1 % (0.33 against 0.46 ms on an H200) but
+    #: not for the ~310 K of element-wise threshold-v on it (2.2-3.0 against 1.3 ms). Above it the sort path.
+    fused_max_aim = 1 << 16
+
     def __init__(self, cupy: ModuleType) -> None:
         super().__init__(cupy, "cupy")
         self._modules: dict[tuple[str, tuple[str, ...]], Any] = {}
@@ -288,7 +294,7 @@ class CupyKernels(ReferenceKernels):
         Why: the sort-based path (two radix sorts, a serial trim, three host reads) took 0.46 ms for
         25 M elements on an H200 against a 0.03 ms read pass (issue 26)."""
         xp = self.xp
-        if not self._fused(bs, int(x.shape[0])):
+        if not self._fused(bs, int(x.shape[0])) or aim > self.fused_max_aim:
             return super().select_stats(x, v, bs, idx_buf, sum_buf, add, aim, cap, ratio)
         buffer = int(idx_buf.shape[0])
         keys, counters, table, groups = self._launch_select(x, v, bs, buffer, add)

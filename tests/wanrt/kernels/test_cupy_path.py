@@ -188,6 +188,14 @@ def _check_select_stats(bs: int, with_add: bool, case: str, n: int) -> None:
         assert len(a.ids) == cap
 
 
+@pytest.mark.parametrize("case", ["trim", "few"])
+def test_select_stats_by_sorting_equals_the_reference(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``fused_max_aim`` (element-wise threshold-v on a large layer) the sort path runs: the same
+    results."""
+    monkeypatch.setattr(type(kernels_by_name("cupy")), "fused_max_aim", 0)
+    _check_select_stats(1, True, case, 300_007)
+
+
 def test_select_stats_flags_a_non_finite_sum() -> None:
     cp = _cp()
     dev = kernels_by_name("cupy")
