@@ -72,14 +72,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mode",
         help="compare the dense baseline with wanrt in these exchange modes, comma-separated: per-step, "
-        "diloco (wanrt.DiLoCo: --outer-steps inner steps per exchange), auto (the scheduler chooses the mode "
-        "and H from the measured link; docs/scheduler.md). Default: the dense / wanrt / scheduler arms",
+        "diloco (wanrt.DiLoCo: --outer-steps inner steps per exchange), streaming (Streaming DiLoCo: "
+        "--outer-fragments fragments in turn), auto (the scheduler chooses the mode and H from the measured "
+        "link; docs/scheduler.md). Default: the dense / wanrt / scheduler arms",
     )
     p.add_argument(
         "--outer-steps",
         dest="outer_steps",
         type=int,
         help=f"the diloco arm's H, and the auto arm's start (default {DEFAULT.outer_steps})",
+    )
+    p.add_argument(
+        "--outer-fragments",
+        dest="outer_fragments",
+        type=int,
+        help=f"the streaming arm's fragments P, dividing H (default {DEFAULT.outer_fragments})",
     )
     p.add_argument(
         "--staleness", type=int, help=f"wanrt's partial-staleness bound (default {DEFAULT.staleness})"
@@ -266,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 #: ``--mode`` → the runner's mode of that arm (per-step exchange is the demo's fixed-setting wanrt run)
-_ARM_OF: dict[str, Mode] = {"per-step": "wanrt", "diloco": "diloco", "auto": "auto"}
+_ARM_OF: dict[str, Mode] = {"per-step": "wanrt", "diloco": "diloco", "auto": "auto", "streaming": "streaming"}
 
 
 def _run_modes(cfg: DemoConfig, out: Path, args: argparse.Namespace) -> int:

@@ -89,6 +89,9 @@ class DemoConfig:
     #: DiLoCo §3's outer Nesterov optimizer
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
+    #: the ``streaming`` arm's fragments P (Streaming DiLoCo, arXiv 2501.18512 §2.2: one fragment synced
+    #: every H/P inner steps, in turn); H must be a multiple of P
+    outer_fragments: int = 4
     #: the pseudo-gradient's density and value coding (SparseLoCo: 1–3 % with 2-bit values)
     outer_density: float = 0.03
     outer_wire: WireDtype = "int2"
@@ -225,13 +228,14 @@ class DemoConfig:
         modes = self.modes
         ok_modes = all(m in DEMO_MODES for m in modes) and len(set(modes)) == len(modes)
         check(ok_modes, "modes", modes, f"each of {', '.join(DEMO_MODES)} at most once")
-        check(
-            "streaming" not in modes,
-            "modes",
-            modes,
-            "the demo has no streaming arm yet (wanrt.DiLoCo(fragments=P) exists: docs/outer_loop.md)",
-        )
         check(1 <= self.outer_steps <= 20_000, "outer_steps", self.outer_steps, "must be in 1..20000")
+        check(1 <= self.outer_fragments <= 64, "outer_fragments", self.outer_fragments, "must be in 1..64")
+        check(
+            "streaming" not in modes or self.outer_steps % self.outer_fragments == 0,
+            "outer_fragments",
+            self.outer_fragments,
+            "must divide --outer-steps (the streaming arm syncs a fragment every H/P inner steps)",
+        )
         check(0.0 < self.outer_lr <= 10.0, "outer_lr", self.outer_lr, "must be in (0, 10]")
         check(0.0 <= self.outer_momentum < 1.0, "outer_momentum", self.outer_momentum, "must be in [0, 1)")
         check(0.0 < self.outer_density <= 1.0, "outer_density", self.outer_density, "must be in (0, 1]")
@@ -411,6 +415,7 @@ FLAG_OF: Final = {
     "straggler": "--straggler",
     "modes": "--mode",
     "outer_steps": "--outer-steps",
+    "outer_fragments": "--outer-fragments",
 }
 
 

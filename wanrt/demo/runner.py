@@ -88,7 +88,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL_MODES", "ARMS", "MODES", "Demo", "Mode"]
 
-Mode = Literal["dense", "wanrt", "adaptive", "local", "mitigated", "diloco", "auto"]
+Mode = Literal["dense", "wanrt", "adaptive", "local", "mitigated", "diloco", "auto", "streaming"]
 #: the two fixed-setting modes: the dense baseline and wanrt with the scheduler off
 MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt")
 #: what ``wanrt demo`` compares: the fixed-setting modes and wanrt with the job's scheduler
@@ -97,7 +97,9 @@ ARMS: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive")
 #: settings plus the job's scheduler running the straggler policy (``--straggler``'s "mitigation on")
 #: ``diloco``: the outer loop at a fixed H; ``auto``: the outer loop with the scheduler choosing the mode
 #: and H (``--mode``, docs/scheduler.md "The mode choice")
-ALL_MODES: Final[tuple[Mode, ...]] = ("dense", "wanrt", "adaptive", "local", "mitigated", "diloco", "auto")
+ALL_MODES: Final[tuple[Mode, ...]] = (
+    "dense", "wanrt", "adaptive", "local", "mitigated", "diloco", "auto", "streaming"
+)  # fmt: skip
 #: modes that run the job's scheduler, and the policy it runs
 SCHEDULER_POLICY: Final[dict[str, str]] = {
     "adaptive": "adaptive",
@@ -105,7 +107,7 @@ SCHEDULER_POLICY: Final[dict[str, str]] = {
     "auto": "adaptive",
 }
 #: modes whose trainers run the outer loop (wanrt.DiLoCo)
-OUTER_MODES: Final = ("diloco", "auto")
+OUTER_MODES: Final = ("diloco", "auto", "streaming")
 #: the auto arm's convergence factors (inner steps to the target over per-step exchange's 100) per H, measured
 #: on real daemons on the default workload (3 sites × 2 ranks, int2 at 3 %, staleness 1; tools/bench_outer.py
 #: runs of 14:26 and 14:37 UTC session 11): H 16 took 224 inner steps, 32 took 416, 64 took 1 472. The
@@ -439,7 +441,8 @@ class Demo:
         client = self.client_config(mode, cfg)
         outer = None
         if mode in OUTER_MODES:
-            outer = OuterSpec(cfg.outer_steps, cfg.outer_lr, cfg.outer_momentum)
+            fragments = cfg.outer_fragments if mode == "streaming" else 1
+            outer = OuterSpec(cfg.outer_steps, cfg.outer_lr, cfg.outer_momentum, fragments)
         slow = cfg.straggler
         for t in self._trainers:
             url = files[t.spec.site_index].trainer_url if files else ""

@@ -39,7 +39,8 @@ def test_the_flag_lists_arms_in_order_and_leaves_the_default_alone() -> None:
     [
         (("--mode", "ring"), "--mode"),
         (("--mode", "diloco,diloco"), "--mode"),
-        (("--mode", "streaming"), "--mode"),  # no streaming arm in the demo yet: said, not faked
+        (("--mode", "streaming", "--outer-steps", "6"), "--outer-fragments"),  # 4 fragments do not divide 6
+        (("--outer-fragments", "0"), "--outer-fragments"),
         (("--outer-steps", "0"), "--outer-steps"),
     ],
 )

@@ -38,6 +38,8 @@ class OuterSpec:
     sync_every: int
     outer_lr: float
     outer_momentum: float
+    #: Streaming DiLoCo's fragments P (1: plain DiLoCo)
+    fragments: int = 1
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,7 @@ class Trainer:
                     sync_every=o.sync_every,
                     outer_lr=o.outer_lr,
                     outer_momentum=o.outer_momentum,
+                    fragments=o.fragments,
                 )
             ctx.set_batch_size(batch)
             ctx.on_batch_size(sampler.set_batch)
