@@ -45,6 +45,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -95,17 +96,19 @@ class Plan:
     e2e_batch: int
     e2e_warmup: int
     e2e_measure: int
+    #: compute-only / wanrt pairs, alternated in one set of trainer processes; the key is their median
+    e2e_pairs: int
     quick: bool
 
 
 def make_plan(device: str, quick: bool, e2e: bool, elements: int | None) -> Plan:
     if device == "cpu":  # the smoke test: every code path, small sizes
         n = elements or 1 << 18
-        return Plan(device, n, 3, 2, e2e, 64, 32, 3, 3, quick)
+        return Plan(device, n, 3, 2, e2e, 64, 32, 3, 3, 1, quick)
     n = elements or 25_000_000
     if quick:
-        return Plan(device, n, 20, 5, e2e, E2E_HIDDEN, E2E_BATCH, 6, 10, quick)
-    return Plan(device, n, 100, 10, e2e, E2E_HIDDEN, E2E_BATCH, 10, 30, quick)
+        return Plan(device, n, 20, 5, e2e, E2E_HIDDEN, E2E_BATCH, 6, 10, 2, quick)
+    return Plan(device, n, 100, 10, e2e, E2E_HIDDEN, E2E_BATCH, 10, 30, 3, quick)
 
 
 def why_not_cuda() -> str | None:
@@ -335,20 +338,29 @@ def _demo(plan: Plan, out_dir: Path) -> Iterator[tuple[Any, Any]]:
         yield demo, cfg
 
 
-def bench_e2e(plan: Plan, out_dir: Path) -> dict[str, float]:
+def bench_e2e(plan: Plan, out_dir: Path) -> dict[str, Any]:
+    """Compute-only and wanrt arms alternated ``e2e_pairs`` times in the same trainer processes; the key is
+    the median of the pairs' ratios (one pair moved by 1.09-1.16 between two runs on an H200), each pair
+    is kept in the JSON."""
     w, m = plan.e2e_warmup, plan.e2e_measure
+    locals_s: list[float] = []
+    wanrts_s: list[float] = []
     with _demo(plan, out_dir) as (demo, cfg):
         _say(f"e2e: {demo.parameters / 1e6:.1f} M parameters, 2 sites × 1 rank on {plan.device}")
-        _say(f"e2e: compute only ({w} + {m} iterations) ...")
-        local = demo.run("local", label="local", links=cfg).steady_iteration_s(warmup=w)
-        _say(f"e2e: wanrt ({w} + {m} iterations) ...")
-        wanrt = demo.run("wanrt", label="wanrt", links=cfg).steady_iteration_s(warmup=w)
+        for pair in range(plan.e2e_pairs):
+            _say(f"e2e: compute only ({w} + {m} iterations), pair {pair + 1}/{plan.e2e_pairs} ...")
+            locals_s.append(demo.run("local", label="local", links=cfg).steady_iteration_s(warmup=w))
+            _say(f"e2e: wanrt ({w} + {m} iterations), pair {pair + 1}/{plan.e2e_pairs} ...")
+            wanrts_s.append(demo.run("wanrt", label="wanrt", links=cfg).steady_iteration_s(warmup=w))
         params = float(demo.parameters)
+    ratios = [b / a for a, b in zip(locals_s, wanrts_s, strict=True)]
     return {
         "gpu_e2e_params": params,
-        "gpu_e2e_compute_iter_s": local,
-        "gpu_e2e_wanrt_iter_s": wanrt,
-        "gpu_comm_overhead_ratio": wanrt / local,
+        "gpu_e2e_compute_iter_s": statistics.median(locals_s),
+        "gpu_e2e_wanrt_iter_s": statistics.median(wanrts_s),
+        "gpu_comm_overhead_ratio": statistics.median(ratios),
+        "pairs": [{"compute_iter_s": a, "wanrt_iter_s": b} for a, b in zip(locals_s, wanrts_s, strict=True)],
+        "ratios": ratios,
     }
 
 
@@ -419,7 +431,7 @@ def run(plan: Plan, out_dir: Path, save: Callable[[dict[str, Any]], None] | None
     sel = _section("selection", errors, lambda: bench_selection(plan, dev, clock), {})
     opt, variants = _section("optimizers", errors, lambda: bench_optimizers(plan, dev, clock), ({}, {}))
     leader = _section("leader", errors, lambda: bench_leader(plan, dev, clock), {})
-    e2e: dict[str, float] = {}
+    e2e: dict[str, Any] = {}
 
     def result(pending: bool) -> dict[str, Any]:
         keys = derive(sel, opt, leader)

@@ -14,7 +14,13 @@ fluctuating trace, so each arm sees one fixed rate). Arms, all in one run:
 * ``per_step_<coding>`` — the same at 100 Mbit/s with int8/int4/int2 values (full run only): iterations
   to the target against fp32's, the low-bit keys' convergence half.
 * ``diloco`` — ``wanrt.DiLoCo`` around the demo's SGD, H = 16 inner steps per outer step, the
-  pseudo-gradient at 3 % with int2 values (``wanrt demo --mode diloco``), at both rates.
+  pseudo-gradient at 3 % with int2 values (``wanrt demo --mode diloco``), at both rates. The gateways
+  send each round's result back re-coded in int2 (``[gateway.rounds] result_coding = "wire"``, capped to
+  ``sites × 3 %`` of each layer's blocks, the rest and the coding's error in the root's residual:
+  gateways/rounds/result_coding.py), the demo's ``outer_result_coding`` default.
+* ``exact_sums_10mbit`` — the same diloco arm with the exact fp32 sums sent back (``outer_result_coding =
+  "exact"``, what every gateway did before): the A side of the re-coding's A/B, beside the keys, not in
+  them (``recoded_bytes_vs_exact_sums``, ``recoded_iters_vs_exact_sums``).
 * ``auto`` — the same trainers with the scheduler's mode choice deciding per-step or DiLoCo and H
   (``[scheduler.mode]``, docs/scheduler.md "The mode choice"), at both rates.
 
@@ -28,7 +34,8 @@ Keys (value, target), each computed in this run:
 * ``diloco_tta_vs_per_step_10mbit`` (≥ 1.5): per-step's time to target over the best outer-loop arm's.
 * ``auto_mode_tta_vs_best_fixed_<rate>`` (≥ 0.9): the best of per-step and diloco over auto, per rate.
 * ``sites_identical_after_outer_step`` (= 1): :func:`identical_after_outer_steps`: two DiLoCo trainer
-  processes on real gateways, one killed and restarted once; every outer step's parameter digest compared.
+  processes on real gateways (re-coding results as the diloco arms' do), one killed and restarted once;
+  every outer step's parameter digest compared.
 
 Without the outer loop in the client (``wanrt.DiLoCo``) the outer arms are skipped and their keys are None
 with the reason, never estimated. The convergence factors the mode choice is calibrated with are measured
@@ -164,9 +171,13 @@ def run_arms(plan: BenchPlan, out: Path) -> dict[str, dict[str, Any]]:
             (m, rate, h) for rate in RATES for m, h in (("diloco", plan.diloco_h), ("auto", plan.auto_h))
         ]
         outer_arms.append(("diloco", RATES[-1], plan.long_h))  # the byte key's larger H
+        outer_arms.append(("exact_sums", RATES[-1], plan.diloco_h))  # the re-coding's A/B
         for mode, rate, h in outer_arms if outer else []:
             name = f"{mode}_{_mbit(rate)}" + (f"_h{h}" if mode == "diloco" and h != plan.diloco_h else "")
-            r = demo.run(mode, label=name, links=dataclasses.replace(cfg, bandwidth_bps=rate, outer_steps=h))
+            links = dataclasses.replace(cfg, bandwidth_bps=rate, outer_steps=h)
+            if mode == "exact_sums":
+                mode, links = "diloco", dataclasses.replace(links, outer_result_coding="exact")
+            r = demo.run(mode, label=name, links=links)
             its = r.iters_to_target  # inner steps follow the H each decision put in force
             arms[name] = summary(r) | {
                 "link_bps": rate,
@@ -175,6 +186,8 @@ def run_arms(plan: BenchPlan, out: Path) -> dict[str, dict[str, Any]]:
                 "inner_steps_to_target": None if its is None else inner_steps(r, its, h),
                 "density": cfg.outer_density,
                 "wire": cfg.outer_wire,
+                "result_coding": links.outer_result_coding,
+                "rounds": links.outer_rounds(),
             }
         if plan.lowbit_arms:
             for wire in LOWBIT:
@@ -184,7 +197,9 @@ def run_arms(plan: BenchPlan, out: Path) -> dict[str, dict[str, Any]]:
     return arms
 
 
-def identical_after_outer_steps(root: Path, *, outer_steps: int, kill_at: int) -> dict[str, Any]:
+def identical_after_outer_steps(
+    root: Path, *, outer_steps: int, kill_at: int, rounds: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``sites_identical_after_outer_step``: two sites' DiLoCo trainers (tools/outer_trainer.py, the public
     client as processes against real ``wanrt gateway`` daemons, tools/real_job.py), the pseudo-gradient
     sparse and int2 as in the demo's outer arm; site b's trainer is killed with SIGKILL once after outer
@@ -197,7 +212,7 @@ def identical_after_outer_steps(root: Path, *, outer_steps: int, kill_at: int) -
         "--outer-steps", str(outer_steps), "--sync-every", "4", "--compute-s", "0.01", "--deadline-s", "30",
         "--density", "0.03", "--wire-dtype", "int2", "--staleness", "1",
     ]  # fmt: skip
-    with RealJob(root, trainer_module="tools.outer_trainer") as job:
+    with RealJob(root, trainer_module="tools.outer_trainer", rounds=dict(rounds or {})) as job:
         job.start_gateways()
         for site in job.sites:
             job.start_trainer(site, *args)
@@ -219,6 +234,7 @@ def identical_after_outer_steps(root: Path, *, outer_steps: int, kill_at: int) -
         "outer_steps_equal": equal,
         "killed_after": kill_at,
         "restarted": len(pids) == 2,
+        "rounds": dict(rounds or {}),
         "value": (equal / len(compared)) if compared and len(pids) == 2 else None,
     }
 
@@ -290,6 +306,13 @@ def keys_of(arms: dict[str, dict[str, Any]], sizes: dict[str, float]) -> dict[st
             )
         keys["sites_identical_after_outer_step"] = None
         keys["missing"]["sites_identical_after_outer_step"] = "measured by identical_after_outer_steps()"
+    # beside the keys: the result re-coding's A/B at 10 Mbit/s (same H, same rate, exact fp32 sums back)
+    exact = arms.get(f"exact_sums_{slow}")
+    recoded = arms.get(f"diloco_{slow}")
+    if exact is not None and recoded is not None:
+        keys["recoded_bytes_vs_exact_sums"] = _ratio(exact["wan_bytes_sent"], recoded["wan_bytes_sent"])
+        keys["recoded_iters_vs_exact_sums"] = _ratio(recoded["iters_to_target"], exact["iters_to_target"])
+        keys["recoded_test_acc_minus_exact_sums"] = recoded["test_accuracy"] - exact["test_accuracy"]
     # beside the keys: the per-step arm's own ratios against dense at each rate
     for rate in RATES:
         arm = arms[f"per_step_{_mbit(rate)}"]
@@ -360,7 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if has_outer_loop():
         with tempfile.TemporaryDirectory(prefix="bench-outer-kill-") as tmp:
             steps = 16 if args.quick else 40
-            identical = identical_after_outer_steps(Path(tmp), outer_steps=steps, kill_at=steps // 4)
+            two = dataclasses.replace(plan.cfg, sites=2)  # the diloco arms' gateway settings, for 2 sites
+            identical = identical_after_outer_steps(
+                Path(tmp), outer_steps=steps, kill_at=steps // 4, rounds=two.outer_rounds()
+            )
     result: dict[str, Any] = {
         "quick": args.quick,
         "workload": {

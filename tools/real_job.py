@@ -60,6 +60,8 @@ class RealJob:
     rounds_logs: bool = False
     #: the trainer module each site runs (tools.outer_trainer: the same job with wanrt.DiLoCo)
     trainer_module: str = "tools.real_trainer"
+    #: more ``[gateway.rounds]`` keys for every gateway (e.g. re-coded results: ``result_coding = "wire"``)
+    rounds: dict[str, Any] = field(default_factory=dict)
     job: str = field(default_factory=lambda: f"rj{os.getpid()}x{random.randrange(1 << 20)}")
     gateways: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     trainers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -75,6 +77,7 @@ class RealJob:
             sites=list(self.sites),
             base_port=self.base_port,
             with_scheduler=self.scheduler,
+            rounds=self.rounds,
         )
         self.env = dict(
             os.environ,

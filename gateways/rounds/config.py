@@ -13,9 +13,10 @@ from typing import Final, Literal, TypeAlias
 from gateways.rounds.topology import TOPOLOGY_KINDS, PlanSpec, TopologyKind
 from wanrt.config import check
 
-__all__ = ["MAX_LAYERS", "ForwardPolicy", "RoundConfig"]
+__all__ = ["MAX_LAYERS", "ForwardPolicy", "ResultCoding", "RoundConfig"]
 
 ForwardPolicy: TypeAlias = Literal["exact", "per_site", "cap"]
+ResultCoding: TypeAlias = Literal["exact", "wire"]
 
 #: Round state is kept per (iteration, layer); the layer id is a peer-supplied number, so it is bounded to
 #: keep the engine's memory bounded (ViT-L has ~300 parameter tensors, LLMs a few thousand).
@@ -76,6 +77,12 @@ class RoundConfig:
       result goes to the trainer as soon as it is final here (``DeliverPiece``,
       :mod:`wanrt.protocol.streamed_results`), so the trainer has all but the last piece when the round
       ends instead of receiving and decoding the whole layer after it; ``false`` delivers results whole.
+    * ``result_coding`` — ``exact`` (default): a result made of two or more low-bit contributions travels
+      as their exact fp32 sum; ``wire``: the place that makes a result (tree root, ring or all-pairs
+      segment owner) re-codes it in the low-bit coding its trainers push, and keeps the coding's error in
+      its per-layer residual (:mod:`gateways.rounds.result_coding`, issue 23). Needs ``forward_policy =
+      "cap"`` (the budget that keeps a result from growing over the residual's support). Every site still
+      gets bit-identical values: one place codes them.
     * ``topology`` / ``tree_arity`` — the default :class:`~gateways.rounds.topology.PlanSpec` (see
     :meth:`spec`).
     """
@@ -90,6 +97,7 @@ class RoundConfig:
     outcome_ranges: int = 256
     forward_policy: ForwardPolicy = "exact"
     forward_density: float = 0.01
+    result_coding: ResultCoding = "exact"
     quorum: int = 0
     max_buffered: int = 1024
     topology: TopologyKind = "tree"
@@ -113,6 +121,13 @@ class RoundConfig:
             "forward_policy",
             self.forward_policy,
             "exact, per_site or cap",
+        )
+        check(self.result_coding in ("exact", "wire"), "result_coding", self.result_coding, "exact or wire")
+        check(
+            self.result_coding == "exact" or self.forward_policy == "cap",
+            "result_coding",
+            self.result_coding,
+            'needs forward_policy = "cap" (a re-coded result keeps a residual on every block it sent)',
         )
         check(0 < self.forward_density <= 1, "forward_density", self.forward_density, "0 < d <= 1")
         check(0 <= self.quorum <= 1 << 16, "quorum", self.quorum, "0 (majority) or a site count")

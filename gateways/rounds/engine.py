@@ -136,7 +136,7 @@ class RoundEngine:
         self._pass_dtype = self.config.partial_sums == "wire"
         self._formats = LayerFormats(wire_sums=self._pass_dtype)
         self._rule = GatherRule(site, self.config, self.config.quorum or (len(self.sites) // 2 + 1))
-        self._forward = ForwardBound(self.config)
+        self._forward = ForwardBound(self.config, self._formats.coding)
         self._ledger = OwnLedger(site, self.stats, self._forward, self._finished, pass_dtype=self._pass_dtype)
         self._core = CoreExchange(site, self.config, self._formats, self._forward, self.stats)
         sites_set = intern_sites(self.sites)  # shared by equal engines: see checks.check_message
@@ -164,7 +164,7 @@ class RoundEngine:
             )
         self._formats.check(layer, payload, TRAINER)
         self._last_push[layer] = iteration
-        self._formats.pushed(layer, payload.value_dtype)
+        self._formats.pushed(layer, payload)
         out: list[Action] = []
         cid = ((self.site, iteration),)
         if self._is_settled(iteration, layer):

@@ -5,15 +5,19 @@ StellaTrain §6 bounds an update by letting each of the N sites contribute its t
 an aggregate may be re-sparsified to its top ``density`` share (``"cap"``, applied to a final or to a ring
 or all-pairs segment of it). What is not forwarded is returned as a remainder, which the engine keeps in the
 layer's carry (the gateway's error feedback): nothing is lost. The split itself is
-:func:`gateways.rounds.aggregate.top_blocks`; this class only says which policy applies where.
+:func:`gateways.rounds.aggregate.top_blocks`; this class only says which policy applies where. With
+``result_coding = "wire"`` a capped result is then re-coded in its layer's low-bit coding, the coding's error
+joining the remainder (:mod:`gateways.rounds.result_coding`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from gateways.rounds.aggregate import aggregate_cap, per_site_cap, top_blocks
 from gateways.rounds.config import RoundConfig
+from gateways.rounds.result_coding import Coding, requantise
 from wanrt.payload import SparsePayload
 
 __all__ = ["ForwardBound"]
@@ -24,9 +28,11 @@ Split = tuple[SparsePayload | None, SparsePayload | None]
 class ForwardBound:
     """``config.forward_policy`` with ``config.forward_density``; ``"exact"`` forwards everything."""
 
-    def __init__(self, config: RoundConfig) -> None:
+    def __init__(self, config: RoundConfig, coding: Callable[[int], Coding | None] | None = None) -> None:
         self.policy = config.forward_policy
         self.density = config.forward_density
+        # a layer's low-bit coding (None: not low-bit, or not known yet), when results are re-coded
+        self._coding = coding if config.result_coding == "wire" else None
 
     def cap_own(self, p: SparsePayload | None, members: int) -> Split:
         """A site's own contribution (or carry) among ``members`` sites: ``(kept, remainder or None)``."""
@@ -44,4 +50,6 @@ class ForwardBound:
         else:
             cap = max(1, math.ceil(self.density * scope_blocks))
         kept, rest = top_blocks(p, cap)
-        return kept, (rest if rest.nnz_blocks else None)
+        left = rest if rest.nnz_blocks else None
+        coding = None if self._coding is None else self._coding(p.layer)
+        return (kept, left) if coding is None else requantise(kept, left, coding)

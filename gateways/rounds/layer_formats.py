@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from wanrt.codec.lowbit import usable_coded
 from wanrt.codec.value_casts import in_wire_dtype
 from wanrt.errors import MalformedPayload
 from wanrt.payload import SparsePayload
@@ -30,6 +31,9 @@ class LayerFormats:
         self.wire_sums = wire_sums
         self.shapes: dict[int, tuple[int, int]] = {}
         self.wire: dict[int, str] = {}  # layer -> the value dtype its payloads travel in
+        # layer -> (low-bit coding, scale block) of its payloads: the site's trainers' once they pushed,
+        # else the first coded payload a peer sent (``result_coding = "wire"`` re-codes results in it)
+        self.codings: dict[int, tuple[str, int]] = {}
 
     def shape(self, layer: int) -> tuple[int, int] | None:
         return self.shapes.get(layer)
@@ -48,10 +52,22 @@ class LayerFormats:
                 peer=who,
                 value=(p.dense_len, p.block_size),
             )
+        self._learn_coding(layer, p, own=False)
 
-    def pushed(self, layer: int, dtype: str) -> None:
-        """The site's trainers pushed ``layer`` in ``dtype``: its wire dtype from now on."""
-        self.wire[layer] = dtype
+    def pushed(self, layer: int, p: SparsePayload) -> None:
+        """The site's trainers pushed ``p`` of ``layer``: its dtype (and low-bit coding) from now on."""
+        self.wire[layer] = p.value_dtype
+        self._learn_coding(layer, p, own=True)
+
+    def _learn_coding(self, layer: int, p: SparsePayload, *, own: bool) -> None:
+        coded = usable_coded(p)
+        if coded is not None and (own or layer not in self.codings):
+            self.codings[layer] = (coded.coding, coded.scale_block)
+
+    def coding(self, layer: int) -> tuple[str, int] | None:
+        """``layer``'s low-bit coding and scale block, None when its payloads are not low-bit (or none was
+        seen yet). A push that fell back to fp32 (a value not codable) does not forget it."""
+        return self.codings.get(layer)
 
     def default(self, layer: int, dtype: str) -> None:
         """``dtype`` unless the layer's wire dtype is known already (a streamed push's first piece)."""

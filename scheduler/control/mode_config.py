@@ -60,7 +60,9 @@ class ModeConfig:
     * ``overlap_steps`` — the inner steps a fragment's exchange may overlap (the paper's τ; its delayed
       application is what makes the overlap free of a stall).
     * ``sum_value_bytes`` — bytes per value of a sum of two or more sites' payloads: the gateways sum in
-      fp32 (docs/codec.md, "Summing on the way"), so a low-bit payload comes back at 4 bytes per value.
+      fp32 (docs/codec.md, "Summed on the way"), so a low-bit payload comes back at 4 bytes per value,
+      unless the gateways re-code results (``[gateway.rounds] result_coding = "wire"``): then the
+      coding's, e.g. 2/8 + 1/16 for int2 with a scale per 16 values.
     * ``switch_gain`` — a new mode must be predicted this much faster than the running one to replace it
       (hysteresis: a switch costs an outer step's progress and a round of announcements).
     * ``replan_change`` — re-plan when the bandwidth or the step time moved this fraction since the plan.

@@ -85,11 +85,21 @@ def test_quick_runs_on_real_daemons_and_writes_its_keys(
     data = json.loads(out.read_text())
     fixed = {"dense", "per_step_100mbit", "per_step_10mbit"}
     outer = {"diloco_100mbit", "auto_100mbit", "diloco_10mbit", "auto_10mbit", "diloco_10mbit_h32"}
-    assert set(data["arms"]) == fixed | outer
+    assert set(data["arms"]) == fixed | outer | {"exact_sums_10mbit"}
     for arm in data["arms"].values():
         assert arm["iters_to_target"] is not None and arm["distinct_final_models"] == 1
     assert data["kill_restart"]["restarted"] and data["keys"]["sites_identical_after_outer_step"] == 1.0
     keys = data["keys"]
     assert keys["bytes_per_selected_2bit"] <= 0.40 and keys["bytes_per_selected_int8"] <= 1.15
     assert keys["per_step_bytes_to_target_vs_dense_10mbit"] > 1.0  # sparse per-step sends less than dense
+    # the gateways re-code results in 2 bits (the diloco arm) against exact fp32 sums: fewer bytes per round
+    arms = data["arms"]
+    assert arms["diloco_10mbit"]["rounds"]["result_coding"] == "wire"
+    assert arms["exact_sums_10mbit"]["rounds"] == {}
+    per_round = {
+        k: arms[k]["wan_bytes_sent"] / arms[k]["iterations"] for k in ("diloco_10mbit", "exact_sums_10mbit")
+    }
+    assert per_round["diloco_10mbit"] < 0.5 * per_round["exact_sums_10mbit"], per_round
+    assert keys["recoded_bytes_vs_exact_sums"] is not None
+    assert data["kill_restart"]["rounds"]["result_coding"] == "wire"
     assert "bytes_per_selected_4bit" in capsys.readouterr().out

@@ -1,7 +1,8 @@
-"""An in-memory stand-in for the gateways (outer-loop tests, tools/outer_inprocess.py): several sites in
-one process push to it; it sums every site's push of an (iteration, layer) as the rounds do (fp32, over
-the union of the pushed blocks) and hands each site the result naming every site. Each site's loop runs in
-its own thread."""
+"""An in-memory stand-in for the gateways (outer-loop tests, the two-site resync test,
+tools/outer_inprocess.py): several sites in one process push to it; it sums every site's push of an
+(iteration, layer) as the rounds do (fp32, over the union of the pushed blocks) and hands each site the
+result naming every site (an empty push is named too, as a round's result names every push it sums). Each
+site's loop runs in its own thread; every push and result is kept for the test to read."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Hub:
         self.lock = threading.Lock()
         self.pending: dict[tuple[int, int], dict[str, SparsePayload]] = {}
         self.pushes: dict[tuple[str, int, int], SparsePayload] = {}
+        self.results: dict[tuple[int, int], SparsePayload] = {}
         self.links: dict[str, HubLink] = {}
         self.telemetry: dict[str, list[tuple[int, dict[str, float]]]] = {s: [] for s in self.sites}
 
@@ -39,6 +41,7 @@ class Hub:
                 blocks.update(got[s].indices.tolist())
             ids = np.array(sorted(blocks), dtype=np.int64)
             total = SparsePayload.from_dense_blocks(layer, dense, ids, payload.block_size)
+            self.results[(iteration, layer)] = total
             for link in self.links.values():
                 link.events.put(UpdateArrived(iteration, layer, total, self.sites))
 

@@ -92,6 +92,15 @@ class DemoConfig:
     #: the pseudo-gradient's density and value coding (SparseLoCo: 1–3 % with 2-bit values)
     outer_density: float = 0.03
     outer_wire: WireDtype = "int2"
+    #: how the gateways send a round's result back to the sites under the outer loop (issue 23 item 1,
+    #: docs/outer_loop.md "The result, low-bit"): ``wire`` re-codes it in ``outer_wire`` (when that is
+    #: low-bit) where it is made, bounded to ``outer_result_density`` of each layer's blocks, the rest and the
+    #: coding's error kept in that gateway's residual; ``exact`` sends the exact fp32 sum over the union
+    #: of the sites' supports (what every gateway did before)
+    outer_result_coding: Literal["exact", "wire"] = "wire"
+    #: that bound as a fraction of a layer's blocks; 0: the sites' pseudo-gradients side by side
+    #: (``sites × outer_density``, the union's size when no two sites pick the same block)
+    outer_result_density: float = 0.0
     #: SGD with error feedback loses almost nothing to compression (see docs/demo.md for Adam)
     optimizer: OptimizerKind = "sgd"
     lr: float = 0.3
@@ -227,6 +236,15 @@ class DemoConfig:
         check(0.0 <= self.outer_momentum < 1.0, "outer_momentum", self.outer_momentum, "must be in [0, 1)")
         check(0.0 < self.outer_density <= 1.0, "outer_density", self.outer_density, "must be in (0, 1]")
         check(self.outer_wire in get_args(WireDtype), "outer_wire", self.outer_wire, "a wire dtype")
+        check(
+            self.outer_result_coding in ("exact", "wire"),
+            "outer_result_coding",
+            self.outer_result_coding,
+            "exact or wire",
+        )
+        check(
+            0.0 <= self.outer_result_density <= 1.0, "outer_result_density", self.outer_result_density, "0..1"
+        )
         wires = get_args(WireDtype)
         check(self.wire_dtype in wires, "wire_dtype", self.wire_dtype, f"one of {', '.join(wires)}")
         check(self.optimizer in OPTIMIZERS, "optimizer", self.optimizer, f"one of {OPTIMIZERS}")
@@ -303,6 +321,14 @@ class DemoConfig:
     @property
     def world(self) -> int:
         return self.sites * self.ranks
+
+    def outer_rounds(self) -> dict[str, Any]:
+        """``[gateway.rounds]`` keys of an outer-loop arm: re-coded, capped results when the pseudo-gradient
+        is low-bit and ``outer_result_coding`` is ``wire`` (gateways.rounds.result_coding), else none."""
+        if self.outer_result_coding != "wire" or self.outer_wire not in ("int8", "int4", "int2"):
+            return {}
+        density = self.outer_result_density or min(1.0, self.sites * self.outer_density)
+        return {"forward_policy": "cap", "forward_density": density, "result_coding": "wire"}
 
 
 #: the default comparison (issue 25): a job whose WAN exchange matters, chosen by its exchange/compute ratios

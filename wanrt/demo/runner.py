@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from transports.traces import BandwidthTrace
 from wanrt.client.config import ClientConfig
+from wanrt.codec.lowbit import CODING_BITS
 from wanrt.demo.config import DemoConfig, site_names
 from wanrt.demo.failures import DemoFailed
 from wanrt.demo.profile_cache import CachedProfile, ensure_profile
@@ -337,6 +338,8 @@ class Demo:
             "per_step_coding": cfg.outer_wire,
             "outer_steps": list(DEMO_OUTER_STEPS_FACTOR),
             "steps_factor": {cfg.outer_wire: list(DEMO_OUTER_STEPS_FACTOR.values())},
+            # results come back re-coded in the arm's coding when its gateways re-code them
+            **({"sum_value_bytes": CODING_BITS[cfg.outer_wire] / 8 + 1 / 16} if cfg.outer_rounds() else {}),
         }
 
     def with_profile(self, cfg: DemoConfig) -> DemoConfig:
@@ -417,6 +420,7 @@ class Demo:
                 secret_file=self._secret,
                 trace_file=trace_file,
                 scheduler_url=scheduler_url,
+                rounds=cfg.outer_rounds() if mode in OUTER_MODES else None,
             )
             netns = self.netns if cfg.shaping else None  # unshaped: plain local sockets, not the veths
             if netns is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,12 +54,14 @@ def write_job(
     with_scheduler: bool = True,
     topology: str = "tree",
     keys: str = "per-site",
+    rounds: Mapping[str, Any] | None = None,
 ) -> JobFiles:
     """Write the job's files into ``directory`` (created); ConfigError names a bad setting.
 
     ``keys="per-site"`` (default): each site gets only its own keys (:mod:`wanrt.keys`: a trainer key, the
     key of each gateway pair, its key at the scheduler), so one leaked trainer key cannot act as a
-    gateway or as another site; ``"shared"``: one job secret for everyone."""
+    gateway or as another site; ``"shared"``: one job secret for everyone. ``rounds``: more
+    ``[gateway.rounds]`` keys for every gateway (checked by the daemon's own validation below)."""
     if keys not in ("per-site", "shared"):
         raise ConfigError("keys is 'per-site' or 'shared'", key="keys", value=keys)
     if not _NAME.match(job):
@@ -114,7 +117,7 @@ def write_job(
         tables: dict[str, dict[str, Any]] = {
             "gateway": gateway,
             "gateway.peers": {p: f"tcp://{host}:{ports[p]}" for p in sorted(sites) if p != site},
-            "gateway.rounds": {"topology": topology},
+            "gateway.rounds": {"topology": topology, **(rounds or {})},
         }
         path = directory / f"gw-{site}.toml"
         path.write_text(toml_text(tables))

@@ -80,8 +80,27 @@ def _torch_view(x: Any, what: str, writable: bool) -> Array:
             raise KernelError(
                 f"{what} is a CUDA tensor but cupy is not installed (pip install wanrt[gpu])"
             ) from None
-        return cupy.from_dlpack(t)
+        return _cupy_view(cupy, t)
     raise KernelError(f"{what} is on device {t.device.type!r}; only cpu and cuda are supported")
+
+
+def _cupy_view(cupy: Any, t: Any) -> Array:
+    """A CuPy array over a contiguous 1-D fp32 CUDA tensor's memory, holding the tensor alive.
+
+    Why not ``cupy.from_dlpack``: DLPack's stream handshake makes torch create, record and wait on an
+    event in Python on every call (~0.05-0.1 ms, measured on an H200: a fifth of a 25 M-element
+    selection, issue 26), although the hot callers already run on the stream that produced the tensor:
+    the leader's side stream is torch's and CuPy's current stream at once, and an optimizer step runs on
+    the default stream of both. The handshake is kept (through DLPack) whenever the two libraries'
+    current streams differ, so ordering never depends on this shortcut."""
+    import torch
+
+    n = int(t.numel())
+    dev = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if n == 0 or torch.cuda.current_stream(dev).cuda_stream != cupy.cuda.get_current_stream().ptr:
+        return cupy.from_dlpack(t)
+    mem = cupy.cuda.UnownedMemory(t.data_ptr(), n * 4, t, dev)
+    return cupy.ndarray((n,), dtype=cupy.float32, memptr=cupy.cuda.MemoryPointer(mem, 0))
 
 
 def as_vector(x: object, what: str = "array", *, writable: bool = False) -> Array:

@@ -58,17 +58,21 @@ def _check_layer(layer: int) -> None:
 
 def _top_blocks(k: ReferenceKernels, sums: Array, count: int) -> Array:
     """Indices (ascending) of the ``count`` largest *positive* sums; raises on NaN/inf among them."""
+    return _top_blocks_and_sums(k, sums, count)[0]
+
+
+def _top_blocks_and_sums(k: ReferenceKernels, sums: Array, count: int) -> tuple[Array, Array]:
+    """:func:`_top_blocks`, and the ``min(count, n)`` largest sums themselves (any order, zeros kept)."""
     xp = k.xp
     nb = int(sums.shape[0])
     count = min(count, nb)
     if count <= 0:
-        return xp.zeros(0, dtype=xp.int64)
+        return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.float32)
     idx = k.top_indices(sums, count)
     chosen = sums[idx]
     if not bool(xp.isfinite(chosen).all()):  # NaN and inf sort last, so they are always among the chosen
         raise KernelError("gradient contains NaN or infinite values")
-    idx = idx[chosen > 0]
-    return xp.sort(idx).astype(xp.int64, copy=False)
+    return xp.sort(idx[chosen > 0]).astype(xp.int64, copy=False), chosen
 
 
 def _kth_largest(k: ReferenceKernels, sums: Array, rank: int) -> float:
@@ -81,6 +85,11 @@ class Compressor(ABC):
     """Per-layer compressor; keeps whatever state its selection rule needs between steps of a layer."""
 
     kind: str
+    #: True where the selection itself refuses a non-finite block: a block's sum of ``|g|`` is finite only
+    #: if every element is (NaN and inf propagate into it), and threshold-v's pass and the exact top-k
+    #: both raise on a non-finite sum among the chosen. The values need no second check then, which on a
+    #: GPU is a reduction and a device-to-host read per layer (issue 26). Random-k looks at no sums.
+    sums_vouch_for_values: bool = False
 
     def __init__(self, density: float, block_size: int, config: CompressorConfig) -> None:
         self.density = density
@@ -134,6 +143,8 @@ class Compressor(ABC):
 
     def _values(self, layer: int, x: Array, k: ReferenceKernels, idx: Array) -> Array:
         vals = k.gather(x, idx, self.block_size)
+        if self.sums_vouch_for_values:
+            return vals
         if not bool(k.xp.isfinite(vals).all()):
             raise KernelError(f"gradient of layer {layer} contains NaN or infinite values", layer=layer)
         return vals
@@ -176,6 +187,8 @@ class _LayerSel:
 
 class ThresholdV(Compressor):
     """Threshold-v on blocks of ``block_size`` (16: cache-aware, §3.2; 1: vanilla element-wise)."""
+
+    sums_vouch_for_values = True
 
     def __init__(self, density: float, block_size: int, config: CompressorConfig) -> None:
         super().__init__(density, block_size, config)
@@ -222,8 +235,10 @@ class ThresholdV(Compressor):
         """Second pass: every block sum, exact top-``cap``; re-anchors v exactly."""
         sel.exact_steps += 1
         sums = k.block_sums(x, self.block_size)
-        idx = _top_blocks(k, sums, t.cap)
-        aim_v = _kth_largest(k, sums, t.aim)
+        idx, top = _top_blocks_and_sums(k, sums, t.cap)
+        # the aim-th largest of all sums is the aim-th largest of the cap largest when aim <= cap: read it
+        # off those (a partition of cap values, not of every block: on a GPU a sort of the whole layer)
+        aim_v = _kth_largest(k, top if t.aim <= int(top.shape[0]) else sums, t.aim)
         probe = int((sums >= k.xp.float32(aim_v * self.config.probe_ratio)).sum()) if aim_v > 0 else 0
         if sel.state is None:
             sel.state = aimd.ThresholdState(v=aim_v if aim_v > 0 else aimd.FLT_MIN)
@@ -249,22 +264,16 @@ class ThresholdV(Compressor):
                 return self._exact(sel, x, k, t)
             sel.state = aimd.ThresholdState(v=v0)
         st = sel.state
-        count, nonfinite = k.select_above(x, st.v, self.block_size, sel.idx_buf, sel.sum_buf, add)
-        if nonfinite:
+        # one pass, the controller's numbers and the payload's blocks (kernels.select_stats)
+        r = k.select_stats(
+            x, st.v, self.block_size, sel.idx_buf, sel.sum_buf, add, t.aim, t.cap, self.config.probe_ratio
+        )
+        if r.nonfinite:
             raise KernelError(f"gradient of layer {layer} contains NaN or infinite values", layer=layer)
-        if count < t.floor or count > t.buffer:  # too few to send the density, or past the buffer
+        if r.passed < t.floor or r.passed > t.buffer:  # too few to send the density, or past the buffer
             return self._exact(sel, x, k, t)
-        ids = sel.idx_buf[:count]
-        sums = sel.sum_buf[:count]
-        ratio = self.config.probe_ratio
-        # one partition serves both the controller (aim-th largest) and the trim (cap-th largest)
-        ranks = [r for r in (t.aim, t.cap) if r <= count]
-        part = k.partition(sums, [count - r for r in ranks]) if ranks else sums
-        aim_v, probe = k.threshold_stats(sums, part, count, t.aim, st.v, ratio)
-        aimd.update(st, count, aim_v, probe, t, self.config)
-        if count <= t.cap:
-            return ids.copy()
-        return k.trim(ids, sums, part, count, t.cap)
+        aimd.update(st, r.passed, r.aim_v, r.probe, t, self.config)
+        return r.ids
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -305,6 +314,7 @@ class TopK(Compressor):
     """Exact top-k blocks by block sum (elements when ``block_size == 1``): the accuracy baseline."""
 
     kind = "topk"
+    sums_vouch_for_values = True
 
     def _select(self, layer: int, x: Array, k: ReferenceKernels, add: Array | None) -> Array:
         if add is not None:

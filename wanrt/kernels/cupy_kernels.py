@@ -6,16 +6,19 @@ temporary each), and its optimizers gathered, updated and scattered rows in ~10 
 round trips. On one H200 that made selection 5× slower than ``torch.topk`` and the sparse optimizers 5-9×
 slower than torch's *dense* fused step (issue 26). This path replaces the hot kernels:
 
-* **Threshold selection** (StellaTrain §3.2, block and element): ONE kernel reads each block once (adding
-  the new gradient into the residual in the same pass when error feedback asks), forms the halving-tree
-  block sum, compares, and compacts the passing blocks with one global atomic per CUDA block; a radix sort
-  of the packed (index, sum) keys puts them in index order. One small device-to-host read (count and a
-  non-finite flag) is the only host round trip.
+* **Threshold selection** (StellaTrain §3.2, block and element), :meth:`CupyKernels.select_stats`: ONE
+  kernel reads each block once (adding the new gradient into the residual in the same pass when error
+  feedback asks), forms the halving-tree block sum, compares, and writes the passing blocks in index order
+  within each CUDA block (warp ballots) into a range reserved with one global atomic; then ONE block of
+  1024 threads lays the ranges out in index order, finds the controller's two ranks by radix select and
+  trims to ``cap`` (ties in index order). One small device-to-host read (count, non-finite flag, the
+  aim-th largest, the probe, the blocks kept) is the only host round trip; no sort.
 * **Block sums** (the exact pass and top-k): one kernel, one read pass.
 * **Top-k**: ``torch.topk`` through DLPack when torch has CUDA (the fastest top-k at hand), else CuPy's
   ``argpartition``. Ties at the cut may be broken differently from NumPy's ``argpartition``.
-* **Partition** (the threshold controller's ranks over the few candidates): a radix sort, which is a valid
-  partition at every position, so the values at the asked ranks equal the reference's.
+* **Partition** (the exact pass's rank, and the reference's own select_stats where the fused one does not
+  apply): a radix sort, which is a valid partition at every position, so the values at the asked ranks
+  equal the reference's.
 * **Sparse SGD / momentum / Adam / AdamW** (§3.1): ONE launch each. The update's indices and values come
   from the host; they are validated there (range, strictly increasing: cheap NumPy on the 1 % that is
   sent), copied into a reused pinned buffer and sent to the device with one asynchronous copy on the
@@ -41,7 +44,7 @@ import numpy as np
 from wanrt.errors import KernelError
 from wanrt.kernels.arrays import Array, check_block_indices
 from wanrt.kernels.cupy_source import BLOCKS_SOURCE, OPTIM_SOURCE, SELECT_SOURCE, compile_options
-from wanrt.kernels.reference import BiasTables, ReferenceKernels, next_pow2
+from wanrt.kernels.reference import BiasTables, ReferenceKernels, SelectStats, next_pow2
 from wanrt.payload import n_blocks
 
 __all__ = ["MAX_FUSED_BLOCK", "CupyKernels", "PinnedStaging"]
@@ -62,6 +65,8 @@ _SOURCE_NAMES = {id(SELECT_SOURCE): "select", id(OPTIM_SOURCE): "optim", id(BLOC
 
 #: threads of the one CUDA block that trims the candidates (32 warps: one ballot per warp per step)
 TRIM_THREADS = 1024
+#: threads of wanrt_order_cut's one block: exactly 1024 (its scan gives each of 32 lanes 32 threads' runs)
+ORDER_THREADS = 1024
 
 
 def _items(bs: int) -> int:
@@ -78,23 +83,39 @@ def _vec(bs: int, *arrays: Array | None) -> int:
     return int(all(a is None or a.data.ptr % 16 == 0 for a in arrays))
 
 
+class _Slot:
+    """One staging slot: a pinned host buffer, its device twin, and the event of its last upload."""
+
+    __slots__ = ("copied", "dev", "host", "host_bytes")
+
+    def __init__(self) -> None:
+        self.host: Any = None  # cupy.cuda.PinnedMemoryPointer
+        self.host_bytes = 0
+        self.dev: Array = None  # uint8 device buffer: indices, then values (one copy for both)
+        self.copied: Any = None  # event recorded after the last upload out of this slot
+
+
 class PinnedStaging:
-    """A reused pinned host buffer and device buffers for one sparse update's indices and values.
+    """Reused pinned host buffers and device buffers for sparse updates' indices and values.
 
     Why: a pageable host array is copied to the device synchronously (the driver stages it through its own
     pinned buffer while the host waits); from pinned memory the copy is a DMA queued on the stream, and the
-    kernel that consumes it is queued right behind. Reuse is safe because (1) the host waits for the
-    previous copy out of the pinned buffer before overwriting it (an event; usually long done), and (2) the
-    device buffers are written and read on one stream, in order; if the caller switches streams, the old
-    stream is synchronised once first.
+    kernel that consumes it is queued right behind. Why several slots (round robin): with one, the host
+    had to wait for the previous upload to finish before it could fill the buffer again, so a trainer
+    applying one update per layer waited for the device once per layer; with :data:`SLOTS`, it waits only
+    for the upload ``SLOTS`` calls back (long done). Reuse is safe because (1) the host waits for that
+    slot's last copy out of its pinned buffer before overwriting it (an event), and (2) a slot's device
+    buffer is written and read on one stream, in order; if the caller switches streams, the old stream is
+    synchronised once first.
     """
+
+    #: uploads in flight at once (a model's layers apply one after another; four hide the copies)
+    SLOTS = 4
 
     def __init__(self, cupy: ModuleType) -> None:
         self._cp = cupy
-        self._host: Any = None  # cupy.cuda.PinnedMemoryPointer
-        self._host_bytes = 0
-        self._dev: Array = None  # uint8 device buffer: indices, then values (one copy for both)
-        self._copied: Any = None  # event recorded after the last upload
+        self._slots = [_Slot() for _ in range(self.SLOTS)]
+        self._next = 0
         self._stream: Any = None
         self._lock = threading.Lock()
 
@@ -106,30 +127,38 @@ class PinnedStaging:
         need = off + nv * 4
         with self._lock:
             stream = cp.cuda.get_current_stream()
-            if self._copied is not None:
-                self._copied.synchronize()  # the last copy out of the pinned buffer has finished
             if self._stream is not None and self._stream.ptr != stream.ptr:
                 self._stream.synchronize()  # the device buffers were last used on another stream
-            if need > self._host_bytes:
-                self._host_bytes = max(need, 2 * self._host_bytes, 1 << 16)
-                self._host = cp.cuda.alloc_pinned_memory(self._host_bytes)
-            host_i = np.frombuffer(self._host, np.int64, ni, 0)
-            host_v = np.frombuffer(self._host, np.float32, nv, off)
+            slot = self._slots[self._next]
+            self._next = (self._next + 1) % len(self._slots)
+            if slot.copied is not None:
+                slot.copied.synchronize()  # this slot's last copy out of its pinned buffer has finished
+            if need > slot.host_bytes:
+                slot.host_bytes = max(need, 2 * slot.host_bytes, 1 << 16)
+                slot.host = cp.cuda.alloc_pinned_memory(slot.host_bytes)
+            host_i = np.frombuffer(slot.host, np.int64, ni, 0)
+            host_v = np.frombuffer(slot.host, np.float32, nv, off)
             np.copyto(host_i, idx, casting="same_kind")
             np.copyto(host_v, vals, casting="same_kind")
-            if self._dev is None or int(self._dev.shape[0]) < need:
-                self._dev = cp.empty(self._host_bytes, dtype=cp.uint8)
-            self._dev[:need].set(np.frombuffer(self._host, np.uint8, need, 0), stream=stream)
-            d_i = self._dev[: ni * 8].view(cp.int64)
-            d_v = self._dev[off : off + nv * 4].view(cp.float32)
-            self._copied = cp.cuda.Event(block=False, disable_timing=True)
-            self._copied.record(stream)
+            if slot.dev is None or int(slot.dev.shape[0]) < need:
+                slot.dev = cp.empty(slot.host_bytes, dtype=cp.uint8)
+            slot.dev[:need].set(np.frombuffer(slot.host, np.uint8, need, 0), stream=stream)
+            d_i = slot.dev[: ni * 8].view(cp.int64)
+            d_v = slot.dev[off : off + nv * 4].view(cp.float32)
+            slot.copied = cp.cuda.Event(block=False, disable_timing=True)
+            slot.copied.record(stream)
             self._stream = stream
             return d_i, d_v
 
 
 class CupyKernels(ReferenceKernels):
     """The fused CUDA kernels behind the reference's interface (what is not overridden is the reference)."""
+
+    #: Largest aim (candidates expected per step) that :meth:`select_stats` hands to its one-block
+    #: ``wanrt_order_cut``: one SM walks the candidates several times, which beats two multi-block sorts for
+    #: the ~20 K of a 25 M-element layer in 16-float blocks at 1 % (0.33 against 0.46 ms on an H200) but
+    #: not for the ~310 K of element-wise threshold-v on it (2.2-3.0 against 1.3 ms). Above it the sort path.
+    fused_max_aim = 1 << 16
 
     def __init__(self, cupy: ModuleType) -> None:
         super().__init__(cupy, "cupy")
@@ -184,23 +213,21 @@ class CupyKernels(ReferenceKernels):
             fn((grid,), (THREADS,), (x, np.int64(n), np.int64(nb), out))
         return out
 
-    def select_above(
-        self, x: Array, v: float, bs: int, idx_buf: Array, sum_buf: Array, add: Array | None = None
-    ) -> tuple[int, bool]:
-        """As the reference, in one pass; when more blocks pass than the buffers hold, their contents are
-        unspecified (the caller re-selects exactly then, :meth:`ThresholdV._select`)."""
+    def _launch_select(
+        self, x: Array, v: float, bs: int, cap: int, add: Array | None
+    ) -> tuple[Array, Array, Array, int]:
+        """The one read pass (``wanrt_select``): packed candidate keys (each CUDA block's in index order,
+        the blocks' ranges in any order), the counters (passed, non-finite) and the ranges' table."""
         xp = self.xp
         n = int(x.shape[0])
-        if not self._fused(bs, n):
-            return super().select_above(x, v, bs, idx_buf, sum_buf, add)
         nb = n_blocks(n, bs)
-        cap = int(idx_buf.shape[0])
         counters = xp.zeros(2, dtype=xp.uint64)
         if self._keys is None or int(self._keys.shape[0]) < cap:
             self._keys = xp.empty(max(cap, 1024), dtype=xp.uint64)
-        keys = self._keys
+        items = _items(bs)
+        groups = max(1, -(-nb // (THREADS * items)))
+        table = xp.zeros(2 * groups, dtype=xp.int64)
         if nb:
-            items = _items(bs)
             fn = self._function(
                 SELECT_SOURCE,
                 "wanrt_select",
@@ -210,13 +237,34 @@ class CupyKernels(ReferenceKernels):
                 HAS_ADD=int(add is not None),
                 VEC=_vec(bs, x, add),
             )
-            grid = -(-nb // (THREADS * items))
             other = add if add is not None else x
             fn(
-                (grid,),
+                (groups,),
                 (THREADS,),
-                (x, other, np.int64(n), np.int64(nb), np.float32(v), keys, np.int64(cap), counters),
+                (
+                    x,
+                    other,
+                    np.int64(n),
+                    np.int64(nb),
+                    np.float32(v),
+                    self._keys,
+                    np.int64(cap),
+                    counters,
+                    table,
+                ),
             )
+        return self._keys, counters, table, groups
+
+    def select_above(
+        self, x: Array, v: float, bs: int, idx_buf: Array, sum_buf: Array, add: Array | None = None
+    ) -> tuple[int, bool]:
+        """As the reference, in one pass; when more blocks pass than the buffers hold, their contents are
+        unspecified (the caller re-selects exactly then, :meth:`ThresholdV._select`)."""
+        xp = self.xp
+        if not self._fused(bs, int(x.shape[0])):
+            return super().select_above(x, v, bs, idx_buf, sum_buf, add)
+        cap = int(idx_buf.shape[0])
+        keys, counters, _, _ = self._launch_select(x, v, bs, cap, add)
         count, bad = (int(c) for c in counters.get())  # the one host round trip of the selection
         keep = min(count, cap)
         if keep and count <= cap:
@@ -226,6 +274,58 @@ class CupyKernels(ReferenceKernels):
             )
             unpack((-(-keep // THREADS),), (THREADS,), (ordered, np.int64(keep), idx_buf, sum_buf))
         return count, bool(bad)
+
+    def select_stats(
+        self,
+        x: Array,
+        v: float,
+        bs: int,
+        idx_buf: Array,
+        sum_buf: Array,
+        add: Array | None,
+        aim: int,
+        cap: int,
+        ratio: float,
+    ) -> SelectStats:
+        """As the reference, in two launches and ONE device-to-host read, with no sort: ``wanrt_select``
+        (one read pass), then ``wanrt_order_cut`` (one block: the candidates in index order from the
+        ranges' table, the aim-th and cap-th largest by radix select, the probe count and the trim).
+
+        Why: the sort-based path (two radix sorts, a serial trim, three host reads) took 0.46 ms for
+        25 M elements on an H200 against a 0.03 ms read pass (issue 26)."""
+        xp = self.xp
+        if not self._fused(bs, int(x.shape[0])) or aim > self.fused_max_aim:
+            return super().select_stats(x, v, bs, idx_buf, sum_buf, add, aim, cap, ratio)
+        buffer = int(idx_buf.shape[0])
+        keys, counters, table, groups = self._launch_select(x, v, bs, buffer, add)
+        out = xp.empty(max(1, min(cap, buffer)), dtype=xp.int64)
+        stats = xp.empty(5, dtype=xp.float64)
+        fn = self._function(BLOCKS_SOURCE, "wanrt_order_cut", BS=1)
+        fn(
+            (1,),
+            (ORDER_THREADS,),
+            (
+                keys,
+                table,
+                np.int64(groups),
+                counters,
+                np.int64(buffer),
+                np.int64(aim),
+                np.int64(cap),
+                np.float64(ratio),
+                np.float64(v),
+                idx_buf,
+                sum_buf,
+                out,
+                stats,
+            ),
+        )
+        h = stats.get()  # the selection's one host round trip
+        count, bad = int(h[0]), bool(h[1])
+        if bad or count > buffer:
+            return SelectStats(count, bad, None, 0, None)
+        aim_v = None if h[2] < 0 else float(h[2])
+        return SelectStats(count, False, aim_v, int(h[3]), out[: int(h[4])])
 
     def partition(self, a: Array, kth: list[int]) -> Array:
         """A radix sort: a partition at every position, so the values at ``kth`` are the reference's."""

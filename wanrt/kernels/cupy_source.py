@@ -30,11 +30,12 @@ def compile_options(**defines: int) -> tuple[str, ...]:
 
 
 #: Block sums and threshold selection (StellaTrain §3.2): one read pass over ``x`` (and ``add``), one
-#: write pass over ``x`` when HAS_ADD, and a compaction of the passing blocks. Each CUDA block counts its
-#: passing blocks in shared memory and reserves its output range with ONE global atomic, so the
-#: compaction costs one atomic per 256*ITEMS blocks rather than one per passing block. The output is
-#: unordered; each entry packs (block index << 32 | float bits of the sum) into a 64-bit key, so one radix
-#: sort of the keys restores index order and carries the sums along.
+#: write pass over ``x`` when HAS_ADD, and a compaction of the passing blocks. Each CUDA block places its
+#: passing blocks in index order (warp ballots) and reserves its output range with ONE global atomic, so
+#: the compaction costs one atomic per 256*ITEMS blocks rather than one per passing block; the ranges'
+#: (start, count) table lets ``wanrt_order_cut`` (BLOCKS_SOURCE) put the ranges in index order without a
+#: sort. Each entry packs (block index << 32 | float bits of the sum) into a 64-bit key, so a radix sort of
+#: the keys also restores index order (``select_above``, kept for callers that want only the candidates).
 SELECT_SOURCE = r"""
 __device__ __forceinline__ float wanrt_block_sum(float* __restrict__ x, const float* __restrict__ add,
                                                  long long b, long long n) {
@@ -101,41 +102,63 @@ extern "C" __global__ void wanrt_block_sums(float* __restrict__ x, const long lo
 extern "C" __global__ void wanrt_select(float* __restrict__ x, const float* __restrict__ add,
                                         const long long n, const long long nb, const float v,
                                         unsigned long long* __restrict__ keys, const long long cap,
-                                        unsigned long long* __restrict__ counters) {
-    __shared__ unsigned int s_count;
+                                        unsigned long long* __restrict__ counters,
+                                        long long* __restrict__ table) {
+    /* Positions inside a CUDA block follow the block index (warp ballots in (item, warp, lane) order, which
+       is index order), so a CUDA block's candidates land in index order in its reserved range; the range
+       itself is claimed with one global atomic, in whatever order the CUDA blocks run. ``table`` records
+       each CUDA block's (start, count), so wanrt_order_cut can lay the ranges out in index order without a
+       sort. */
+    __shared__ unsigned int s_warp[ITEMS][32];
     __shared__ unsigned long long s_base;
-    if (threadIdx.x == 0) {
-        s_count = 0u;
-    }
-    __syncthreads();
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned nwarps = (blockDim.x + 31u) >> 5;
+    const unsigned below = (1u << lane) - 1u;
     const long long first = (long long)blockIdx.x * blockDim.x * ITEMS;
     float sums[ITEMS];
-    int slot[ITEMS];
+    unsigned int rank[ITEMS];
+    bool pass[ITEMS];
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
         const long long b = first + (long long)it * blockDim.x + threadIdx.x;
-        slot[it] = -1;
+        pass[it] = false;
         sums[it] = 0.0f;
         if (b < nb) {
             const float s = wanrt_block_sum(x, add, b, n);
             sums[it] = s;
             if (!(s < v)) {  /* NaN passes, so a non-finite gradient is reported, not skipped */
-                slot[it] = (int)atomicAdd(&s_count, 1u);
+                pass[it] = true;
                 if (!isfinite(s)) {
                     counters[1] = 1ull;
                 }
             }
         }
+        const unsigned m = __ballot_sync(0xffffffffu, pass[it]);
+        rank[it] = __popc(m & below);
+        if (lane == 0) {
+            s_warp[it][warp] = __popc(m);
+        }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        s_base = s_count ? atomicAdd(&counters[0], (unsigned long long)s_count) : 0ull;
+    if (threadIdx.x == 0) {  /* exclusive offsets in (item, warp) order: ITEMS * 8 numbers */
+        unsigned int run = 0u;
+        for (int it = 0; it < ITEMS; ++it) {
+            for (unsigned w = 0; w < nwarps; ++w) {
+                const unsigned int c = s_warp[it][w];
+                s_warp[it][w] = run;
+                run += c;
+            }
+        }
+        s_base = run ? atomicAdd(&counters[0], (unsigned long long)run) : 0ull;
+        table[2 * (long long)blockIdx.x] = (long long)s_base;
+        table[2 * (long long)blockIdx.x + 1] = (long long)run;
     }
     __syncthreads();
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
-        if (slot[it] >= 0) {
-            const unsigned long long pos = s_base + (unsigned long long)slot[it];
+        if (pass[it]) {
+            const unsigned long long pos = s_base + (unsigned long long)(s_warp[it][warp] + rank[it]);
             if (pos < (unsigned long long)cap) {
                 const long long b = first + (long long)it * blockDim.x + threadIdx.x;
                 keys[pos] = ((unsigned long long)b << 32) | (unsigned long long)__float_as_uint(sums[it]);
@@ -406,6 +429,266 @@ extern "C" __global__ void wanrt_trim(const long long* __restrict__ ids, const f
             s_ties += tied;
         }
         __syncthreads();
+    }
+}
+
+/* Exclusive prefix, over warps before ``warp``, of per-warp counts tot[0..32) (and their total): one
+   shuffle scan in every warp, instead of each thread adding up to 31 shared counts one by one. */
+__device__ __forceinline__ long long wanrt_warp_prefix(const int* tot, const unsigned warp,
+                                                       const unsigned lane, long long* total) {
+    const int v = tot[lane];
+    int inc = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= (unsigned)o) {
+            inc += y;
+        }
+    }
+    *total = (long long)__shfl_sync(0xffffffffu, inc, 31);
+    return (long long)__shfl_sync(0xffffffffu, inc - v, (int)warp);
+}
+
+/* The ka-th and kb-th largest (1-based, <= count) of the non-negative floats s[0..count), exactly, in the
+   same four rounds: their bit patterns order as their values do, so an 8-bit radix select per round pins
+   each down bit by bit. Sums of one layer share their top bits and crowd a few bins: each group of four
+   warps counts into its own histogram and lanes with the same digit add once (__match_any_sync); one
+   shared histogram serialised on its hot bin (0.23 ms for 20 K sums on an H200, issue 26). Every
+   thread of the block (1024) calls it. */
+__device__ void wanrt_two_largest(const float* __restrict__ s, const long long count, const long long ka,
+                                  const long long kb, unsigned int (*hist)[8][256],
+                                  unsigned int (*total)[256], unsigned long long* sel, float* out_a,
+                                  float* out_b) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned grp = threadIdx.x >> 7;
+    unsigned int pa = 0u, pb = 0u, mask = 0u;
+    long long ra = ka, rb = kb;
+    unsigned int* flat = &hist[0][0][0];
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (unsigned d = threadIdx.x; d < 2u * 8u * 256u; d += blockDim.x) {
+            flat[d] = 0u;
+        }
+        __syncthreads();
+        for (long long base = 0; base < count; base += blockDim.x) {
+            const long long i = base + threadIdx.x;
+            unsigned int u = 0u;
+            bool ha = false, hb = false;
+            if (i < count) {
+                u = __float_as_uint(s[i]);
+                ha = (u & mask) == pa;
+                hb = (u & mask) == pb;
+            }
+            const unsigned digit = (u >> shift) & 255u;
+            const unsigned act_a = __ballot_sync(0xffffffffu, ha);
+            if (ha) {
+                const unsigned peers = __match_any_sync(act_a, digit);
+                if (lane == (unsigned)(__ffs(peers) - 1)) {
+                    atomicAdd(&hist[0][grp][digit], (unsigned int)__popc(peers));
+                }
+            }
+            const unsigned act_b = __ballot_sync(0xffffffffu, hb);
+            if (hb) {
+                const unsigned peers = __match_any_sync(act_b, digit);
+                if (lane == (unsigned)(__ffs(peers) - 1)) {
+                    atomicAdd(&hist[1][grp][digit], (unsigned int)__popc(peers));
+                }
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < 512u) {
+            const unsigned which = threadIdx.x >> 8;
+            const unsigned d = threadIdx.x & 255u;
+            unsigned int t = 0u;
+            for (unsigned g = 0; g < 8u; ++g) {
+                t += hist[which][g][d];
+            }
+            total[which][d] = t;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0 || threadIdx.x == 32) {  /* two warps, one search each, side by side */
+            const unsigned which = threadIdx.x == 0 ? 0u : 1u;
+            long long rem = which == 0u ? ra : rb;
+            const unsigned int prefix = which == 0u ? pa : pb;
+            unsigned int d = 255u;
+            for (;;) {
+                const long long c = (long long)total[which][d];
+                if (c >= rem || d == 0u) {
+                    break;
+                }
+                rem -= c;
+                --d;
+            }
+            sel[2 * which] = (unsigned long long)(prefix | (d << shift));
+            sel[2 * which + 1] = (unsigned long long)rem;
+        }
+        __syncthreads();
+        pa = (unsigned int)sel[0];
+        ra = (long long)sel[1];
+        pb = (unsigned int)sel[2];
+        rb = (long long)sel[3];
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    *out_a = __uint_as_float(pa);
+    *out_b = __uint_as_float(pb);
+}
+
+/* After wanrt_select, in ONE block of exactly 1024 threads and with no sort: (1) lay the CUDA blocks'
+   candidate ranges out in index order (an exclusive scan of their counts from ``table``) into idx_buf /
+   sum_buf, as the reference's select_above leaves them; (2) the controller's numbers, as the reference's
+   threshold_stats: the aim-th largest sum and how many reach ratio times it (v times ratio when fewer
+   than aim passed); (3) the payload's blocks, as the reference's trim: all candidates when count <= cap,
+   else the cap largest with ties at the cut taken in index order. ``stats`` gets (count, non-finite,
+   aim-th largest or -1, probe, blocks out): the selection's one device-to-host read. Nothing is done
+   when more passed than the buffer holds or a sum was not finite (the caller selects exactly then). */
+extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict__ keys,
+                                           const long long* __restrict__ table, const long long groups,
+                                           const unsigned long long* __restrict__ counters,
+                                           const long long buffer, const long long aim, const long long cap,
+                                           const double ratio, const double v,
+                                           long long* __restrict__ idx_buf, float* __restrict__ sum_buf,
+                                           long long* __restrict__ out,
+                                           double* __restrict__ stats) {
+    __shared__ long long s_part[1024];
+    __shared__ unsigned int s_hist[2][8][256];
+    __shared__ unsigned int s_total[2][256];
+    __shared__ unsigned long long s_sel[4];
+    __shared__ unsigned long long s_acc[2];
+    __shared__ int s_keep[32];
+    __shared__ int s_tie[32];
+    const long long count = (long long)counters[0];
+    const bool bad = counters[1] != 0ull;
+    if (count > buffer || bad) {
+        if (threadIdx.x == 0) {
+            stats[0] = (double)count;
+            stats[1] = bad ? 1.0 : 0.0;
+            stats[2] = -1.0;
+            stats[3] = 0.0;
+            stats[4] = 0.0;
+        }
+        return;
+    }
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned below = (1u << lane) - 1u;
+    /* (1) each thread owns a run of consecutive CUDA blocks' ranges */
+    const long long per = (groups + (long long)blockDim.x - 1) / (long long)blockDim.x;
+    const long long g0 = (long long)threadIdx.x * per;
+    const long long g1 = g0 + per < groups ? g0 + per : groups;
+    long long mine = 0;
+    for (long long g = g0; g < g1; ++g) {
+        mine += table[2 * g + 1];
+    }
+    s_part[threadIdx.x] = mine;
+    if (threadIdx.x < 2u) {
+        s_acc[threadIdx.x] = 0ull;
+    }
+    __syncthreads();
+    if (warp == 0) {  /* exclusive scan of the 1024 runs: 32 per lane, then across the warp */
+        long long sum = 0;
+        for (int j = 0; j < 32; ++j) {
+            sum += s_part[lane * 32 + j];
+        }
+        long long inc = sum;
+        for (int o = 1; o < 32; o <<= 1) {
+            const long long y = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= (unsigned)o) {
+                inc += y;
+            }
+        }
+        long long ex = inc - sum;
+        for (int j = 0; j < 32; ++j) {
+            const long long c = s_part[lane * 32 + j];
+            s_part[lane * 32 + j] = ex;
+            ex += c;
+        }
+    }
+    __syncthreads();
+    long long dst = s_part[threadIdx.x];
+    for (long long g = g0; g < g1; ++g) {
+        const long long start = table[2 * g];
+        const long long c = table[2 * g + 1];
+        for (long long j = 0; j < c; ++j) {
+            const unsigned long long key = keys[start + j];
+            idx_buf[dst] = (long long)(key >> 32);
+            sum_buf[dst] = __uint_as_float((unsigned int)(key & 0xffffffffull));
+            ++dst;
+        }
+    }
+    __syncthreads();
+    /* (2) the aim-th and cap-th largest in one radix select, then both counts in one pass */
+    const bool want_aim = count >= aim;
+    const bool trim = count > cap;
+    float aim_f = 0.0f, cut = 0.0f;
+    if (want_aim || trim) {
+        wanrt_two_largest(sum_buf, count, want_aim ? aim : 1, trim ? cap : 1, s_hist, s_total, s_sel, &aim_f,
+                          &cut);
+    }
+    const double aim_v = want_aim ? (double)aim_f : -1.0;
+    const float probe_at = want_aim ? (float)(aim_v * ratio) : (float)(v * ratio);
+    unsigned int reach = 0u, above = 0u;
+    for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+        const float x = sum_buf[i];
+        reach += x >= probe_at;
+        above += x > cut;
+    }
+    reach = __reduce_add_sync(0xffffffffu, reach);
+    above = __reduce_add_sync(0xffffffffu, above);
+    if (lane == 0u) {
+        if (reach) {
+            atomicAdd(&s_acc[0], (unsigned long long)reach);
+        }
+        if (above) {
+            atomicAdd(&s_acc[1], (unsigned long long)above);
+        }
+    }
+    __syncthreads();
+    const long long probe = (long long)s_acc[0];
+    /* (3) the payload's blocks: ties at the cut in index order, two barriers per 1024 candidates */
+    long long nout = count;
+    if (trim) {
+        const long long room = cap - (long long)s_acc[1];
+        long long written = 0, ties_seen = 0;
+        for (long long start = 0; start < count; start += blockDim.x) {
+            const long long i = start + threadIdx.x;
+            const bool valid = i < count;
+            const float x = valid ? sum_buf[i] : 0.0f;
+            const bool greater = valid && x > cut;
+            const bool tie = valid && x == cut;
+            const unsigned tb = __ballot_sync(0xffffffffu, tie);
+            if (lane == 0u) {
+                s_tie[warp] = __popc(tb);
+            }
+            __syncthreads();
+            long long ties_here;
+            const long long ties_before = ties_seen + wanrt_warp_prefix(s_tie, warp, lane, &ties_here) +
+                                          __popc(tb & below);
+            const bool keep = greater || (tie && ties_before < room);
+            const unsigned kbits = __ballot_sync(0xffffffffu, keep);
+            if (lane == 0u) {
+                s_keep[warp] = __popc(kbits);
+            }
+            __syncthreads();
+            long long kept_here;
+            const long long pos = written + wanrt_warp_prefix(s_keep, warp, lane, &kept_here) +
+                                  __popc(kbits & below);
+            if (keep) {
+                out[pos] = idx_buf[i];
+            }
+            written += kept_here;
+            ties_seen += ties_here;
+        }
+        nout = cap;
+    } else {
+        for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+            out[i] = idx_buf[i];
+        }
+    }
+    if (threadIdx.x == 0) {
+        stats[0] = (double)count;
+        stats[1] = 0.0;
+        stats[2] = aim_v;
+        stats[3] = (double)probe;
+        stats[4] = (double)nout;
     }
 }
 """

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,12 +32,26 @@ from wanrt.errors import KernelError
 from wanrt.kernels.arrays import Array, check_block_indices
 from wanrt.payload import n_blocks
 
-__all__ = ["BiasTables", "ReferenceKernels", "next_pow2", "numpy_reference"]
+__all__ = ["BiasTables", "ReferenceKernels", "SelectStats", "next_pow2", "numpy_reference"]
 
 
 def next_pow2(n: int) -> int:
     """Smallest power of two >= n (n >= 1)."""
     return 1 << (n - 1).bit_length()
+
+
+class SelectStats(NamedTuple):
+    """One threshold-v pass and what its controller reads (:meth:`ReferenceKernels.select_stats`)."""
+
+    #: how many blocks passed (may exceed the candidate buffers)
+    passed: int
+    #: whether a passing block's sum was NaN or infinite
+    nonfinite: bool
+    #: the aim-th largest passing sum (None when fewer passed), and how many reach ``ratio`` times it
+    aim_v: float | None
+    probe: int
+    #: the payload's blocks in index order (None when ``passed`` overflowed the buffers or ``nonfinite``)
+    ids: Array
 
 
 class ReferenceKernels:
@@ -89,6 +104,32 @@ class ReferenceKernels:
         sum_buf[:keep] = sums[passed[:keep]]
         nonfinite = count > 0 and not bool(xp.isfinite(sums[passed]).all())
         return count, nonfinite
+
+    def select_stats(
+        self,
+        x: Array,
+        v: float,
+        bs: int,
+        idx_buf: Array,
+        sum_buf: Array,
+        add: Array | None,
+        aim: int,
+        cap: int,
+        ratio: float,
+    ) -> SelectStats:
+        """Threshold-v's whole step on the device side (StellaTrain §3.2): :meth:`select_above`, then
+        :meth:`threshold_stats` and :meth:`trim` on the candidates (ranks ``aim`` and ``cap`` of one
+        :meth:`partition`). One method so that a device path can do it all before a single read (the CuPy
+        path: one kernel pass and one block, no sort); here it is those methods, in that order."""
+        count, bad = self.select_above(x, v, bs, idx_buf, sum_buf, add)
+        if bad or count > int(idx_buf.shape[0]):
+            return SelectStats(count, bad, None, 0, None)
+        ids, sums = idx_buf[:count], sum_buf[:count]
+        ranks = [r for r in (aim, cap) if r <= count]
+        part = self.partition(sums, [count - r for r in ranks]) if ranks else sums
+        aim_v, probe = self.threshold_stats(sums, part, count, aim, v, ratio)
+        out = ids.copy() if count <= cap else self.trim(ids, sums, part, count, cap)
+        return SelectStats(count, False, aim_v, probe, out)
 
     def partition(self, a: Array, kth: list[int]) -> Array:
         """``a`` rearranged so that every position in ``kth`` holds the value a full sort would put there

@@ -5,7 +5,6 @@ runs in its own thread (the hub is lock-step at staleness 0, as the rounds are).
 
 from __future__ import annotations
 
-import queue
 import threading
 from pathlib import Path
 
@@ -14,11 +13,11 @@ import pytest
 import torch
 
 import wanrt
+from tools.harness.summing_hub import Hub, HubLink
 from wanrt.client import ClientConfig, SparseOptimizer
 from wanrt.client.context import Context
-from wanrt.client.link.api import LinkEvent, LinkSpec, ResyncStarted, SnapshotArrived, UpdateArrived
+from wanrt.client.link.api import ResyncStarted, SnapshotArrived
 from wanrt.client.link.param_resync import Snapshot
-from wanrt.payload import SparsePayload, n_blocks
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
 
@@ -26,57 +25,6 @@ SITES = ("a", "b")
 LENGTHS = (48, 80)
 STEPS = 8
 LR = 0.1
-
-
-class Hub:
-    """Sums both sites' pushes of each (iteration, layer) and hands every site the result, naming both
-    sites (as a round's result names every push it sums, an empty one too)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pending: dict[tuple[int, int], dict[str, SparsePayload]] = {}
-        self.results: dict[tuple[int, int], SparsePayload] = {}
-        self.pushes: dict[tuple[str, int, int], SparsePayload] = {}
-        self.links: dict[str, HubLink] = {}
-
-    def push(self, site: str, iteration: int, layer: int, payload: SparsePayload) -> None:
-        with self.lock:
-            self.pushes[(site, iteration, layer)] = payload
-            got = self.pending.setdefault((iteration, layer), {})
-            got[site] = payload
-            if len(got) < len(SITES):
-                return
-            del self.pending[(iteration, layer)]
-            dense = np.zeros(payload.dense_len, np.float32)
-            for p in got.values():
-                p.add_into(dense)
-            blocks = np.arange(n_blocks(payload.dense_len, payload.block_size), dtype=np.int64)
-            total = SparsePayload.from_dense_blocks(layer, dense, blocks, payload.block_size)
-            self.results[(iteration, layer)] = total
-            for link in self.links.values():
-                link.events.put(UpdateArrived(iteration, layer, total, SITES))
-
-
-class HubLink:
-    def __init__(self, spec: LinkSpec, hub: Hub) -> None:
-        self.spec, self.hub = spec, hub
-        self.events: queue.Queue[LinkEvent] = queue.Queue()
-        hub.links[spec.site] = self
-
-    def push(self, iteration: int, layer: int, payload: SparsePayload) -> None:
-        self.hub.push(self.spec.site, iteration, layer, payload)
-
-    def telemetry(self, iteration: int, metrics: dict[str, float]) -> None:
-        pass
-
-    def get(self, timeout: float) -> LinkEvent | None:
-        try:
-            return self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
-        except queue.Empty:
-            return None
-
-    def close(self, timeout: float) -> None:
-        pass
 
 
 def _site(
@@ -103,7 +51,7 @@ def _loss(site: str, t: int, params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 
 def test_a_pending_site_s_gradients_never_reach_the_other_site(secret_file: Path) -> None:
-    hub = Hub()
+    hub = Hub(SITES)
     ctx_a, params_a, opt_a = _site("a", hub, secret_file)
     ctx_b, params_b, opt_b = _site("b", hub, secret_file)
     after_a: dict[int, list[np.ndarray]] = {}  # a's parameters after each step

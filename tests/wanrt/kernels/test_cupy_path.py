@@ -127,6 +127,85 @@ def test_threshold_stats_and_trim_equal_the_reference(ties: bool) -> None:
     )
 
 
+_STATS_CASES = {  # case -> (aim, cap, buffer) as functions of how many blocks pass
+    "all_fit": (lambda p: p + 10, lambda p: p + 20, lambda p: p + 50),
+    "trim": (lambda p: p // 2, lambda p: 2 * p // 3, lambda p: p + 50),
+    "ties": (lambda p: p // 2, lambda p: 2 * p // 3, lambda p: p + 50),
+    "few": (lambda p: 2 * p, lambda p: 3 * p, lambda p: 4 * p),
+    "overflow": (lambda p: p // 2, lambda p: p // 3, lambda p: p // 2),
+}
+
+
+@pytest.mark.parametrize("bs", [1, 5, 16])
+@pytest.mark.parametrize("with_add", [False, True])
+@pytest.mark.parametrize("case", sorted(_STATS_CASES))
+def test_select_stats_equals_the_reference(bs: int, with_add: bool, case: str) -> None:
+    """The fused pass + order/cut block (no sort, one read) against the reference's select_above,
+    partition, threshold_stats and trim: the count, the controller's numbers, the payload's blocks, the
+    ordered candidates and the residual update, bit for bit; ties at the cut taken in index order."""
+    _check_select_stats(bs, with_add, case, 300_007)
+
+
+@pytest.mark.parametrize("case", ["trim", "ties"])
+def test_select_stats_equals_the_reference_with_many_candidates(case: str) -> None:
+    """Tens of thousands of candidates: every thread of the order/cut block walks several CUDA blocks'
+    ranges and the trim several chunks of 1024."""
+    _check_select_stats(1, True, case, 1_600_003)
+
+
+def _check_select_stats(bs: int, with_add: bool, case: str, n: int) -> None:
+    cp = _cp()
+    ref, dev = kernels_by_name("numpy"), kernels_by_name("cupy")
+    rng = np.random.default_rng(100 * bs + 10 * with_add + len(case))
+    x = rng.standard_normal(n).astype(np.float32)
+    add = rng.standard_normal(n).astype(np.float32) if with_add else None
+    if case == "ties":  # values on a coarse grid: many block sums equal, the cut falls inside a tie
+        x = (np.round(x * 2) / 2).astype(np.float32)
+        add = None if add is None else (np.round(add * 2) / 2).astype(np.float32)
+    sums = ref.block_sums(x + add if add is not None else x, bs)
+    v = float(np.quantile(sums, 0.98))
+    passed = int((sums >= np.float32(v)).sum())
+    aim_f, cap_f, buf_f = _STATS_CASES[case]
+    aim, cap, buffer = max(1, aim_f(passed)), max(1, cap_f(passed)), max(1, buf_f(passed))
+    hx, dx = x.copy(), cp.asarray(x)
+    hi, hs = np.empty(buffer, np.int64), np.empty(buffer, np.float32)
+    di, ds = cp.empty(buffer, cp.int64), cp.empty(buffer, cp.float32)
+    da = None if add is None else cp.asarray(add)
+    a = ref.select_stats(hx, v, bs, hi, hs, add, aim, cap, 1.05)
+    b = dev.select_stats(dx, v, bs, di, ds, da, aim, cap, 1.05)
+    assert (a.passed, a.nonfinite, a.aim_v, a.probe) == (b.passed, b.nonfinite, b.aim_v, b.probe)
+    assert a.passed == passed
+    np.testing.assert_array_equal(hx, cp.asnumpy(dx))  # the residual update, bit for bit
+    if case == "overflow":
+        assert a.ids is None and b.ids is None
+        return
+    np.testing.assert_array_equal(a.ids, cp.asnumpy(b.ids))
+    np.testing.assert_array_equal(hi[:passed], cp.asnumpy(di[:passed]))
+    np.testing.assert_array_equal(hs[:passed], cp.asnumpy(ds[:passed]))
+    if case == "few":
+        assert a.aim_v is None
+    elif case in ("trim", "ties"):
+        assert len(a.ids) == cap
+
+
+@pytest.mark.parametrize("case", ["trim", "few"])
+def test_select_stats_by_sorting_equals_the_reference(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``fused_max_aim`` (element-wise threshold-v on a large layer) the sort path runs: the same
+    results."""
+    monkeypatch.setattr(type(kernels_by_name("cupy")), "fused_max_aim", 0)
+    _check_select_stats(1, True, case, 300_007)
+
+
+def test_select_stats_flags_a_non_finite_sum() -> None:
+    cp = _cp()
+    dev = kernels_by_name("cupy")
+    x = cp.ones(16 * 1000, dtype=cp.float32)
+    x[16 * 500 + 3] = cp.inf
+    di, ds = cp.empty(2000, cp.int64), cp.empty(2000, cp.float32)
+    r = dev.select_stats(x, 1.0, 16, di, ds, None, 500, 600, 1.05)
+    assert r.passed == 1000 and r.nonfinite and r.ids is None
+
+
 @pytest.mark.parametrize("kind", COMPRESSOR_KINDS)
 def test_compressors_match_the_reference(kind: str) -> None:
     cp = _cp()

@@ -161,11 +161,13 @@ def write_run_files(
     secret_file: Path,
     trace_file: Path | None,
     scheduler_url: str | None = None,
+    rounds: Mapping[str, Any] | None = None,
 ) -> list[SiteFiles]:
     """Write ``gw-<site>.toml`` for every site into ``run_dir``; sockets go into ``sock_dir``.
 
     ``trace_file`` (if given) drives both directions of every link of the last site. With
     ``scheduler_url`` every gateway dials that scheduler and reports every ``cfg.telemetry_interval_s``.
+    ``rounds``: more ``[gateway.rounds]`` keys (an outer-loop arm's, :meth:`DemoConfig.outer_rounds`).
     """
     # every path a TOML names is written absolute: the daemons read a relative one relative to the file
     # (issue 21: `wanrt demo --out demo-out` looked for demo-out/dense/demo-out/dense/fluctuating-site.csv)
@@ -207,6 +209,7 @@ def write_run_files(
             "gateway.rounds": {
                 "topology": cfg.topology,
                 "round_deadline_s": float(cfg.round_deadline_s),
+                **(rounds or {}),
             },
         }
         for peer in peers if cfg.shaping else []:

@@ -35,6 +35,7 @@ import torch.distributed as dist
 import wanrt
 from wanrt.client import SparseOptimizer
 from wanrt.demo.trainers.entry import TrainerSpec
+from wanrt.demo.trainers.iteration_profile import IterationProfile
 from wanrt.demo.trainers.messages import Booted, Evaluated, Finished, Go, Progress, Ready, RunOrder
 from wanrt.demo.trainers.stop_control import StopControl
 from wanrt.demo.workload import data as demo_data
@@ -169,6 +170,8 @@ class Trainer:
         samples = 0
         drawn = sampler.batch
         t_last = t_go = time.monotonic()
+        first = spec.site_index == 0 and spec.rank == 0
+        profile = IterationProfile(f"{order.run}-{spec.site}", enabled=first)  # WANRT_DEMO_PROFILE only
         if initial is not None:
             _, test_acc = evaluate(model, self.x_test, self.y_test)
             self.conn.send(Evaluated(order.run, 0, initial[0], test_acc, t_last))
@@ -191,6 +194,7 @@ class Trainer:
                 continue  # a held micro-step: its WAN iteration is not over (docs/local_steps.md)
             iteration = done
             t_last = time.monotonic()
+            profile.at(iteration)
             if spec.rank == 0:
                 self.conn.send(Progress(order.run, spec.site_index, 0, iteration, loss.item(), t_last, drawn))
             if evaluating and iteration % order.eval_every == 0:
