@@ -101,13 +101,18 @@ class AdaptivePolicy:
         # the trainer's time after backward that is not waiting: the compression tail and the sparse
         # update's application, the payload's CPU cost (scheduler/control/byte_cost.py)
         fwd, bwd = metrics.get("trainer.forward_s"), metrics.get("trainer.backward_s")
+        # an outer loop's round (DiLoCo: H inner optimizer steps per WAN iteration, step_timing.py) covers
+        # H batches, and its forward/backward marks span the round, not one step
+        h = metrics.get("trainer.inner_steps", 1.0)
+        inner = int(h) if math.isfinite(h) and h >= 1 else 1
         byte_s = None
-        if fwd is not None and bwd is not None and math.isfinite(fwd) and math.isfinite(bwd):
+        if inner == 1 and fwd is not None and bwd is not None and math.isfinite(fwd) and math.isfinite(bwd):
             byte_s = max(0.0, float(compute) - max(0.0, fwd) - max(0.0, bwd))
         # local micro-steps (ElasticBSP §4): the WAN iteration's compute covers k batches, so its samples
-        # are k × batch (the throughput stays right; this policy's batch plan assumes k = 1 everywhere)
+        # are k × batch (the throughput stays right; this policy's batch plan assumes k = 1 everywhere);
+        # likewise the H inner steps of an outer round
         k = metrics.get("trainer.local_steps", 1.0)
-        steps = int(k) if math.isfinite(k) and k >= 1 else 1
+        steps = (int(k) if math.isfinite(k) and k >= 1 else 1) * inner
         self.policy.observe_rank(
             self._rank(site),
             iteration=int(it),

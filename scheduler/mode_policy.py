@@ -20,6 +20,7 @@ staleness in force. ``[scheduler.mode] enabled = true`` with ``policy = "adaptiv
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,25 @@ def mode_settings(plan: ModePlan) -> JobSettings:
 def _finite(metrics: Mapping[str, float], key: str) -> float | None:
     v = metrics.get(key)
     return float(v) if v is not None and math.isfinite(v) else None
+
+
+def _batches_held(values: JobSettings) -> JobSettings:
+    """``values`` without the adaptive policy's batch decisions (batch sizes, their weights, the learning
+    rate scale that follows them).
+
+    Why: the StellaTrain search (Eq. 1) models per-step exchange, where a site's batch only sets its pace.
+    Under an outer loop a site's batch is its inner optimizer's own hyperparameter for H local steps:
+    moving it changes the optimisation, not just the pace. Measured (tools/bench_outer.py, session 12):
+    the auto arm, staying at the fixed arm's H 16, took 21 outer steps to the target against the fixed
+    arm's 15 at 100 Mbit/s in three runs, its batches moved as far as a 2 / b 48 / c 46 for a round."""
+    return dataclasses.replace(
+        values,
+        batch_size=None,
+        batch_weight=None,
+        lr_scale=None,
+        site_batch_size={},
+        site_batch_weight={},
+    )
 
 
 class ModePolicy:
@@ -121,6 +141,9 @@ class ModePolicy:
         values = self.inner.decide(now)
         state = self._state()
         plan = None if state is None else self.chooser.plan(state, now)
+        outer = plan or self.last_mode_plan
+        if values is not None and outer is not None and outer.mode != "per_step":
+            values = _batches_held(values)
         if plan is not None:
             self._announced = plan
             log.info("mode %s", plan.why)

@@ -168,3 +168,63 @@ def test_with_the_real_adaptive_policy_the_first_plan_rides_its_decision() -> No
     assert values is not None and values.outer_steps is not None and values.fragments is not None
     plan = policy.last_mode_plan
     assert plan is not None and plan.bandwidth_bps == adaptive.policy.bandwidth_estimate_bps  # type: ignore[union-attr]
+
+
+def test_under_an_outer_loop_the_adaptive_batches_are_not_announced() -> None:
+    """A site's batch is its inner optimizer's own under an outer loop: the adaptive policy's batch sizes,
+    their weights and the lr scale that follows them are held back while an outer plan is in force or
+    announced; its other values pass (density pinned by the plan), and under per-step exchange all pass."""
+    inner = _Adaptive(1e6)  # slow link: the outer loop
+    policy = ModePolicy(SITES, inner, MODE)  # type: ignore[arg-type]
+    moved = JobSettings(
+        staleness=0,
+        lr_scale=2.0,
+        site_batch_size={"a": 2, "b": 48, "c": 46},
+        site_batch_weight={"a": 0.02, "b": 0.5, "c": 0.48},
+    )
+    inner.next = moved
+    for s in SITES:
+        policy.observe(s, _metrics(3), 0.1)
+    first = policy.decide(1.0)
+    plan = policy.last_mode_plan
+    assert first is not None and plan is not None and plan.mode != "per_step"
+    assert not first.site_batch_size and not first.site_batch_weight and first.lr_scale is None
+    assert first.staleness == 0 and first.outer_steps == plan.outer_steps
+    policy.committed(first, 20)
+    again = policy.decide(2.0)  # the plan in force: still held
+    assert again is not None and not again.site_batch_size and again.lr_scale is None
+    # a fast link: per-step exchange again, whose batches the adaptive policy owns
+    inner.policy.bandwidth_estimate_bps = 100e9
+    back = policy.decide(10.0)
+    assert back is not None and back.outer_steps == 1
+    assert dict(back.site_batch_size) == {"a": 2, "b": 48, "c": 46} and back.lr_scale == 2.0
+
+
+def test_an_outer_round_counts_its_inner_steps_samples() -> None:
+    """A DiLoCo round of H inner steps covers H batches: the throughput model must see H × batch samples
+    in the round's compute, or every site looks H times slower per sample (and the payload-time split,
+    measured for one step, is not taken from a round)."""
+    adaptive = AdaptivePolicy(SITES, SchedulerConfig(), PowerLawConvergence())
+    seen: list[tuple[int, float, float | None]] = []
+
+    class _Spy:
+        def observe_rank(self, rank: int, **kw: Any) -> None:
+            seen.append((kw["batch_size"], kw["compute_s"], kw["byte_s"]))
+
+    m = _metrics(3)
+    m.update(
+        {
+            "trainer.iteration": 3.0,
+            "trainer.world_size": 2.0,
+            "trainer.batch_size": 32.0,
+            "trainer.compute_s": 16 * 0.06,
+            "trainer.iteration_s": 1.2,
+            "trainer.inner_steps": 16.0,
+            "trainer.forward_s": 0.02,
+            "trainer.backward_s": 0.9,
+        }
+    )
+    adaptive.observe("a", m, 0.1)  # builds the controller
+    adaptive.policy = _Spy()  # type: ignore[assignment]
+    adaptive.observe("a", m, 0.2)
+    assert seen == [(32 * 2 * 16, 16 * 0.06, None)]
