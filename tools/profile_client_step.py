@@ -9,6 +9,13 @@ the thread that ran it) by wrapping the client's own methods; the compute-only r
 no wanrt) is timed in the same process, before and after, to bracket load drift.
 
     python tools/profile_client_step.py [--quick] [--hidden 3200] [--json PATH] [--cprofile]
+    python tools/profile_client_step.py --flat 5000000 --density 0.01 --staleness 0
+
+``--flat N``: instead of the MLP, ``tools/bench_round.py --client``'s model (one fp32 parameter of N
+elements, ``loss = <w, g>`` with a fixed standard-normal ``g``: backward is autograd's minimal work), so the
+trainer's share of that bench's client rows is measured alone, without the other sites' processes on the
+same cores. The rows then also give each thread's CPU per iteration (``/proc`` schedstat: the training
+thread, the leader's worker, the link's event loop), the split that says what a round costs the cores.
 
 ``--quick`` (< 60 s): fewer iterations. ``--cprofile``: also a cProfile of the training thread and of the
 leader's worker thread (top functions by cumulative time).
@@ -23,6 +30,7 @@ import io
 import json
 import os
 import pstats
+import resource
 import subprocess
 import sys
 import tempfile
@@ -81,10 +89,30 @@ def fake_gateway(tmp: Path, secret_file: Path) -> Iterator[str]:
         proc.wait(10)
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each of this process's threads (``/proc/self/task/*/schedstat``, ns resolution),
+    by Python thread name where Python knows it, else the OS's (torch's and gloo's own threads); threads of
+    one name are summed."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = defaultdict(float)
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            ns = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            continue
+        py = names.get(int(tid))
+        out["training thread" if int(tid) == os.getpid() else (py or name).rstrip("_0123456789")] += ns / 1e9
+    return dict(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--hidden", type=int, default=3200)
+    ap.add_argument("--flat", type=int, help="one fp32 parameter of this many elements (bench_round's model)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--density", type=float, default=0.02)
     ap.add_argument("--staleness", type=int, default=1)
@@ -131,14 +159,28 @@ def main() -> int:
             step()
         return (time.perf_counter() - w0) / steps, (time.process_time() - c0) / steps
 
+    flat_g = torch.randn(args.flat or 1, generator=torch.Generator().manual_seed(7))
+
+    def build() -> torch.nn.Module:
+        if args.flat is None:
+            return build_mlp(args.hidden, 0)
+        m = torch.nn.Module()
+        m.w = torch.nn.Parameter(torch.zeros(args.flat))
+        return m
+
+    def loss_of(m: torch.nn.Module, draw: Any) -> torch.Tensor:
+        if args.flat is not None:
+            return torch.dot(m.get_parameter("w"), flat_g)
+        x, y = draw.next()
+        return torch.nn.functional.cross_entropy(m(x), y)
+
     def local_run() -> tuple[float, float]:
-        m = build_mlp(args.hidden, 0)
+        m = build()
         sgd = torch.optim.SGD(m.parameters(), lr=0.3)
         draw = sampler()
 
         def step() -> None:
-            x, y = draw.next()
-            torch.nn.functional.cross_entropy(m(x), y).backward()
+            loss_of(m, draw).backward()
             sgd.step()
             sgd.zero_grad()
 
@@ -175,15 +217,14 @@ def main() -> int:
     cfg = ClientConfig(density=args.density, staleness=args.staleness)
     with fake_gateway(tmp, secret_file) as url:
         ctx = wanrt.init(url, site="a", job="prof", secret_file=str(secret_file), config=cfg)
-        m = build_mlp(args.hidden, 0)
+        m = build()
         opt = SparseOptimizer(m.named_parameters(), "sgd", lr=0.3, ctx=ctx)
         fwd = {"t": 0.0}
         draw = sampler()
 
         def step() -> None:
-            x, y = draw.next()
             t0 = time.perf_counter()
-            loss = torch.nn.functional.cross_entropy(m(x), y)
+            loss = loss_of(m, draw)
             loss.backward()
             fwd["t"] += time.perf_counter() - t0
             t1 = time.perf_counter()
@@ -199,10 +240,13 @@ def main() -> int:
         if args.cprofile:
             prof = profs["training thread"] = cProfile.Profile()
             prof.enable()
-        w0, c0 = time.perf_counter(), time.process_time()
+        w0, c0, t0 = time.perf_counter(), time.process_time(), thread_cpu()
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for _ in range(steps):
             step()
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / steps
         wanrt_wall, wanrt_cpu = (time.perf_counter() - w0) / steps, (time.process_time() - c0) / steps
+        per_thread = {k: (v - t0.get(k, 0.0)) / steps for k, v in thread_cpu().items()}
         if args.cprofile:
             profs["training thread"].disable()
         spans.on = False
@@ -220,8 +264,10 @@ def main() -> int:
         ("  opt.step()", fwd.get("step", 0.0) / steps, float("nan")),
     ]
     rows += [(f"  {k}", spans.wall[k] / steps, spans.cpu[k] / steps) for k in spans.wall]
+    rows += [(f"  thread {k}", float("nan"), v) for k, v in sorted(per_thread.items(), key=lambda kv: -kv[1])]
+    model = "flat" if args.flat is not None else f"MLP hidden {args.hidden}"
     print(
-        f"MLP hidden {args.hidden} ({sum(p.numel() for p in m.parameters()) / 1e6:.2f} M parameters), batch "
+        f"{model} ({sum(p.numel() for p in m.parameters()) / 1e6:.2f} M parameters), batch "
         f"{args.batch}, density {args.density}, staleness {args.staleness}, {steps} timed iterations, "
         f"load {os.getloadavg()[0]:.1f}, WANRT_KERNELS={os.environ.get('WANRT_KERNELS', 'auto')}"
     )
@@ -229,6 +275,7 @@ def main() -> int:
     for name, w, c in rows:
         print(f"{name:<58} {1e3 * w:10.2f} {1e3 * c:10.2f}")
     print(f"overhead ratio wanrt / compute only: {wanrt_wall / local_wall:.2f}")
+    print(f"minor page faults per wanrt iteration (fresh memory touched): {faults:.0f}")
     print(f"exact (second-pass) selections over all layers and {warmup + steps} iterations: {exact}")
     for name, prof in profs.items():
         s = io.StringIO()
@@ -240,6 +287,7 @@ def main() -> int:
                 {
                     "rows": [{"stage": n, "wall_ms": 1e3 * w, "cpu_ms": 1e3 * c} for n, w, c in rows],
                     "overhead_ratio": wanrt_wall / local_wall,
+                    "page_faults_per_iteration": faults,
                     "load": os.getloadavg()[0],
                 },
                 indent=2,

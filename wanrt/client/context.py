@@ -360,13 +360,16 @@ class Context(OuterModeView):
 
     # -- gradient path -----------------------------------------------------------------------------------
 
-    def _on_issued(self, layer: int, work: Any, grad: torch.Tensor) -> None:
+    def _on_issued(self, layer: int, work: Any, grad: torch.Tensor, last: bool) -> None:
         self._timer.grad_ready(time.monotonic())
         if self._pipeline is not None:
             assert self._tracker is not None and self._compressor is not None
             self._tracker.pushed(self._iteration, layer)
             self._compressor.mark_ready(layer, grad)  # CUDA: the side stream waits for this point only
-            self._pipeline.submit(self._iteration, layer, work, grad)
+            # the step's last host layer of a one-rank site runs right here when the worker has nothing
+            # left (worker.py); with an in-site reduce to wait for (work), the worker keeps it
+            here = last and work is None and not grad.is_cuda
+            self._pipeline.submit(self._iteration, layer, work, grad, here=here)
         elif work is not None:
             self._works.append(work)
 

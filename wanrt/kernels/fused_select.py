@@ -3,7 +3,10 @@
 The select kernels read every element exactly once: a block's sum is computed by one vector intrinsic
 (:func:`~wanrt.kernels.fused_intrinsics.block_sum16`) while its cache line is in L1, compared with ``v``
 and, when it passes, appended to the caller's candidate buffers. With error feedback the residual absorbs
-the new gradient in the same pass, a chunk of 256 blocks at a time (the add loop vectorises on its own).
+the new gradient in the same pass: block by block with one vector add (:func:`add16`) right before the
+block's sum, in the block-16 and element-wise kernels; a chunk of 256 blocks at a time in the generic one.
+(A plain ``for i in range(lo, hi)`` add loop stayed scalar under numba: the 256-block chunks of it made the
+error-feedback select 2.5 ms for 5 M floats against 1.0 ms block by block; docs/round_bench.md "Session 12".)
 The element-wise (vanilla) kernel tests 16 elements per vector compare and only walks the lanes of a
 16-group that holds a hit. Sums of other block sizes go through a generic, slower halving tree.
 """
@@ -15,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from wanrt.kernels.arrays import Array
-from wanrt.kernels.fused_intrinsics import block_sum16, hits16, jit, lowest_bit, prefetch
+from wanrt.kernels.fused_intrinsics import add16, block_sum16, hits16, jit, lowest_bit, prefetch
 
 __all__ = [
     "PREFETCH",
@@ -38,8 +41,12 @@ PREFETCH = 12
 
 @jit
 def _add_range(x: Array, add: Array, lo: int, hi: int) -> Any:
-    for i in range(lo, hi):
-        x[i] = x[i] + add[i]
+    i = lo
+    while i + 16 <= hi:
+        add16(x, add, i)
+        i += 16
+    for j in range(i, hi):
+        x[j] = x[j] + add[j]
 
 
 @jit
@@ -82,19 +89,17 @@ def select16(x: Array, add: Array, use_add: bool, v: np.float32, idx_buf: Array,
     cap = idx_buf.shape[0]
     c = 0
     bad = False
-    for b0 in range(0, full, _CHUNK):
-        m = min(_CHUNK, full - b0)
+    for b in range(full):
         if use_add:
-            _add_range(x, add, b0 * 16, (b0 + m) * 16)
-        for b in range(b0, b0 + m):
-            s = block_sum16(x, b * 16)
-            if not (s < v):
-                if s != s or s > _FLT_MAX:
-                    bad = True
-                if c < cap:
-                    idx_buf[c] = b
-                    sum_buf[c] = s
-                c += 1
+            add16(x, add, b * 16)
+        s = block_sum16(x, b * 16)
+        if not (s < v):
+            if s != s or s > _FLT_MAX:
+                bad = True
+            if c < cap:
+                idx_buf[c] = b
+                sum_buf[c] = s
+            c += 1
     if full * 16 < n:
         if use_add:
             _add_range(x, add, full * 16, n)
@@ -133,22 +138,20 @@ def select1(x: Array, add: Array, use_add: bool, v: np.float32, idx_buf: Array, 
     cap = idx_buf.shape[0]
     c = 0
     bad = False
-    for o0 in range(0, full, _CHUNK * 16):
-        hi = min(full, o0 + _CHUNK * 16)
+    for o in range(0, full, 16):
         if use_add:
-            _add_range(x, add, o0, hi)
-        for o in range(o0, hi, 16):
-            mask = hits16(x, o, v)
-            while mask != 0:
-                j = lowest_bit(mask)
-                mask &= mask - 1
-                s = abs(x[o + j])
-                if s != s or s > _FLT_MAX:
-                    bad = True
-                if c < cap:
-                    idx_buf[c] = o + j
-                    sum_buf[c] = s
-                c += 1
+            add16(x, add, o)
+        mask = hits16(x, o, v)
+        while mask != 0:
+            j = lowest_bit(mask)
+            mask &= mask - 1
+            s = abs(x[o + j])
+            if s != s or s > _FLT_MAX:
+                bad = True
+            if c < cap:
+                idx_buf[c] = o + j
+                sum_buf[c] = s
+            c += 1
     for i in range(full, n):
         if use_add:
             x[i] = x[i] + add[i]
