@@ -366,10 +366,8 @@ class Context(OuterModeView):
             assert self._tracker is not None and self._compressor is not None
             self._tracker.pushed(self._iteration, layer)
             self._compressor.mark_ready(layer, grad)  # CUDA: the side stream waits for this point only
-            # the step's last host layer of a one-rank site runs right here when the worker has nothing
-            # left (worker.py); with an in-site reduce to wait for (work), the worker keeps it
-            here = last and work is None and not grad.is_cuda
-            self._pipeline.submit(self._iteration, layer, work, grad, here=here)
+            # the step's last host layer runs right here when the worker has nothing left (worker.py)
+            self._pipeline.submit(self._iteration, layer, work, grad, here=last and not grad.is_cuda)
         elif work is not None:
             self._works.append(work)
 

@@ -12,9 +12,7 @@ busy machine each can wait for a scheduler slice: a woken worker first preempts 
 needs the GIL that thread still holds (docs/round_bench.md "Session 12": 0.1–3.7 ms of the 1 % sparse
 round's "hooks" stage, on the critical path). With the worker idle, running the job here pushes in the
 same order, and only one thread ever pushes at a time. A failure is kept for :meth:`drain` like the
-worker's, so it still surfaces at ``step()``, not inside ``backward()``. The context asks for it only at a
-one-rank site on the host: a leader with an in-site reduce would wait for that reduce inside its backward
-hook, which no test has shown safe yet (a two-site, multi-rank test timed out once under load with it).
+worker's, so it still surfaces at ``step()``, not inside ``backward()``.
 """
 
 from __future__ import annotations
