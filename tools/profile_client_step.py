@@ -30,7 +30,6 @@ import io
 import json
 import os
 import pstats
-import resource
 import subprocess
 import sys
 import tempfile
@@ -241,10 +240,8 @@ def main() -> int:
             prof = profs["training thread"] = cProfile.Profile()
             prof.enable()
         w0, c0, t0 = time.perf_counter(), time.process_time(), thread_cpu()
-        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for _ in range(steps):
             step()
-        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / steps
         wanrt_wall, wanrt_cpu = (time.perf_counter() - w0) / steps, (time.process_time() - c0) / steps
         per_thread = {k: (v - t0.get(k, 0.0)) / steps for k, v in thread_cpu().items()}
         if args.cprofile:
@@ -275,7 +272,6 @@ def main() -> int:
     for name, w, c in rows:
         print(f"{name:<58} {1e3 * w:10.2f} {1e3 * c:10.2f}")
     print(f"overhead ratio wanrt / compute only: {wanrt_wall / local_wall:.2f}")
-    print(f"minor page faults per wanrt iteration (fresh memory touched): {faults:.0f}")
     print(f"exact (second-pass) selections over all layers and {warmup + steps} iterations: {exact}")
     for name, prof in profs.items():
         s = io.StringIO()
@@ -287,7 +283,6 @@ def main() -> int:
                 {
                     "rows": [{"stage": n, "wall_ms": 1e3 * w, "cpu_ms": 1e3 * c} for n, w, c in rows],
                     "overhead_ratio": wanrt_wall / local_wall,
-                    "page_faults_per_iteration": faults,
                     "load": os.getloadavg()[0],
                 },
                 indent=2,

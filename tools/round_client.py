@@ -12,9 +12,7 @@ thread that runs them), one stage per part of the data path:
 
 ========  ======================================================================================
 hooks     the gradient hook's work on the training thread (``LayerReducer._issue``: issue the
-          in-site reduce, hand the layer to the leader's worker; the step's last layer, when the
-          worker has nothing left, is compressed and pushed right there: hooks then holds compress
-          and encode, which are also shown on their own)
+          in-site reduce, hand the layer to the leader's worker)
 reduce    the leader's wait for the in-site reduce (``work.wait()``; nothing at one rank per site)
 site mean scaling the site's sum to its weighted mean (``LeaderPush.site_mean``)
 compress  error feedback + selection (``LayerCompressor.compress``; dense: building the payload)

@@ -360,14 +360,13 @@ class Context(OuterModeView):
 
     # -- gradient path -----------------------------------------------------------------------------------
 
-    def _on_issued(self, layer: int, work: Any, grad: torch.Tensor, last: bool) -> None:
+    def _on_issued(self, layer: int, work: Any, grad: torch.Tensor) -> None:
         self._timer.grad_ready(time.monotonic())
         if self._pipeline is not None:
             assert self._tracker is not None and self._compressor is not None
             self._tracker.pushed(self._iteration, layer)
             self._compressor.mark_ready(layer, grad)  # CUDA: the side stream waits for this point only
-            # the step's last host layer runs right here when the worker has nothing left (worker.py)
-            self._pipeline.submit(self._iteration, layer, work, grad, here=last and not grad.is_cuda)
+            self._pipeline.submit(self._iteration, layer, work, grad)
         elif work is not None:
             self._works.append(work)
 

@@ -4,15 +4,6 @@ Running this off the training thread lets the leader compress layer ``l`` and ha
 autograd is still computing the layers below (StellaTrain §3.3, Fig. 4(b): compression and communication
 overlap the backward pass). One worker keeps layers in issue order, which is also the order the gateway's
 EDF queue wants them. Errors are kept and re-raised in the training thread by :meth:`drain`.
-
-Why the step's last layer may run on the calling thread (``submit(..., here=True)``): once every other
-layer is done there is nothing left for it to overlap — the training thread would only hand it over and
-then wait for it in :meth:`drain`. The hand-over costs two thread wake-ups and a GIL hand-off, and on a
-busy machine each can wait for a scheduler slice: a woken worker first preempts the training thread, then
-needs the GIL that thread still holds (docs/round_bench.md "Session 12": 0.1–3.7 ms of the 1 % sparse
-round's "hooks" stage, on the critical path). With the worker idle, running the job here pushes in the
-same order, and only one thread ever pushes at a time. A failure is kept for :meth:`drain` like the
-worker's, so it still surfaces at ``step()``, not inside ``backward()``.
 """
 
 from __future__ import annotations
@@ -37,21 +28,7 @@ class LeaderPipeline:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wanrt-leader")
         self._pending: list[Future[None]] = []
 
-    def submit(
-        self, iteration: int, layer: int, work: Any, grad: torch.Tensor, *, here: bool = False
-    ) -> None:
-        """Queue one layer's job; ``here``: run it now on this thread if the worker has nothing left (see
-        the module docstring), else queue it as usual."""
-        if here and all(f.done() for f in self._pending):
-            fut: Future[None] = Future()
-            try:
-                self._job(iteration, layer, work, grad)
-            except Exception as exc:  # re-raised by drain(), as a worker's failure is
-                fut.set_exception(exc)
-            else:
-                fut.set_result(None)
-            self._pending.append(fut)
-            return
+    def submit(self, iteration: int, layer: int, work: Any, grad: torch.Tensor) -> None:
         self._pending.append(self._pool.submit(self._job, iteration, layer, work, grad))
 
     def drain(self) -> None:

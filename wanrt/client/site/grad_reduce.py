@@ -35,9 +35,8 @@ from wanrt.errors import LocalProtocolError
 
 __all__ = ["LayerReducer"]
 
-#: called with (layer, pending work or None when there is nothing to wait for, gradient tensor, whether it
-#: is the step's last layer: every layer of this step is issued once it returns)
-OnIssued = Callable[[int, Any, torch.Tensor, bool], None]
+#: called with (layer, pending work or None when there is nothing to wait for, gradient tensor)
+OnIssued = Callable[[int, Any, torch.Tensor], None]
 
 
 class LayerReducer:
@@ -90,10 +89,10 @@ class LayerReducer:
 
     def _issue_ready(self) -> None:
         while self._next < len(self._order) and self._ready[self._order[self._next]]:
+            self._issue(self._order[self._next])
             self._next += 1
-            self._issue(self._order[self._next - 1], last=self._next == len(self._order))
 
-    def _issue(self, layer: int, *, last: bool = False) -> None:
+    def _issue(self, layer: int) -> None:
         p = self._params[layer]
         grad = p.grad
         if grad is None:  # no gradient this step: contribute zeros so the collective sequence matches
@@ -101,7 +100,7 @@ class LayerReducer:
         work = None
         if self._world > 1:
             work = dist.reduce(grad, dst=self._dst, op=dist.ReduceOp.SUM, group=self._group, async_op=True)
-        self._on_issued(layer, work, grad, last)
+        self._on_issued(layer, work, grad)
 
     def issue_all(self) -> None:
         """Issue every layer's current ``.grad`` now, in the fixed order, whether or not a backward ran:
