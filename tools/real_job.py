@@ -28,11 +28,16 @@ __all__ = ["RealJob", "free_base_port"]
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: where :func:`free_base_port` looks: below Linux's default ephemeral range (32768-60999), so an outgoing
+#: connection elsewhere on the host cannot take a port between the check here and the daemon's bind
+PORT_RANGE = (20000, 32000)
+
+
 def free_base_port(n: int) -> int:
     """A port p such that p .. p+n-1 are free now (the job's gateways and scheduler listen there)."""
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
     for _ in range(200):
-        base = rng.randrange(20000, 60000 - n)
+        base = rng.randrange(PORT_RANGE[0], PORT_RANGE[1] - n)
         socks = []
         try:
             for i in range(n):
@@ -70,7 +75,8 @@ class RealJob:
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.base_port = free_base_port(len(self.sites) + 1)
+        # write_job's ports: the gateways' links, the scheduler, its metrics and each site's metrics
+        self.base_port = free_base_port(2 * len(self.sites) + 2)
         self.files = write_job(
             self.root / "job",
             job=self.job,
