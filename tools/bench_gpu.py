@@ -11,7 +11,9 @@ warm-up, the device synchronised before and after the timed loop):
   memory floor of one read and one write pass);
 * ``gpu_sparse_{sgd,momentum,adam,adamw}_vs_torch_fused`` (adam ≥ 3, sgd and momentum ≥ 1): torch's dense
   ``fused=True`` step on the same parameter over wanrt's sparse step of a density-0.01 update as the client
-  applies it (a host payload: validated, staged through pinned memory, one launch);
+  applies it: a host payload in the pinned buffer the client's ``UpdateApplier`` averages each layer's
+  update into on a GPU (``CupyKernels.pinned_update``), validated on the host, one DMA on the copy stream,
+  one launch; back-to-back steps, as a model's layers are applied (four updates in turn);
 * ``gpu_d2h_bytes_ratio`` (≤ 0.05): device-to-host bytes per iteration of the leader's GPU path
   (``DeviceLayerCompressor``: error feedback + threshold-v + staging) over the dense gradient's bytes, read
   from the CUDA profiler's memcpy records (every copy, CuPy's small reads included); the leader's own
@@ -22,10 +24,12 @@ warm-up, the device synchronised before and after the timed loop):
   both measured the same way with both sites' trainers running. ``gpu_e2e_compute_iter_s`` says whether the
   compute per iteration reached the issue's 50 ms.
 
-Beside them, for diagnosis: ``gpu_sparse_<kind>_kernel_vs_torch_fused`` (the kernel alone, its update
-already on the device: what the host staging costs), ``gpu_topk_vs_torch_topk`` and
-``gpu_randomk_vs_torch_topk`` (the other compressors), ``gpu_leader_vs_host_path`` (the leader's device path
-against the old one: the whole gradient to the host, compressed there).
+Beside them, for diagnosis: ``gpu_sparse_<kind>_pageable_vs_torch_fused`` (the same step from an ordinary
+NumPy update: the copy into the staging's pinned memory on top), ``gpu_sparse_<kind>_kernel_vs_torch_fused``
+(the kernel alone, its update already on the device: what the host staging costs),
+``gpu_topk_vs_torch_topk`` and ``gpu_randomk_vs_torch_topk`` (the other compressors),
+``gpu_leader_vs_host_path`` (the leader's device path against the old one: the whole gradient to the host,
+compressed there).
 
 ``--quick``: the same sizes and keys, fewer repetitions and e2e iterations (aimed at a minute; its
 time on a GPU has not been measured yet: the two-site run's start-up, trainers importing torch and
@@ -200,6 +204,23 @@ def _torch_optimizer(kind: str, param: torch.Tensor) -> tuple[torch.optim.Optimi
         return ctor[kind](foreach=True), "foreach"
 
 
+def _pinned_updates(k: Any, updates: list[SparsePayload]) -> tuple[list[SparsePayload], list[Any]] | None:
+    """The updates as the client's UpdateApplier hands them to the optimizer on a GPU: averaged into a
+    pinned host buffer of its own per layer (``CupyKernels.pinned_update``); None without that path."""
+    make = getattr(k, "pinned_update", None)
+    if make is None:
+        return None
+    out, bufs = [], []
+    for u in updates:
+        buf = make()
+        idx, vals = buf.arrays(u.nnz_blocks, u.nnz)
+        np.copyto(idx, u.indices)
+        np.copyto(vals, u.values)
+        out.append(SparsePayload(u.layer, u.dense_len, u.block_size, idx, vals, "fp32"))
+        bufs.append(buf)  # (held while the payloads are in use)
+    return out, bufs
+
+
 def bench_optimizers(plan: Plan, dev: torch.device, clock: Clock) -> tuple[dict[str, float], dict[str, str]]:
     from wanrt.kernels import get_kernels, make_sparse_optimizer
     from wanrt.kernels.arrays import as_vector
@@ -215,16 +236,19 @@ def bench_optimizers(plan: Plan, dev: torch.device, clock: Clock) -> tuple[dict[
         out[f"torch_{kind}_ms"] = 1e3 * clock.mean_s(topt.step, plan.reps, plan.warmup)
         del topt
         p = torch.randn(n, device=dev)
-        ours = make_sparse_optimizer(kind, lr=1e-3)
-        it = iter(range(1 << 30))
-        out[f"sparse_{kind}_ms"] = 1e3 * clock.mean_s(
-            lambda ours=ours, p=p, it=it: ours.step(0, p, updates[next(it) % len(updates)]),
-            plan.reps,
-            plan.warmup,
-        )
-        # the kernel alone, its update already on the device: what the host staging costs on top
         pvec = as_vector(p, writable=True)
         k = get_kernels(pvec)
+        pinned = _pinned_updates(k, updates)
+        ours = make_sparse_optimizer(kind, lr=1e-3)
+        # the key: the update where the client leaves it (pinned on a GPU), then what a pageable one costs
+        for name, ups in (("sparse", pinned[0] if pinned else updates), ("sparse_pageable", updates)):
+            it = iter(range(1 << 30))
+            out[f"{name}_{kind}_ms"] = 1e3 * clock.mean_s(
+                lambda ours=ours, p=p, it=it, ups=ups: ours.step(0, p, ups[next(it) % len(ups)]),
+                plan.reps,
+                plan.warmup,
+            )
+        # the kernel alone, its update already on the device: what the host staging costs on top
         upd, nb = updates[0], n_blocks(n, BLOCK)
         upload = getattr(k, "upload_update", None)
         i_d, v_d = upload(upd.indices, upd.values, nb) if upload else (upd.indices, upd.values)
@@ -387,6 +411,10 @@ def derive(sel: dict[str, float], opt: dict[str, float], leader: dict[str, float
     for kind in ("sgd", "momentum", "adam", "adamw"):
         if f"sparse_{kind}_ms" in opt:
             keys[f"gpu_sparse_{kind}_vs_torch_fused"] = opt[f"torch_{kind}_ms"] / opt[f"sparse_{kind}_ms"]
+        if f"sparse_pageable_{kind}_ms" in opt:  # from a pageable NumPy update
+            keys[f"gpu_sparse_{kind}_pageable_vs_torch_fused"] = (
+                opt[f"torch_{kind}_ms"] / opt[f"sparse_pageable_{kind}_ms"]
+            )
         if f"sparse_{kind}_kernel_ms" in opt:  # the update already on the device (no host staging)
             keys[f"gpu_sparse_{kind}_kernel_vs_torch_fused"] = (
                 opt[f"torch_{kind}_ms"] / opt[f"sparse_{kind}_kernel_ms"]

@@ -11,8 +11,8 @@
 # a cupy for another CUDA) are installed into /tmp/wanrt-site first (docs/kernels.md, "On a GPU").
 #
 # Output (8 files at most, so all of them come back from a device run): env.txt, cuda-tests.log,
-# cuda-tests.xml, bench_gpu.log, bench_gpu.json, e2e-logs.tgz, summary.txt. Exit status: that of
-# tools/gpu_summary.py (0 when every collected test passed or was skipped and the benchmark wrote its JSON).
+# cuda-tests.xml, bench_gpu.log, bench_gpu.json, e2e-logs.tgz, gpu_profile.txt, summary.txt. Exit status:
+# that of tools/gpu_summary.py (0 when every collected test passed or was skipped and the benchmark wrote its JSON).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-/tmp/wanrt-gpu-check}}
@@ -56,7 +56,11 @@ timeout 150 "$PY" tools/bench_gpu.py --quick --json "$OUT_DIR/bench_gpu.json" --
     | tee "$OUT_DIR/bench_gpu.log"
 tar czf "$OUT_DIR/e2e-logs.tgz" -C "$e2e" . 2>/dev/null || true
 
-# 3. the table
+# 3. where the time goes (host functions, device kernels and copies): for the next change, not a key
+timeout 60 "$PY" tools/gpu_profile.py --out "$OUT_DIR/gpu_profile.txt" >/dev/null 2>&1 \
+    || echo "gpu_profile failed or timed out" | tee -a "$OUT_DIR/gpu_profile.txt"
+
+# 4. the table
 echo "== summary ($(($(date +%s) - t0)) s) =="
 "$PY" tools/gpu_summary.py "$OUT_DIR" | tee "$OUT_DIR/summary.txt"
 exit "${PIPESTATUS[0]}"

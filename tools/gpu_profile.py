@@ -2,9 +2,11 @@
 
 ``tools/bench_gpu.py`` says how fast each path is against torch; this says why, in one call on a GPU
 machine that is lent for minutes: for the selection (threshold-v block, with and without error feedback),
-the sparse Adam step from a host update, and the leader's per-layer path, it prints the top host functions
-by own time and the device's kernels and copies by time. ``python tools/gpu_profile.py [--elements N]
-[--out FILE]``; on a machine without CUDA it runs the same code on the CPU (a smoke test).
+the sparse Adam step from a pageable host update and from the client's pinned buffer, and the leader's
+per-layer path, it prints the top host functions by own time, the device's kernels and copies by time, and
+(unprofiled) how long the host takes to queue a call against how long the call takes.
+``python tools/gpu_profile.py [--elements N] [--out FILE]``; on a machine without CUDA it runs the same
+code on the CPU (a smoke test).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import cProfile
 import io
 import pstats
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from tools.bench_gpu import BLOCK, DENSITY, _update
+from tools.bench_gpu import BLOCK, DENSITY, _pinned_updates, _update
 
 
 def _profile(name: str, fn: Callable[[], object], reps: int, cuda: bool) -> str:
@@ -50,8 +53,28 @@ def _profile(name: str, fn: Callable[[], object], reps: int, cuda: bool) -> str:
             torch.cuda.synchronize()
         dev = tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=18)
     total = sum(s[2] for s in stats.stats.values())  # type: ignore[attr-defined]
-    head = f"######## {name}: {reps} calls, host own time {1e3 * total / reps:.3f} ms per call (cProfile)"
+    enqueue, whole = _unprofiled(fn, reps, cuda)
+    head = (
+        f"######## {name}: {reps} calls, host own time {1e3 * total / reps:.3f} ms per call (cProfile); "
+        f"unprofiled: {1e3 * enqueue:.3f} ms per call on the host before the device is waited for, "
+        f"{1e3 * whole:.3f} ms per call with it"
+    )
     return "\n".join([head, host, dev])
+
+
+def _unprofiled(fn: Callable[[], object], reps: int, cuda: bool) -> tuple[float, float]:
+    """Seconds per call of ``reps`` back-to-back calls: when the host had queued them all (a call that
+    reads the device back waits inside it), and when the device had finished them."""
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    t1 = time.perf_counter()
+    if cuda:
+        torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) / reps, (t2 - t0) / reps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,12 +106,26 @@ def main(argv: list[str] | None = None) -> int:
     it = iter(range(1 << 30))
     parts.append(
         _profile(
-            "sparse adam step (host update)",
+            "sparse adam step (pageable host update)",
             lambda: opt.step(0, p, updates[next(it) % 4]),
             args.reps,
             cuda,
         )
     )
+    from wanrt.kernels import get_kernels
+    from wanrt.kernels.arrays import as_vector
+
+    staged = _pinned_updates(get_kernels(as_vector(p)), updates)
+    if staged is not None:
+        pinned = staged[0]
+        parts.append(
+            _profile(
+                "sparse adam step (update in the client's pinned buffer)",
+                lambda: opt.step(0, p, pinned[next(it) % 4]),
+                args.reps,
+                cuda,
+            )
+        )
     leader = DeviceLayerCompressor(ClientConfig(density=DENSITY))
 
     def one() -> None:

@@ -21,8 +21,9 @@ slower than torch's *dense* fused step (issue 26). This path replaces the hot ke
   equal the reference's.
 * **Sparse SGD / momentum / Adam / AdamW** (§3.1): ONE launch each. The update's indices and values come
   from the host; they are validated there (range, strictly increasing: cheap NumPy on the 1 % that is
-  sent), copied into a reused pinned buffer and sent to the device with one asynchronous copy on the
-  current stream (:class:`PinnedStaging`). No device-to-host read per step.
+  sent) and sent to the device with one asynchronous copy, straight out of the owner's pinned buffer when
+  the update was averaged into one (the client does), on a copy stream that overlaps the previous layer's
+  kernel (:mod:`wanrt.kernels.cupy_staging`). No device-to-host read per step.
 
 Everything else (gather, zeroing the sent blocks, scatter-add) is the reference's CuPy code, which is
 already one or two launches. Results are bit-identical to the NumPy reference (see
@@ -44,10 +45,11 @@ import numpy as np
 from wanrt.errors import KernelError
 from wanrt.kernels.arrays import Array, check_block_indices
 from wanrt.kernels.cupy_source import BLOCKS_SOURCE, OPTIM_SOURCE, SELECT_SOURCE, compile_options
+from wanrt.kernels.cupy_staging import PinnedStaging, PinnedUpdate
 from wanrt.kernels.reference import BiasTables, ReferenceKernels, SelectStats, next_pow2
 from wanrt.payload import n_blocks
 
-__all__ = ["MAX_FUSED_BLOCK", "CupyKernels", "PinnedStaging"]
+__all__ = ["MAX_FUSED_BLOCK", "CupyKernels"]
 
 #: Largest block size the fused selection handles: a thread keeps its block's ``next_pow2(bs)`` partial
 #: sums in registers; beyond 64 they would spill to local memory and the reference's vectorised tree is
@@ -83,72 +85,31 @@ def _vec(bs: int, *arrays: Array | None) -> int:
     return int(all(a is None or a.data.ptr % 16 == 0 for a in arrays))
 
 
-class _Slot:
-    """One staging slot: a pinned host buffer, its device twin, and the event of its last upload."""
+class _Scratch:
+    """One thread's device scratch for :meth:`CupyKernels.select_stats`: the counters (left zero by
+    ``wanrt_order_cut``, so no memset launch per selection), the candidates' keys, the ranges' table and
+    the stats. Per thread because two threads may select at once (on their own streams); one thread's
+    selections follow one another (each ends with a host read of its stats)."""
 
-    __slots__ = ("copied", "dev", "host", "host_bytes")
+    def __init__(self, xp: ModuleType) -> None:
+        self.xp = xp
+        self.device = xp.cuda.Device().id
+        self.counters = xp.zeros(2, dtype=xp.uint64)
+        self.stats = xp.empty(5, dtype=xp.float64)
+        self.keys = xp.empty(1024, dtype=xp.uint64)
+        self.table = xp.empty(2, dtype=xp.int64)
+        #: a selection started and its order-cut has not been seen to finish: the counters may be dirty
+        self.dirty = False
 
-    def __init__(self) -> None:
-        self.host: Any = None  # cupy.cuda.PinnedMemoryPointer
-        self.host_bytes = 0
-        self.dev: Array = None  # uint8 device buffer: indices, then values (one copy for both)
-        self.copied: Any = None  # event recorded after the last upload out of this slot
+    def keys_for(self, cap: int) -> Array:
+        if int(self.keys.shape[0]) < cap:
+            self.keys = self.xp.empty(cap, dtype=self.xp.uint64)
+        return self.keys
 
-
-class PinnedStaging:
-    """Reused pinned host buffers and device buffers for sparse updates' indices and values.
-
-    Why: a pageable host array is copied to the device synchronously (the driver stages it through its own
-    pinned buffer while the host waits); from pinned memory the copy is a DMA queued on the stream, and the
-    kernel that consumes it is queued right behind. Why several slots (round robin): with one, the host
-    had to wait for the previous upload to finish before it could fill the buffer again, so a trainer
-    applying one update per layer waited for the device once per layer; with :data:`SLOTS`, it waits only
-    for the upload ``SLOTS`` calls back (long done). Reuse is safe because (1) the host waits for that
-    slot's last copy out of its pinned buffer before overwriting it (an event), and (2) a slot's device
-    buffer is written and read on one stream, in order; if the caller switches streams, the old stream is
-    synchronised once first.
-    """
-
-    #: uploads in flight at once (a model's layers apply one after another; four hide the copies)
-    SLOTS = 4
-
-    def __init__(self, cupy: ModuleType) -> None:
-        self._cp = cupy
-        self._slots = [_Slot() for _ in range(self.SLOTS)]
-        self._next = 0
-        self._stream: Any = None
-        self._lock = threading.Lock()
-
-    def upload(self, idx: np.ndarray, vals: np.ndarray) -> tuple[Array, Array]:
-        """Device arrays holding ``idx`` (int64) and ``vals`` (float32); queued on the current stream."""
-        cp = self._cp
-        ni, nv = int(idx.shape[0]), int(vals.shape[0])
-        off = -(-ni * 8 // 256) * 256  # values start 256-byte aligned after the indices
-        need = off + nv * 4
-        with self._lock:
-            stream = cp.cuda.get_current_stream()
-            if self._stream is not None and self._stream.ptr != stream.ptr:
-                self._stream.synchronize()  # the device buffers were last used on another stream
-            slot = self._slots[self._next]
-            self._next = (self._next + 1) % len(self._slots)
-            if slot.copied is not None:
-                slot.copied.synchronize()  # this slot's last copy out of its pinned buffer has finished
-            if need > slot.host_bytes:
-                slot.host_bytes = max(need, 2 * slot.host_bytes, 1 << 16)
-                slot.host = cp.cuda.alloc_pinned_memory(slot.host_bytes)
-            host_i = np.frombuffer(slot.host, np.int64, ni, 0)
-            host_v = np.frombuffer(slot.host, np.float32, nv, off)
-            np.copyto(host_i, idx, casting="same_kind")
-            np.copyto(host_v, vals, casting="same_kind")
-            if slot.dev is None or int(slot.dev.shape[0]) < need:
-                slot.dev = cp.empty(slot.host_bytes, dtype=cp.uint8)
-            slot.dev[:need].set(np.frombuffer(slot.host, np.uint8, need, 0), stream=stream)
-            d_i = slot.dev[: ni * 8].view(cp.int64)
-            d_v = slot.dev[off : off + nv * 4].view(cp.float32)
-            slot.copied = cp.cuda.Event(block=False, disable_timing=True)
-            slot.copied.record(stream)
-            self._stream = stream
-            return d_i, d_v
+    def table_for(self, groups: int) -> Array:
+        if int(self.table.shape[0]) < 2 * groups:
+            self.table = self.xp.empty(2 * groups, dtype=self.xp.int64)
+        return self.table
 
 
 class CupyKernels(ReferenceKernels):
@@ -165,6 +126,7 @@ class CupyKernels(ReferenceKernels):
         self._modules: dict[tuple[str, tuple[str, ...]], Any] = {}
         self._functions: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
+        self._local = threading.local()  # per-thread selection scratch (_Scratch)
         self._keys: Array = None  # scratch for the selection's packed keys
         self._staging = PinnedStaging(cupy)
         self._staged_idx: Array = None  # the last index array upload_update validated on the host
@@ -190,6 +152,14 @@ class CupyKernels(ReferenceKernels):
             fn = self._functions[fkey] = mod.get_function(name)
         return fn
 
+    def _scratch(self) -> _Scratch:
+        """This thread's selection scratch on the current device (new when the last use failed midway)."""
+        dev = self.xp.cuda.Device().id
+        sc: _Scratch | None = getattr(self._local, "scratch", None)
+        if sc is None or sc.dirty or sc.device != dev:
+            sc = self._local.scratch = _Scratch(self.xp)
+        return sc
+
     def _fused(self, bs: int, n: int) -> bool:
         return bs <= MAX_FUSED_BLOCK and n_blocks(n, bs) < _MAX_KEYED_BLOCKS
 
@@ -214,19 +184,23 @@ class CupyKernels(ReferenceKernels):
         return out
 
     def _launch_select(
-        self, x: Array, v: float, bs: int, cap: int, add: Array | None
+        self, x: Array, v: float, bs: int, cap: int, add: Array | None, scratch: _Scratch | None = None
     ) -> tuple[Array, Array, Array, int]:
         """The one read pass (``wanrt_select``): packed candidate keys (each CUDA block's in index order,
-        the blocks' ranges in any order), the counters (passed, non-finite) and the ranges' table."""
+        the blocks' ranges in any order), the counters (passed, non-finite) and the ranges' table. With
+        ``scratch``: its zeroed counters, keys and table (every entry gets written: no memset)."""
         xp = self.xp
         n = int(x.shape[0])
         nb = n_blocks(n, bs)
-        counters = xp.zeros(2, dtype=xp.uint64)
-        if self._keys is None or int(self._keys.shape[0]) < cap:
-            self._keys = xp.empty(max(cap, 1024), dtype=xp.uint64)
         items = _items(bs)
         groups = max(1, -(-nb // (THREADS * items)))
-        table = xp.zeros(2 * groups, dtype=xp.int64)
+        if scratch is not None:
+            counters, keys, table = scratch.counters, scratch.keys_for(cap), scratch.table_for(groups)
+        else:
+            counters = xp.zeros(2, dtype=xp.uint64)
+            if self._keys is None or int(self._keys.shape[0]) < cap:
+                self._keys = xp.empty(max(cap, 1024), dtype=xp.uint64)
+            keys, table = self._keys, xp.empty(2 * groups, dtype=xp.int64)
         if nb:
             fn = self._function(
                 SELECT_SOURCE,
@@ -247,13 +221,13 @@ class CupyKernels(ReferenceKernels):
                     np.int64(n),
                     np.int64(nb),
                     np.float32(v),
-                    self._keys,
+                    keys,
                     np.int64(cap),
                     counters,
                     table,
                 ),
             )
-        return self._keys, counters, table, groups
+        return keys, counters, table, groups
 
     def select_above(
         self, x: Array, v: float, bs: int, idx_buf: Array, sum_buf: Array, add: Array | None = None
@@ -297,9 +271,11 @@ class CupyKernels(ReferenceKernels):
         if not self._fused(bs, int(x.shape[0])) or aim > self.fused_max_aim:
             return super().select_stats(x, v, bs, idx_buf, sum_buf, add, aim, cap, ratio)
         buffer = int(idx_buf.shape[0])
-        keys, counters, table, groups = self._launch_select(x, v, bs, buffer, add)
+        scratch = self._scratch()
+        scratch.dirty = True  # until wanrt_order_cut has run and left the counters zero
+        keys, counters, table, groups = self._launch_select(x, v, bs, buffer, add, scratch)
         out = xp.empty(max(1, min(cap, buffer)), dtype=xp.int64)
-        stats = xp.empty(5, dtype=xp.float64)
+        stats = scratch.stats
         fn = self._function(BLOCKS_SOURCE, "wanrt_order_cut", BS=1)
         fn(
             (1,),
@@ -321,6 +297,7 @@ class CupyKernels(ReferenceKernels):
             ),
         )
         h = stats.get()  # the selection's one host round trip
+        scratch.dirty = False
         count, bad = int(h[0]), bool(h[1])
         if bad or count > buffer:
             return SelectStats(count, bad, None, 0, None)
@@ -394,12 +371,23 @@ class CupyKernels(ReferenceKernels):
 
     # ------------------------------------------------------------------ optimizers
 
+    def pinned_update(self) -> PinnedUpdate:
+        """A pinned host buffer an owner fills an update into in place; :meth:`upload_update` then sends
+        it with no host copy (cupy_staging; the client's UpdateApplier keeps one per layer)."""
+        return self._staging.pinned_update()
+
     def upload_update(self, idx: np.ndarray, vals: np.ndarray, nb: int) -> tuple[Array, Array]:
-        """Validate a host update's indices on the host, then queue one pinned copy of both to the device."""
+        """Validate a host update's indices on the host, then queue one copy of both to the device (on the
+        staging's copy stream; the current stream waits for it)."""
         check_block_indices(np, idx, nb)
         d_i, d_v = self._staging.upload(idx, vals)
         self._staged_idx = d_i
         return d_i, d_v
+
+    def _launched(self, idx: Array) -> None:
+        """A kernel reading an uploaded update is queued: reusing its device buffer waits for it."""
+        if idx is self._staged_idx:
+            self._staging.consumed(idx)
 
     def check_indices(self, idx: Array, nb: int) -> None:
         if idx is self._staged_idx:
@@ -434,6 +422,7 @@ class CupyKernels(ReferenceKernels):
         grid, block = self._grid(nnzb, bs)
         args = (p, idx, vals, np.int64(nnzb), np.int64(n), np.float32(-lr), np.float32(wd), np.int32(wd != 0))
         fn(grid, block, args)
+        self._launched(idx)
 
     def momentum(
         self,
@@ -472,6 +461,7 @@ class CupyKernels(ReferenceKernels):
             np.int32(wd != 0),
         )
         fn(grid, block, args)
+        self._launched(idx)
 
     def adam(
         self,
@@ -522,3 +512,4 @@ class CupyKernels(ReferenceKernels):
             self._error_flag(),
         )
         fn(grid, block, args)
+        self._launched(idx)

@@ -504,21 +504,37 @@ __device__ void wanrt_two_largest(const float* __restrict__ s, const long long c
             total[which][d] = t;
         }
         __syncthreads();
-        if (threadIdx.x == 0 || threadIdx.x == 32) {  /* two warps, one search each, side by side */
-            const unsigned which = threadIdx.x == 0 ? 0u : 1u;
-            long long rem = which == 0u ? ra : rb;
+        if (threadIdx.x < 64u) {  /* two warps, one search each: a lane per 8 digits, a scan, a ballot */
+            const unsigned which = threadIdx.x >> 5;
+            const long long want = which == 0u ? ra : rb;
             const unsigned int prefix = which == 0u ? pa : pb;
-            unsigned int d = 255u;
-            for (;;) {
-                const long long c = (long long)total[which][d];
-                if (c >= rem || d == 0u) {
-                    break;
-                }
-                rem -= c;
-                --d;
+            long long mine = 0;
+#pragma unroll
+            for (unsigned j = 0; j < 8u; ++j) {
+                mine += (long long)total[which][255u - 8u * lane - j];
             }
-            sel[2 * which] = (unsigned long long)(prefix | (d << shift));
-            sel[2 * which + 1] = (unsigned long long)rem;
+            long long inc = mine;  /* the digits above and this lane's, counted from 255 down */
+            for (int o = 1; o < 32; o <<= 1) {
+                const long long y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= (unsigned)o) {
+                    inc += y;
+                }
+            }
+            const unsigned hit = __ballot_sync(0xffffffffu, inc >= want);
+            const unsigned owner = hit ? (unsigned)(__ffs(hit) - 1) : 31u;
+            if (lane == owner) {  /* as the serial walk from 255 down: the first digit the rank falls in */
+                long long rem = want - (inc - mine);
+                unsigned int d = 255u - 8u * lane;
+                for (unsigned j = 0; j < 8u; ++j, --d) {
+                    const long long c = (long long)total[which][d];
+                    if (c >= rem || d == 0u) {
+                        break;
+                    }
+                    rem -= c;
+                }
+                sel[2 * which] = (unsigned long long)(prefix | (d << shift));
+                sel[2 * which + 1] = (unsigned long long)rem;
+            }
         }
         __syncthreads();
         pa = (unsigned int)sel[0];
@@ -539,10 +555,11 @@ __device__ void wanrt_two_largest(const float* __restrict__ s, const long long c
    than aim passed); (3) the payload's blocks, as the reference's trim: all candidates when count <= cap,
    else the cap largest with ties at the cut taken in index order. ``stats`` gets (count, non-finite,
    aim-th largest or -1, probe, blocks out): the selection's one device-to-host read. Nothing is done
-   when more passed than the buffer holds or a sum was not finite (the caller selects exactly then). */
+   when more passed than the buffer holds or a sum was not finite (the caller selects exactly then).
+   Either way it leaves ``counters`` zero, ready for the next wanrt_select (CupyKernels keeps them). */
 extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict__ keys,
                                            const long long* __restrict__ table, const long long groups,
-                                           const unsigned long long* __restrict__ counters,
+                                           unsigned long long* __restrict__ counters,
                                            const long long buffer, const long long aim, const long long cap,
                                            const double ratio, const double v,
                                            long long* __restrict__ idx_buf, float* __restrict__ sum_buf,
@@ -557,13 +574,16 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
     __shared__ int s_tie[32];
     const long long count = (long long)counters[0];
     const bool bad = counters[1] != 0ull;
-    if (count > buffer || bad) {
+    if (count > buffer || bad) {  /* (the same for every thread) */
+        __syncthreads();  /* every thread has read the counters before they are reset */
         if (threadIdx.x == 0) {
             stats[0] = (double)count;
             stats[1] = bad ? 1.0 : 0.0;
             stats[2] = -1.0;
             stats[3] = 0.0;
             stats[4] = 0.0;
+            counters[0] = 0ull;
+            counters[1] = 0ull;
         }
         return;
     }
@@ -683,12 +703,14 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
             out[i] = idx_buf[i];
         }
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0) {  /* (every thread read the counters before the barriers above) */
         stats[0] = (double)count;
         stats[1] = 0.0;
         stats[2] = aim_v;
         stats[3] = (double)probe;
         stats[4] = (double)nout;
+        counters[0] = 0ull;  /* zero for the next selection: no memset launch before it */
+        counters[1] = 0ull;
     }
 }
 """

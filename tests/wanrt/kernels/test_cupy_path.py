@@ -317,3 +317,58 @@ def test_torch_cuda_parameter_is_updated_in_place() -> None:
         with forced_path("numpy"):
             opt_h.step(0, ref, upd)
     np.testing.assert_array_equal(p.cpu().numpy(), ref)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_updates_from_pinned_buffers_and_numpy_equal_the_reference(kind: str) -> None:
+    """cupy_staging: updates filled in place into owners' pinned buffers (refilled right after each step,
+    so a refill must wait for its copy) and ordinary NumPy ones, many more than the staging's slots, in
+    back-to-back steps on two parameters: the same bits as the reference."""
+    from wanrt.payload import SparsePayload
+
+    cp = _cp()
+    k = kernels_by_name("cupy")
+    rng = np.random.default_rng(11)
+    n, bs = 20_003, 16
+    host = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    dev = [cp.asarray(h) for h in host]
+    ref, ours = make_sparse_optimizer(kind, lr=0.01), make_sparse_optimizer(kind, lr=0.01)
+    bufs = [k.pinned_update() for _ in range(3)]  # type: ignore[attr-defined]
+    for step in range(20):
+        for key in (0, 1):
+            upd = random_update(rng, n, bs, 0.05 + 0.02 * (step % 3))
+            with forced_path("numpy"):
+                ref.step(key, host[key], upd)
+            if step % 4 == 3:
+                ours.step(key, dev[key], upd)  # a pageable update: copied into the staging's own buffer
+                continue
+            idx, vals = bufs[(2 * step + key) % 3].arrays(upd.nnz_blocks, upd.nnz)
+            idx[:] = upd.indices
+            vals[:] = upd.values
+            ours.step(key, dev[key], SparsePayload(0, n, bs, idx, vals, "fp32"))
+    for h, d in zip(host, dev, strict=True):
+        np.testing.assert_array_equal(cp.asnumpy(d), h)
+
+
+def test_a_pinned_buffer_with_other_sizes_is_copied_not_sent_as_it_is() -> None:
+    """An update whose arrays are slices of an owner's buffer (not the arrays it handed out) still lands
+    right: the staging copies it instead of sending the buffer's whole current fill."""
+    from wanrt.payload import SparsePayload
+
+    cp = _cp()
+    k = kernels_by_name("cupy")
+    rng = np.random.default_rng(12)
+    n, bs = 4096, 16
+    p = rng.standard_normal(n).astype(np.float32)
+    d = cp.asarray(p)
+    upd = random_update(rng, n, bs, 0.5)
+    buf = k.pinned_update()  # type: ignore[attr-defined]
+    idx, vals = buf.arrays(upd.nnz_blocks + 3, upd.nnz + 3 * bs)
+    idx[: upd.nnz_blocks] = upd.indices
+    vals[: upd.nnz] = upd.values
+    part = SparsePayload(0, n, bs, idx[: upd.nnz_blocks], vals[: upd.nnz], "fp32")
+    a, b = make_sparse_optimizer("sgd", lr=0.1), make_sparse_optimizer("sgd", lr=0.1)
+    with forced_path("numpy"):
+        a.step(0, p, upd)
+    b.step(0, d, part)
+    np.testing.assert_array_equal(cp.asnumpy(d), p)

@@ -4,12 +4,19 @@ StellaTrain §3.1: the sparse optimizer steps only the blocks an update names. A
 of the sites' contributions (each already its site's mean gradient), so every rank divides it by the number
 of sites it names before the step; every rank of every site does the same arithmetic on the same bits, so
 all keep identical parameters.
+
+On a GPU the averaged update is written straight into a pinned host buffer kept per layer
+(:class:`~wanrt.kernels.cupy_staging.PinnedUpdate`), which the optimizer's upload then sends with one DMA:
+the averaging is the only host pass over the update's values, where it used to be followed by a second
+copy into the staging's pinned memory (issue 26: that copy cost more than the Adam kernel and the PCIe
+transfer together).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,8 +24,9 @@ import torch
 
 from wanrt.client.link.api import UpdateArrived
 from wanrt.client.site.decision import SiteUpdate
-from wanrt.errors import RemoteProtocolError
+from wanrt.errors import KernelError, RemoteProtocolError
 from wanrt.kernels import SparseOptimizer as KernelOptimizer
+from wanrt.kernels import kernels_by_name
 from wanrt.payload import SparsePayload
 
 __all__ = ["UpdateApplier", "site_update"]
@@ -47,6 +55,7 @@ class UpdateApplier:
 
     def __init__(self) -> None:
         self._avg_bufs: dict[int, npt.NDArray[np.float32]] = {}  # per-layer averaged updates
+        self._pinned: dict[int, Any] = {}  # per-layer pinned buffers for CUDA parameters (None: no CuPy)
 
     def apply(
         self, updates: Sequence[SiteUpdate], params: Sequence[torch.Tensor], optimizer: KernelOptimizer
@@ -55,8 +64,27 @@ class UpdateApplier:
         with torch.no_grad():
             for u in updates:
                 p = u.payload
-                avg = SparsePayload(p.layer, p.dense_len, p.block_size, p.indices, self.averaged(u), "fp32")
-                optimizer.step(u.layer, params[u.layer].data.view(-1), avg)
+                param = params[u.layer]
+                staged = self._pinned_buffer(u.layer) if param.is_cuda else None
+                if staged is not None:
+                    idx, vals = staged.arrays(p.nnz_blocks, p.nnz)
+                    np.copyto(idx, p.indices, casting="same_kind")
+                    self.average_into(u, vals)
+                else:
+                    idx, vals = p.indices, self.averaged(u)
+                avg = SparsePayload(p.layer, p.dense_len, p.block_size, idx, vals, "fp32")
+                optimizer.step(u.layer, param.data.view(-1), avg)
+
+    def _pinned_buffer(self, layer: int) -> Any:
+        """The layer's pinned host buffer, made on first use; None where the CuPy path is unavailable (the
+        optimizer then copies the update the ordinary way)."""
+        if layer not in self._pinned:
+            try:
+                make = getattr(kernels_by_name("cupy"), "pinned_update", None)
+            except KernelError:
+                make = None
+            self._pinned[layer] = make() if make is not None else None
+        return self._pinned[layer]
 
     def averaged(self, u: SiteUpdate) -> npt.NDArray[np.float32]:
         """The update's values as fp32 divided by its contributing sites, in a buffer kept per layer.
@@ -69,13 +97,19 @@ class UpdateApplier:
         """
         p = u.payload
         n = p.nnz
-        scale = np.float32(1.0 / u.n_sites)
-        if p.value_dtype == "fp32" and scale == np.float32(1.0):
+        if p.value_dtype == "fp32" and u.n_sites == 1:
             return p.values  # one site, fp32: the values as they are (the optimizer only reads them)
         buf = self._avg_bufs.get(u.layer)
         if buf is None or buf.shape[0] < n:
             buf = self._avg_bufs[u.layer] = np.empty(max(n, 1), dtype=np.float32)
-        out = buf[:n]
+        return self.average_into(u, buf[:n])
+
+    @staticmethod
+    def average_into(u: SiteUpdate, out: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Write the update's values, widened to fp32 and divided by its sites, into ``out`` (``nnz``
+        floats); the same bits whatever ``out`` is (a per-layer buffer or pinned memory)."""
+        p = u.payload
+        scale = np.float32(1.0 / u.n_sites)
         if p.value_dtype == "fp16":
             if p.values.flags.writeable:
                 src = torch.from_numpy(p.values)
