@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -34,6 +35,60 @@ def _us(fn: Callable[[], object], reps: int) -> float:
     return 1e6 * (t1 - t0) / reps
 
 
+def _traced_step(opt: Any, p: torch.Tensor, pinned: list[Any], reps: int) -> list[tuple[str, float]]:
+    """The whole pinned step with each function it calls wrapped in a timer: inclusive µs per step of
+    each (the wrappers add ~0.3 µs per call)."""
+    import wanrt.kernels.cupy_kernels as ck
+    import wanrt.kernels.cupy_staging as cs
+    import wanrt.kernels.sparse_optim as so
+
+    spent: dict[str, float] = {}
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+
+        return wrapper
+
+    targets = [
+        (so, "as_vector"),
+        (so, "get_kernels"),
+        (so, "bump_torch_version"),
+        (so.SparseOptimizer, "_state_for"),
+        (so.SparseAdam, "_apply"),
+        (ck.CupyKernels, "upload_update"),
+        (ck.CupyKernels, "adam"),
+        (ck.CupyKernels, "_function"),
+        (ck.CupyKernels, "_launched"),
+        (ck.CupyKernels, "check_indices"),
+        (ck, "check_block_indices"),
+        (cs.PinnedStaging, "upload"),
+        (cs.PinnedStaging, "_owner_buffer"),
+        (cs.PinnedStaging, "consumed"),
+    ]
+    saved = [(obj, name, getattr(obj, name)) for obj, name in targets]
+    for obj, name, fn in saved:
+        setattr(obj, name, timed(f"{getattr(obj, '__name__', obj)}.{name}", fn))
+    try:
+        it = iter(range(1 << 30))
+        step = timed("step (traced)", lambda: opt.step(0, p, pinned[next(it) % 4]))
+        for _ in range(20):
+            step()
+        spent.clear()
+        torch.cuda.synchronize()
+        for _ in range(reps):
+            step()
+        torch.cuda.synchronize()
+    finally:
+        for obj, name, fn in saved:
+            setattr(obj, name, fn)
+    return [(f"  traced: {k}", 1e6 * v / reps) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--elements", type=int, default=25_000_000)
@@ -48,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     from wanrt.kernels import get_kernels, make_compressor, make_sparse_optimizer
     from wanrt.kernels.arrays import as_vector, bump_torch_version, check_block_indices
     from wanrt.payload import n_blocks
+
+    def ck_optim_source() -> str:
+        from wanrt.kernels.cupy_source import OPTIM_SOURCE
+
+        return OPTIM_SOURCE
 
     n, reps = args.elements, args.reps
     nb = n_blocks(n, BLOCK)
@@ -102,6 +162,35 @@ def main(argv: list[str] | None = None) -> int:
     row("_apply (adam launch, 21 args)", lambda: opt._apply(k, pvec, st, d_i, d_v, BLOCK))
     sgd = make_sparse_optimizer("sgd", lr=1e-3)
     row("_apply (sgd launch, 8 args)", lambda: sgd._apply(k, pvec, None, d_i, d_v, BLOCK))  # type: ignore[arg-type]
+    fn_adam = k._function(ck_optim_source(), "wanrt_adam", BS=BLOCK)  # type: ignore[attr-defined]
+    bc1, bc2 = opt._bias.upto(8, cp)  # type: ignore[attr-defined]
+    a = st.arrays
+    f32 = np.float32
+    prebuilt = (
+        pvec,
+        a["exp_avg"],
+        a["exp_avg_sq"],
+        a["steps"],
+        d_i,
+        d_v,
+        np.int64(d_i.shape[0]),
+        np.int64(n),
+        bc1,
+        bc2,
+        np.int64(bc1.shape[0]),
+        np.float64(1e-3),
+        f32(0.1),
+        f32(0.999),
+        f32(0.001),
+        f32(0),
+        f32(1e-8),
+        f32(1),
+        np.int32(0),
+        np.int32(0),
+        k._error_flag(),  # type: ignore[attr-defined]
+    )
+    grid, block = k._grid(int(d_i.shape[0]), BLOCK)  # type: ignore[attr-defined]
+    row("adam fn() with prebuilt args (launch only)", lambda: fn_adam(grid, block, prebuilt))
     row("bias.upto", lambda: opt._bias.upto(5, cp))  # type: ignore[attr-defined]
     row("bump_torch_version", lambda: bump_torch_version(p))
     row("np.float32() x10", lambda: [np.float32(1.0) for _ in range(10)])
@@ -113,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     small = cp.zeros(5, dtype=cp.float64)
     row("device .get() of 5 floats", small.get)
     row("cp.empty(20000, int64)", lambda: cp.empty(20000, dtype=cp.int64))
+    rows.extend(_traced_step(opt, p, pinned, reps))
     width = max(len(r[0]) for r in rows)
     text = "\n".join(f"{name:<{width}}  {us:9.1f} us" for name, us in rows)
     print(text)
