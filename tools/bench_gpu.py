@@ -12,8 +12,9 @@ warm-up, the device synchronised before and after the timed loop):
 * ``gpu_sparse_{sgd,momentum,adam,adamw}_vs_torch_fused`` (adam ≥ 3, sgd and momentum ≥ 1): torch's dense
   ``fused=True`` step on the same parameter over wanrt's sparse step of a density-0.01 update as the client
   applies it: a host payload in the pinned buffer the client's ``UpdateApplier`` averages each layer's
-  update into on a GPU (``CupyKernels.pinned_update``), validated on the host, one DMA on the copy stream,
-  one launch; back-to-back steps, as a model's layers are applied (four updates in turn);
+  update into on a GPU (``CupyKernels.pinned_update``), its indices validated once (by the codec when it
+  decoded the result, on the link thread: ``SparsePayload.validated``), one DMA on the copy stream, one
+  launch; back-to-back steps, as a model's layers are applied (four updates in turn);
 * ``gpu_d2h_bytes_ratio`` (≤ 0.05): device-to-host bytes per iteration of the leader's GPU path
   (``DeviceLayerCompressor``: error feedback + threshold-v + staging) over the dense gradient's bytes, read
   from the CUDA profiler's memcpy records (every copy, CuPy's small reads included); the leader's own
@@ -25,8 +26,9 @@ warm-up, the device synchronised before and after the timed loop):
   compute per iteration reached the issue's 50 ms.
 
 Beside them, for diagnosis: ``gpu_sparse_<kind>_pageable_vs_torch_fused`` (the same step from an ordinary
-NumPy update: the copy into the staging's pinned memory on top), ``gpu_sparse_<kind>_kernel_vs_torch_fused``
-(the kernel alone, its update already on the device: what the host staging costs),
+NumPy update not validated before: the index check and the copy into the staging's pinned memory on top),
+``gpu_sparse_<kind>_kernel_vs_torch_fused`` (the kernel alone, its update already on the device: what the
+host staging costs),
 ``gpu_topk_vs_torch_topk`` and ``gpu_randomk_vs_torch_topk`` (the other compressors),
 ``gpu_leader_vs_host_path`` (the leader's device path against the old one: the whole gradient to the host,
 compressed there).
@@ -216,7 +218,9 @@ def _pinned_updates(k: Any, updates: list[SparsePayload]) -> tuple[list[SparsePa
         idx, vals = buf.arrays(u.nnz_blocks, u.nnz)
         np.copyto(idx, u.indices)
         np.copyto(vals, u.values)
-        out.append(SparsePayload(u.layer, u.dense_len, u.block_size, idx, vals, "fp32"))
+        staged = SparsePayload(u.layer, u.dense_len, u.block_size, idx, vals, "fp32")
+        staged.validate()  # as the codec does with every payload it decodes, on the client's link thread
+        out.append(staged)
         bufs.append(buf)  # (held while the payloads are in use)
     return out, bufs
 

@@ -56,9 +56,12 @@ timeout 150 "$PY" tools/bench_gpu.py --quick --json "$OUT_DIR/bench_gpu.json" --
     | tee "$OUT_DIR/bench_gpu.log"
 tar czf "$OUT_DIR/e2e-logs.tgz" -C "$e2e" . 2>/dev/null || true
 
-# 3. where the time goes (host functions, device kernels and copies): for the next change, not a key
+# 3. where the time goes (host functions, device kernels and copies; the host cost of each part of a
+# step, unprofiled): for the next change, not a key
 timeout 60 "$PY" tools/gpu_profile.py --out "$OUT_DIR/gpu_profile.txt" >/dev/null 2>&1 \
     || echo "gpu_profile failed or timed out" | tee -a "$OUT_DIR/gpu_profile.txt"
+timeout 60 "$PY" tools/gpu_micro.py >>"$OUT_DIR/gpu_profile.txt" 2>&1 \
+    || echo "gpu_micro failed or timed out" | tee -a "$OUT_DIR/gpu_profile.txt"
 
 # 4. the table
 echo "== summary ($(($(date +%s) - t0)) s) =="

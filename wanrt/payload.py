@@ -19,7 +19,7 @@ Layout (StellaTrain §3.2 "cache-aware" compression selects whole 16-float block
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
@@ -83,6 +83,11 @@ class SparsePayload:
     #: quantising again, but only while ``coded.values is values`` (a payload rebuilt with other values
     #: never goes out with stale codes). Typed ``object`` so this ground-floor module needs no codec import.
     coded: object | None = None
+    #: True once :meth:`validate` passed on this very object (the codec validates all it decodes, on the
+    #: link thread), so a consumer that trusts it (a sparse optimizer's upload to the GPU) need not check
+    #: the indices again on the step's path; a payload built from a validated one with the same indices
+    #: (copied) may say so. False means "unknown", not "invalid".
+    validated: bool = field(default=False, compare=False, repr=False)
 
     @property
     def nnz_blocks(self) -> int:
@@ -169,6 +174,7 @@ class SparsePayload:
                 value=int(self.values.shape[0]),
             )
         if count == 0:
+            object.__setattr__(self, "validated", True)
             return
         nb = n_blocks(self.dense_len, self.block_size)
         if int(self.indices[0]) < 0 or int(self.indices[-1]) >= nb:
@@ -180,6 +186,7 @@ class SparsePayload:
             pad = self.values[(count - 1) * self.block_size + tail :]
             if np.any(pad != 0):
                 raise bad("nonzero padding beyond dense length in the tail block")
+        object.__setattr__(self, "validated", True)  # (a memo on a frozen object: see the field)
 
     def to_dense(self, out: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
         """Scatter into a dense fp32 vector (``out`` is zeroed first when given)."""

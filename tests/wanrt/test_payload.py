@@ -84,3 +84,19 @@ def test_is_finite_of_16_bit_values_agrees_with_numpy_on_every_bit_pattern() -> 
         b = SparsePayload(0, 16, 16, np.array([0]), patterns[sl].copy(), "bf16")
         assert b.is_finite() == bool(bf16_finite[sl].all())
     assert SparsePayload.empty(0, 16, 16, "fp16").is_finite()
+
+
+def test_validated_says_validate_passed_on_this_object() -> None:
+    """``validated`` (what lets a GPU step skip its own index check) is set by a passing validate only."""
+    from wanrt.codec.payload_codec import decode_payload, encode_payload
+
+    good = SparsePayload(0, 40, 16, np.array([0, 2]), np.zeros(32, np.float32))
+    assert not good.validated  # unknown until checked
+    good.validate()
+    assert good.validated
+    bad = SparsePayload(0, 40, 16, np.array([2, 1]), np.zeros(32, np.float32))
+    with pytest.raises(MalformedPayload):
+        bad.validate()
+    assert not bad.validated
+    meta, bufs = encode_payload(SparsePayload(1, 40, 16, np.array([1]), np.ones(16, np.float32)))
+    assert decode_payload(meta, [bytes(b) for b in bufs]).validated  # the codec validates all it decodes

@@ -56,6 +56,9 @@ class PinnedUpdate:
         self.nbytes = 0
         self.copied: Any = None  # event recorded after the last copy out of this buffer
         self.fill: tuple[int, int, int] = (0, 0, 0)  # (ni, nv, values offset) of the current arrays
+        self.ptr = 0  # the pinned buffer's address
+        #: the arrays handed out last: an upload recognises them by identity (no address lookups)
+        self.views: tuple[np.ndarray, np.ndarray] | None = None
 
     def arrays(self, ni: int, nv: int) -> tuple[np.ndarray, np.ndarray]:
         """Views of ``ni`` indices and ``nv`` values in pinned memory, free to overwrite."""
@@ -67,33 +70,31 @@ class PinnedUpdate:
             self.copied.synchronize()  # the last copy out of this buffer has finished
             self.copied = None
         if need > self.nbytes:
-            if self._registered:
-                self._staging.forget(self)
             self.nbytes = max(need, 2 * self.nbytes, 1 << 16)
             self.host = self._staging.alloc_pinned(self.nbytes)
+            self.ptr = int(self.host.ptr)
+        if self._registered:
+            self._staging.forget(self)
         self.fill = (ni, nv, off)
+        host = self.host
+        self.views = (np.frombuffer(host, np.int64, ni, 0), np.frombuffer(host, np.float32, nv, off))
         if self._registered:
             self._staging.remember(self)
-        return (
-            np.frombuffer(self.host, np.int64, ni, 0),
-            np.frombuffer(self.host, np.float32, nv, off),
-        )
-
-    @property
-    def ptr(self) -> int:
-        return int(self.host.ptr) if self.host is not None else 0
+        return self.views
 
 
 class _Slot:
     """One round-robin staging slot: its own pinned host buffer (for arrays that are not pinned) and the
     device buffer the kernel reads, with the events that say when each may be reused."""
 
-    __slots__ = ("consumed", "d_i", "dev", "host", "keep", "stream")
+    __slots__ = ("consumed", "d_i", "d_v", "dev", "host", "keep", "shape", "stream")
 
     def __init__(self, staging: PinnedStaging) -> None:
         self.host = PinnedUpdate(staging, owned=False)
         self.dev: Array = None  # uint8 device buffer: indices, then values (one copy for both)
         self.d_i: Array = None  # the index view handed out last (consumed() finds the slot by it)
+        self.d_v: Array = None  # the value view handed out last
+        self.shape: tuple[int, int, int] = (-1, -1, -1)  # (ni, nv, offset) of d_i and d_v
         self.consumed: Any = None  # event after the last kernel that read ``dev``
         self.stream: Any = None  # the stream that kernel ran on
         #: the pinned memory of the last copy into ``dev`` and that copy's event: held until the copy is
@@ -114,7 +115,7 @@ class PinnedStaging:
         self._next = 0
         self._lock = threading.Lock()
         self._copy_streams: dict[int, Any] = {}
-        self._pinned: dict[int, PinnedUpdate] = {}  # base pointer -> the owner's buffer
+        self._pinned: dict[int, PinnedUpdate] = {}  # id of its index array -> the owner's buffer
 
     # ------------------------------------------------------------------ owners' pinned buffers
 
@@ -126,28 +127,23 @@ class PinnedStaging:
         return self._cp.cuda.alloc_pinned_memory(nbytes)
 
     def remember(self, buf: PinnedUpdate) -> None:
-        with self._lock:
-            self._pinned[buf.ptr] = buf
+        if buf.views is not None:
+            with self._lock:
+                self._pinned[id(buf.views[0])] = buf
 
     def forget(self, buf: PinnedUpdate) -> None:
-        with self._lock:
-            if self._pinned.get(buf.ptr) is buf:
-                del self._pinned[buf.ptr]
+        if buf.views is not None:
+            with self._lock:
+                if self._pinned.get(id(buf.views[0])) is buf:
+                    del self._pinned[id(buf.views[0])]
 
     def _owner_buffer(self, idx: np.ndarray, vals: np.ndarray) -> PinnedUpdate | None:
-        """The owner's buffer whose current arrays ``idx`` and ``vals`` are exactly, else None."""
-        buf = self._pinned.get(int(idx.ctypes.data)) if idx.shape[0] else None
-        if buf is None:
+        """The owner's buffer whose current arrays ``idx`` and ``vals`` are (the very objects it handed
+        out, which its ``views`` keep alive, so the id cannot belong to another array), else None."""
+        buf = self._pinned.get(id(idx))
+        if buf is None or buf.views is None or buf.views[0] is not idx or buf.views[1] is not vals:
             return None
-        ni, nv, off = buf.fill
-        ok = (
-            int(idx.shape[0]) == ni
-            and int(vals.shape[0]) == nv
-            and int(vals.ctypes.data) == buf.ptr + off
-            and idx.dtype == np.int64
-            and vals.dtype == np.float32
-        )
-        return buf if ok else None
+        return buf
 
     # ------------------------------------------------------------------ upload
 
@@ -164,7 +160,7 @@ class PinnedStaging:
         ni, nv = int(idx.shape[0]), int(vals.shape[0])
         with self._lock:
             stream = cp.cuda.get_current_stream()
-            dev = cp.cuda.Device().id
+            dev = cp.cuda.runtime.getDevice()
             copy = self._copy_stream(dev)
             slot = self._slots[self._next]
             self._next = (self._next + 1) % len(self._slots)
@@ -183,6 +179,7 @@ class PinnedStaging:
                 slot.dev = cp.empty(max(need, 1 << 16), dtype=cp.uint8)
                 slot.consumed = None
                 slot.stream = None
+                slot.shape = (-1, -1, -1)
             # the device buffer's last reader: the kernel's event, or all its stream had queued by now
             before = slot.consumed
             if before is None and slot.stream is not None:
@@ -199,8 +196,11 @@ class PinnedStaging:
             slot.keep = (src.host, done)
             stream.wait_event(done)
             slot.consumed, slot.stream = None, stream
-            slot.d_i = slot.dev[: ni * 8].view(cp.int64)
-            return slot.d_i, slot.dev[off : off + nv * 4].view(cp.float32)
+            if slot.shape != (ni, nv, off):  # (views of the same sizes are reused: two CuPy slicings less)
+                slot.d_i = slot.dev[: ni * 8].view(cp.int64)
+                slot.d_v = slot.dev[off : off + nv * 4].view(cp.float32)
+                slot.shape = (ni, nv, off)
+            return slot.d_i, slot.d_v
 
     def consumed(self, d_i: Array) -> None:
         """The work that reads the upload whose indices are ``d_i`` is queued on the current stream:

@@ -35,7 +35,17 @@ import numpy as np
 
 from wanrt.config import check
 from wanrt.errors import ConfigError, KernelError
-from wanrt.kernels.arrays import Array, aligned_zeros, as_vector, bump_torch_version, is_cupy_array
+from wanrt.kernels.arrays import (
+    Array,
+    aligned_zeros,
+    as_vector,
+    bump_torch_version,
+    cuda_stream_ptr,
+    forced_env,
+    is_cupy_array,
+    is_torch_tensor,
+    same_streams,
+)
 from wanrt.kernels.backend import get_kernels, kernels_by_name
 from wanrt.kernels.config import AdamConfig, MomentumConfig, SGDConfig
 from wanrt.kernels.reference import BiasTables, ReferenceKernels
@@ -77,6 +87,7 @@ class SparseOptimizer(ABC):
         self._lr = lr
         self._lr_scale = 1.0
         self._state: dict[int, _ParamState] = {}
+        self._views: dict[int, tuple[tuple[Any, ...], Array, ReferenceKernels]] = {}  # see _view
 
     @property
     def lr(self) -> float:
@@ -113,7 +124,7 @@ class SparseOptimizer(ABC):
         ``param``: 1-D fp32 NumPy array, CuPy array or torch tensor (CPU tensors through their NumPy view,
         CUDA tensors through DLPack: no copy). Indices are bounds-checked before anything is written.
         """
-        p = as_vector(param, "param", writable=True)
+        p, k = self._view(key, param)
         n = int(p.shape[0])
         if update.dense_len != n:
             raise KernelError(
@@ -121,19 +132,39 @@ class SparseOptimizer(ABC):
             )
         if update.nnz_blocks == 0:
             return
-        k = get_kernels(p)
         st = self._state_for(key, n, update.block_size, k)
         idx, vals = update.indices, update.values_f32()
         if k.xp is not np:
-            # validated on the host, one pinned asynchronous copy (cupy_kernels.PinnedStaging); a path
-            # without staging gets plain copies
+            # validated on the host (unless the payload was: the codec's check of what it decoded), one
+            # asynchronous copy (cupy_staging); a path without staging gets plain copies
             upload = getattr(k, "upload_update", None)
             if upload is not None:
-                idx, vals = upload(idx, vals, n_blocks(n, update.block_size))
+                idx, vals = upload(idx, vals, n_blocks(n, update.block_size), checked=update.validated)
             else:
                 idx, vals = k.xp.asarray(idx), k.xp.asarray(vals)
         self._apply(k, p, st, idx, vals, update.block_size)
         bump_torch_version(param)
+
+    def _view(self, key: int, param: object) -> tuple[Array, ReferenceKernels]:
+        """``param`` as a writable 1-D array and the kernels for it.
+
+        A CUDA tensor's CuPy view is kept per key while its memory, shape, dtype, the current stream and
+        the kernel choice stay the same: building it (torch checks, a CuPy memory wrapper, the stream
+        comparison) was a tenth of a GPU step's host time (issue 26). A view that needed DLPack's stream
+        handshake (torch's and CuPy's current streams differ) is never kept."""
+        if not (is_torch_tensor(param) and param.is_cuda):  # type: ignore[attr-defined]
+            p = as_vector(param, "param", writable=True)
+            return p, get_kernels(p)
+        t: Any = param
+        sig = (t.data_ptr(), t.numel(), t.dtype, t.dim(), t.is_contiguous(), cuda_stream_ptr(t), forced_env())
+        hit = self._views.get(key)
+        if hit is not None and hit[0] == sig:
+            return hit[1], hit[2]
+        p = as_vector(param, "param", writable=True)
+        k = get_kernels(p)
+        if p.data.ptr == sig[0] and same_streams(t):
+            self._views[key] = (sig, p, k)
+        return p, k
 
     def _state_for(self, key: int, n: int, bs: int, k: ReferenceKernels) -> _ParamState:
         st = self._state.get(key)

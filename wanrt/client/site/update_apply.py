@@ -72,7 +72,10 @@ class UpdateApplier:
                     self.average_into(u, vals)
                 else:
                     idx, vals = p.indices, self.averaged(u)
-                avg = SparsePayload(p.layer, p.dense_len, p.block_size, idx, vals, "fp32")
+                # the indices are p's (or an exact copy): p's validation (the codec's) holds for them
+                avg = SparsePayload(
+                    p.layer, p.dense_len, p.block_size, idx, vals, "fp32", validated=p.validated
+                )
                 optimizer.step(u.layer, param.data.view(-1), avg)
 
     def _pinned_buffer(self, layer: int) -> Any:
