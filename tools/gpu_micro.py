@@ -89,6 +89,36 @@ def _traced_step(opt: Any, p: torch.Tensor, pinned: list[Any], reps: int) -> lis
     return [(f"  traced: {k}", 1e6 * v / reps) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])]
 
 
+def _order_cut_phases(k: Any, c: Any, xv: Any, reps: int = 30) -> list[tuple[str, float]]:
+    """wanrt_order_cut's phases on the device (its PROFILE=1 build: clock64 stamps at the boundaries),
+    in µs per selection, through the compressor's own launch."""
+    import cupy as cp
+
+    from wanrt.kernels.cupy_source import BLOCKS_SOURCE, compile_options
+
+    mod = cp.RawModule(code=BLOCKS_SOURCE, options=compile_options(BS=1, PROFILE=1))
+    stamps = cp.ndarray((8,), cp.int64, mod.get_global("wanrt_prof"))
+    khz = cp.cuda.Device().attributes["ClockRate"]
+    fkey = ("wanrt_order_cut", ("BS", 1))
+    saved = k._functions.get(fkey)
+    k._functions[fkey] = mod.get_function("wanrt_order_cut")
+    names = ["layout (1)", "radix select (2)", "counts", "trim / out (3)"]
+    spent = [0.0] * len(names)
+    try:
+        for _ in range(5):
+            c._select(0, xv, k, None)
+        for _ in range(reps):
+            stamps.fill(0)
+            c._select(0, xv, k, None)
+            h = stamps.get()
+            for i in range(len(names)):
+                spent[i] += (h[i + 1] - h[i]) / khz * 1e3  # cycles / kHz = ms -> µs
+    finally:
+        if saved is not None:
+            k._functions[fkey] = saved
+    return [(f"  order_cut: {n}", t / reps) for n, t in zip(names, spent, strict=True)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--elements", type=int, default=25_000_000)
@@ -203,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     row("device .get() of 5 floats", small.get)
     row("cp.empty(20000, int64)", lambda: cp.empty(20000, dtype=cp.int64))
     rows.extend(_traced_step(opt, p, pinned, reps))
+    rows.extend(_order_cut_phases(k, c, xv))
     width = max(len(r[0]) for r in rows)
     text = "\n".join(f"{name:<{width}}  {us:9.1f} us" for name, us in rows)
     print(text)

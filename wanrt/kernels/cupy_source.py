@@ -315,6 +315,25 @@ extern "C" __global__ void wanrt_adam(float* __restrict__ p, float* __restrict__
 #: whether the last block is partial, and a dozen array operations (each a launch and Python overhead)
 #: plus three host reads for the trim.
 BLOCKS_SOURCE = r"""
+/* PROFILE=1 (tools/gpu_micro.py only): wanrt_order_cut stamps clock64() at its phase boundaries into
+   wanrt_prof, read back with RawModule.get_global, so its phases can be timed on one SM. */
+#ifndef PROFILE
+#define PROFILE 0
+#endif
+#if PROFILE
+__device__ long long wanrt_prof[8];
+#define WANRT_MARK(i)                      \
+    do {                                   \
+        __syncthreads();                   \
+        if (threadIdx.x == 0) {            \
+            wanrt_prof[(i)] = clock64();   \
+        }                                  \
+    } while (0)
+#else
+#define WANRT_MARK(i) \
+    do {              \
+    } while (0)
+#endif
 extern "C" __global__ void wanrt_gather(const float* __restrict__ x, const long long* __restrict__ idx,
                                         const long long nnzb, const long long n, float* __restrict__ out) {
     const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -590,6 +609,7 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
     const unsigned lane = threadIdx.x & 31u;
     const unsigned warp = threadIdx.x >> 5;
     const unsigned below = (1u << lane) - 1u;
+    WANRT_MARK(0);
     /* (1) each thread owns a run of consecutive CUDA blocks' ranges */
     const long long per = (groups + (long long)blockDim.x - 1) / (long long)blockDim.x;
     const long long g0 = (long long)threadIdx.x * per;
@@ -635,6 +655,7 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
         }
     }
     __syncthreads();
+    WANRT_MARK(1);
     /* (2) the aim-th and cap-th largest in one radix select, then both counts in one pass */
     const bool want_aim = count >= aim;
     const bool trim = count > cap;
@@ -643,6 +664,7 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
         wanrt_two_largest(sum_buf, count, want_aim ? aim : 1, trim ? cap : 1, s_hist, s_total, s_sel, &aim_f,
                           &cut);
     }
+    WANRT_MARK(2);
     const double aim_v = want_aim ? (double)aim_f : -1.0;
     const float probe_at = want_aim ? (float)(aim_v * ratio) : (float)(v * ratio);
     unsigned int reach = 0u, above = 0u;
@@ -662,6 +684,7 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
         }
     }
     __syncthreads();
+    WANRT_MARK(3);
     const long long probe = (long long)s_acc[0];
     /* (3) the payload's blocks: ties at the cut in index order, two barriers per 1024 candidates */
     long long nout = count;
@@ -703,6 +726,7 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
             out[i] = idx_buf[i];
         }
     }
+    WANRT_MARK(4);
     if (threadIdx.x == 0) {  /* (every thread read the counters before the barriers above) */
         stats[0] = (double)count;
         stats[1] = 0.0;
