@@ -2,7 +2,9 @@
 the whole system's overhead on the GPU, each against torch on the same device in the same run.
 
 Keys (the issue's done-when; 25 M fp32 at density 0.01, every time the mean of ``--reps`` calls after
-warm-up, the device synchronised before and after the timed loop):
+warm-up, the device synchronised before and after the timed loop; a threshold compressor first runs
+:data:`SETTLE` selections, as training would have, and the JSON says how many timed ones needed the exact
+second pass, ``<kind>_exact_passes_timed``):
 
 * ``gpu_compress_vs_torch_topk`` (≥ 2): ``torch.topk(|x|, k)`` over wanrt's threshold-v block selection on
   the CuPy path (``Compressor.select_device``: sorted block indices and their values on the device,
@@ -49,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import statistics
@@ -112,9 +115,11 @@ def make_plan(device: str, quick: bool, e2e: bool, elements: int | None) -> Plan
         n = elements or 1 << 18
         return Plan(device, n, 3, 2, e2e, 64, 32, 3, 3, 1, quick)
     n = elements or 25_000_000
+    # calls of 0.05-0.3 ms: a single 1 ms hiccup of the host (a thread wake-up, a page fault) moved the
+    # mean of 20 by 15-30 %, so even --quick times 100
     if quick:
-        return Plan(device, n, 20, 5, e2e, E2E_HIDDEN, E2E_BATCH, 6, 10, 2, quick)
-    return Plan(device, n, 100, 10, e2e, E2E_HIDDEN, E2E_BATCH, 10, 30, 3, quick)
+        return Plan(device, n, 100, 10, e2e, E2E_HIDDEN, E2E_BATCH, 6, 10, 2, quick)
+    return Plan(device, n, 300, 20, e2e, E2E_HIDDEN, E2E_BATCH, 10, 30, 3, quick)
 
 
 def why_not_cuda() -> str | None:
@@ -145,14 +150,24 @@ class Clock:
         for _ in range(warmup):
             fn()
         self.sync()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        self.sync()
-        return (time.perf_counter() - t0) / reps
+        collecting = gc.isenabled()
+        gc.disable()  # as timeit does: a collection inside the loop is no part of what is timed
+        try:
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            self.sync()
+            return (time.perf_counter() - t0) / reps
+        finally:
+            if collecting:
+                gc.enable()
 
 
 # ------------------------------------------------------------------------------------------------ selection
+
+
+#: selections before the timed ones, past the controller's first steps (its sampled start, then settling)
+SETTLE = 30
 
 
 def bench_selection(plan: Plan, dev: torch.device, clock: Clock) -> dict[str, float]:
@@ -168,8 +183,15 @@ def bench_selection(plan: Plan, dev: torch.device, clock: Clock) -> dict[str, fl
     out["torch_topk_ms"] = 1e3 * clock.mean_s(lambda: torch.topk(x.abs(), k), plan.reps, plan.warmup)
     for kind in ("threshold_v_block", "threshold_v", "topk", "randomk"):
         c = make_compressor(kind, density=DENSITY)
-        # warm-up past the first step (sampled v) and the controller's settling, as in training
-        out[f"{kind}_ms"] = 1e3 * clock.mean_s(lambda c=c: c.select_device(0, x), plan.reps, plan.warmup + 5)
+        # warm-up past the first step (sampled v) and the controller's settling, as in training (a step
+        # that needs the exact second pass costs ~3 ordinary ones: how many the timed steps had is kept)
+        for _ in range(SETTLE):
+            c.select_device(0, x)
+        exact = getattr(c, "exact_steps", lambda layer: 0)
+        before = exact(0)
+        out[f"{kind}_ms"] = 1e3 * clock.mean_s(lambda c=c: c.select_device(0, x), plan.reps, plan.warmup)
+        if kind.startswith("threshold"):
+            out[f"{kind}_exact_passes_timed"] = float(exact(0) - before)
     c = make_compressor("threshold_v_block", density=DENSITY)
     residual = torch.zeros_like(x)
     out["threshold_v_block_feedback_ms"] = 1e3 * clock.mean_s(

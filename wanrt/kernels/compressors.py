@@ -95,10 +95,18 @@ class Compressor(ABC):
         self.density = density
         self.block_size = block_size
         self.config = config
+        self._targets_memo: tuple[tuple[Any, ...], aimd.SelectionTargets] | None = None
 
     def targets(self, dense_len: int) -> aimd.SelectionTargets:
-        """How many blocks a layer of ``dense_len`` elements sends (``k_block``) and the derived limits."""
-        return aimd.targets(dense_len, self.block_size, self.density, self.config)
+        """How many blocks a layer of ``dense_len`` elements sends (``k_block``) and the derived limits
+        (kept for the last (length, density): a GPU selection's host time is counted in microseconds)."""
+        key = (dense_len, self.block_size, self.density, id(self.config))
+        memo = self._targets_memo
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        t = aimd.targets(dense_len, self.block_size, self.density, self.config)
+        self._targets_memo = (key, t)  # (the config is held by self: its id is not reused meanwhile)
+        return t
 
     def compress(self, layer: int, grad: object) -> SparsePayload:
         """Select blocks of ``grad`` (1-D fp32, NumPy/CuPy/torch; not modified) into a payload."""

@@ -151,7 +151,7 @@ class CupyKernels(ReferenceKernels):
 
     def _function(self, source: str, name: str, **defines: int) -> Any:
         """``name`` from ``source`` compiled with ``defines`` (NVRTC, once per combination)."""
-        fkey = (name, *sorted(defines.items()))
+        fkey = (name, *defines.items())  # (no sort here: a call site passes its defines in one order)
         fn = self._functions.get(fkey)  # the hot path: no option strings built, no module lookup
         if fn is not None:
             return fn

@@ -320,6 +320,9 @@ BLOCKS_SOURCE = r"""
 #ifndef PROFILE
 #define PROFILE 0
 #endif
+/* CUDA blocks of wanrt_select whose candidate ranges wanrt_order_cut lays out through shared memory
+   (two ints each; more take the serial path): 1024 blocks of 16 floats each, so up to 67 M elements */
+#define WANRT_MAX_GROUPS 4096
 #if PROFILE
 __device__ long long wanrt_prof[8];
 #define WANRT_MARK(i)                      \
@@ -585,7 +588,11 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
                                            long long* __restrict__ out,
                                            double* __restrict__ stats) {
     __shared__ long long s_part[1024];
-    __shared__ unsigned int s_hist[2][8][256];
+    /* the histograms of (2), or first the CUDA blocks' output starts and key starts of (1) */
+    __shared__ unsigned int s_raw[2 * WANRT_MAX_GROUPS];
+    unsigned int(*s_hist)[8][256] = reinterpret_cast<unsigned int(*)[8][256]>(s_raw);
+    int* s_gdst = reinterpret_cast<int*>(s_raw);
+    int* s_gsrc = s_gdst + WANRT_MAX_GROUPS;
     __shared__ unsigned int s_total[2][256];
     __shared__ unsigned long long s_sel[4];
     __shared__ unsigned long long s_acc[2];
@@ -644,17 +651,45 @@ extern "C" __global__ void wanrt_order_cut(const unsigned long long* __restrict_
     }
     __syncthreads();
     long long dst = s_part[threadIdx.x];
-    for (long long g = g0; g < g1; ++g) {
-        const long long start = table[2 * g];
-        const long long c = table[2 * g + 1];
-        for (long long j = 0; j < c; ++j) {
-            const unsigned long long key = keys[start + j];
-            idx_buf[dst] = (long long)(key >> 32);
-            sum_buf[dst] = __uint_as_float((unsigned int)(key & 0xffffffffull));
-            ++dst;
+    if (groups <= WANRT_MAX_GROUPS && buffer < 0x7fffffffLL) {  /* (the same for every thread) */
+        /* every CUDA block's output start and key start into shared memory; then thread i copies output
+           i, found by a binary search: loads and stores of neighbouring threads are neighbours (one run
+           of candidates per thread, serially, took 47 of order_cut's 114 us on an H200, issue 26) */
+        for (long long g = g0; g < g1; ++g) {
+            s_gdst[g] = (int)dst;
+            s_gsrc[g] = (int)table[2 * g];
+            dst += table[2 * g + 1];
+        }
+        __syncthreads();
+        for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+            /* the last CUDA block whose output starts at or before i (empty ones before it do too) */
+            int lo = 0, hi = (int)groups;
+            while (lo < hi) {
+                const int mid = (lo + hi) >> 1;
+                if (s_gdst[mid] <= (int)i) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            const int g = lo - 1;
+            const unsigned long long key = keys[s_gsrc[g] + ((int)i - s_gdst[g])];
+            idx_buf[i] = (long long)(key >> 32);
+            sum_buf[i] = __uint_as_float((unsigned int)(key & 0xffffffffull));
+        }
+    } else {
+        for (long long g = g0; g < g1; ++g) {
+            const long long start = table[2 * g];
+            const long long c = table[2 * g + 1];
+            for (long long j = 0; j < c; ++j) {
+                const unsigned long long key = keys[start + j];
+                idx_buf[dst] = (long long)(key >> 32);
+                sum_buf[dst] = __uint_as_float((unsigned int)(key & 0xffffffffull));
+                ++dst;
+            }
         }
     }
-    __syncthreads();
+    __syncthreads();  /* (1)'s shared offsets are (2)'s histograms from here on */
     WANRT_MARK(1);
     /* (2) the aim-th and cap-th largest in one radix select, then both counts in one pass */
     const bool want_aim = count >= aim;
