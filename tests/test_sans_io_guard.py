@@ -52,6 +52,7 @@ EXCLUDED = (
     "wanrt/kernels/backend.py",
     "wanrt/codec/kernel_choice.py",
     "wanrt/kernels/cupy_kernels.py",  # a lock around the per-device kernel cache
+    "wanrt/kernels/cupy_staging.py",  # a lock around the upload slots (leader and trainer threads)
     "wanrt/kernels/warmup.py",  # times the start-up compile so that the trainer can log it
 )
 
