@@ -48,6 +48,11 @@ class ClientConfig:
     #: array every step: a fresh 50 MB array is a new mmap whose page faults cost more than the cast
     #: (docs/round_bench.md, "Through the client"); 0 = never reuse
     reuse_wire_buffer_bytes: int = 4 << 20
+    #: CUDA parameters: host memory the apply may pin for its per-layer update buffers (each layer's
+    #: averaged update is written there and sent with one DMA, docs/kernels.md "On a GPU"); layers past
+    #: it are staged the ordinary way (a copy into the optimizer's own few pinned slots). Pinned memory
+    #: cannot be swapped, and a dense model's updates are the model's size. 0 = never pin per layer
+    pinned_update_bytes: int = 1 << 30
     #: how many iterations a layer's update may lag (0 = synchronous, 1 = StellaTrain's partial staleness)
     staleness: int = 1
     #: with staleness, take each gradient at the weights the in-flight updates are about to produce,
@@ -120,6 +125,12 @@ class ClientConfig:
             "reuse_wire_buffer_bytes",
             self.reuse_wire_buffer_bytes,
             "must be >= 0 (0: never reuse)",
+        )
+        check(
+            self.pinned_update_bytes >= 0,
+            "pinned_update_bytes",
+            self.pinned_update_bytes,
+            "must be >= 0 (0: never pin per layer)",
         )
         check(self.max_layer_elements >= 1, "max_layer_elements", self.max_layer_elements, "must be >= 1")
         if self.compressor == "threshold_v_block":

@@ -149,7 +149,7 @@ class Context(OuterModeView):
         self._telemetry = StepReport(
             self._timer, group, device, rank=self.rank, world_size=self.world_size, dst=dst
         )
-        self._applier = UpdateApplier()
+        self._applier = UpdateApplier(pinned_bytes=self.config.pinned_update_bytes)
         # every rank: the parameters moved to the predicted point between steps (wanrt.client.site.prediction)
         self._prediction = WeightPrediction()
         #: iterations this site pushed empty because a parameter snapshot was pending (every rank counts

@@ -60,17 +60,23 @@ class PinnedUpdate:
         #: the arrays handed out last: an upload recognises them by identity (no address lookups)
         self.views: tuple[np.ndarray, np.ndarray] | None = None
 
+    def bytes_for(self, ni: int, nv: int) -> int:
+        """The pinned bytes this buffer holds once it has handed out arrays of these sizes (it grows by
+        doubling, so that sizes that vary from step to step do not reallocate every time)."""
+        need = _values_offset(ni) + nv * 4
+        return self.nbytes if need <= self.nbytes else max(need, 2 * self.nbytes, 1 << 16)
+
     def arrays(self, ni: int, nv: int) -> tuple[np.ndarray, np.ndarray]:
         """Views of ``ni`` indices and ``nv`` values in pinned memory, free to overwrite."""
         if ni < 0 or nv < 0:
             raise KernelError("a staged update needs non-negative sizes", value=(ni, nv))
         off = _values_offset(ni)
-        need = off + nv * 4
         if self.copied is not None:
             self.copied.synchronize()  # the last copy out of this buffer has finished
             self.copied = None
-        if need > self.nbytes:
-            self.nbytes = max(need, 2 * self.nbytes, 1 << 16)
+        size = self.bytes_for(ni, nv)
+        if size > self.nbytes:
+            self.nbytes = size
             self.host = self._staging.alloc_pinned(self.nbytes)
             self.ptr = int(self.host.ptr)
         if self._registered:

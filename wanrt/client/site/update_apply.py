@@ -53,9 +53,12 @@ def site_update(ev: UpdateArrived, params: Sequence[torch.Tensor], peer: str) ->
 class UpdateApplier:
     """Averages and applies updates to one rank's parameters, with one averaging buffer per layer."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, pinned_bytes: int = 1 << 30) -> None:
         self._avg_bufs: dict[int, npt.NDArray[np.float32]] = {}  # per-layer averaged updates
         self._pinned: dict[int, Any] = {}  # per-layer pinned buffers for CUDA parameters (None: no CuPy)
+        #: host memory the per-layer pinned buffers may take (ClientConfig.pinned_update_bytes)
+        self._pinned_budget = pinned_bytes
+        self._pinned_used = 0
 
     def apply(
         self, updates: Sequence[SiteUpdate], params: Sequence[torch.Tensor], optimizer: KernelOptimizer
@@ -65,7 +68,7 @@ class UpdateApplier:
             for u in updates:
                 p = u.payload
                 param = params[u.layer]
-                staged = self._pinned_buffer(u.layer) if param.is_cuda else None
+                staged = self._pinned_buffer(u.layer, p) if param.is_cuda else None
                 if staged is not None:
                     idx, vals = staged.arrays(p.nnz_blocks, p.nnz)
                     np.copyto(idx, p.indices, casting="same_kind")
@@ -78,16 +81,28 @@ class UpdateApplier:
                 )
                 optimizer.step(u.layer, param.data.view(-1), avg)
 
-    def _pinned_buffer(self, layer: int) -> Any:
-        """The layer's pinned host buffer, made on first use; None where the CuPy path is unavailable (the
-        optimizer then copies the update the ordinary way)."""
-        if layer not in self._pinned:
+    def _pinned_buffer(self, layer: int, p: SparsePayload) -> Any:
+        """The layer's pinned host buffer, made on first use; None where the CuPy path is unavailable or
+        where it would take the pinned total past the budget (that layer's updates then take the ordinary
+        way for good, and its buffer is let go)."""
+        if layer in self._pinned and self._pinned[layer] is None:
+            return None
+        buf = self._pinned.get(layer)
+        if buf is None:
             try:
                 make = getattr(kernels_by_name("cupy"), "pinned_update", None)
             except KernelError:
                 make = None
-            self._pinned[layer] = make() if make is not None else None
-        return self._pinned[layer]
+            buf = self._pinned[layer] = make() if make is not None else None
+            if buf is None:
+                return None
+        size = buf.bytes_for(p.nnz_blocks, p.nnz)
+        if self._pinned_used - buf.nbytes + size > self._pinned_budget:
+            self._pinned_used -= buf.nbytes
+            self._pinned[layer] = None
+            return None
+        self._pinned_used += size - buf.nbytes
+        return buf
 
     def averaged(self, u: SiteUpdate) -> npt.NDArray[np.float32]:
         """The update's values as fp32 divided by its contributing sites, in a buffer kept per layer.
