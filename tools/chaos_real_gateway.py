@@ -7,7 +7,8 @@ took (``{"k": "push", "it", "layer", "covers"}``: ``covers`` are earlier resent 
 and per result it delivered (``{"k": "deliver", "it", "layer", "ids": [[site, iteration], ...],
 "covers": [[iteration, folded iteration], ...]}``: this site's pushes it counts and what was folded into
 them) to ``--rounds-log``, so the soak can check that every push a gateway took is counted in exactly
-one result (:func:`tools.chaos_real.account`). Everything else is
+one result (:func:`tools.chaos_real.account`); each start of the gateway writes ``{"k": "start"}`` first
+(a result only a killed gateway delivered is in no site's parameters). Everything else is
 ``wanrt gateway``: the same config, ``--ready-file``, ``--resume-at``, signals.
 """
 
@@ -76,6 +77,7 @@ def main() -> int:
     if args.resume_at is not None:
         cfg = dataclasses.replace(cfg, resume_at=args.resume_at)
     with args.rounds_log.open("a", buffering=1) as log:
+        log.write(json.dumps({"k": "start"}) + "\n")  # a new gateway life (tools.chaos_real.account)
         return asyncio.run(_serve(LoggedGateway(cfg, log=log), args.ready_file, None))
 
 

@@ -5,7 +5,9 @@ Pushes. The gateway acknowledges a trainer ``Push(iteration, layer)`` with ``Ack
 the contribution ``(site, iteration)`` is *counted*: listed in a final result delivered here. Until then a
 trainer that loses its gateway keeps the push and sends it again after reconnecting. A resent push is:
 
-* already in the round engine (the trainer reconnected to a running gateway): ignored, its ack follows;
+* already in the round engine (the trainer reconnected to a running gateway), or already settled as not
+  counted and waiting to be folded: ignored, its ack follows (a trainer re-sends on every reconnect until
+  acknowledged, so one push can come several times; folded twice, it would count twice);
 * already counted: acknowledged again (the first ack was lost with the connection);
 * older than the iteration this gateway joined the job at (the gateway was restarted and lost what it held):
   resolved with the ``outcome`` messages the other gateways send a rejoining site (which of its
@@ -122,7 +124,10 @@ class TrainerLedger:
         if iteration in st.counted:
             self.stats.reacked += 1
             return PushVerdict(acks=((iteration, layer),))
-        if iteration in st.pending or iteration in st.old or iteration in st.folded:
+        seen = iteration in st.pending or iteration in st.old or iteration in st.folded
+        if seen or _carried(st, iteration):
+            # also one settled as not counted and waiting in the carry: the trainer sends a push again on
+            # every reconnect until it is acknowledged, and carried twice it would be folded (counted) twice
             self.stats.resent_ignored += 1
             return PushVerdict()
         if iteration < self.join_at:
@@ -304,6 +309,11 @@ class TrainerLedger:
     def unacked_aggregates(self) -> list[Aggregate]:
         """Results to send again to a trainer that (re)connects, oldest first."""
         return list(self._aggregates.values())
+
+
+def _carried(st: _Layer, iteration: int) -> bool:
+    """``iteration`` waits in the layer's carry (at most MAX_RESENT_PER_LAYER entries)."""
+    return any(it == iteration for it, _ in st.carry)
 
 
 def _fold(payload: SparsePayload, extra: list[SparsePayload]) -> SparsePayload:

@@ -116,6 +116,27 @@ def test_after_a_restart_resent_pushes_are_settled_by_outcomes() -> None:
     assert led.stats.recovered_counted == 2 and led.stats.recovered_folded == 1
 
 
+def test_a_resent_push_sent_again_before_its_carrier_is_folded_once() -> None:
+    """A resent push settled as not counted waits in the carry for the trainer's next push; if the trainer
+    sends it once more meanwhile (a second reconnect to the restarted gateway, or the link's re-send racing
+    its own queued copy of the newest push), it must not go into the carry a second time: folded twice,
+    its gradient would count twice, under one id."""
+    led = TrainerLedger("d", join_at=20)
+    old = make_payload("d", 18, 0)
+    led.on_push(18, 0, old)
+    assert led.on_outcome(0, 10, 20, ()) == ()  # not counted by the peer: carried
+    assert [it for it, _ in led.held(0)] == [18]
+    v = led.on_push(18, 0, old)  # the same push once more
+    assert v.push is None and not v.acks
+    assert [it for it, _ in led.held(0)] == [18]
+    new = make_payload("d", 20, 0)
+    v = led.on_push(20, 0, new)
+    assert v.push is not None and led.covers(20, 0) == (18,)
+    np.testing.assert_array_equal(v.push[2].to_dense(), new.to_dense() + old.to_dense())
+    assert led.on_deliver(0, (("d", 20),)) == ((20, 0), (18, 0))
+    assert led.stats.recovered_folded == 1 and led.stats.resent_ignored == 1
+
+
 def test_each_push_gets_one_answer_and_unacked_aggregates_are_kept() -> None:
     led = TrainerLedger("a", join_at=0)
     assert led.answer(3, 1) and not led.answer(3, 1)

@@ -73,6 +73,51 @@ def test_account_follows_pushes_folded_into_a_push_whose_result_came_at_once(tmp
     assert acc == {"pushes": 3, "pushes_lost": 0, "pushes_double_counted": 0, "result_conflicts": 0}
 
 
+def test_account_leaves_out_a_result_only_a_killed_gateway_made(tmp_path: Path) -> None:
+    """The CI failure (pushes_double_counted 1): gateway a made round 3's result and was killed before its
+    own push left for b; b never had round 3, settled it without a once the fresh gateway joined at 5 and
+    carried its push 3 into round 5; a's trainer re-sent push 3, folded into 5. Round 3's result is in no
+    site's parameters (a's trainer resyncs), so b's push 3 is counted once, in round 5 — and a push folded
+    twice into one carrier is double counted."""
+    _write(
+        tmp_path / "rounds-a.jsonl",
+        [
+            {"k": "start"},
+            {"k": "push", "it": 3, "layer": 0, "covers": []},
+            {"k": "deliver", "it": 3, "layer": 0, "ids": [["a", 3], ["b", 3]], "covers": []},
+            {"k": "start"},
+            {"k": "push", "it": 3, "layer": 0, "covers": []},  # re-sent: below the join, folded into 5
+            {"k": "push", "it": 4, "layer": 0, "covers": []},  # also below the join
+            {
+                "k": "deliver",
+                "it": 5,
+                "layer": 0,
+                "ids": [["a", 5], ["b", 3], ["b", 5]],
+                "covers": [[5, 3], [5, 4], [5, 4]],
+            },
+            {"k": "push", "it": 5, "layer": 0, "covers": []},
+        ],
+    )
+    _write(
+        tmp_path / "rounds-b.jsonl",
+        [
+            {"k": "start"},
+            {"k": "push", "it": 3, "layer": 0, "covers": []},
+            {"k": "push", "it": 5, "layer": 0, "covers": []},
+            {"k": "deliver", "it": 5, "layer": 0, "ids": [["a", 5], ["b", 3], ["b", 5]], "covers": []},
+        ],
+    )
+    acc = account(tmp_path, ("a", "b"), upto=8)
+    # a4 was folded twice into a5 (the ledger bug fixed with test_a_resent_push_sent_again_before...)
+    assert acc == {"pushes": 5, "pushes_lost": 0, "pushes_double_counted": 1, "result_conflicts": 0}
+    # without the start lines (one life each) round 3 counts: b3 in rounds 3 and 5, a3 in round 3 and
+    # folded into a5, a4 folded twice
+    for site in "ab":
+        path = tmp_path / f"rounds-{site}.jsonl"
+        path.write_text("".join(x + "\n" for x in path.read_text().splitlines() if '"start"' not in x))
+    assert account(tmp_path, ("a", "b"), upto=8)["pushes_double_counted"] == 3
+
+
 @pytest.mark.slow
 def test_a_small_real_client_soak_meets_the_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chaos_real, "EVENTS", ("trainer_restart", "gateway_kill"))

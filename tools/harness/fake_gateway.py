@@ -60,6 +60,8 @@ class FakeGateway:
         self.model_site: str | None = None
         #: the low-bit codings the Welcome offers, as a real gateway's does (None: an older gateway's none)
         self.value_codings: str | None = offered_codings()
+        #: more Welcome ``info`` entries (a test gives what a real gateway would, e.g. its push cut)
+        self.welcome_info: dict[str, Any] = {}
         self.errors: list[str] = []
         self.pushes = 0
         self.elements = 0  # value slots received, to check what compression saved
@@ -118,6 +120,7 @@ class FakeGateway:
             info = dict(self.model_info or {}, model_site=self.model_site or "")
             if self.value_codings is not None:
                 info[VALUE_CODINGS_KEY] = self.value_codings
+            info.update(self.welcome_info)
             await transport.send([conn.accept(info=info)])
             auth = await self._next(conn, transport)
             if not isinstance(auth, Auth):

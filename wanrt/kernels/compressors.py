@@ -191,6 +191,10 @@ class _LayerSel:
     idx_buf: Array
     sum_buf: Array
     exact_steps: int = 0
+    #: the blocks sampled for a threshold read off a sample (:meth:`ThresholdV._sampled_v`), made once
+    sample: Array | None = None
+    #: the last step's threshold missed (a second pass ran): this step's comes from the sample
+    reaim: bool = False
 
 
 class ThresholdV(Compressor):
@@ -226,18 +230,65 @@ class ThresholdV(Compressor):
             # the density changed (a scheduler decision): the buffers follow it, the threshold state stays
             sel.idx_buf = xp.empty(t.buffer, dtype=xp.int64)
             sel.sum_buf = xp.empty(t.buffer, dtype=xp.float32)
+            sel.sample = None  # made again on the layer's device
         return sel
 
-    def _first_v(self, layer: int, x: Array, k: ReferenceKernels, t: aimd.SelectionTargets) -> float | None:
-        rng = np.random.default_rng([self.config.seed, layer])
+    def _sampled_v(
+        self,
+        layer: int,
+        sel: _LayerSel,
+        x: Array,
+        add: Array | None,
+        k: ReferenceKernels,
+        t: aimd.SelectionTargets,
+        want: int,
+    ) -> float | None:
+        """The threshold ``want`` blocks of ``x`` (+ ``add``) would pass, read off the sums of a fixed
+        random sample of blocks (``sample_blocks`` of them, :func:`aimd.initial_threshold`), or None when
+        the target is too rare for the sample to see or a sampled sum is not finite."""
         nb = t.n_blocks
-        size = min(nb, self.config.sample_blocks)
-        pick = np.sort(rng.choice(nb, size=size, replace=False)).astype(np.int64)
-        sample = k.block_sums(k.gather(x, k.xp.asarray(pick), self.block_size), self.block_size)
+        if sel.sample is None:
+            rng = np.random.default_rng([self.config.seed, layer])
+            size = min(nb, self.config.sample_blocks)
+            pick = np.sort(rng.choice(nb, size=size, replace=False)).astype(np.int64)
+            sel.sample = k.xp.asarray(pick)
+        picked = k.gather(x, sel.sample, self.block_size)
+        if add is not None:
+            picked = picked + k.gather(add, sel.sample, self.block_size)
+        sample = k.block_sums(picked, self.block_size)
         desc = np.sort(np.asarray(_host(sample), dtype=np.float32))[::-1]
         if not np.isfinite(desc).all():
             return None  # the exact step reports the non-finite gradient
-        return aimd.initial_threshold(desc, nb, t.aim, self.config)
+        return aimd.initial_threshold(desc, nb, min(want, nb), self.config)
+
+    def _second(
+        self, layer: int, sel: _LayerSel, x: Array, k: ReferenceKernels, t: aimd.SelectionTargets
+    ) -> Array:
+        """The threshold missed (too few passed, or more than the buffer holds): the exact selection, found
+        by a second threshold pass aimed by the sample at the middle of ``[aim, buffer]`` (in log terms:
+        ``sqrt(buffer_factor) * aim``) where that lands there — then every block above the ``aim``-th and
+        ``cap``-th largest sum is a candidate, so the candidates' top ``cap`` and ``aim``-th sum are the
+        exact ones, and the controller is re-anchored as :meth:`_exact` would — else :meth:`_exact`.
+
+        Why: with error feedback the residual's sums grow for the first steps faster than the controller
+        follows, and :meth:`_exact`'s partition of every block sum cost ~1.3 ms per step on 5 M floats for
+        the first ~9 steps (docs/round_bench.md, "Session 13"); a threshold pass without the add reads the
+        residual once (~0.3 ms). ``x`` already holds the residual plus the gradient."""
+        sel.reaim = True
+        want = math.ceil(math.sqrt(self.config.buffer_factor) * t.aim)
+        v2 = self._sampled_v(layer, sel, x, None, k, t, want)
+        st = sel.state
+        if v2 is not None and v2 > aimd.FLT_MIN and st is not None:
+            r = k.select_stats(
+                x, v2, self.block_size, sel.idx_buf, sel.sum_buf, None, t.aim, t.cap, self.config.probe_ratio
+            )
+            if r.nonfinite:
+                raise KernelError(f"gradient of layer {layer} contains NaN or infinite values", layer=layer)
+            if max(t.aim, t.cap) <= r.passed <= t.buffer and r.aim_v is not None:
+                sel.exact_steps += 1
+                aimd.update(st, t.aim, r.aim_v, r.probe, t, self.config)
+                return r.ids
+        return self._exact(sel, x, k, t)
 
     def _exact(self, sel: _LayerSel, x: Array, k: ReferenceKernels, t: aimd.SelectionTargets) -> Array:
         """Second pass: every block sum, exact top-``cap``; re-anchors v exactly."""
@@ -265,13 +316,19 @@ class ThresholdV(Compressor):
                 x += add
             return _top_blocks(k, k.block_sums(x, self.block_size), t.n_blocks)
         if sel.state is None:
-            v0 = self._first_v(layer, x if add is None else x + add, k, t)
+            v0 = self._sampled_v(layer, sel, x, add, k, t, t.aim)
             if v0 is None:
                 if add is not None:
                     x += add
                 return self._exact(sel, x, k, t)
             sel.state = aimd.ThresholdState(v=v0)
         st = sel.state
+        predicted = st.v
+        if sel.reaim:  # the last step missed: aim this one by the sample too (the controller re-learns)
+            want = math.ceil(math.sqrt(self.config.buffer_factor) * t.aim)
+            v = self._sampled_v(layer, sel, x, add, k, t, want)
+            if v is not None and v > aimd.FLT_MIN:
+                st.v = v
         # one pass, the controller's numbers and the payload's blocks (kernels.select_stats)
         r = k.select_stats(
             x, st.v, self.block_size, sel.idx_buf, sel.sum_buf, add, t.aim, t.cap, self.config.probe_ratio
@@ -279,7 +336,11 @@ class ThresholdV(Compressor):
         if r.nonfinite:
             raise KernelError(f"gradient of layer {layer} contains NaN or infinite values", layer=layer)
         if r.passed < t.floor or r.passed > t.buffer:  # too few to send the density, or past the buffer
-            return self._exact(sel, x, k, t)
+            return self._second(layer, sel, x, k, t)
+        # back to the controller once its own threshold would have passed at least ``aim`` blocks here
+        # (with error feedback it overshoots the growing sums for the first steps, and a threshold above
+        # the residual's cliff passes almost nothing; one below passes more, trimmed to the cap)
+        sel.reaim = sel.reaim and (r.aim_v is None or predicted > r.aim_v)
         aimd.update(st, r.passed, r.aim_v, r.probe, t, self.config)
         return r.ids
 

@@ -722,3 +722,39 @@ def test_may_be_behind_only_when_cut_off_and_the_others_have_a_quorum() -> None:
     assert not three.may_be_behind()  # a and c still make a majority: nothing finished without a
     three.peer_lost("c", 0.0)
     assert three.may_be_behind()
+
+
+def test_a_result_only_a_killed_gateway_made_is_settled_by_the_survivor() -> None:
+    """Gateway a has its own push and b's for round 0 and makes the result, then dies before its own
+    contribution leaves for b. b never has round 0: once a fresh a rejoins at 5, b settles round 0 without
+    a and carries its own push 0 into round 5. So b's push 0 is in two results, a's dead one and round 5;
+    only round 5 is in any site's parameters (a's trainer resyncs; RoundEngine.fresh_peer_joined). The
+    real-client soak's accounting leaves such orphan results out (tools.chaos_real.account)."""
+    spec = PlanSpec.make("allpairs")
+    rc = RoundConfig(round_deadline_s=1.0)
+    engines = {s: RoundEngine(s, ("a", "b"), spec, rc, start_iteration=0) for s in "ab"}
+    delivered: dict[str, list[Deliver]] = {"a": [], "b": []}
+
+    def run(site: str, acts: list[Any], *, lose_sends: bool = False) -> None:
+        """Carry out ``site``'s actions: deliveries recorded, sends handed to the peer (or lost)."""
+        for x in acts:
+            if isinstance(x, Deliver):
+                delivered[site].append(x)
+            elif isinstance(x, Send) and not lose_sends:
+                run(x.peer, engines[x.peer].peer_message(site, x.msg, 0.0))
+
+    run("a", engines["a"].local_push(0, 0, make_payload("a", 0, 0), 0.0), lose_sends=True)  # dies with it
+    run("b", engines["b"].local_push(0, 0, make_payload("b", 0, 0), 0.0))
+    assert [(d.iteration, d.sites) for d in delivered["a"]] == [(0, (("a", 0), ("b", 0)))]
+    assert delivered["b"] == []
+    join = 5
+    b = engines["b"]
+    b.peer_lost("a", 5.0)
+    engines["a"] = RoundEngine("a", ("a", "b"), spec, rc, start_iteration=join)  # the fresh gateway
+    run("b", b.peer_joined("a", 6.0, join) + b.fresh_peer_joined("a", join, 6.0))
+    for it in range(1, join + 1):
+        run("b", b.local_push(it, 0, make_payload("b", it, 0), 7.0))
+    run("a", engines["a"].local_push(join, 0, make_payload("a", join, 0), 7.0))
+    assert [d.iteration for d in delivered["b"]] == [join]  # round 0 settled at b without a result
+    for site in "ab":
+        assert ("b", 0) in delivered[site][-1].sites and delivered[site][-1].iteration == join

@@ -31,7 +31,7 @@ import logging
 import queue
 import threading
 from collections.abc import Coroutine
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -105,6 +105,15 @@ _STOP: Final = object()
 WRITE_BATCH_BYTES: Final = 1 << 20
 
 
+class _Pushed(NamedTuple):
+    """A push as the training side queues it ahead of its frames: the loop thread notes it (unacknowledged,
+    awaiting its result) as it moves the frames to the writer (:meth:`GatewayLink._move_outbox`)."""
+
+    iteration: int
+    layer: int
+    payload: SparsePayload
+
+
 def _config_change(msg: ConfigUpdate) -> ConfigChange:
     """A ConfigUpdate's settings, read by the shared schema (:mod:`wanrt.protocol.job_settings`): what the
     gateway let through must still never reach a rank as a learning-rate scale of 0, NaN or inf (the
@@ -157,7 +166,7 @@ class GatewayLink:
         self.resent = 0  # pushes sent again after reconnecting
         self.results_streamed = 0  # results put together from pieces the gateway streamed as they were final
         # messages from the training side not yet moved to the writer's queue (see _enqueue)
-        self._outbox: list[Message] = []
+        self._outbox: list[Message | _Pushed] = []
         self._outbox_lock = threading.Lock()
         self._wake_pending = False
 
@@ -191,13 +200,13 @@ class GatewayLink:
         assert pushes is not None
         # a dense layer goes in the gateway's cut-through pieces when it offers them (a streamed push: its
         # round starts with the first piece, wanrt.protocol.push_pieces); else as one Push
-        self._loop.call_soon_threadsafe(self._note_push, iteration, layer, wire)  # before its frames
         hint, job, site = self._push_cut, self.spec.job, self.spec.site
         pieces = None if hint is None else cut_push(job, iteration, layer, site, wire, hint)
-        if pieces is None:
-            self._enqueue(Push(self.spec.job, iteration, layer, 0, self.spec.site, wire))
-            return
-        self._enqueue(*pieces)
+        frames = [Push(job, iteration, layer, 0, site, wire)] if pieces is None else pieces
+        # noted on the loop thread in the same step that queues its frames (_move_outbox): noted by one
+        # call and queued by another, a reconnect between the two re-sent the push from the noted ones and
+        # the writer then sent the queued copy too (the gateway got it twice)
+        self._enqueue(_Pushed(iteration, layer, wire), *frames)
 
     def telemetry(self, iteration: int, metrics: dict[str, float]) -> None:
         if self._error is not None or self._closed:
@@ -211,14 +220,15 @@ class GatewayLink:
             raise LocalProtocolError(f"{type(msg).__name__} on a closed gateway link")
         self._enqueue(msg)
 
-    def _enqueue(self, *msgs: Message) -> None:
+    def _enqueue(self, *msgs: Message | _Pushed) -> None:
         """Training side: hand messages to the writer, in order, waking the loop once per batch.
 
         Why not one ``call_soon_threadsafe`` per message: each is a write to the loop's self-pipe and a
         wake-up of the link thread, and a step pushes every layer (plus telemetry) within a few
         milliseconds; measured on the demo's small model, the wake-ups cost ~0.3 ms per push under load
         (docs/client.md, "Where an iteration's time goes"). Messages queued while a wake-up is pending
-        ride along with it.
+        ride along with it. A push's :class:`_Pushed` note rides in the same batch, just before its frames
+        (one wake-up per push, not two: the note had its own ``call_soon_threadsafe``).
         """
         with self._outbox_lock:
             self._outbox.extend(msgs)
@@ -235,7 +245,10 @@ class GatewayLink:
             msgs, self._outbox = self._outbox, []
             self._wake_pending = False
         for msg in msgs:
-            pushes.put_nowait(msg)
+            if isinstance(msg, _Pushed):
+                self._note_push(msg.iteration, msg.layer, msg.payload)  # before its frames
+            else:
+                pushes.put_nowait(msg)
 
     def request_shards(
         self, rank: int, request: int, epoch: int, dataset_len: int, want: int, fresh: bool
