@@ -85,9 +85,10 @@ class SparsePayload:
     coded: object | None = None
     #: True once :meth:`validate` passed on this very object (the codec validates all it decodes, on the
     #: link thread), so a consumer that trusts it (a sparse optimizer's upload to the GPU) need not check
-    #: the indices again on the step's path; a payload built from a validated one with the same indices
-    #: (copied) may say so. False means "unknown", not "invalid".
-    validated: bool = field(default=False, compare=False, repr=False)
+    #: the indices again on the step's path; :meth:`carry_validation` passes it to a payload rebuilt with
+    #: a copy of the same indices. Not an ``__init__`` argument, so ``dataclasses.replace`` (which may
+    #: change the indices) never copies it. False means "unknown", not "invalid".
+    validated: bool = field(default=False, init=False, compare=False, repr=False)
 
     @property
     def nnz_blocks(self) -> int:
@@ -141,6 +142,20 @@ class SparsePayload:
             if int(out.max()) >= inf:
                 return False
         return True
+
+    def carry_validation(self, source: SparsePayload) -> SparsePayload:
+        """Say this payload is validated when ``source`` was and this one has its shape: the caller
+        promises that these indices are ``source``'s (the same array or an exact copy), as the client's
+        apply does when it averages a decoded result into its own buffers. Returns ``self``."""
+        same = (
+            self.dense_len == source.dense_len
+            and self.block_size == source.block_size
+            and self.nnz_blocks == source.nnz_blocks
+            and self.nnz == source.nnz
+        )
+        if source.validated and same:
+            object.__setattr__(self, "validated", True)
+        return self
 
     def validate(self, *, peer: str | None = None) -> None:
         """Check every invariant; raise :class:`MalformedPayload` naming the first one that fails.

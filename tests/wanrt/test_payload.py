@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -99,4 +101,10 @@ def test_validated_says_validate_passed_on_this_object() -> None:
         bad.validate()
     assert not bad.validated
     meta, bufs = encode_payload(SparsePayload(1, 40, 16, np.array([1]), np.ones(16, np.float32)))
-    assert decode_payload(meta, [bytes(b) for b in bufs]).validated  # the codec validates all it decodes
+    decoded = decode_payload(meta, [bytes(b) for b in bufs])
+    assert decoded.validated  # the codec validates all it decodes
+    copy = SparsePayload(1, 40, 16, decoded.indices.copy(), np.zeros(16, np.float32))
+    assert copy.carry_validation(decoded).validated  # a rebuilt payload with the same indices
+    other = SparsePayload(1, 48, 16, decoded.indices.copy(), np.zeros(16, np.float32))
+    assert not other.carry_validation(decoded).validated  # another shape: not carried
+    assert not dataclasses.replace(decoded, indices=np.array([2])).validated  # replace never copies it

@@ -76,9 +76,7 @@ class UpdateApplier:
                 else:
                     idx, vals = p.indices, self.averaged(u)
                 # the indices are p's (or an exact copy): p's validation (the codec's) holds for them
-                avg = SparsePayload(
-                    p.layer, p.dense_len, p.block_size, idx, vals, "fp32", validated=p.validated
-                )
+                avg = SparsePayload(p.layer, p.dense_len, p.block_size, idx, vals, "fp32").carry_validation(p)
                 optimizer.step(u.layer, param.data.view(-1), avg)
 
     def _pinned_buffer(self, layer: int, p: SparsePayload) -> Any:
