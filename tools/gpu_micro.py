@@ -21,18 +21,14 @@ import numpy as np
 import torch
 
 from tools.bench_gpu import BLOCK, DENSITY, _pinned_updates, _update
+from tools.gpu_profile import _unprofiled
 
 
 def _us(fn: Callable[[], object], reps: int) -> float:
+    """µs per call the host takes to queue ``reps`` back-to-back calls, after 20 warm-up calls."""
     for _ in range(20):
         fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return 1e6 * (t1 - t0) / reps
+    return 1e6 * _unprofiled(fn, reps, cuda=True)[0]
 
 
 def _traced_step(opt: Any, p: torch.Tensor, pinned: list[Any], reps: int) -> list[tuple[str, float]]:

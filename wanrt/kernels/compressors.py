@@ -261,6 +261,11 @@ class ThresholdV(Compressor):
             return None  # the exact step reports the non-finite gradient
         return aimd.initial_threshold(desc, nb, min(want, nb), self.config)
 
+    def _reaim_count(self, t: aimd.SelectionTargets) -> int:
+        """How many blocks a threshold aimed by the sample should pass: the middle of ``[aim, buffer]`` in
+        log terms, ``sqrt(buffer_factor) * aim`` (see :meth:`_second`)."""
+        return math.ceil(math.sqrt(self.config.buffer_factor) * t.aim)
+
     def _second(
         self, layer: int, sel: _LayerSel, x: Array, k: ReferenceKernels, t: aimd.SelectionTargets
     ) -> Array:
@@ -275,7 +280,7 @@ class ThresholdV(Compressor):
         the first ~9 steps (docs/round_bench.md, "Session 13"); a threshold pass without the add reads the
         residual once (~0.3 ms). ``x`` already holds the residual plus the gradient."""
         sel.reaim = True
-        want = math.ceil(math.sqrt(self.config.buffer_factor) * t.aim)
+        want = self._reaim_count(t)
         v2 = self._sampled_v(layer, sel, x, None, k, t, want)
         st = sel.state
         if v2 is not None and v2 > aimd.FLT_MIN and st is not None:
@@ -325,7 +330,7 @@ class ThresholdV(Compressor):
         st = sel.state
         predicted = st.v
         if sel.reaim:  # the last step missed: aim this one by the sample too (the controller re-learns)
-            want = math.ceil(math.sqrt(self.config.buffer_factor) * t.aim)
+            want = self._reaim_count(t)
             v = self._sampled_v(layer, sel, x, add, k, t, want)
             if v is not None and v > aimd.FLT_MIN:
                 st.v = v

@@ -93,7 +93,7 @@ class _Scratch:
 
     def __init__(self, xp: ModuleType) -> None:
         self.xp = xp
-        self.device = xp.cuda.Device().id
+        self.device = xp.cuda.runtime.getDevice()
         self.counters = xp.zeros(2, dtype=xp.uint64)
         self.stats = xp.empty(5, dtype=xp.float64)
         self.keys = xp.empty(1024, dtype=xp.uint64)
@@ -167,7 +167,7 @@ class CupyKernels(ReferenceKernels):
 
     def _scratch(self) -> _Scratch:
         """This thread's selection scratch on the current device (new when the last use failed midway)."""
-        dev = self.xp.cuda.Device().id
+        dev = self.xp.cuda.runtime.getDevice()
         sc: _Scratch | None = getattr(self._local, "scratch", None)
         if sc is None or sc.dirty or sc.device != dev:
             sc = self._local.scratch = _Scratch(self.xp)

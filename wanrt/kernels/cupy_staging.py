@@ -55,7 +55,6 @@ class PinnedUpdate:
         self.host: Any = None  # cupy.cuda.PinnedMemoryPointer
         self.nbytes = 0
         self.copied: Any = None  # event recorded after the last copy out of this buffer
-        self.fill: tuple[int, int, int] = (0, 0, 0)  # (ni, nv, values offset) of the current arrays
         self.ptr = 0  # the pinned buffer's address
         #: the arrays handed out last: an upload recognises them by identity (no address lookups)
         self.views: tuple[np.ndarray, np.ndarray] | None = None
@@ -70,7 +69,6 @@ class PinnedUpdate:
         """Views of ``ni`` indices and ``nv`` values in pinned memory, free to overwrite."""
         if ni < 0 or nv < 0:
             raise KernelError("a staged update needs non-negative sizes", value=(ni, nv))
-        off = _values_offset(ni)
         if self.copied is not None:
             self.copied.synchronize()  # the last copy out of this buffer has finished
             self.copied = None
@@ -81,8 +79,7 @@ class PinnedUpdate:
             self.ptr = int(self.host.ptr)
         if self._registered:
             self._staging.forget(self)
-        self.fill = (ni, nv, off)
-        host = self.host
+        host, off = self.host, _values_offset(ni)
         self.views = (np.frombuffer(host, np.int64, ni, 0), np.frombuffer(host, np.float32, nv, off))
         if self._registered:
             self._staging.remember(self)
@@ -179,7 +176,7 @@ class PinnedStaging:
                 host_i, host_v = src.arrays(ni, nv)
                 np.copyto(host_i, idx, casting="same_kind")
                 np.copyto(host_v, vals, casting="same_kind")
-            off = src.fill[2]
+            off = _values_offset(ni)  # (the layout every PinnedUpdate hands out)
             need = off + nv * 4
             if slot.dev is None or int(slot.dev.shape[0]) < need or slot.dev.device.id != dev:
                 slot.dev = cp.empty(max(need, 1 << 16), dtype=cp.uint8)

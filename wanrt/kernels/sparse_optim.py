@@ -251,11 +251,14 @@ class SparseOptimizer(ABC):
         self._state = restored
 
     def reset(self, key: int | None = None) -> None:
-        """Forget the state of one parameter (or all)."""
+        """Forget the state of one parameter (or all), and the view kept of it (:meth:`_view`), which holds
+        the parameter's memory."""
         if key is None:
             self._state.clear()
+            self._views.clear()
         else:
             self._state.pop(key, None)
+            self._views.pop(key, None)
 
 
 class SparseSGD(SparseOptimizer):
