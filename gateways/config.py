@@ -29,6 +29,8 @@ from typing import Any, Final, Literal
 
 from gateways.rounds.config import RoundConfig
 from gateways.sending.config import MAX_CHUNK_BYTES, DeliveryConfig, EdfConfig, RateConfig
+from gateways.sending.pacer import PACER_BURST_S
+from transports.congestion import CONGESTION_NAME
 from transports.link import LinkShape
 from transports.timeouts import Timeouts
 from transports.tls import TLSConfig
@@ -153,6 +155,14 @@ class GatewayConfig:
     # missing for this long; a site that took part before, after 3 missed rounds in a row (issue 21: every
     # normal start warned "is its trainer running?")
     absent_warn_after_s: float = 30.0
+    # The TCP congestion control of every WAN link's socket (transports/congestion.py): "" (default)
+    # keeps the host's (net.ipv4.tcp_congestion_control), a name such as "cubic" or "bbr" sets it per
+    # link; a name the kernel refuses is logged and the host's default runs. docs/round_bench.md, Session
+    # 14: on tbf-shaped links a BBR host filled the gateway's paced links 2-7 % less than cubic did.
+    tcp_congestion: str = ""
+    # The pacer's bucket as time at the link's rate: how far the writer may run ahead of the pacing, i.e.
+    # how long an event-loop stall the kernel's queued bytes cover (gateways/sending/pacer.py)
+    pacer_burst_s: float = PACER_BURST_S
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peers", _frozen_map(self.peers))
@@ -224,6 +234,14 @@ class GatewayConfig:
     def _check_rates(self) -> None:
         check(self.links in ("all", "plan"), "links", self.links, "'all' (full mesh) or 'plan'")
         check(0.0 < self.link_rate_bps <= 1e13, "link_rate_bps", self.link_rate_bps, "in (0, 1e13] bit/s")
+        check(0.0 < self.pacer_burst_s <= 1.0, "pacer_burst_s", self.pacer_burst_s, "in (0, 1] seconds")
+        check(
+            isinstance(self.tcp_congestion, str)
+            and (self.tcp_congestion == "" or bool(CONGESTION_NAME.fullmatch(self.tcp_congestion))),
+            "tcp_congestion",
+            self.tcp_congestion,
+            '"" (the host\'s default) or a kernel congestion control name such as "cubic" or "bbr"',
+        )
         for name, rate in self.peer_rates_bps.items():
             key = f"peer_rates_bps.{name}"
             check(name in self.peers, key, name, "not one of the peers")

@@ -440,6 +440,7 @@ def gateway_main(config: str, ready_file: str, stats_file: str, trace_file: str)
     def on_message(peer: str, m: Any) -> None:
         events.append((time.monotonic(), "recv", m.kind, peer, m.iteration))
 
+    _trace_tcp_io(events)
     daemon = GatewayDaemon(load_gateway_config(config), on_action=on_action, on_message=on_message)
     install_uvloop()
 
@@ -452,6 +453,64 @@ def gateway_main(config: str, ready_file: str, stats_file: str, trace_file: str)
     write_json_atomically(Path(stats_file), stats)
     Path(trace_file).write_text(json.dumps(events))
     return 0
+
+
+#: ``struct tcp_info`` fields a trace keeps (Linux ``include/uapi/linux/tcp.h``): name -> (format, offset)
+TCP_INFO_FIELDS: dict[str, tuple[str, int]] = {
+    "unacked": ("I", 24),
+    "rtt_us": ("I", 68),
+    "cwnd": ("I", 80),
+    "total_retrans": ("I", 100),
+    "notsent_bytes": ("I", 144),
+    "busy_us": ("Q", 168),  # time with data in flight
+    "rwnd_limited_us": ("Q", 176),  # ... held back by the receiver's window
+    "sndbuf_limited_us": ("Q", 184),  # ... by the send buffer
+    "bytes_sent": ("Q", 200),
+    "bytes_retrans": ("Q", 208),
+}
+
+
+def _tcp_info(transport: Any) -> dict[str, int]:
+    """The link socket's TCP_INFO counters (empty where the kernel has none): whether a link that took
+    longer than its bytes need was busy (the network) or idle with nothing written (the sender)."""
+    import socket
+    import struct
+
+    sock = transport.get_extra_info("socket")
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 216)
+    except (OSError, AttributeError):
+        return {}
+    if len(raw) < 216:
+        return {}
+    return {k: struct.unpack_from(f, raw, o)[0] for k, (f, o) in TCP_INFO_FIELDS.items()}
+
+
+def _trace_tcp_io(events: list[Any]) -> None:
+    """Timestamp every write and read on the WAN links (TCP; the trainer's unix socket is left out):
+    ``(t, "tx", url, bytes, -1, seconds the write waited, TCP_INFO after it)`` and ``(t, "rx", url, bytes,
+    -1, 0.0)`` (-1 where round events carry their iteration). A trace then shows per link whether bytes
+    were handed to the kernel in time and whether the link was busy (docs/round_bench.md, "Session 14":
+    how the pacer's bucket and the congestion control were found)."""
+    from transports.stream import StreamTransport
+
+    send, recv = StreamTransport.send, StreamTransport.recv
+
+    async def traced_send(self: Any, parts: Any) -> None:
+        t0 = time.monotonic()
+        await send(self, parts)
+        if self.peer.startswith("tcp"):
+            waited = time.monotonic() - t0
+            events.append((t0, "tx", self.peer, sum(map(len, parts)), -1, waited, _tcp_info(self)))
+
+    async def traced_recv(self: Any, max_bytes: int = 1 << 20) -> bytes:
+        data = await recv(self, max_bytes)
+        if self.peer.startswith("tcp"):
+            events.append((time.monotonic(), "rx", self.peer, len(data), -1, 0.0))
+        return data
+
+    StreamTransport.send = traced_send  # type: ignore[method-assign]
+    StreamTransport.recv = traced_recv  # type: ignore[method-assign]
 
 
 # -- processes in the namespaces ----------------------------------------------------------------------------
@@ -516,6 +575,7 @@ def gateway_toml(
     chunk_bytes: int | None = None,
     rates: bool = False,
     stream_results: bool = True,
+    tcp_congestion: str = "",
 ) -> str:
     i = SITES.index(site)
     peers = "\n".join(
@@ -535,6 +595,7 @@ reconnect_initial_s = 0.05
 reconnect_max_s = 0.5
 shutdown_deadline_s = 5.0
 link_rate_bps = {rate_bps}
+tcp_congestion = "{tcp_congestion}"
 
 [gateway.peers]
 {peers}
@@ -584,6 +645,7 @@ async def session(
     client: ClientRow | None = None,
     rates: bool = False,
     stream_results: bool = True,
+    tcp_congestion: str = "",
 ) -> AsyncIterator[Session]:
     """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit.
     With ``client`` the trainers are the public client (``tools/round_client.py``) training that row's
@@ -597,7 +659,17 @@ async def session(
             cfg = work / f"{topology}-{site}.toml"
             cfg.write_text(
                 gateway_toml(
-                    site, emu, work, topology, secret, rate_bps, direct, chunk_bytes, rates, stream_results
+                    site,
+                    emu,
+                    work,
+                    topology,
+                    secret,
+                    rate_bps,
+                    direct,
+                    chunk_bytes,
+                    rates,
+                    stream_results,
+                    tcp_congestion,
                 )
             )
             ready = work / f"{topology}-{site}.ready"
@@ -812,6 +884,10 @@ async def client_round(s: Session) -> dict[str, Any]:
     return {
         "seconds": max(g["t_end"] for g in got) - min(g["t_start"] for g in got),
         "stages": stages,  # site-averaged
+        "timeline": {
+            site: {"t_start": g["t_start"], "t_end": g["t_end"], **g.get("marks", {})}
+            for site, g in zip(s.trainers, got, strict=True)
+        },
     }
 
 
@@ -851,6 +927,7 @@ async def run_client_row(
         "wire_vs_ideal": max(per_site.values()) / ideal_bytes,
         "stages_s": stages,
         "stages_by_round_s": [r["stages"] for r in rounds],
+        "timeline": [r["timeline"] for r in rounds],  # per round, per site: start, end, milestones
         "fused_codec": all(c["fused_codec"] for c in checks),
         "rate_allocator": dict(s.allocator),  # what each gateway's allocator did by the end of the row
         "cpu_s_per_round": {k: (cpu1[k] - cpu0[k]) / measure for k in cpu0},
@@ -907,6 +984,7 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
             args.push_whole,
             rates=args.rates_on,
             stream_results=not args.whole_results,
+            tcp_congestion=args.tcp_congestion,
         ) as s:
             print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
@@ -936,20 +1014,23 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
     for crow in crows if args.client else ():
         t_start = time.monotonic()
         prof = None if args.profile is None else args.profile / crow.name
-        if prof is not None:
-            prof.mkdir(parents=True, exist_ok=True)
+        trace = None if args.trace is None else args.trace / crow.name
+        for d in (prof, trace):
+            if d is not None:
+                d.mkdir(parents=True, exist_ok=True)
         async with session(
             emu,
             work,
             "allpairs",
             args.pace_bps or args.rate,
             prof,
-            None,
+            trace,
             not args.no_direct,
             args.chunk_bytes,
             client=crow,
             rates=args.rates_on,
             stream_results=not args.whole_results,
+            tcp_congestion=args.tcp_congestion,
         ) as s:
             print(
                 f"  {crow.name}: gateways and client trainers up in {time.monotonic() - t_start:.1f} s",
@@ -1227,6 +1308,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="[gateway.rates] enabled = true: the straggler rate allocator paces the links (default off)",
     )
+    ap.add_argument(
+        "--tcp-congestion",
+        default="cubic",
+        help="[gateway] tcp_congestion of every gateway: the WAN links' congestion control (default cubic, "
+        "the Linux default, so results do not depend on this host's sysctl; '' = the host's default)",
+    )
     ap.add_argument("--trainer", help=argparse.SUPPRESS)
     ap.add_argument("--client-trainer", help=argparse.SUPPRESS)
     ap.add_argument("--client-density", type=float, help=argparse.SUPPRESS)
@@ -1274,7 +1361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"3 sites, full mesh of veths, tbf {args.rate / 1e6:g} Mbit/s per direction, "
         f"{'netem present (no delay configured)' if netem else 'no netem on this kernel: no added delay'}; "
-        f"{args.elements:,} elements, {args.warmup} warm-up + {args.measure} timed rounds per row",
+        f"{args.elements:,} elements, {args.warmup} warm-up + {args.measure} timed rounds per row; "
+        f"TCP congestion control {args.tcp_congestion or 'the host default'} on the gateways' links",
         flush=True,
     )
     t0 = time.monotonic()
@@ -1284,6 +1372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, terminated)
     keep = os.environ.get("WANRT_BENCH_KEEP")  # a directory: configs, logs and traces stay there
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
     tmp_ctx: Any = contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory(prefix="wbr")
     with tmp_ctx as tmp, Emulation(len(SITES), shape=Shape(rate_bps=args.rate)) as emu:
         results = []
@@ -1332,6 +1422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "hivemind": hm,
             "rate_allocator_enabled": args.rates_on,
             "stream_results": not args.whole_results,
+            "tcp_congestion": args.tcp_congestion or "host default",
             **k,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -61,6 +61,7 @@ class Spans:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sums: dict[str, float] = defaultdict(float)
+        self._marks: dict[str, tuple[float, float]] = {}
         self._depth = threading.local()
 
     def add(self, stage: str, seconds: float) -> None:
@@ -101,10 +102,22 @@ class Spans:
 
         setattr(owner, name, timed)
 
+    def mark(self, name: str, at: float) -> None:
+        """The first and last time ``name`` happened this round (monotonic seconds)."""
+        with self._lock:
+            first, _ = self._marks.get(name, (at, at))
+            self._marks[name] = (first, at)
+
     def take(self) -> dict[str, float]:
         with self._lock:
             out = {s: self._sums.get(s, 0.0) for s in STAGE_ORDER}
             self._sums.clear()
+        return out
+
+    def take_marks(self) -> dict[str, tuple[float, float]]:
+        with self._lock:
+            out = dict(self._marks)
+            self._marks.clear()
         return out
 
 
@@ -135,7 +148,43 @@ def install_spans() -> Spans:
     # the push on the trainer's socket: only the link's writer task sends from the loop thread's
     # writer; heartbeats and acks are tiny and counted too (they share the socket)
     spans.wrap_async(StreamTransport, "send", "push")
+    _install_marks(spans)
     return spans
+
+
+#: timeline marks (first and last time per round): mark -> (module, class, method, at the call's start)
+MARKS: tuple[tuple[str, str, str, str, bool], ...] = (
+    ("push write", "transports.stream", "StreamTransport", "send", True),
+    ("piece in", "wanrt.client.link.result_streams", "ResultStreams", "piece", False),
+    ("result end", "wanrt.client.link.result_streams", "ResultStreams", "end", False),
+    ("apply start", "wanrt.client.context", "Context", "_apply", True),
+    ("apply end", "wanrt.client.context", "Context", "_apply", False),
+)
+
+
+def _install_marks(spans: Spans) -> None:
+    """Timestamps of the round's milestones, so a round's excess over the gateways' can be placed: from the
+    backward's start to the first push bytes written, and from the last result piece to ``step()``'s end."""
+    import asyncio
+    import importlib
+
+    for mark, module, cls, meth, at_start in MARKS:
+        owner = getattr(importlib.import_module(module), cls)
+        fn = getattr(owner, meth)
+
+        def wrapped(*a: Any, _fn: Any = fn, _mark: str = mark, _start: bool = at_start, **kw: Any) -> Any:
+            if _start:
+                spans.mark(_mark, time.monotonic())
+            out = _fn(*a, **kw)
+            if not _start:
+                spans.mark(_mark, time.monotonic())
+            return out
+
+        async def awrapped(*a: Any, _fn: Any = fn, _mark: str = mark, **kw: Any) -> Any:
+            spans.mark(_mark, time.monotonic())
+            return await _fn(*a, **kw)
+
+        setattr(owner, meth, awrapped if asyncio.iscoroutinefunction(fn) else wrapped)
 
 
 def run(url: str, site: str, secret_file: str, elements: int, density: float, wire: str, work: str) -> int:
@@ -186,7 +235,8 @@ def run(url: str, site: str, secret_file: str, elements: int, density: float, wi
             stages = spans.take()
             stages["backward"] = t1 - t0
             stages["step"] = t2 - t1
-            reply({"event": "step", "t_start": t0, "t_end": t2, "stages": stages})
+            marks = {"backward end": (t1, t1), **spans.take_marks()}
+            reply({"event": "step", "t_start": t0, "t_end": t2, "stages": stages, "marks": marks})
         elif op == "check":
             digest = hashlib.blake2b(w.detach().numpy().tobytes(), digest_size=8).hexdigest()
             from wanrt.codec.kernel_choice import fused_loader

@@ -163,7 +163,7 @@ class PeerMesh:
             conn,
             queue=self.queue,
             item_ids=self._item_ids,
-            pacer=Pacer(rate, now),
+            pacer=Pacer(rate, now, self.cfg.pacer_burst_s),
             link_times=self.link_times,
             counters=self.stats.peer(peer).counters,
             now=now,

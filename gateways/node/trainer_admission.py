@@ -26,7 +26,7 @@ from gateways.rounds.engine import RoundEngine
 from gateways.stats import GatewayStats
 from wanrt.codec.negotiation import VALUE_CODINGS_KEY, offered_codings
 from wanrt.protocol.job_settings import RESTART_FROM_KEY
-from wanrt.protocol.push_pieces import PUSH_CUT_KEY, push_cut_value
+from wanrt.protocol.push_pieces import PUSH_CUT_KEY, PUSH_OWN_KEY, push_cut_value
 
 __all__ = ["RunHost", "TrainerAdmission"]
 
@@ -87,8 +87,9 @@ class TrainerAdmission:
         info[VALUE_CODINGS_KEY] = offered_codings()  # low-bit values this gateway decodes (issue 23)
         rc = self.cfg.rounds
         if rc.topology == "allpairs" and rc.allpairs_chunk_bytes and rc.forward_policy == "exact":
-            n_sites = len({self.site, *self.cfg.peers})
-            info[PUSH_CUT_KEY] = push_cut_value(n_sites, rc.allpairs_chunk_bytes)  # streamed pushes
+            sites = sorted({self.site, *self.cfg.peers})  # the all-pairs core, as build_plan orders it
+            info[PUSH_CUT_KEY] = push_cut_value(len(sites), rc.allpairs_chunk_bytes)  # streamed pushes
+            info[PUSH_OWN_KEY] = sites.index(self.site)  # its pieces last (a stale index: only the order)
         start = self.restart.start_at(self._trainer.next_push())
         if hello is not None:
             verdict = self._run_verdict(hello)

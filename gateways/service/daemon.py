@@ -34,6 +34,7 @@ from gateways.service.scheduler_link import SchedulerLink
 from gateways.service.state_file import load_frontier, save_frontier
 from gateways.service.trainer_session import TrainerSession, serve_trainer
 from transports import BandwidthTrace, Listener, Timeouts, Transport, listen, parse_url
+from transports.congestion import set_congestion
 from wanrt.protocol import (
     Ack,
     Connection,
@@ -429,6 +430,9 @@ class GatewayDaemon:
         self, peer: str, conn: Connection, transport: Transport, ours: dict[str, Any], theirs: dict[str, Any]
     ) -> PeerLink:
         link_id = self.node.link_up(peer, conn, ours, theirs, self._now())  # may refuse (raises)
+        problem = set_congestion(transport, self.cfg.tcp_congestion)
+        if problem is not None:
+            log.warning("link to gateway %s: %s", peer, problem)
         link = PeerLink(
             self,
             link_id,

@@ -19,11 +19,29 @@ from typing import Any, Final
 from wanrt.payload import SparsePayload, n_blocks
 from wanrt.protocol.messages import PushPiece
 
-__all__ = ["PUSH_CUT_KEY", "cut_push", "push_cut_hint", "push_cut_value", "stream_pieces", "stream_ranges"]
+__all__ = [
+    "PUSH_CUT_KEY",
+    "PUSH_OWN_KEY",
+    "PushCut",
+    "cut_push",
+    "push_cut_hint",
+    "push_cut_value",
+    "stream_pieces",
+    "stream_ranges",
+]
 
 #: Welcome ``info`` key: ``"n:chunk_bytes"`` — the gateway's all-pairs core size and cut-through piece
 #: size, so the trainer cuts its pushes the way the gateway forwards them. Absent: pushes go whole.
 PUSH_CUT_KEY: Final = "push_cut"
+
+#: Welcome ``info`` key: the index of the trainer's own gateway in the all-pairs core (the segment it owns
+#: and never forwards). The trainer sends that segment's piece last in each group, so the pieces the
+#: gateway forwards at once come first (a separate key: a trainer that does not know it keeps the plain
+#: order, and "n:chunk_bytes" stays what older trainers parse).
+PUSH_OWN_KEY: Final = "push_cut_own"
+
+#: ``(n, chunk_bytes, own)``: what :func:`push_cut_hint` read; ``own`` is -1 where the gateway did not say.
+PushCut = tuple[int, int, int]
 
 
 def push_cut_value(n: int, chunk_bytes: int) -> str:
@@ -48,13 +66,16 @@ def stream_pieces(dense_len: int, block_size: int, n: int, chunk_bytes: int) -> 
     return max(1, min(seg, -(-seg * block_size * _F32 // chunk_bytes)))
 
 
-def stream_ranges(total_blocks: int, n: int, pieces: int) -> list[tuple[int, int]]:
+def stream_ranges(total_blocks: int, n: int, pieces: int, own: int = -1) -> list[tuple[int, int]]:
     """Block ranges of the ``n`` segments cut in ``pieces`` pieces each, piece-major (piece 0 of every
-    segment, then piece 1, ...): the order in which the gateway forwards them. Empty ranges are left out."""
+    segment, then piece 1, ...): the order in which the gateway forwards them. Within a group the segments
+    follow ``own`` round the core and ``own`` (the gateway's own segment, which it keeps) comes last: its
+    piece would only delay the ones the gateway sends on. Empty ranges are left out."""
     seg = [(g * total_blocks) // n for g in range(n + 1)]
+    order = [(own + 1 + j) % n for j in range(n)] if 0 <= own < n else list(range(n))
     out: list[tuple[int, int]] = []
     for k in range(pieces):
-        for g in range(n):
+        for g in order:
             lo, width = seg[g], seg[g + 1] - seg[g]
             a, b = lo + (width * k) // pieces, lo + (width * (k + 1)) // pieces
             if a < b:
@@ -62,8 +83,9 @@ def stream_ranges(total_blocks: int, n: int, pieces: int) -> list[tuple[int, int
     return out
 
 
-def push_cut_hint(info: Mapping[str, Any]) -> tuple[int, int] | None:
-    """``(n, chunk_bytes)`` from a gateway's Welcome ``info``, or None (absent or malformed: push whole)."""
+def push_cut_hint(info: Mapping[str, Any]) -> PushCut | None:
+    """``(n, chunk_bytes, own)`` from a gateway's Welcome ``info``, or None (absent or malformed: push
+    whole). ``own`` is -1 when :data:`PUSH_OWN_KEY` is absent or out of range (the plain order)."""
     v = info.get(PUSH_CUT_KEY)
     if not isinstance(v, str) or v.count(":") != 1:
         return None
@@ -73,16 +95,25 @@ def push_cut_hint(info: Mapping[str, Any]) -> tuple[int, int] | None:
     n, chunk = int(a), int(b)
     if not (1 <= n <= 1 << 16 and 0 < chunk <= 1 << 30):
         return None
-    return n, chunk
+    own = info.get(PUSH_OWN_KEY)
+    if type(own) is not int or not 0 <= own < n:
+        own = -1
+    return n, chunk, own
 
 
 def cut_push(
-    job: str, iteration: int, layer: int, sender: str, payload: SparsePayload, hint: tuple[int, int]
+    job: str,
+    iteration: int,
+    layer: int,
+    sender: str,
+    payload: SparsePayload,
+    hint: PushCut | tuple[int, int],
 ) -> list[PushPiece] | None:
     """The pieces of ``payload`` in the gateway's forwarding order, or None if it is not worth streaming
     (fewer than two pieces: a small or sparse layer goes as one :class:`~wanrt.protocol.messages.Push`).
     Pieces are views of ``payload``'s arrays (no copy)."""
-    n, chunk = hint
+    n, chunk = hint[0], hint[1]
+    own = hint[2] if len(hint) > 2 else -1
     total = n_blocks(payload.dense_len, payload.block_size)
     pieces = stream_pieces(payload.dense_len, payload.block_size, n, chunk)
     # a push the gateway would send whole to every member (a direct round, N·(N-1)·nnz <= n_blocks, as
@@ -96,7 +127,7 @@ def cut_push(
     idx = payload.indices
     bs = payload.block_size
     out: list[PushPiece] = []
-    for lo, hi in stream_ranges(total, n, pieces):
+    for lo, hi in stream_ranges(total, n, pieces, own):
         a, b = (int(x) for x in idx.searchsorted((lo, hi)))
         part = SparsePayload(
             layer, payload.dense_len, bs, idx[a:b], payload.values[a * bs : b * bs], payload.value_dtype

@@ -8,13 +8,15 @@ import random
 import numpy as np
 import pytest
 
+from gateways.config import GatewayConfig
+from gateways.node import GatewayNode
 from gateways.rounds.actions import Deliver, PeerSuspect, Send
 from gateways.rounds.config import RoundConfig
 from gateways.rounds.engine import RoundEngine
 from gateways.rounds.topology import PlanSpec
 from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
-from wanrt.protocol.push_pieces import cut_push
+from wanrt.protocol.push_pieces import cut_push, push_cut_hint
 
 SITES = ("a", "b", "c")
 LAYER = 2
@@ -35,7 +37,7 @@ def _payload(site: int, *, dtype: str = "fp16", density: float = 1.0) -> SparseP
 
 
 def _pieces(site: str, p: SparsePayload, it: int = 0) -> list[tuple[int, int, SparsePayload]]:
-    cut = cut_push("job", it, LAYER, site, p, (len(SITES), CHUNK))
+    cut = cut_push("job", it, LAYER, site, p, (len(SITES), CHUNK, SITES.index(site)))
     assert cut is not None
     return [(q.lo, q.hi, q.payload) for q in cut]
 
@@ -186,6 +188,32 @@ def test_cut_push_streams_dense_layers_only() -> None:
     assert sorted((q.lo, q.hi) for q in cut)[0][0] == 0
     assert sum(q.hi - q.lo for q in cut) == n_blocks(DENSE_LEN, BS)
     assert [(q.lo, q.hi) for q in cut[:3]] == sorted((q.lo, q.hi) for q in cut[:3])  # piece 0 of each segment
+
+
+@pytest.mark.parametrize("site", SITES)
+def test_with_its_gateways_index_every_piece_but_the_last_of_a_group_leaves_at_once(site: str) -> None:
+    """The Welcome names the gateway's place in the core; the trainer then sends the segment the gateway
+    keeps last in each group, so each of the other pieces is forwarded the moment it lands."""
+    node = GatewayNode(
+        GatewayConfig(
+            site=site,
+            job="job",
+            secret="x" * 32,
+            peers={q: f"tcp://10.0.0.{i + 1}:7700" for i, q in enumerate(SITES) if q != site},
+            rounds=RoundConfig(topology="allpairs", allpairs_chunk_bytes=CHUNK),
+        ),
+        0.0,
+    )
+    hint = push_cut_hint(node.trainer_welcome_info({"run": "r1"}))
+    assert hint == (len(SITES), CHUNK, SITES.index(site))
+    cut = cut_push("job", 0, LAYER, site, _payload(SITES.index(site)), hint)
+    assert cut is not None
+    e = RoundEngine(
+        site, SITES, PlanSpec.make("allpairs"), RoundConfig(topology="allpairs", allpairs_chunk_bytes=CHUNK)
+    )
+    for i, q in enumerate(cut[: 2 * len(SITES)]):
+        sends = [a for a in e.local_piece(0, LAYER, q.lo, q.hi, q.payload, now=0.0) if isinstance(a, Send)]
+        assert len(sends) == (0 if i % len(SITES) == len(SITES) - 1 else 1), i
 
 
 def test_no_slice_leaves_early_while_the_layer_carries_a_late_push() -> None:

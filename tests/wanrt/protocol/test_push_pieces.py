@@ -12,7 +12,14 @@ from wanrt.errors import RemoteProtocolError
 from wanrt.payload import SparsePayload, n_blocks
 from wanrt.protocol import PushPiece
 from wanrt.protocol.messages import decode_message
-from wanrt.protocol.push_pieces import cut_push, push_cut_hint, push_cut_value, stream_pieces, stream_ranges
+from wanrt.protocol.push_pieces import (
+    PUSH_OWN_KEY,
+    cut_push,
+    push_cut_hint,
+    push_cut_value,
+    stream_pieces,
+    stream_ranges,
+)
 
 
 def _dense(dense_len: int = 16 * 300 - 3, bs: int = 16) -> SparsePayload:
@@ -59,8 +66,24 @@ def test_the_trainers_cut_is_the_gateways(n: int, chunk: int, dense_len: int) ->
     assert stream_ranges(total, n, k) == [(lo, hi) for lo, hi in want if lo < hi]
 
 
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_the_gateways_own_segment_goes_last_in_every_group(n: int) -> None:
+    total, k = 16 * 3001 - 5, 4
+    b = piece_bounds(total, n, k)
+    for own in range(n):
+        got = stream_ranges(total, n, k, own)
+        assert sorted(got) == sorted(stream_ranges(total, n, k))  # the same pieces, only reordered
+        for j in range(k):
+            group = got[j * n : (j + 1) * n]
+            owners = [int(np.searchsorted(b, lo, side="right") - 1) // k for lo, _ in group]
+            assert owners == [(own + 1 + i) % n for i in range(n)]  # round the core from own, own last
+
+
 def test_the_hint_is_read_defensively() -> None:
-    assert push_cut_hint({"push_cut": push_cut_value(3, 1 << 20)}) == (3, 1 << 20)
+    assert push_cut_hint({"push_cut": push_cut_value(3, 1 << 20)}) == (3, 1 << 20, -1)
+    assert push_cut_hint({"push_cut": push_cut_value(3, 1 << 20), PUSH_OWN_KEY: 2}) == (3, 1 << 20, 2)
     assert push_cut_hint({}) is None
     for bad in (3, "0:5", "3:-1", "3:5:1", "a:b", "3:0"):
         assert push_cut_hint({"push_cut": bad}) is None
+    for bad_own in (3, -1, "1", 1.0, True):  # out of the core, or not an int: the plain order
+        assert push_cut_hint({"push_cut": "3:4096", PUSH_OWN_KEY: bad_own}) == (3, 4096, -1)

@@ -92,7 +92,7 @@ from wanrt.protocol.messages import (
     Welcome,
 )
 from wanrt.protocol.params import ParamAnnounce, ParamChunk, ParamRefuse, ParamRequest
-from wanrt.protocol.push_pieces import cut_push, push_cut_hint
+from wanrt.protocol.push_pieces import PushCut, cut_push, push_cut_hint
 from wanrt.protocol.streamed_results import AggregateEnd, AggregatePiece
 
 __all__ = ["GatewayLink", "open_gateway_link"]
@@ -157,7 +157,7 @@ class GatewayLink:
         self._join_floor = 0  # a restarted gateway's join: it runs no round before (reconnect)
         # parameter resync (param_resync)
         self._resync = SnapshotReceiver(lengths, spec.state_lengths, peer=spec.url)
-        self._push_cut: tuple[int, int] | None = None  # the gateway's cut for streamed pushes
+        self._push_cut: PushCut | None = None  # the gateway's cut for streamed pushes
         self._unacked = UnackedPushes()  # loop thread only (reconnect)
         self._outstanding = Outstanding()  # loop thread only
         self._streams = ResultStreams(lengths, peer=spec.url)  # loop thread only; cleared on a reconnect

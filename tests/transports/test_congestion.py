@@ -1,0 +1,95 @@
+"""``set_congestion``: a WAN link's socket runs the congestion control the gateway config names, a name the
+kernel refuses leaves the host's default running (with a reason for the log), and non-TCP transports are
+left alone."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from transports import Transport, connect, listen
+from transports.congestion import set_congestion
+
+uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed")
+pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_CONGESTION"), reason="no TCP_CONGESTION here")
+
+
+def _available() -> list[str]:
+    try:
+        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def _current(t: Transport) -> str:
+    sock: Any = t.get_extra_info("socket")  # type: ignore[attr-defined]
+    return bytes(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)).split(b"\0")[0].decode()
+
+
+def _run(loop_kind: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    if loop_kind == "uvloop":
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+
+
+async def _pair(body: Callable[[Transport], Coroutine[Any, Any, None]]) -> None:
+    async def serve(t: Transport) -> None:
+        await t.recv(1)
+
+    async with await listen("tcp://127.0.0.1:0", serve) as lst:
+        t = await connect(lst.url)
+        try:
+            await body(t)
+        finally:
+            await t.close()
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_each_available_algorithm_is_set_on_the_link(loop_kind: str) -> None:
+    names = [n for n in ("cubic", "reno", "bbr") if n in _available()]
+    if not names:
+        pytest.skip("the kernel lists no congestion control we know")
+
+    async def body(t: Transport) -> None:
+        for name in names:
+            assert set_congestion(t, name) is None
+            assert _current(t) == name
+
+    _run(loop_kind, lambda: _pair(body))
+
+
+def test_a_name_the_kernel_lacks_leaves_the_default_and_says_why() -> None:
+    async def body(t: Transport) -> None:
+        before = _current(t)
+        why = set_congestion(t, "nosuchcc")
+        assert why is not None and "'nosuchcc'" in why and "host's default" in why
+        assert _current(t) == before
+
+    asyncio.run(_pair(body))
+
+
+def test_empty_name_and_non_tcp_transports_are_left_alone(tmp_path: Any) -> None:
+    async def main() -> None:
+        async def serve(t: Transport) -> None:
+            await t.recv(1)
+
+        async with await listen(f"unix://{tmp_path}/s.sock", serve) as lst:
+            t = await connect(lst.url)
+            assert set_congestion(t, "cubic") is None  # unix socket: nothing to set, nothing wrong
+            await t.close()
+
+        async def body(t: Transport) -> None:
+            before = _current(t)
+            assert set_congestion(t, "") is None
+            assert _current(t) == before
+
+        await _pair(body)
+        assert set_congestion(object(), "cubic") is None  # no socket at all (an in-memory transport)
+
+    asyncio.run(main())
