@@ -333,7 +333,7 @@ async def trainer_main(url: str, site: str, index: int, secret: bytes, whole: bo
                 }
             )
         elif op == "raw_connect":
-            await raw.connect(cmd["peers"])
+            await raw.connect(cmd["peers"], cmd.get("tcp_congestion", ""))
             reply({"event": "raw_connected"})
         elif op == "raw":
             await asyncio.sleep(max(0.0, cmd["at"] - time.monotonic()))
@@ -377,9 +377,15 @@ class RawMesh:
             self.more.set()
         writer.close()
 
-    async def connect(self, peers: list[str]) -> None:
+    async def connect(self, peers: list[str], tcp_congestion: str = "") -> None:
+        """Dial every peer; the sockets run the gateways' congestion control (a like-for-like baseline)."""
+        from transports.congestion import set_congestion
+
         for host in peers:
             _, w = await asyncio.open_connection(host, RAW_PORT)
+            problem = set_congestion(w, tcp_congestion)
+            if problem is not None:
+                raise RuntimeError(f"raw TCP baseline: {problem}")
             self.writers.append(w)
 
     async def _send(self, w: asyncio.StreamWriter, n: int) -> None:
@@ -576,6 +582,7 @@ def gateway_toml(
     rates: bool = False,
     stream_results: bool = True,
     tcp_congestion: str = "",
+    pacer_burst_s: float | None = None,
 ) -> str:
     i = SITES.index(site)
     peers = "\n".join(
@@ -596,6 +603,7 @@ reconnect_max_s = 0.5
 shutdown_deadline_s = 5.0
 link_rate_bps = {rate_bps}
 tcp_congestion = "{tcp_congestion}"
+{"" if pacer_burst_s is None else f"pacer_burst_s = {pacer_burst_s}"}
 
 [gateway.peers]
 {peers}
@@ -646,6 +654,7 @@ async def session(
     rates: bool = False,
     stream_results: bool = True,
     tcp_congestion: str = "",
+    pacer_burst_s: float | None = None,
 ) -> AsyncIterator[Session]:
     """Gateways and trainers of one topology, up; stopped (gateways by SIGTERM: phased shutdown) on exit.
     With ``client`` the trainers are the public client (``tools/round_client.py``) training that row's
@@ -670,6 +679,7 @@ async def session(
                     rates,
                     stream_results,
                     tcp_congestion,
+                    pacer_burst_s,
                 )
             )
             ready = work / f"{topology}-{site}.ready"
@@ -724,7 +734,7 @@ async def session(
             for site, t in s.trainers.items():
                 i = SITES.index(site)
                 peers = [emu.address(j, i) for j in range(len(SITES)) if j != i]
-                await t.send({"op": "raw_connect", "peers": peers})
+                await t.send({"op": "raw_connect", "peers": peers, "tcp_congestion": tcp_congestion})
             for t in s.trainers.values():
                 await t.expect("raw_connected", timeout=60)
         yield s
@@ -985,6 +995,7 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
             rates=args.rates_on,
             stream_results=not args.whole_results,
             tcp_congestion=args.tcp_congestion,
+            pacer_burst_s=args.pacer_burst_s,
         ) as s:
             print(f"  {topology}: gateways and trainers up in {time.monotonic() - t_start:.1f} s", flush=True)
             for row in rows:
@@ -1031,6 +1042,7 @@ async def bench(args: argparse.Namespace, emu: Any, work: Path) -> list[dict[str
             rates=args.rates_on,
             stream_results=not args.whole_results,
             tcp_congestion=args.tcp_congestion,
+            pacer_burst_s=args.pacer_burst_s,
         ) as s:
             print(
                 f"  {crow.name}: gateways and client trainers up in {time.monotonic() - t_start:.1f} s",
@@ -1310,9 +1322,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument(
         "--tcp-congestion",
-        default="cubic",
-        help="[gateway] tcp_congestion of every gateway: the WAN links' congestion control (default cubic, "
-        "the Linux default, so results do not depend on this host's sysctl; '' = the host's default)",
+        help="[gateway] tcp_congestion of every gateway and of the raw-TCP baseline's sockets (default: the "
+        "gateway's own default; '' = the host's default, for A/B runs)",
+    )
+    ap.add_argument(
+        "--pacer-burst-s",
+        type=float,
+        help="[gateway] pacer_burst_s of every gateway (default: the gateway's own; for A/B runs)",
     )
     ap.add_argument("--trainer", help=argparse.SUPPRESS)
     ap.add_argument("--client-trainer", help=argparse.SUPPRESS)
@@ -1357,6 +1373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cannot emulate the WAN here: {reason}", file=sys.stderr)
         return 2
     cleanup_stale()
+    if args.tcp_congestion is None:  # the gateway's default, written out so the raw baseline runs it too
+        from gateways.config import GatewayConfig
+
+        args.tcp_congestion = GatewayConfig.__dataclass_fields__["tcp_congestion"].default
     netem = probe().netem
     print(
         f"3 sites, full mesh of veths, tbf {args.rate / 1e6:g} Mbit/s per direction, "
@@ -1423,6 +1443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rate_allocator_enabled": args.rates_on,
             "stream_results": not args.whole_results,
             "tcp_congestion": args.tcp_congestion or "host default",
+            "pacer_burst_s": args.pacer_burst_s,  # None: the gateway's default
             **k,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -1,13 +1,13 @@
 """Which TCP congestion control a WAN link's socket runs (``TCP_CONGESTION``, Linux).
 
-Why the gateway chooses it instead of taking the host's default. Every gateway-to-gateway link is paced by
-the gateway itself (:class:`~gateways.sending.pacer.Pacer`, at the link's target rate), so the congestion
-control only has to keep the bottleneck full behind that pacing. Measured on 3 sites joined by tbf-shaped
-100 Mbit/s links (``tools/bench_round.py``, docs/round_bench.md "Session 14"), a host whose default is BBR
-kept the links busy for 2–7 % less of a round than cubic did: BBR's model reads the pacing and the
-receiver's ACK timing on a loaded host as a lower bottleneck rate, cubic simply keeps the queue filled.
-Cubic is also what an unconfigured Linux host runs; ``""`` keeps whatever the host's default is (pick
-``bbr`` where paths lose packets at random: cubic backs off on every loss).
+Why the gateway chooses it instead of taking the host's default. Every gateway-to-gateway link is paced
+by the gateway itself (:class:`~gateways.sending.pacer.Pacer`: the link's target rate, a 60 ms bucket
+that covers event-loop stalls), so the congestion control only has to keep the bottleneck full behind
+that pacing, which a loss-based one (cubic, the kernel's own default) does by keeping its queue filled.
+BBR paces by its own model of the path instead; measured on 3 sites joined by tbf-shaped 100 Mbit/s links
+(``tools/bench_round.py``, docs/round_bench.md "Session 14"), a BBR host took 1.31-1.33x the link limit
+per dense round where cubic took 1.09. ``""`` keeps whatever the host's default is; pick ``bbr`` where
+paths lose packets at random (cubic backs off on every loss).
 """
 
 from __future__ import annotations
