@@ -155,13 +155,10 @@ class GatewayConfig:
     # missing for this long; a site that took part before, after 3 missed rounds in a row (issue 21: every
     # normal start warned "is its trainer running?")
     absent_warn_after_s: float = 30.0
-    # The TCP congestion control of every WAN link's socket (transports/congestion.py). "cubic" (the
-    # Linux default) by default, whatever the host's net.ipv4.tcp_congestion_control says: the gateway
-    # paces its links itself and needs a congestion control that keeps the bottleneck queue filled behind
-    # its pacer; on a BBR host the same rounds took 1.31-1.33x the link limit instead of 1.09
-    # (docs/round_bench.md, Session 14). "" keeps the host's default, "bbr" etc. set that one (a name the
-    # kernel refuses is logged and the host's default runs).
-    tcp_congestion: str = "cubic"
+    # The TCP congestion control of every WAN link's socket (transports/congestion.py): "" (default) keeps
+    # the host's net.ipv4.tcp_congestion_control; a name ("cubic", "bbr", ...) sets it per link, and a name
+    # the kernel refuses is logged and the host's default runs. docs/gateway.md says which to pick.
+    tcp_congestion: str = ""
     # The pacer's bucket as time at the link's rate: how far the writer may run ahead of the pacing, i.e.
     # how long an event-loop stall the kernel's queued bytes cover (gateways/sending/pacer.py)
     pacer_burst_s: float = PACER_BURST_S

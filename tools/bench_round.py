@@ -42,6 +42,13 @@ cProfile (``python -m cProfile -o DIR/<topology>-<site>.prof``); ``--rows`` and 
 what runs. Needs root (namespaces, tc); every namespace and process is removed on exit, also on an error or
 Ctrl-C.
 
+**Congestion control**: every gateway sets ``[gateway] tcp_congestion`` from ``--tcp-congestion`` (default
+``cubic``, also on the raw-TCP baseline's sockets). These links have no propagation delay (no netem here), so
+BBR, the default of some hosts (this machine's), measures a ~10 µs minimum RTT and its path model
+under-paces dense rounds: 1.31-1.33x the limit against 1.09 with cubic (docs/round_bench.md, "Session 14").
+Pinning cubic, the kernel's own default, keeps the result from depending on this host's sysctl;
+``--tcp-congestion ''`` runs the host's default for A/B runs.
+
 Usage: sudo python tools/bench_round.py [--quick] [--json PATH]
 """
 
@@ -467,7 +474,10 @@ TCP_INFO_FIELDS: dict[str, tuple[str, int]] = {
     "rtt_us": ("I", 68),
     "cwnd": ("I", 80),
     "total_retrans": ("I", 100),
+    "pacing_rate": ("Q", 104),  # bytes/s the kernel paces at (BBR: its bottleneck estimate x gain)
     "notsent_bytes": ("I", 144),
+    "min_rtt_us": ("I", 148),
+    "delivery_rate": ("Q", 160),
     "busy_us": ("Q", 168),  # time with data in flight
     "rwnd_limited_us": ("Q", 176),  # ... held back by the receiver's window
     "sndbuf_limited_us": ("Q", 184),  # ... by the send buffer
@@ -1322,8 +1332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument(
         "--tcp-congestion",
-        help="[gateway] tcp_congestion of every gateway and of the raw-TCP baseline's sockets (default: the "
-        "gateway's own default; '' = the host's default, for A/B runs)",
+        default="cubic",
+        help="[gateway] tcp_congestion of the gateways and of the raw-TCP baseline's sockets (default cubic: "
+        "these links have no propagation delay, where BBR's path model degenerates; '' = the host's default)",
     )
     ap.add_argument(
         "--pacer-burst-s",
@@ -1373,10 +1384,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cannot emulate the WAN here: {reason}", file=sys.stderr)
         return 2
     cleanup_stale()
-    if args.tcp_congestion is None:  # the gateway's default, written out so the raw baseline runs it too
-        from gateways.config import GatewayConfig
-
-        args.tcp_congestion = GatewayConfig.__dataclass_fields__["tcp_congestion"].default
     netem = probe().netem
     print(
         f"3 sites, full mesh of veths, tbf {args.rate / 1e6:g} Mbit/s per direction, "

@@ -1,13 +1,13 @@
-"""Which TCP congestion control a WAN link's socket runs (``TCP_CONGESTION``, Linux).
+"""Which TCP congestion control a WAN link's socket runs (``TCP_CONGESTION``, Linux; ``[gateway]
+tcp_congestion``).
 
-Why the gateway chooses it instead of taking the host's default. Every gateway-to-gateway link is paced
-by the gateway itself (:class:`~gateways.sending.pacer.Pacer`: the link's target rate, a 60 ms bucket
-that covers event-loop stalls), so the congestion control only has to keep the bottleneck full behind
-that pacing, which a loss-based one (cubic, the kernel's own default) does by keeping its queue filled.
-BBR paces by its own model of the path instead; measured on 3 sites joined by tbf-shaped 100 Mbit/s links
-(``tools/bench_round.py``, docs/round_bench.md "Session 14"), a BBR host took 1.31-1.33x the link limit
-per dense round where cubic took 1.09. ``""`` keeps whatever the host's default is; pick ``bbr`` where
-paths lose packets at random (cubic backs off on every loss).
+Why it is a per-gateway choice and not left to the host. The gateway paces every peer link itself
+(:class:`~gateways.sending.pacer.Pacer`), so the congestion control's job is to keep the bottleneck full
+behind that pacing, and which one does that best depends on the path, not on what the host's other
+traffic wants: on delay-free emulated links (tbf-shaped veths, ``tools/bench_round.py``) BBR's model
+sees a ~10 µs minimum RTT and under-paces dense rounds (1.31x the link limit against cubic's 1.09,
+docs/round_bench.md "Session 14"), while cubic keeps a small window on bursty sparse rounds, which on a
+long path costs round trips. ``""`` keeps the host's default.
 """
 
 from __future__ import annotations
