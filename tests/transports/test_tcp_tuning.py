@@ -1,6 +1,6 @@
-"""``set_congestion``: a WAN link's socket runs the congestion control the gateway config names, a name the
-kernel refuses leaves the host's default running (with a reason for the log), and non-TCP transports are
-left alone."""
+"""TCP tuning of WAN links: ``set_congestion`` runs the congestion control the gateway config names (a
+name the kernel refuses leaves the host's default, with a reason for the log; non-TCP transports are left
+alone), and a TCP transport acknowledges at once after every read."""
 
 from __future__ import annotations
 
@@ -93,3 +93,42 @@ def test_empty_name_and_non_tcp_transports_are_left_alone(tmp_path: Any) -> None
         assert set_congestion(object(), "cubic") is None  # no socket at all (an in-memory transport)
 
     asyncio.run(main())
+
+
+def _quickack(t: Transport) -> int:
+    sock: Any = t.get_extra_info("socket")  # type: ignore[attr-defined]
+    return int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK))
+
+
+async def _after_a_reply_and_more_data(monkeypatch: pytest.MonkeyPatch | None) -> int:
+    """The accepting end reads, replies at once (Linux then holds its ACKs back, taking the link for an
+    interactive one), reads again: is it acknowledging at once right after that read?"""
+    import transports.stream as stream
+
+    if monkeypatch is not None:
+        monkeypatch.setattr(stream, "_QUICKACK", None)  # a transport that never asks for quick ACKs
+    seen: asyncio.Queue[int] = asyncio.Queue()
+
+    async def serve(t: Transport) -> None:
+        await t.recv(1 << 16)
+        await t.send([b"reply"])
+        await t.recv(1 << 16)
+        await seen.put(_quickack(t))
+        await t.recv(1)
+
+    async with await listen("tcp://127.0.0.1:0", serve) as lst:
+        t = await connect(lst.url)
+        await t.send([b"x" * 20_000])
+        await t.recv(5)
+        await t.send([b"y" * 20_000])
+        got = await asyncio.wait_for(seen.get(), 10)
+        await t.close()
+    return got
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="no TCP_QUICKACK here")
+def test_a_tcp_link_acknowledges_at_once_after_every_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    if asyncio.run(_after_a_reply_and_more_data(monkeypatch)) != 0:
+        pytest.skip("this kernel does not delay ACKs on a link that replies (nothing to re-arm)")
+    monkeypatch.undo()
+    assert asyncio.run(_after_a_reply_and_more_data(None)) == 1
