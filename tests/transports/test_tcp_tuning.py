@@ -18,9 +18,10 @@ uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed")
 pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_CONGESTION"), reason="no TCP_CONGESTION here")
 
 
-def _available() -> list[str]:
+def kernel_congestion_controls(which: str = "available") -> list[str]:
+    """The kernel's ``available`` (loaded) or ``allowed`` (settable by anyone) congestion controls."""
     try:
-        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        with open(f"/proc/sys/net/ipv4/tcp_{which}_congestion_control") as f:
             return f.read().split()
     except OSError:
         return []
@@ -52,7 +53,7 @@ async def _pair(body: Callable[[Transport], Coroutine[Any, Any, None]]) -> None:
 
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
 def test_each_available_algorithm_is_set_on_the_link(loop_kind: str) -> None:
-    names = [n for n in ("cubic", "reno", "bbr") if n in _available()]
+    names = [n for n in ("cubic", "reno", "bbr") if n in kernel_congestion_controls()]
     if not names:
         pytest.skip("the kernel lists no congestion control we know")
 

@@ -10,17 +10,10 @@ from typing import Any
 import pytest
 
 from gateways.service.daemon import GatewayDaemon
+from tests.transports.test_tcp_tuning import kernel_congestion_controls
 from tools.harness.daemon_cluster import running, short_dir, site_configs
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_CONGESTION"), reason="no TCP_CONGESTION here")
-
-
-def _allowed() -> list[str]:
-    try:
-        with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
-            return f.read().split()
-    except OSError:
-        return []
 
 
 def _link_ccs(d: GatewayDaemon) -> list[str]:
@@ -50,7 +43,7 @@ async def _linked_pair(tcp_congestion: str) -> tuple[list[str], list[str]]:
 
 @pytest.mark.timeout(60)
 async def test_both_ends_of_a_link_run_the_configured_congestion_control() -> None:
-    allowed = _allowed()
+    allowed = kernel_congestion_controls("allowed")
     if "reno" not in allowed:
         pytest.skip("reno is not an allowed congestion control here")
     assert await _linked_pair("reno") == (["reno"], ["reno"])  # neither the default (cubic) nor the host's
