@@ -487,7 +487,8 @@ class Context(OuterModeView):
         upto = t if self._outer is None else self._outer.apply_upto(t, bound, final=final)
         updates = [r.item for r in self._tracker.take_ready(upto)]
         changes, self._announced = self._announced, []
-        updates, snapshot = self._resync.take(updates)  # held while a snapshot is on its way
+        # held while a snapshot is on its way; the outer loop installs it at the step its results reach
+        updates, snapshot = self._resync.take(updates, None if self._outer is None or final else upto)
         updates.sort(key=lambda u: (u.iteration, u.layer))
         discarded = self._resync.discarding and not final  # a close's exchange ends no pushed iteration
         predict = self._in_flight(final=final, holding=self._resync.holding)

@@ -113,16 +113,22 @@ class ResyncState:
         else:
             self._serve.append((event.request, event.iteration, event.state))
 
-    def take(self, updates: list[SiteUpdate]) -> tuple[list[SiteUpdate], bool]:
+    def take(self, updates: list[SiteUpdate], upto: int | None = None) -> tuple[list[SiteUpdate], bool]:
         """Leader, at a step: the updates the site applies now (held ones included once the snapshot is
         here or abandoned, those the installed snapshot holds skipped), and whether the snapshot is
-        installed at this step."""
-        snapshot = self._incoming is not None
+        installed at this step.
+
+        ``upto``: the step applies exactly the results up to this iteration (the outer loop, where every
+        site's parameters are bit-identical after each step). A snapshot that already holds later results
+        waits for the step that reaches them: installed now, this site's parameters would be a step ahead
+        of the others' (a joining DiLoCo trainer's anchors were the job's of the next outer step)."""
+        incoming = self._incoming
+        snapshot = incoming is not None and (upto is None or not incoming.ahead_of(upto))
         if snapshot:
             self._snapshot, self._incoming, self._resync_at = self._incoming, None, None
             updates, self._held = self._held + updates, []
-        elif self._resync_at is not None:
-            self._held.extend(updates)  # may already be in the snapshot on its way
+        elif self._resync_at is not None or incoming is not None:
+            self._held.extend(updates)  # may already be in the snapshot on its way (or waiting here)
             updates = []
         elif self._held:  # abandoned: nobody sends a snapshot
             updates, self._held = self._held + updates, []

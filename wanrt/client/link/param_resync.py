@@ -65,6 +65,11 @@ class Snapshot:
         """Whether a result of (iteration, layer) must still be applied on top of this snapshot."""
         return iteration >= self.iteration and (iteration, layer) not in self.extras
 
+    def ahead_of(self, upto: int) -> bool:
+        """Whether it holds a result of an iteration after ``upto``: parameters a step that applies exactly
+        the results up to ``upto`` (the outer loop's steps) must not have yet."""
+        return self.iteration > upto + 1 or any(it > upto for it, _ in self.extras)
+
 
 @dataclass
 class SnapshotReceiver:
