@@ -152,7 +152,7 @@ def install_spans() -> Spans:
     return spans
 
 
-#: timeline marks (first and last time per round): mark -> (module, class, method, at the call's start)
+#: timeline marks (first and last time per round): (mark, module, class, method, stamped at the call's start)
 MARKS: tuple[tuple[str, str, str, str, bool], ...] = (
     ("push write", "transports.stream", "StreamTransport", "send", True),
     ("piece in", "wanrt.client.link.result_streams", "ResultStreams", "piece", False),
@@ -222,6 +222,7 @@ def run(url: str, site: str, secret_file: str, elements: int, density: float, wi
         op = cmd["op"]
         if op == "step":
             spans.take()
+            spans.take_marks()  # what happened between rounds (acks, heartbeats) is no milestone of this one
             delay = cmd["at"] - time.monotonic()
             if delay > 0:
                 time.sleep(delay)  # every site starts at one instant (the bench's own start, not a race)

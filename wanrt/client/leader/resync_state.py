@@ -125,7 +125,7 @@ class ResyncState:
         incoming = self._incoming
         snapshot = incoming is not None and (upto is None or not incoming.ahead_of(upto))
         if snapshot:
-            self._snapshot, self._incoming, self._resync_at = self._incoming, None, None
+            self._snapshot, self._incoming, self._resync_at = incoming, None, None
             updates, self._held = self._held + updates, []
         elif self._resync_at is not None or incoming is not None:
             self._held.extend(updates)  # may already be in the snapshot on its way (or waiting here)
